@@ -1,0 +1,116 @@
+//go:build realsnapd
+
+package integration
+
+import (
+	"testing"
+	"time"
+)
+
+// These tests talk to snapd over the raw wire. They pin the facts the fake
+// and the client rely on, so that a change in snapd shows up here first.
+
+func TestRawServiceStatus(t *testing.T) {
+	e := loadEnv(t)
+	w := newWire(t, e.Socket)
+	w.ensureBaseline(t)
+	apps := w.apps(t, "svcdemo")
+	want := map[string]appInfo{
+		"alpha":     {Snap: "svcdemo", Name: "alpha", Daemon: "simple", Enabled: true, Active: true},
+		"beta":      {Snap: "svcdemo", Name: "beta", Daemon: "simple", Enabled: true, Active: true},
+		"gamma":     {Snap: "svcdemo", Name: "gamma", Daemon: "simple", Enabled: true, Active: true},
+		"slowstart": {Snap: "svcdemo", Name: "slowstart", Daemon: "forking"},
+		"broken":    {Snap: "svcdemo", Name: "broken", Daemon: "oneshot"},
+	}
+	if len(apps) != len(want) {
+		t.Errorf("got %d services, want %d: %+v", len(apps), len(want), apps)
+	}
+	for n, w := range want {
+		if apps[n] != w {
+			t.Errorf("service %s: got %+v, want %+v", n, apps[n], w)
+		}
+	}
+	// "ctl" is not a service: it is listed without select=service only.
+	r := w.do(t, "GET", "/v2/apps?names=svcdemo.ctl", nil)
+	if r.StatusCode != 200 {
+		t.Errorf("GET /v2/apps?names=svcdemo.ctl: %s", r.Raw)
+	}
+	r = w.do(t, "GET", "/v2/apps?names=svcdemo.nosuch", nil)
+	if r.StatusCode != 404 {
+		t.Errorf("unknown app: want 404, got %s", r.Raw)
+	}
+}
+
+// A stop whose stop-command is slow holds a service-control change; any
+// other service action on the snap is refused with a 400 that has no kind.
+func TestRawConflictDuringSlowStop(t *testing.T) {
+	e := loadEnv(t)
+	w := newWire(t, e.Socket)
+	w.ensureBaseline(t)
+	t.Cleanup(func() { w.ensureBaseline(t) })
+
+	r := w.postApps(t, "stop", []string{"svcdemo.gamma"}, nil)
+	if r.StatusCode != 202 {
+		t.Fatalf("stop gamma: %s", r.Raw)
+	}
+	blocking := r.Change
+	c := w.postApps(t, "restart", []string{"svcdemo.alpha"}, nil)
+	if c.StatusCode != 400 {
+		t.Fatalf("restart during a slow stop: want 400, got %s", c.Raw)
+	}
+	er := w.errorOf(t, c)
+	if er.Kind != "" || er.Message != conflictMessage("service-control") {
+		t.Errorf("conflict: got kind %q message %q", er.Kind, er.Message)
+	}
+	done := w.waitChange(t, blocking, e.Slow+time.Minute)
+	if done.Status != "Done" {
+		t.Errorf("slow stop ended %s: %s", done.Status, done.Err)
+	}
+	if took := done.ReadyTime.Sub(done.SpawnTime); took < e.Slow-time.Second {
+		t.Errorf("slow stop took %v, want about %v", took, e.Slow)
+	}
+}
+
+// A foreign configure-snap change (configure hook sleeping) blocks service
+// actions with the same 400; other endpoints answer 409 snap-change-conflict.
+func TestRawConflictDuringConfigure(t *testing.T) {
+	e := loadEnv(t)
+	w := newWire(t, e.Socket)
+	w.ensureBaseline(t)
+	t.Cleanup(func() {
+		w.waitIdle(t)
+		w.waitChange(t, w.setConf(t, map[string]any{"hook-sleep": 0}), time.Minute)
+	})
+
+	cfg := w.setConf(t, map[string]any{"hook-sleep": int(e.Slow / time.Second)})
+	c := w.postApps(t, "restart", []string{"svcdemo.alpha"}, nil)
+	if c.StatusCode != 400 {
+		t.Fatalf("restart during configure: want 400, got %s", c.Raw)
+	}
+	er := w.errorOf(t, c)
+	if er.Kind != "" || er.Message != conflictMessage("configure-snap") {
+		t.Errorf("conflict: got kind %q message %q", er.Kind, er.Message)
+	}
+	p := w.do(t, "PUT", "/v2/snaps/svcdemo/conf", map[string]any{"foo": "bar"})
+	if p.StatusCode != 409 {
+		t.Fatalf("PUT conf during configure: want 409, got %s", p.Raw)
+	}
+	if er := w.errorOf(t, p); er.Kind != "snap-change-conflict" {
+		t.Errorf("PUT conf conflict: kind %q, want snap-change-conflict (%s)", er.Kind, p.Raw)
+	}
+	done := w.waitChange(t, cfg, e.Slow+time.Minute)
+	if done.Kind != "configure-snap" || done.Status != "Done" {
+		t.Errorf("configure change: %s %s %s", done.Kind, done.Status, done.Err)
+	}
+}
+
+// A oneshot that exits non-zero makes its start change end in Error, with
+// systemctl's text in err.
+func TestRawFailingStart(t *testing.T) {
+	e := loadEnv(t)
+	w := newWire(t, e.Socket)
+	w.ensureBaseline(t)
+	c := w.serviceOp(t, "start", []string{"svcdemo.broken"}, nil, "Error")
+	mustContain(t, "change err", c.Err, "cannot perform the following tasks")
+	mustContain(t, "change err", c.Err, "snap.svcdemo.broken.service")
+}

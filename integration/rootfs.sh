@@ -1,0 +1,140 @@
+#!/bin/bash
+# rootfs.sh SUITE MIRROR DEST
+#
+# Builds a Debian root filesystem that boots under systemd-nspawn (without a
+# host systemd) and runs a real snapd. The result is written to DEST, which
+# must not exist yet. run.sh caches DEST keyed by a hash of this file, so any
+# change here rebuilds the cache.
+#
+# Each step below answers a blocker measured on these machines; see
+# integration/README.md ("Why each step").
+set -euo pipefail
+
+suite=$1 mirror=$2 dest=$3
+[ ! -e "$dest" ] || { echo "rootfs.sh: $dest already exists" >&2; exit 1; }
+
+log() { printf '[rootfs %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+mounted=()
+cleanup() {
+	local i
+	for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
+		umount -l "${mounted[i]}" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT
+
+log "debootstrap $suite (minbase) from the host's apt mirror"
+# snapd cannot go into --include: debootstrap's resolver fails on its
+# "default-dbus-session-bus | dbus-session-bus" dependency.
+debootstrap --variant=minbase \
+	--include=systemd,systemd-sysv,dbus,dbus-user-session,udev,ca-certificates \
+	"$suite" "$dest" "$mirror" >"$dest.debootstrap.log" 2>&1 || {
+	tail -n 30 "$dest.debootstrap.log" >&2
+	exit 1
+}
+rm -f "$dest.debootstrap.log"
+
+mount -t proc proc "$dest/proc" && mounted+=("$dest/proc")
+mount --bind /dev "$dest/dev" && mounted+=("$dest/dev")
+
+# Keep package scripts from starting daemons in the chroot.
+printf '#!/bin/sh\nexit 101\n' >"$dest/usr/sbin/policy-rc.d"
+chmod 755 "$dest/usr/sbin/policy-rc.d"
+
+log "apt-get install snapd (no recommends)"
+chroot "$dest" env DEBIAN_FRONTEND=noninteractive apt-get \
+	-o Acquire::Languages=none -o Acquire::Retries=3 -qq update
+chroot "$dest" env DEBIAN_FRONTEND=noninteractive apt-get \
+	-o Acquire::Retries=3 -qq -y install --no-install-recommends \
+	snapd squashfs-tools squashfuse fuse3 busybox-static >/dev/null
+chroot "$dest" apt-get clean
+rm -f "$dest/usr/sbin/policy-rc.d"
+
+# systemd-udevd cannot run in the container (read-only /sys), so snapd's
+# "udevadm control --reload-rules" / "udevadm trigger" would fail setup-profiles.
+mkdir -p "$dest/usr/local/sbin"
+cat >"$dest/usr/local/sbin/udevadm" <<'W'
+#!/bin/sh
+# snapsvc harness: udevd does not run in this container.
+case "$1" in
+control | trigger | settle) exit 0 ;;
+esac
+exec /bin/udevadm "$@"
+W
+chmod 755 "$dest/usr/local/sbin/udevadm"
+
+# nspawn mounts the cgroup v1 controllers read-only; snap-confine must create
+# snap.NAME hierarchies in them. A *bind* remount works even once the
+# hierarchy has children (a superblock remount gives EBUSY).
+cat >"$dest/etc/systemd/system/snapsvc-cgroup-rw.service" <<'U'
+[Unit]
+Description=snapsvc harness: make cgroup v1 controllers writable for snap-confine
+DefaultDependencies=no
+Before=snapd.service snapd.socket
+After=local-fs.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'for c in freezer devices pids; do if mountpoint -q /sys/fs/cgroup/$c; then mount -o remount,bind,rw /sys/fs/cgroup/$c; fi; done'
+
+[Install]
+WantedBy=sysinit.target snapd.service
+U
+mkdir -p "$dest/etc/systemd/system/sysinit.target.wants" "$dest/etc/systemd/system/snapd.service.wants"
+ln -sf ../snapsvc-cgroup-rw.service "$dest/etc/systemd/system/sysinit.target.wants/"
+ln -sf ../snapsvc-cgroup-rw.service "$dest/etc/systemd/system/snapd.service.wants/"
+
+# No getty on the (passive) console; nothing else we need is on it.
+ln -sf /dev/null "$dest/etc/systemd/system/console-getty.service"
+echo snapsvc-realsnapd >"$dest/etc/hostname"
+
+# Snaps that do not depend on the code under test are packed once, here.
+# No store: a base other than "core" needs the snapd snap installed first,
+# so a placeholder snapd snap carries only usr/lib/snapd/info.
+log "pack placeholder snapd snap and tiny base snap"
+work=$dest/root/snapsvc-build
+mkdir -p "$work/snapd/meta" "$work/snapd/usr/lib/snapd" "$work/base/meta" "$dest/root/snaps"
+cp "$dest/usr/lib/snapd/info" "$work/snapd/usr/lib/snapd/info"
+# snap-confine may mount the snapd snap's usr/lib/snapd inside snaps; carry
+# snapctl (a static Go binary) so apps and hooks can run it either way.
+cp "$dest/usr/lib/snapd/snapctl" "$work/snapd/usr/lib/snapd/snapctl"
+ver=$(sed -n 's/^VERSION=//p' "$dest/usr/lib/snapd/info")
+cat >"$work/snapd/meta/snap.yaml" <<Y
+name: snapd
+version: '${ver//[^0-9A-Za-z.+~-]/}'
+summary: placeholder snapd snap (snapsvc test harness)
+description: Carries only usr/lib/snapd/info so that no store is needed.
+type: snapd
+grade: devel
+confinement: strict
+Y
+
+# The base: static busybox plus the mount points snap-confine binds.
+for d in bin usr/bin usr/lib/snapd usr/src usr/sbin sbin lib lib64 lib/modules lib/firmware \
+	dev etc home root proc sys tmp run media mnt snap var/snap var/lib/snapd var/tmp var/log \
+	var/lib/extrausers writable; do
+	mkdir -p "$work/base/$d"
+done
+cp "$dest/bin/busybox" "$work/base/bin/busybox"
+for a in $(chroot "$dest" /bin/busybox --list); do
+	[ "$a" = busybox ] || ln -sf busybox "$work/base/bin/$a"
+done
+ln -sf ../lib/snapd/snapctl "$work/base/usr/bin/snapctl"
+touch "$work/base/etc/passwd" "$work/base/etc/group" "$work/base/etc/nsswitch.conf"
+cat >"$work/base/meta/snap.yaml" <<'Y'
+name: tinybase
+version: '1'
+summary: minimal busybox base (snapsvc test harness)
+description: Static busybox and the directories snap-confine mounts over.
+type: base
+grade: devel
+confinement: strict
+Y
+chroot "$dest" env SNAPPY_GLOBAL_ROOT=/nonexistent snap pack /root/snapsvc-build/snapd /root/snaps >/dev/null
+chroot "$dest" env SNAPPY_GLOBAL_ROOT=/nonexistent snap pack /root/snapsvc-build/base /root/snaps >/dev/null
+rm -rf "$work"
+cleanup
+mounted=()
+log "done: $(ls "$dest/root/snaps" | tr '\n' ' ')"

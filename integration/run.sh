@@ -1,0 +1,274 @@
+#!/bin/bash
+# integration/run.sh — run snapsvc's integration suite against a REAL snapd.
+#
+# Boots Debian's snapd (real systemd, snap-confine and service processes) in a
+# systemd-nspawn container from a cached root filesystem, installs the svcdemo
+# test snap, and runs the Go tests tagged `realsnapd` inside snapd's PID
+# namespace. Always tears the container down (trap on EXIT/INT/TERM).
+#
+# Needs root. Environment:
+#   SNAPSVC_REALSNAPD        Debian suite for the rootfs: bookworm (snapd 2.57.6, default)
+#                            or trixie (snapd 2.68.3, has notices); "all" runs both in turn.
+#   SNAPSVC_SLOW_SECONDS     how long gamma's stop, slowstart's start take (default 5)
+#   SNAPSVC_REALSNAPD_CACHE  rootfs cache (default /var/cache/snapsvc-realsnapd)
+#   SNAPSVC_REALSNAPD_LOGS   where logs go (default /var/tmp/snapsvc-realsnapd-logs/SUITE)
+#   SNAPSVC_REALSNAPD_RUN    passed to -test.run (default: all tests)
+#   SNAPSVC_REALSNAPD_KEEP=1 after the tests, keep the container up until Enter is pressed
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+suite=${SNAPSVC_REALSNAPD:-bookworm}
+slow=${SNAPSVC_SLOW_SECONDS:-5}
+cache=${SNAPSVC_REALSNAPD_CACHE:-/var/cache/snapsvc-realsnapd}
+state=/run/snapsvc-realsnapd
+
+if [ "$suite" = all ]; then
+	rc=0
+	for s in bookworm trixie; do
+		SNAPSVC_REALSNAPD=$s "$0" "$@" || rc=$?
+		[ $rc -eq 0 ] || exit $rc
+	done
+	exit 0
+fi
+case "$suite" in bookworm | trixie) ;; *)
+	echo "run.sh: SNAPSVC_REALSNAPD must be bookworm, trixie or all (got $suite)" >&2
+	exit 2
+	;;
+esac
+[ "$(id -u)" -eq 0 ] || { echo "run.sh: needs root (systemd-nspawn, mounts)" >&2; exit 2; }
+export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
+
+logs=${SNAPSVC_REALSNAPD_LOGS:-/var/tmp/snapsvc-realsnapd-logs/$suite}
+t0=$(date +%s)
+say() { printf '[realsnapd %s +%3ss] %s\n' "$suite" "$(($(date +%s) - t0))" "$*"; }
+die() { say "FAILED: $*" >&2; exit 1; }
+
+# until_ok SECONDS DESCRIPTION CMD...: retry CMD every 0.5 s until it succeeds.
+until_ok() {
+	local limit=$1 what=$2 end
+	shift 2
+	end=$(($(date +%s) + limit))
+	until "$@" >/dev/null 2>&1; do
+		[ "$(date +%s)" -lt "$end" ] || die "timed out after ${limit}s waiting for $what"
+		sleep 0.5
+	done
+}
+
+mkdir -p "$state"
+exec 9>"$state/lock"
+flock -w 60 9 || die "another real-snapd run holds $state/lock"
+
+# ---- leftovers of an interrupted earlier run (only what run.sh itself recorded)
+stop_nspawn() { # pid
+	local pid=$1 i
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+	[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = systemd-nspawn ] || return 0
+	kill -TERM "$pid" 2>/dev/null # powers the container off
+	for ((i = 0; i < 60; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+	kill -TERM "$pid" 2>/dev/null # a second SIGTERM ends it at once
+	for ((i = 0; i < 10; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+unmount_work() { # workdir
+	local w=$1
+	[ -n "$w" ] || return 0
+	if mountpoint -q "$w/root" 2>/dev/null; then
+		umount "$w/root" 2>/dev/null || umount -l "$w/root" 2>/dev/null || true
+	fi
+	mountpoint -q "$w/root" 2>/dev/null || rm -rf "$w"
+}
+if [ -s "$state/nspawn.pid" ]; then
+	say "stopping a container left by an earlier run (pid $(cat "$state/nspawn.pid"))"
+	stop_nspawn "$(cat "$state/nspawn.pid")"
+fi
+[ ! -s "$state/work" ] || unmount_work "$(cat "$state/work")"
+rm -f "$state/nspawn.pid" "$state/work"
+
+# ---- teardown: always, on success, failure or interrupt
+nspawn_pid='' leader='' work=''
+collect_logs() {
+	[ -n "$leader" ] && [ -d "/proc/$leader" ] || return 0
+	inside journalctl --no-pager -b -o short-precise >"$logs/journal.txt" 2>&1 || true
+	inside snap changes >"$logs/snap-changes.txt" 2>&1 || true
+	inside snap services >"$logs/snap-services.txt" 2>&1 || true
+	inside systemctl --failed --no-pager >"$logs/failed-units.txt" 2>&1 || true
+}
+teardown() {
+	local rc=$?
+	set +e
+	trap - EXIT INT TERM
+	if [ $rc -ne 0 ]; then
+		collect_logs
+		if [ -s "$logs/journal.txt" ]; then
+			echo "---- last 80 lines of the container's journal ($logs/journal.txt) ----"
+			grep -Ev 'systemd-journald|kernel:' "$logs/journal.txt" | tail -n 80
+			echo "---- end of journal ----"
+		fi
+	fi
+	if [ -n "$nspawn_pid" ]; then
+		say "teardown: powering off the container"
+		stop_nspawn "$nspawn_pid"
+	fi
+	unmount_work "$work"
+	rm -f "$state/nspawn.pid" "$state/work"
+	say "teardown done (exit $rc); logs in $logs"
+	exit $rc
+}
+trap teardown EXIT
+trap 'say "interrupted"; exit 130' INT
+trap 'say "terminated"; exit 143' TERM
+
+rm -rf "$logs"
+mkdir -p "$logs"
+
+# ---- host packages
+if ! command -v debootstrap >/dev/null || ! command -v systemd-nspawn >/dev/null; then
+	say "installing debootstrap and systemd-container on the host"
+	apt-get -qq update
+	DEBIAN_FRONTEND=noninteractive apt-get -qq -y install --no-install-recommends \
+		debootstrap systemd-container >/dev/null
+fi
+
+# ---- the Debian mirror this machine's apt uses (never hardcoded)
+host_mirror() {
+	local f uri
+	# deb822 sources: first URI of a stanza whose Suites include the host's codename
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -r "$f" ] || continue
+		uri=$(awk -v want="$1" '
+			/^[ \t]*$/ { if (uri != "" && hit && types) { print uri; exit } uri=""; hit=0; types=0; next }
+			tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") types=1 }
+			tolower($1) == "uris:" { uri=$2 }
+			tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == want) hit=1 }
+			END { if (uri != "" && hit && types) print uri }' "$f" | head -n1)
+		[ -z "$uri" ] || { echo "$uri"; return; }
+	done
+	# one-line sources
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -r "$f" ] || continue
+		uri=$(sed -E 's/\[[^]]*\]//' "$f" | awk -v want="$1" '$1 == "deb" && $3 == want { print $2; exit }')
+		[ -z "$uri" ] || { echo "$uri"; return; }
+	done
+}
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+mirror=${SNAPSVC_DEBIAN_MIRROR:-$(host_mirror "$codename")}
+[ -n "$mirror" ] || die "cannot find the Debian mirror in /etc/apt/sources.list* (set SNAPSVC_DEBIAN_MIRROR)"
+
+# ---- root filesystem, cached by a hash of the recipe
+key=$( (cat "$here/rootfs.sh"; echo "$suite $(uname -m)") | sha256sum | cut -c1-16)
+rootfs=$cache/$suite-$key
+if [ -f "$rootfs/.snapsvc-ready" ]; then
+	say "using cached rootfs $rootfs"
+else
+	say "building rootfs $rootfs (Debian $suite; not cached yet)"
+	mkdir -p "$cache"
+	rm -rf "$cache/$suite-"* # older recipes of this suite
+	"$here/rootfs.sh" "$suite" "$mirror" "$rootfs.tmp" || { rm -rf "$rootfs.tmp"; die "building the rootfs"; }
+	touch "$rootfs.tmp/.snapsvc-ready"
+	mv "$rootfs.tmp" "$rootfs"
+	say "rootfs cached ($(du -sh "$rootfs" | cut -f1))"
+fi
+
+# ---- build the test binary while the container boots
+gobuild() {
+	cd "$repo"
+	go test -c -tags realsnapd -o "$work/integration.test" ./integration
+}
+
+# ---- a throwaway writable layer over the cached rootfs
+work=$(mktemp -d /var/tmp/snapsvc-realsnapd.XXXXXX)
+echo "$work" >"$state/work"
+mkdir -p "$work/upper" "$work/ovl" "$work/root"
+mount -t overlay overlay -o "lowerdir=$rootfs,upperdir=$work/upper,workdir=$work/ovl" "$work/root"
+
+# The test snap, with the slow durations filled in.
+mkdir -p "$work/root/root/svcdemo"
+cp -a "$here/snaps/svcdemo/." "$work/root/root/svcdemo/"
+sed "s/@SLOW_SECONDS@/$slow/" "$here/snaps/svcdemo/meta/snap.yaml.in" >"$work/root/root/svcdemo/meta/snap.yaml"
+rm "$work/root/root/svcdemo/meta/snap.yaml.in"
+
+say "booting the container"
+# --register=no --keep-unit: there is no host systemd/machined to register with.
+systemd-nspawn --quiet --register=no --keep-unit --boot -D "$work/root" \
+	--machine=snapsvc-realsnapd --console=passive --capability=all --bind=/dev/fuse \
+	>"$logs/nspawn.txt" 2>&1 &
+nspawn_pid=$!
+echo "$nspawn_pid" >"$state/nspawn.pid"
+
+gobuild >"$logs/go-build.txt" 2>&1 &
+gobuild_pid=$!
+
+# The container's PID 1 (a host pid): nspawn's child whose pid in its own namespace is 1.
+find_leader() {
+	local c
+	for c in $(cat /proc/"$nspawn_pid"/task/*/children 2>/dev/null); do
+		if awk '$1 == "NSpid:" && NF == 3 && $3 == 1 { ok=1 } END { exit !ok }' "/proc/$c/status" 2>/dev/null; then
+			leader=$c
+			return 0
+		fi
+	done
+	kill -0 "$nspawn_pid" 2>/dev/null || die "systemd-nspawn exited: $(tail -n 5 "$logs/nspawn.txt")"
+	return 1
+}
+until_ok 30 "the container's init" find_leader
+inside() { nsenter -t "$leader" -a -- "$@"; }
+system_up() {
+	local s
+	s=$(inside systemctl is-system-running 2>/dev/null) || true
+	case "$s" in running | degraded) return 0 ;; esac
+	kill -0 "$nspawn_pid" 2>/dev/null || die "systemd-nspawn exited: $(tail -n 5 "$logs/nspawn.txt")"
+	return 1
+}
+until_ok 120 "systemd in the container to finish booting" system_up
+say "container up (leader pid $leader): $(inside systemctl is-system-running || true)"
+until_ok 90 "snapd to answer" inside snap wait system seed.loaded
+say "snapd $(inside snap version | awk '$1 == "snapd" { print $2 }') is up"
+
+# ---- install the snaps: placeholder snapd (snapd restarts itself), base, svcdemo
+install_snap() { # file
+	local out
+	out=$(timeout 120 nsenter -t "$leader" -a -- snap install --dangerous "$1" 2>&1) || {
+		# snapd restarting itself can cut the client off; the change still completes.
+		echo "$out" >>"$logs/snap-install.txt"
+		until_ok 60 "snapd to come back" inside snap wait system seed.loaded
+		until_ok 60 "the install of $1 to finish" sh -c "! nsenter -t $leader -a -- snap changes 2>/dev/null | grep -qE ' (Do|Doing|Undo|Undoing) '"
+		inside snap list "$(basename "$1" | cut -d_ -f1)" >/dev/null || die "snap install $1: $out"
+	}
+	echo "$out" >>"$logs/snap-install.txt"
+}
+for f in $(inside sh -c 'ls /root/snaps/snapd_*.snap /root/snaps/tinybase_*.snap'); do
+	install_snap "$f"
+done
+# SNAPPY_GLOBAL_ROOT: with the placeholder snapd snap installed, snap pack
+# would look for mksquashfs in it.
+inside env SNAPPY_GLOBAL_ROOT=/nonexistent snap pack /root/svcdemo /root/snaps >>"$logs/snap-install.txt" 2>&1 ||
+	die "snap pack svcdemo: $(tail -n 3 "$logs/snap-install.txt")"
+install_snap "$(inside sh -c 'ls /root/snaps/svcdemo_*.snap')"
+inside snap services svcdemo | tee "$logs/services-at-start.txt"
+say "snaps installed"
+
+wait "$gobuild_pid" || { cat "$logs/go-build.txt"; die "go test -c -tags realsnapd ./integration"; }
+
+# ---- run the suite inside snapd's PID namespace (snapd checks the peer's pid)
+say "running the realsnapd Go tests"
+ver=$(inside snap version | awk '$1 == "snapd" { print $2 }')
+set +e
+(cd "$here" && timeout --kill-after=10 600 nsenter -t "$leader" -p -- env \
+	SNAPSVC_REALSNAPD_SOCKET="/proc/$leader/root/run/snapd.socket" \
+	SNAPSVC_REALSNAPD_SNAP_SOCKET="/proc/$leader/root/run/snapd-snap.socket" \
+	SNAPSVC_REALSNAPD_COOKIE="/proc/$leader/root/var/lib/snapd/cookie/snap.svcdemo" \
+	SNAPSVC_REALSNAPD_VERSION="$ver" \
+	SNAPSVC_REALSNAPD_SUITE="$suite" \
+	SNAPSVC_SLOW_SECONDS="$slow" \
+	"$work/integration.test" -test.v -test.count=1 -test.timeout=8m \
+	${SNAPSVC_REALSNAPD_RUN:+-test.run "$SNAPSVC_REALSNAPD_RUN"} 2>&1 | tee "$logs/go-test.txt")
+rc=${PIPESTATUS[0]}
+set -e
+collect_logs
+if [ "${SNAPSVC_REALSNAPD_KEEP:-}" = 1 ] && [ -t 0 ]; then
+	say "container kept up: nsenter -t $leader -a -- snap changes ; press Enter to tear down"
+	read -r _
+fi
+[ "$rc" -eq 0 ] || die "realsnapd tests failed (exit $rc)"
+say "PASS: real snapd $ver ($suite)"
