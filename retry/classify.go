@@ -1,0 +1,170 @@
+// Package retry classifies the errors snapd answers and holds the retry
+// policy snapsvc applies to them.
+//
+// Classify sorts any error from snapsvc's wire client (or a plain error
+// carrying snapctl's text) into one of four classes: a Conflict (another
+// change holds the snap: retry once it is done), Transient (snapd is
+// unreachable or restarting: back off and retry), Indeterminate (the
+// request may have been acted on, for instance a POST whose answer was
+// lost: find out before sending it again) and Permanent (retrying cannot
+// help).
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+)
+
+// Class says what retrying an operation that failed with an error can do.
+type Class int
+
+const (
+	// Permanent errors cannot be fixed by retrying: unknown snap or
+	// service, a malformed request, a refused permission, a failed change.
+	Permanent Class = iota
+	// Conflict means another change holds the snap; the same request
+	// succeeds once that change is ready.
+	Conflict
+	// Transient means snapd could not be reached or is restarting; retry
+	// after a pause.
+	Transient
+	// Indeterminate means the request may have been carried out although
+	// no answer said so (a lost response, a snapctl call that took too
+	// long): look at snapd's changes before sending it again.
+	Indeterminate
+)
+
+func (c Class) String() string {
+	switch c {
+	case Permanent:
+		return "permanent"
+	case Conflict:
+		return "conflict"
+	case Transient:
+		return "transient"
+	case Indeterminate:
+		return "indeterminate"
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// Retryable reports whether retrying may help (every class but Permanent).
+func (c Class) Retryable() bool { return c != Permanent }
+
+// Classify returns the class of err. Conflicts are recognised in every
+// form snapd uses: POST /v2/apps answers them as HTTP 400 with no kind
+// (daemon/api_apps.go), POST /v2/snapctl as 400 with the prefix
+// "error running snapctl: " (snapd < 2.70) or "snapctl: " (>= 2.70), other
+// endpoints as 409 with kind snap-change-conflict or quota-change-conflict.
+// A nil error is Permanent (there is nothing to retry); a cancelled or
+// expired context is Permanent too, as the caller has given up.
+func Classify(err error) Class {
+	if err == nil {
+		return Permanent
+	}
+	if _, ok := AsConflict(err); ok {
+		return Conflict
+	}
+	var ind interface{ Indeterminate() bool }
+	if errors.As(err, &ind) && ind.Indeterminate() {
+		return Indeterminate
+	}
+	var connErr *snapd.ConnectionError
+	if errors.As(err, &connErr) {
+		if connErr.Written && connErr.Method != http.MethodGet {
+			return Indeterminate
+		}
+		return Transient
+	}
+	var apiErr *snapd.Error
+	if errors.As(err, &apiErr) {
+		return classifyAPIError(apiErr)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return Permanent
+	}
+	msg := stripPrefixes(err.Error())
+	if isTakingTooLong(msg) || strings.Contains(msg, "timeout exceeded while waiting for response") {
+		return Indeterminate
+	}
+	if strings.Contains(msg, "cannot communicate with server") {
+		return Transient
+	}
+	return Permanent
+}
+
+func classifyAPIError(e *snapd.Error) Class {
+	if e.Maintenance != nil {
+		return Transient
+	}
+	switch e.Kind {
+	case snapd.KindDaemonRestart, snapd.KindSystemRestart:
+		return Transient
+	}
+	msg := stripPrefixes(e.Message)
+	if isTakingTooLong(msg) {
+		// snapctl gave up waiting (daemon/api_snapctl.go via
+		// ctlcmd runServiceCommand) while the change carries on.
+		return Indeterminate
+	}
+	switch e.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return Transient
+	case http.StatusInternalServerError:
+		// A request snapd dropped because it is shutting down (seen on a
+		// long-poll during "systemctl restart snapd").
+		if e.Message == "request canceled" {
+			return Transient
+		}
+	}
+	return Permanent
+}
+
+// isTakingTooLong matches snapctl's "<action> command is taking too long".
+func isTakingTooLong(msg string) bool {
+	return strings.HasSuffix(msg, " command is taking too long")
+}
+
+// Prefixes in front of snapd's own error text: the snapctl binary prints
+// "error: ", the daemon prefixes snapctl errors with "error running
+// snapctl: " before 2.70 and "snapctl: " from 2.70 (daemon/api_snapctl.go).
+var messagePrefixes = []string{"error: ", "error running snapctl: ", "snapctl: "}
+
+func stripPrefixes(msg string) string {
+	msg = strings.TrimSpace(msg)
+	for _, p := range messagePrefixes {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
+}
+
+// IsRetryable reports whether retrying the operation that failed with err
+// may help.
+func IsRetryable(err error) bool { return Classify(err).Retryable() }
+
+// IsConflict reports whether err is a change conflict.
+func IsConflict(err error) bool { return Classify(err) == Conflict }
+
+var (
+	reKindConflict = regexp.MustCompile(`^snap "([^"]+)" has "([^"]+)" change in progress$`)
+	reAnyConflict  = regexp.MustCompile(`^snap "([^"]+)" has changes in progress$`)
+	reExclusive    = regexp.MustCompile(`^(.+) in progress, no other changes allowed until this is done$`)
+)
+
+// exclusiveKinds maps the start of snapd's messages for changes that block
+// every snap to the change kind behind them
+// (overlord/snapstate/conflict.go checkChangeConflictExclusiveKinds).
+var exclusiveKinds = map[string]string{
+	"ubuntu-core to core transition": "transition-ubuntu-core",
+	"transition to snapd snap":       "transition-to-snapd-snap",
+	"remodeling":                     "remodel",
+	"creating recovery system":       "create-recovery-system",
+	"removing recovery system":       "remove-recovery-system",
+	"snapd downgrade":                "",
+}

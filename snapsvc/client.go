@@ -1,0 +1,317 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// Mode selects how the client asks snapd to act on services.
+type Mode int
+
+const (
+	// ModeAuto uses ModeSnapctl inside a snap (SNAP_COOKIE or SNAP_CONTEXT
+	// set) and ModeREST outside.
+	ModeAuto Mode = iota
+	// ModeREST posts to /v2/apps on snapd's main socket (root, or a snap
+	// with snapd-control, or a classic snap).
+	ModeREST
+	// ModeSnapctl runs snapctl through POST /v2/snapctl on the snap socket
+	// with the snap's (or the hook's) cookie.
+	ModeSnapctl
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeREST:
+		return "rest"
+	case ModeSnapctl:
+		return "snapctl"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Client starts, stops and restarts snap services through snapd, waiting
+// for the changes it makes and absorbing change conflicts. A Client is safe
+// for concurrent use. Every Client in a process that reaches the same snapd
+// shares one lock per snap, so operations of separately built clients never
+// conflict with each other.
+type Client struct {
+	mode       Mode
+	main       *snapd.Client // /v2/apps, changes, notices
+	ctl        *snapd.Client // /v2/snapctl (ModeSnapctl only)
+	cookie     string
+	ownSnap    string // inside a snap: the snap's instance name
+	hook       string
+	logger     *slog.Logger
+	policy     retry.Policy
+	clock      retry.Clock
+	poll       time.Duration
+	lockDir    string // "" disables the cross-process lock
+	instance   string // identifies the snapd (for the lock registry)
+	notices    atomic.Int32
+	minRestart time.Duration
+}
+
+// notice support states.
+const (
+	noticesUnknown int32 = iota
+	noticesYes
+	noticesNo
+)
+
+// Option configures a Client.
+type Option func(*settings)
+
+type settings struct {
+	socket, snapSocket string
+	mode               Mode
+	cookie             string
+	cookieSet          bool
+	snapName           string
+	hook               string
+	hookSet            bool
+	logger             *slog.Logger
+	policy             *retry.Policy
+	clock              retry.Clock
+	poll               time.Duration
+	lockDir            string
+	lockDirSet         bool
+	noFileLock         bool
+	env                func(string) string
+	minRestart         time.Duration
+}
+
+// WithSocket sets snapd's main socket (default /run/snapd.socket).
+func WithSocket(path string) Option { return func(s *settings) { s.socket = path } }
+
+// WithSnapSocket sets the socket snapctl requests go to (default
+// /run/snapd-snap.socket).
+func WithSnapSocket(path string) Option { return func(s *settings) { s.snapSocket = path } }
+
+// WithMode forces ModeREST or ModeSnapctl instead of detecting it.
+func WithMode(m Mode) Option { return func(s *settings) { s.mode = m } }
+
+// WithCookie sets the snapctl context id (default $SNAP_COOKIE, then
+// $SNAP_CONTEXT). Setting it implies ModeSnapctl under ModeAuto.
+func WithCookie(id string) Option {
+	return func(s *settings) { s.cookie, s.cookieSet = id, true }
+}
+
+// WithSnap names the snap the client runs inside (default
+// $SNAP_INSTANCE_NAME, then $SNAP_NAME). In ModeSnapctl, names of other
+// snaps are refused before any request.
+func WithSnap(name string) Option { return func(s *settings) { s.snapName = name } }
+
+// WithHook tells the client it runs inside the named hook (for example
+// "configure"). Inside "configure" and "default-configure" snapd only
+// queues service commands until the hook ends, so operations return a
+// queued Result at once instead of waiting (waiting would deadlock).
+// By default the hook is detected from the environment where possible.
+func WithHook(name string) Option {
+	return func(s *settings) { s.hook, s.hookSet = name, true }
+}
+
+// WithLogger sets the logger (default: discard). Each line names the snap,
+// action, change id and attempt.
+func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
+
+// WithPolicy sets the retry policy (default retry.DefaultPolicy()).
+func WithPolicy(p retry.Policy) Option { return func(s *settings) { s.policy = &p } }
+
+// WithClock sets the clock used for pauses and polling (tests).
+func WithClock(c retry.Clock) Option { return func(s *settings) { s.clock = c } }
+
+// WithPollInterval sets how often a change is polled when snapd has no
+// notices API (snapd < 2.62); default 100ms, like the snap command.
+func WithPollInterval(d time.Duration) Option { return func(s *settings) { s.poll = d } }
+
+// WithLockDir sets the directory of the cross-process lock files. The
+// default is /run/lock/snapsvc outside a snap, $SNAP_COMMON/.snapsvc-lock
+// inside one, and a directory beside the socket for a non-default socket
+// (so tests against a fake never share locks with the system).
+func WithLockDir(dir string) Option {
+	return func(s *settings) { s.lockDir, s.lockDirSet = dir, true }
+}
+
+// WithoutFileLock disables the cross-process lock; the in-process lock
+// and conflict retries remain.
+func WithoutFileLock() Option { return func(s *settings) { s.noFileLock = true } }
+
+// WithMinRestartInterval sets the least time between two restarts of the
+// same service made through this process (default 0: no limit). It keeps
+// bursts of restarts from tripping systemd's start limit.
+func WithMinRestartInterval(d time.Duration) Option {
+	return func(s *settings) { s.minRestart = d }
+}
+
+// withEnv replaces os.Getenv (tests).
+func withEnv(f func(string) string) Option { return func(s *settings) { s.env = f } }
+
+// New builds a Client. It sends no request.
+func New(opts ...Option) (*Client, error) {
+	s := settings{env: os.Getenv}
+	for _, o := range opts {
+		o(&s)
+	}
+	if !s.cookieSet {
+		s.cookie = s.env("SNAP_COOKIE")
+		if s.cookie == "" {
+			s.cookie = s.env("SNAP_CONTEXT")
+		}
+	}
+	if s.snapName == "" {
+		s.snapName = s.env("SNAP_INSTANCE_NAME")
+		if s.snapName == "" {
+			s.snapName = s.env("SNAP_NAME")
+		}
+	}
+	if !s.hookSet {
+		s.hook = detectHook(s.env)
+	}
+	mode := s.mode
+	if mode == ModeAuto {
+		mode = ModeREST
+		if s.cookie != "" {
+			mode = ModeSnapctl
+		}
+	}
+	if mode == ModeSnapctl && s.cookie == "" {
+		return nil, errors.New("snapsvc: snapctl mode needs a cookie: set SNAP_COOKIE or use WithCookie")
+	}
+	if s.socket == "" {
+		s.socket = snapd.DefaultSocket
+	}
+	if s.snapSocket == "" {
+		s.snapSocket = snapd.DefaultSnapSocket
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	policy := retry.DefaultPolicy()
+	if s.policy != nil {
+		policy = *s.policy
+	}
+	if s.clock != nil {
+		policy.Clock = s.clock
+	}
+	if policy.Clock == nil {
+		policy.Clock = retry.RealClock()
+	}
+	if s.poll <= 0 {
+		s.poll = 100 * time.Millisecond
+	}
+	c := &Client{
+		mode:       mode,
+		main:       snapd.New(s.socket),
+		cookie:     s.cookie,
+		ownSnap:    s.snapName,
+		hook:       s.hook,
+		logger:     s.logger,
+		policy:     policy,
+		clock:      policy.Clock,
+		poll:       s.poll,
+		minRestart: s.minRestart,
+	}
+	// Changes and notices are read where the client acts: on the snap
+	// socket in snapctl mode (it needs snap-refresh-observe there).
+	if mode == ModeSnapctl {
+		c.ctl = snapd.New(s.snapSocket)
+		if s.socket == snapd.DefaultSocket && s.snapSocket != snapd.DefaultSnapSocket {
+			c.main = snapd.New(s.snapSocket)
+		}
+	}
+	c.instance = instanceKey(c.actingSocket())
+	switch {
+	case s.noFileLock:
+	case s.lockDirSet:
+		c.lockDir = s.lockDir
+	default:
+		c.lockDir = defaultLockDir(c.actingSocket(), s.env)
+	}
+	return c, nil
+}
+
+// actingSocket is the socket the client's actions go to.
+func (c *Client) actingSocket() string {
+	if c.mode == ModeSnapctl {
+		return c.ctl.Socket()
+	}
+	return c.main.Socket()
+}
+
+// Mode returns the mode the client acts in.
+func (c *Client) Mode() Mode { return c.mode }
+
+// Hook returns the hook the client believes it runs in ("" for none).
+func (c *Client) Hook() string { return c.hook }
+
+// instanceKey identifies a snapd by the directory of its sockets: both
+// sockets of one snapd live side by side (/run on a real system, one temp
+// directory for a fake), so a REST client and a snapctl client of one
+// process share their per-snap locks.
+func instanceKey(socket string) string {
+	abs, err := filepath.Abs(socket)
+	if err != nil {
+		abs = socket
+	}
+	return filepath.Dir(abs)
+}
+
+func defaultLockDir(socket string, env func(string) string) string {
+	if socket != snapd.DefaultSocket && socket != snapd.DefaultSnapSocket {
+		return filepath.Join(instanceKey(socket), ".snapsvc-lock")
+	}
+	if common := env("SNAP_COMMON"); common != "" && env("SNAP_NAME") != "" {
+		return filepath.Join(common, ".snapsvc-lock")
+	}
+	return "/run/lock/snapsvc"
+}
+
+// detectHook finds the hook being run: snapd runs hooks as
+// $SNAP/meta/hooks/NAME (or snap/hooks/NAME) with SNAP_CONTEXT set;
+// SNAPSVC_HOOK overrides.
+func detectHook(env func(string) string) string {
+	if h := env("SNAPSVC_HOOK"); h != "" {
+		return h
+	}
+	if env("SNAP_CONTEXT") == "" || len(os.Args) == 0 {
+		return ""
+	}
+	dir, base := filepath.Split(os.Args[0])
+	if strings.HasSuffix(filepath.Clean(dir), "/hooks") {
+		return base
+	}
+	return ""
+}
+
+// queuesInHook reports whether snapd only queues service commands in the
+// current hook (ctlcmd queueCommand / queueDefaultConfigureHookCommand).
+func (c *Client) queuesInHook() bool {
+	return c.mode == ModeSnapctl && (c.hook == "configure" || c.hook == "default-configure")
+}
+
+// Close releases idle connections.
+func (c *Client) Close() error {
+	c.main.CloseIdleConnections()
+	if c.ctl != nil {
+		c.ctl.CloseIdleConnections()
+	}
+	return nil
+}
+
+// ctxErr wraps a context's end with what was being waited for.
+func ctxErr(ctx context.Context, what string) error {
+	return fmt.Errorf("%s: %w", what, context.Cause(ctx))
+}

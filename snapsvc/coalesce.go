@@ -1,0 +1,141 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// flight is a restart waiting for its snap's lock that identical requests
+// may join.
+type flight struct {
+	done    chan struct{}
+	res     *Result
+	err     error
+	started bool
+}
+
+// errLeaderGone tells joiners that the request they joined ended before
+// it acted (its caller gave up), so they must act themselves.
+var errLeaderGone = errors.New("coalesced request ended before acting")
+
+// coalesce merges identical restarts of one snap that wait behind its
+// lock: the first becomes the leader, later identical ones share its
+// result. A request never joins one that already holds the lock (whose
+// change may already be running), so every caller's restart happens after
+// the call was made.
+func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
+	if o.action != "restart" || len(o.t.snaps) != 1 {
+		res, _, err := c.run(ctx, o, true)
+		return res, err
+	}
+	l := lockFor(c.instance, o.t.snaps[0])
+	key := o.key()
+	for {
+		l.mu.Lock()
+		if l.waiting == nil {
+			l.waiting = map[string]*flight{}
+		}
+		f := l.waiting[key]
+		if f == nil {
+			break // lead, with l.mu held
+		}
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, c.opError(o, "", 0, ctxErr(ctx, "waiting for an identical restart"))
+		case <-f.done:
+		}
+		if errors.Is(f.err, errLeaderGone) {
+			continue
+		}
+		c.logger.Debug("restart merged into an identical request", "snap", o.t.snaps[0], "change", resultChange(f.res))
+		if f.err != nil {
+			return nil, f.err
+		}
+		res := *f.res
+		res.Shared = true
+		return &res, nil
+	}
+	f := &flight{done: make(chan struct{})}
+	l.waiting[key] = f
+	l.mu.Unlock()
+
+	ctx = context.WithValue(ctx, lockedHookKey{}, func() {
+		l.mu.Lock()
+		if l.waiting[key] == f {
+			delete(l.waiting, key)
+		}
+		f.started = true
+		l.mu.Unlock()
+	})
+	res, _, err := c.run(ctx, o, true)
+	l.mu.Lock()
+	if l.waiting[key] == f {
+		delete(l.waiting, key)
+	}
+	started := f.started
+	l.mu.Unlock()
+	f.res, f.err = res, err
+	if !started {
+		f.err = errLeaderGone
+	}
+	close(f.done)
+	return res, err
+}
+
+// lockedHookKey carries, in an operation's context, a function to call
+// once the operation holds its snap's lock.
+type lockedHookKey struct{}
+
+func onLocked(ctx context.Context) {
+	if f, ok := ctx.Value(lockedHookKey{}).(func()); ok {
+		f()
+	}
+}
+
+func resultChange(r *Result) string {
+	if r == nil {
+		return ""
+	}
+	return r.ChangeID
+}
+
+// paceRestart waits until every named service's last restart made by this
+// process is at least the minimum restart interval ago, then records this
+// one. Called with the snap's lock held.
+func (c *Client) paceRestart(ctx context.Context, h *held, o op) error {
+	now := c.clock.Now()
+	var wait time.Duration
+	for _, l := range h.mem {
+		l.mu.Lock()
+		for _, n := range o.t.names {
+			if last, ok := l.lastRestart[n]; ok {
+				if d := last.Add(c.minRestart).Sub(now); d > wait {
+					wait = d
+				}
+			}
+		}
+		l.mu.Unlock()
+	}
+	if wait > 0 {
+		c.logger.Info("pacing restart", "names", o.t.String(), "wait", wait)
+		if err := retry.Sleep(ctx, c.clock, wait); err != nil {
+			return ctxErr(ctx, "waiting for the minimum restart interval")
+		}
+	}
+	now = c.clock.Now()
+	for _, l := range h.mem {
+		l.mu.Lock()
+		if l.lastRestart == nil {
+			l.lastRestart = map[string]time.Time{}
+		}
+		for _, n := range o.t.names {
+			l.lastRestart[n] = now
+		}
+		l.mu.Unlock()
+	}
+	return nil
+}

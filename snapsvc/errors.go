@@ -1,0 +1,107 @@
+package snapsvc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// APIError is an error answered by snapd: HTTP status, snapd's error kind
+// (often empty: a /v2/apps conflict has none), value and message. Use
+// errors.As to get it from any error snapsvc returns.
+type APIError = snapd.Error
+
+// ConnectionError is a failure to reach snapd or to read its answer.
+type ConnectionError = snapd.ConnectionError
+
+// ErrNotFound matches, with errors.Is, snapd's answers that a snap,
+// service or change does not exist.
+var ErrNotFound = snapd.ErrNotFound
+
+// ErrGaveUp matches, with errors.Is, an operation that stopped retrying
+// because its policy's attempts or time ran out. The error also wraps the
+// last failure (often a *retry.ConflictError).
+var ErrGaveUp = errors.New("gave up retrying")
+
+// OpError is the error every failed Start, Stop and Restart returns. It
+// names the action, the services, the change (when one was made) and the
+// attempts, and wraps the cause.
+type OpError struct {
+	// Op is "start", "stop" or "restart".
+	Op string
+	// Names are the services (or snaps) the operation targeted.
+	Names []string
+	// ChangeID is the change the operation made or adopted, if any.
+	ChangeID string
+	// Attempts is how many requests to act were sent.
+	Attempts int
+	// Err is the cause.
+	Err error
+}
+
+func (e *OpError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "snapsvc: %s %s", e.Op, strings.Join(e.Names, " "))
+	if e.ChangeID != "" {
+		fmt.Fprintf(&b, " (change %s)", e.ChangeID)
+	}
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	if e.Retryable() {
+		b.WriteString(" [retryable]")
+	} else {
+		b.WriteString(" [not retryable]")
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Retryable reports whether running the same operation again later could
+// succeed (a conflict or an unreachable snapd), as opposed to a failure
+// that retrying cannot fix (unknown service, a change that ended in error).
+func (e *OpError) Retryable() bool {
+	if errors.Is(e.Err, ErrInvalidName) || errors.Is(e.Err, ErrNoNames) || errors.Is(e.Err, ErrWrongSnap) {
+		return false
+	}
+	var ce *ChangeError
+	if errors.As(e.Err, &ce) {
+		return false
+	}
+	return retry.IsRetryable(e.Err)
+}
+
+// ChangeError is a change that became ready without succeeding: its
+// status is Error, Undone or Hold (or the change vanished). Err is
+// snapd's own text ("cannot perform the following tasks: ...").
+type ChangeError struct {
+	ID      string
+	Kind    string
+	Summary string
+	Status  string
+	Err     string
+}
+
+func (e *ChangeError) Error() string {
+	msg := e.Err
+	if msg == "" {
+		msg = "no error text from snapd"
+	}
+	return fmt.Sprintf("change %s (%s) ended %q: %s", e.ID, e.Kind, e.Status, msg)
+}
+
+// gaveUpError wraps the last failure of an operation that ran out of
+// attempts or time.
+type gaveUpError struct {
+	reason string
+	last   error
+}
+
+func (e *gaveUpError) Error() string   { return e.reason + ": " + e.last.Error() }
+func (e *gaveUpError) Unwrap() []error { return []error{ErrGaveUp, e.last} }

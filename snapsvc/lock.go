@@ -1,0 +1,100 @@
+package snapsvc
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/snapsvc/snapsvc/internal/flock"
+)
+
+// snapLock serialises operations on one snap of one snapd within the
+// process. It also remembers changes made by asynchronous operations that
+// nobody has seen finish yet: the next operation waits for them before
+// acting, so it does not run into them as a conflict.
+type snapLock struct {
+	sem *semaphore.Weighted
+
+	mu          sync.Mutex
+	pending     []string
+	waiting     map[string]*flight   // identical restarts not yet holding the lock
+	lastRestart map[string]time.Time // for WithMinRestartInterval
+}
+
+var locks = struct {
+	sync.Mutex
+	m map[string]*snapLock
+}{m: map[string]*snapLock{}}
+
+func lockFor(instance, snap string) *snapLock {
+	key := instance + "\x00" + snap
+	locks.Lock()
+	defer locks.Unlock()
+	l := locks.m[key]
+	if l == nil {
+		l = &snapLock{sem: semaphore.NewWeighted(1)}
+		locks.m[key] = l
+	}
+	return l
+}
+
+func (l *snapLock) addPending(id string) {
+	l.mu.Lock()
+	l.pending = append(l.pending, id)
+	l.mu.Unlock()
+}
+
+func (l *snapLock) takePending() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pending
+	l.pending = nil
+	return p
+}
+
+// held is the set of locks one operation holds.
+type held struct {
+	mem   []*snapLock
+	files []*flock.Lock
+}
+
+// lockSnaps takes the in-process lock of every snap (sorted, so two
+// multi-snap operations cannot deadlock), then the cross-process file
+// locks. Waiting honours ctx.
+func (c *Client) lockSnaps(ctx context.Context, snaps []string) (*held, error) {
+	h := &held{}
+	for _, s := range snaps {
+		l := lockFor(c.instance, s)
+		if err := l.sem.Acquire(ctx, 1); err != nil {
+			h.release()
+			return nil, fmt.Errorf("waiting for the lock of snap %q: %w", s, err)
+		}
+		h.mem = append(h.mem, l)
+	}
+	if c.lockDir != "" {
+		for _, s := range snaps {
+			fl, err := flock.Acquire(ctx, filepath.Join(c.lockDir, s+".lock"))
+			if err != nil {
+				h.release()
+				return nil, fmt.Errorf("cross-process lock of snap %q: %w", s, err)
+			}
+			h.files = append(h.files, fl)
+		}
+	}
+	return h, nil
+}
+
+func (h *held) release() {
+	for i := len(h.files) - 1; i >= 0; i-- {
+		_ = h.files[i].Unlock()
+	}
+	h.files = nil
+	for i := len(h.mem) - 1; i >= 0; i-- {
+		h.mem[i].sem.Release(1)
+	}
+	h.mem = nil
+}
