@@ -76,6 +76,7 @@ type Option func(*settings)
 
 type settings struct {
 	socket, snapSocket string
+	socketSet          bool
 	mode               Mode
 	cookie             string
 	cookieSet          bool
@@ -94,7 +95,9 @@ type settings struct {
 }
 
 // WithSocket sets snapd's main socket (default /run/snapd.socket).
-func WithSocket(path string) Option { return func(s *settings) { s.socket = path } }
+func WithSocket(path string) Option {
+	return func(s *settings) { s.socket, s.socketSet = path, true }
+}
 
 // WithSnapSocket sets the socket snapctl requests go to (default
 // /run/snapd-snap.socket).
@@ -224,12 +227,14 @@ func New(opts ...Option) (*Client, error) {
 		poll:       s.poll,
 		minRestart: s.minRestart,
 	}
-	// Changes and notices are read where the client acts: on the snap
-	// socket in snapctl mode (it needs snap-refresh-observe there).
+	// In snapctl mode changes and notices are read on the snap socket
+	// (snapd allows that to snaps with snap-refresh-observe connected,
+	// daemon/api_general.go), unless WithSocket named a main socket the
+	// snap can reach (a classic snap, or one with snapd-control).
 	if mode == ModeSnapctl {
 		c.ctl = snapd.New(s.snapSocket)
-		if s.socket == snapd.DefaultSocket && s.snapSocket != snapd.DefaultSnapSocket {
-			c.main = snapd.New(s.snapSocket)
+		if !s.socketSet {
+			c.main = c.ctl
 		}
 	}
 	c.instance = instanceKey(c.actingSocket())

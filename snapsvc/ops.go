@@ -306,6 +306,9 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (res *Result, done bo
 		case retry.Transient:
 			log.Info("snapd unavailable; backing off", "attempt", res.Attempts, "error", err)
 		}
+		if reason := rt.Exhausted(); reason != "" {
+			return nil, false, c.opError(o, "", res.Attempts, &gaveUpError{reason: reason, last: last})
+		}
 		if perr := rt.Pause(ctx); perr != nil {
 			return nil, false, c.opError(o, "", res.Attempts, ctxErr(ctx, "giving up"))
 		}

@@ -1,0 +1,162 @@
+package snapsvc_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+func TestMain(m *testing.M) {
+	if runWorker() {
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// k8sSnap is a small Kubernetes-like snap whose services take a little
+// real time to start and stop, so changes overlap when callers race.
+func k8sSnap(d time.Duration) fake.Snap {
+	svc := func(name string, after ...string) fake.App {
+		return fake.App{Name: name, Daemon: "simple", Enabled: true, Active: true, After: after, StartDuration: d, StopDuration: d}
+	}
+	return fake.Snap{Name: "k8s", Apps: []fake.App{
+		svc("containerd"),
+		svc("kube-apiserver"),
+		svc("kubelet", "containerd"),
+		svc("kube-proxy", "kube-apiserver"),
+		svc("kube-scheduler", "kube-apiserver"),
+		{Name: "k8s"}, // the CLI app, not a service
+	}}
+}
+
+// newClient builds a REST client for srv with test-friendly settings.
+func newClient(t *testing.T, srv *fake.Server, opts ...snapsvc.Option) *snapsvc.Client {
+	t.Helper()
+	base := []snapsvc.Option{snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithSnapSocket(srv.SnapSocketPath()), snapsvc.WithMode(snapsvc.ModeREST)}
+	c, err := snapsvc.New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// logWatch is a slog handler that lets a test wait for a log message
+// instead of sleeping.
+type logWatch struct {
+	mu      sync.Mutex
+	lines   []string
+	waiters map[string]chan struct{}
+}
+
+func newLogWatch() *logWatch { return &logWatch{waiters: map[string]chan struct{}{}} }
+
+func (w *logWatch) logger() *slog.Logger { return slog.New(w) }
+
+func (w *logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w *logWatch) WithAttrs(as []slog.Attr) slog.Handler {
+	return &attrHandler{w: w, attrs: as}
+}
+func (w *logWatch) WithGroup(string) slog.Handler { return w }
+func (w *logWatch) Handle(_ context.Context, r slog.Record) error {
+	w.record(r, nil)
+	return nil
+}
+
+func (w *logWatch) record(r slog.Record, attrs []slog.Attr) {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	for _, a := range attrs {
+		b.WriteString(" " + a.String())
+	}
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, b.String())
+	for sub, ch := range w.waiters {
+		if strings.Contains(r.Message, sub) {
+			close(ch)
+			delete(w.waiters, sub)
+		}
+	}
+}
+
+// seen returns a channel closed once a message containing sub is logged.
+func (w *logWatch) seen(sub string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch := make(chan struct{})
+	w.waiters[sub] = ch
+	return ch
+}
+
+func (w *logWatch) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.lines...)
+}
+
+type attrHandler struct {
+	w     *logWatch
+	attrs []slog.Attr
+}
+
+func (h *attrHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *attrHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &attrHandler{w: h.w, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
+}
+func (h *attrHandler) WithGroup(string) slog.Handler { return h }
+func (h *attrHandler) Handle(_ context.Context, r slog.Record) error {
+	h.w.record(r, h.attrs)
+	return nil
+}
+
+// instantClock fires every timer at once and records the pauses asked
+// for, so backoff paths run without waiting.
+type instantClock struct {
+	mu      sync.Mutex
+	pauses  []time.Duration
+	onPause func(n int)
+}
+
+func (c *instantClock) Now() time.Time { return time.Now() }
+
+func (c *instantClock) NewTimer(d time.Duration) retry.Timer {
+	c.mu.Lock()
+	c.pauses = append(c.pauses, d)
+	n := len(c.pauses)
+	f := c.onPause
+	c.mu.Unlock()
+	if f != nil {
+		f(n)
+	}
+	ch := make(chan time.Time, 1)
+	ch <- time.Now()
+	return firedTimer{ch}
+}
+
+func (c *instantClock) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pauses)
+}
+
+type firedTimer struct{ ch chan time.Time }
+
+func (t firedTimer) C() <-chan time.Time { return t.ch }
+func (t firedTimer) Stop() bool          { return false }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

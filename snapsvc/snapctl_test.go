@@ -1,0 +1,271 @@
+package snapsvc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// newSnapctlClient builds a client as a daemon of the k8s snap sees it:
+// snapctl over the snap socket with the snap's cookie.
+func newSnapctlClient(t *testing.T, srv *fake.Server, cookie string, opts ...snapsvc.Option) *snapsvc.Client {
+	t.Helper()
+	base := []snapsvc.Option{snapsvc.WithSnapSocket(srv.SnapSocketPath()), snapsvc.WithCookie(cookie), snapsvc.WithSnap("k8s")}
+	c, err := snapsvc.New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode() != snapsvc.ModeSnapctl {
+		t.Fatalf("mode %v with a cookie, want snapctl", c.Mode())
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A snapctl conflict, in both wordings snapd has used, is waited out and
+// retried to success.
+func TestSnapctlConflictEachPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		version fake.Version
+		prefix  string
+	}{
+		{fake.Version257, "error running snapctl: "},
+		{fake.Version270, "snapctl: "},
+	} {
+		t.Run(string(tc.version), func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(tc.version))
+			logs := newLogWatch()
+			c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()), snapsvc.WithPollInterval(time.Millisecond))
+			ctx := ctxT(t)
+			foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+			blocked := logs.seen("waiting for blocking changes")
+			done := make(chan error, 1)
+			var res *snapsvc.Result
+			go func() {
+				var err error
+				res, err = c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+				done <- err
+			}()
+			select {
+			case <-blocked:
+			case err := <-done:
+				t.Fatalf("returned before the conflict: %v", err)
+			}
+			foreign.Finish()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if res.Conflicts != 1 || res.Status != "Done" {
+				t.Errorf("result %+v", res)
+			}
+			var conflictMsg string
+			for _, r := range srv.Requests() {
+				if r.Path == "/v2/snapctl" && r.Status == 400 {
+					conflictMsg = r.Message
+				}
+			}
+			want := tc.prefix + `snap "k8s" has "configure-snap" change in progress`
+			if conflictMsg != want {
+				t.Errorf("fake answered %q, want %q", conflictMsg, want)
+			}
+		})
+	}
+}
+
+// In a configure hook snapd only queues service commands until the hook
+// ends; the client reports that at once instead of waiting (which would
+// deadlock: the services start only after the hook returns).
+func TestSnapctlConfigureHookQueues(t *testing.T) {
+	snap := k8sSnap(0)
+	snap.Apps[2].Active = false // kubelet
+	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	hook := srv.StartHook("k8s", "configure")
+	c := newSnapctlClient(t, srv, hook.Cookie(), snapsvc.WithHook("configure"))
+	ctx := ctxT(t)
+	res, err := c.Start(ctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Queued || res.Status != "" {
+		t.Errorf("result %+v, want queued", res)
+	}
+	if st, _ := srv.Service("k8s", "kubelet"); st.Active {
+		t.Error("kubelet started while the configure hook still runs")
+	}
+	hook.Finish()
+	obs := newClient(t, srv)
+	if err := obs.WaitIdle(ctx, "k8s"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := srv.Service("k8s", "kubelet"); !st.Active {
+		t.Error("kubelet not started after the hook ended")
+	}
+}
+
+// From a daemon (ephemeral context) snapctl answers once the change is
+// ready, so the services are in their new state when the call returns.
+func TestSnapctlDaemonWaitsForChange(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(5*time.Millisecond)))
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
+	res, err := c.Stop(ctxT(t), []string{"k8s.kubelet", "k8s.kube-proxy"}, snapsvc.StopOptions{Disable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != "Done" || res.Queued {
+		t.Errorf("result %+v", res)
+	}
+	for _, n := range []string{"kubelet", "kube-proxy"} {
+		if st, _ := srv.Service("k8s", n); st.Active || st.Enabled {
+			t.Errorf("%s %+v when Stop returned", n, st)
+		}
+	}
+}
+
+// snapctl gives up waiting ("taking too long") while the change carries
+// on: the client finds that change and reports its real outcome without
+// sending the command again.
+func TestSnapctlTakingTooLong(t *testing.T) {
+	clock := fake.NewManualClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Minute)), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second))
+	logs := newLogWatch()
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()))
+	adopted := logs.seen("adopting the change")
+	done := make(chan error, 1)
+	var res *snapsvc.Result
+	go func() {
+		var err error
+		res, err = c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		done <- err
+	}()
+	// Drive the fake's clock: past snapctl's timeout, then past the
+	// service's stop and start.
+	for i := 0; ; i++ {
+		select {
+		case <-adopted:
+		case err := <-done:
+			t.Fatalf("returned before adopting: %v", err)
+		case <-clock.TimerAdded():
+			clock.AdvanceToNext()
+			continue
+		}
+		break
+	}
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ChangeID == "" || res.Status != "Done" {
+				t.Errorf("result %+v", res)
+			}
+			if n := srv.Counters().Requests["POST /v2/snapctl"]; n != 1 {
+				t.Errorf("snapctl sent %d times, want 1", n)
+			}
+			return
+		case <-clock.TimerAdded():
+			clock.AdvanceToNext()
+		}
+	}
+}
+
+func TestSnapctlBadInputFailsFast(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	ctx := ctxT(t)
+	c := newSnapctlClient(t, srv, "bogus-cookie")
+	_, err := c.Start(ctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{})
+	var apiErr *snapsvc.APIError
+	if err == nil || !errors.As(err, &apiErr) || retry.IsRetryable(err) || !strings.Contains(err.Error(), "outside of a snap") {
+		t.Errorf("bad cookie: %v", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("bad cookie: %d requests, want 1", n)
+	}
+	good := newSnapctlClient(t, srv, srv.Cookie("k8s"))
+	_, err = good.Restart(ctx, []string{"other.svc"}, snapsvc.RestartOptions{})
+	if !errors.Is(err, snapsvc.ErrWrongSnap) {
+		t.Errorf("other snap's service: %v", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("wrong snap sent a request (%d in all)", n)
+	}
+}
+
+// Four processes restart the same snap's services ten times each, at the
+// same time. The file lock serialises them: snapd answers no conflict.
+func TestMultiProcessRestartsNeverConflict(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	outs := make([][]byte, 4)
+	errs := make([]error, 4)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.CommandContext(ctxT(t), exe, "-test.run=^$")
+			cmd.Env = append(os.Environ(), workerEnv+"="+srv.SocketPath(), fmt.Sprintf("SNAPSVC_WORKER_ID=%d", i))
+			outs[i], errs[i] = cmd.CombinedOutput()
+		}()
+	}
+	wg.Wait()
+	for i := range 4 {
+		if errs[i] != nil {
+			t.Errorf("worker %d: %v\n%s", i, errs[i], outs[i])
+		}
+	}
+	cnt := srv.Counters()
+	if cnt.Conflicts != 0 {
+		t.Errorf("fake answered %d conflicts, want 0", cnt.Conflicts)
+	}
+	if cnt.Requests["POST /v2/apps"] != 40 || cnt.ChangesCreated != 40 {
+		t.Errorf("POSTs %d changes %d, want 40 and 40", cnt.Requests["POST /v2/apps"], cnt.ChangesCreated)
+	}
+}
+
+const workerEnv = "SNAPSVC_TEST_WORKER_SOCKET"
+
+// runWorker runs the body of one worker process of
+// TestMultiProcessRestartsNeverConflict when the test binary was started
+// as one; it reports whether it did.
+func runWorker() bool {
+	sock := os.Getenv(workerEnv)
+	if sock == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := snapsvc.New(snapsvc.WithSocket(sock), snapsvc.WithMode(snapsvc.ModeREST))
+	if err == nil {
+		names := [][]string{{"k8s.kubelet"}, {"k8s.kube-proxy", "k8s.kubelet"}, {"k8s"}}
+		for i := 0; i < 10 && err == nil; i++ {
+			var res *snapsvc.Result
+			res, err = c.Restart(ctx, names[i%len(names)], snapsvc.RestartOptions{})
+			if err == nil && res.Conflicts != 0 {
+				err = fmt.Errorf("restart %d met %d conflicts", i, res.Conflicts)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return true
+}
