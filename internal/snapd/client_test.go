@@ -1,0 +1,169 @@
+package snapd
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// serve answers every request with the golden body named by route (path
+// → file under testdata/snapd-golden) and returns a client for it.
+func serve(t *testing.T, h http.HandlerFunc) *Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "snapd.socket")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
+	c := New(sock)
+	t.Cleanup(func() {
+		c.CloseIdleConnections()
+		srv.Close()
+	})
+	return c
+}
+
+func golden(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "snapd-golden", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func replay(t *testing.T, status int, body []byte) *Client {
+	return serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write(body)
+	})
+}
+
+func TestParsesRealBodies(t *testing.T) {
+	ctx := context.Background()
+
+	apps, err := replay(t, 200, golden(t, "2.57.6/apps-snap.json")).Apps(ctx, []string{"svcdemo"}, false)
+	if err != nil || len(apps) != 5 {
+		t.Fatalf("apps: %v %+v", err, apps)
+	}
+	if !apps[0].Enabled || !apps[0].Active || apps[2].IsService() || apps[4].Enabled || apps[4].Daemon != "forking" {
+		t.Errorf("apps decoded wrongly: %+v", apps)
+	}
+
+	chg, err := replay(t, 200, golden(t, "2.57.6/change-start-broken-error.json")).Change(ctx, "27")
+	if err != nil || chg.Status != StatusError || !chg.Ready || chg.Err == "" || chg.ReadyTime == nil || len(chg.Tasks) != 1 {
+		t.Fatalf("change: %v %+v", err, chg)
+	}
+
+	chg, err = replay(t, 200, golden(t, "2.77.1/lp-change-done.json")).Change(ctx, "29")
+	if err != nil || chg.Tasks[0].Data.AffectedSnaps[0] != "svcdemo" {
+		t.Fatalf("affected-snaps: %v %+v", err, chg)
+	}
+
+	chgs, err := replay(t, 200, golden(t, "2.57.6/changes-during-snapctl-stop.json")).Changes(ctx, SelectInProgress, "")
+	if err != nil || len(chgs) != 1 || chgs[0].Tasks[0].Kind != "exec-command" || chgs[0].Ready {
+		t.Fatalf("changes: %v %+v", err, chgs)
+	}
+
+	ns, err := replay(t, 200, golden(t, "2.77.1/notices-change-update.json")).Notices(ctx, NoticesOptions{Types: []string{NoticeChangeUpdate}})
+	if err != nil || len(ns) == 0 || ns[0].Type != NoticeChangeUpdate || ns[0].LastRepeated.IsZero() || ns[0].LastData["kind"] == "" {
+		t.Fatalf("notices: %v %+v", err, ns)
+	}
+
+	info, err := replay(t, 200, golden(t, "2.77.1/system-info.json")).SystemInfo(ctx)
+	if err != nil || info.Version != "2.77.1-2" || !info.OnClassic {
+		t.Fatalf("system-info: %v %+v", err, info)
+	}
+
+	id, err := replay(t, 202, golden(t, "2.57.6/post-start-alpha.json")).PostApps(ctx, AppInstruction{Action: ActionStart, Names: []string{"svcdemo.alpha"}})
+	if err != nil || id == "" {
+		t.Fatalf("post: %q %v", id, err)
+	}
+
+	out, err := replay(t, 200, golden(t, "2.57.6/snapctl-services.json")).RunSnapctl(ctx, SnapctlRequest{ContextID: "c", Args: []string{"services"}})
+	if err != nil || out.Stdout == "" {
+		t.Fatalf("snapctl: %v %+v", err, out)
+	}
+
+	_, err = replay(t, 400, golden(t, "2.57.6/conflict-restart-alpha.json")).PostApps(ctx, AppInstruction{Action: ActionRestart, Names: []string{"svcdemo.alpha"}})
+	var apiErr *Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Kind != "" || apiErr.Message != `snap "svcdemo" has "service-control" change in progress` {
+		t.Fatalf("conflict: %#v", err)
+	}
+
+	_, err = replay(t, 200, golden(t, "2.77.1/selfrestart-maintenance-body.json")).Change(ctx, "39")
+	if err != nil {
+		t.Fatalf("a sync body with maintenance is not an error: %v", err)
+	}
+
+	_, err = replay(t, 404, []byte(`{"type":"error","status-code":404,"status":"Not Found","result":{"message":"not found"}}`)).Notices(ctx, NoticesOptions{})
+	if !IsNotFound(err) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown route: %v", err)
+	}
+	_, err = replay(t, 404, golden(t, "2.57.6/change-not-found.json")).Change(ctx, "999999")
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing change: %v", err)
+	}
+}
+
+func TestUnsuccessfulSnapctl(t *testing.T) {
+	body := []byte(`{"type":"error","status-code":200,"status":"OK","result":{"message":"unsuccessful with exit code: 3","kind":"unsuccessful","value":{"stdout":"o","stderr":"e","exit-code":3}}}`)
+	_, err := replay(t, 200, body).RunSnapctl(context.Background(), SnapctlRequest{ContextID: "c", Args: []string{"is-connected", "x"}})
+	var ue *UnsuccessfulError
+	if !errors.As(err, &ue) || ue.ExitCode != 3 || ue.Stdout != "o" || ue.Stderr != "e" {
+		t.Fatalf("%#v", err)
+	}
+}
+
+func TestConnectionErrorKnowsWhetherRequestWasWritten(t *testing.T) {
+	// Nothing listens: the request was never written.
+	c := New(filepath.Join(t.TempDir(), "absent.socket"))
+	_, err := c.PostApps(context.Background(), AppInstruction{Action: "start", Names: []string{"a.b"}})
+	var ce *ConnectionError
+	if !errors.As(err, &ce) || ce.Written {
+		t.Fatalf("absent socket: %#v", err)
+	}
+	// The server reads the request, then hangs up without answering.
+	c = serve(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})
+	_, err = c.PostApps(context.Background(), AppInstruction{Action: "start", Names: []string{"a.b"}})
+	if !errors.As(err, &ce) || !ce.Written || ce.Method != "POST" {
+		t.Fatalf("dropped answer: %#v", err)
+	}
+}
+
+func TestNoticesQueryAndCancel(t *testing.T) {
+	got := make(chan string, 1)
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.RawQuery
+		<-r.Context().Done() // hold like a long-poll
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	after := time.Date(2026, 12, 2, 14, 0, 0, 5, time.FixedZone("x", 3600))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Notices(ctx, NoticesOptions{Types: []string{"change-update"}, Keys: []string{"1", "2"}, After: after, Timeout: 30 * time.Second})
+		errc <- err
+	}()
+	q := <-got
+	want := "after=2026-12-02T13%3A00%3A00.000000005Z&keys=1%2C2&timeout=30s&types=change-update"
+	if q != want {
+		t.Errorf("query %s, want %s", q, want)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled long-poll: %v", err)
+	}
+}
