@@ -15,6 +15,7 @@ type env struct {
 	SnapSocket string        // /run/snapd-snap.socket
 	CookieFile string        // /var/lib/snapd/cookie/snap.svcdemo
 	Version    string        // snapd's version, e.g. 2.57.6
+	Leader     string        // host pid of the container's init
 	Slow       time.Duration // gamma's stop and slowstart's start take this long
 }
 
@@ -25,6 +26,7 @@ func loadEnv(t testing.TB) env {
 		SnapSocket: os.Getenv("SNAPSVC_REALSNAPD_SNAP_SOCKET"),
 		CookieFile: os.Getenv("SNAPSVC_REALSNAPD_COOKIE"),
 		Version:    os.Getenv("SNAPSVC_REALSNAPD_VERSION"),
+		Leader:     os.Getenv("SNAPSVC_REALSNAPD_LEADER"),
 	}
 	if e.Socket == "" {
 		t.Skip("SNAPSVC_REALSNAPD_SOCKET not set: run through integration/run.sh")

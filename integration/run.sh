@@ -259,6 +259,7 @@ set +e
 	SNAPSVC_REALSNAPD_SNAP_SOCKET="/proc/$leader/root/run/snapd-snap.socket" \
 	SNAPSVC_REALSNAPD_COOKIE="/proc/$leader/root/var/lib/snapd/cookie/snap.svcdemo" \
 	SNAPSVC_REALSNAPD_VERSION="$ver" \
+	SNAPSVC_REALSNAPD_LEADER="$leader" \
 	SNAPSVC_REALSNAPD_SUITE="$suite" \
 	SNAPSVC_SLOW_SECONDS="$slow" \
 	"$work/integration.test" -test.v -test.count=1 -test.timeout=8m \
