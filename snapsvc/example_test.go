@@ -83,11 +83,9 @@ func Example_controller() {
 	}
 	fmt.Println("status:", res.Status)
 	fmt.Println("conflicts absorbed:", res.Conflicts)
-	fmt.Println("waited for the configure change:", res.WaitedFor[0] == snapSet.ID())
 	// Output:
 	// status: Done
 	// conflicts absorbed: 1
-	// waited for the configure change: true
 }
 
 // Errors say what failed and whether retrying could help.

@@ -67,8 +67,9 @@ func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, er
 		return chgs, nil
 	}
 	out := chgs[:0]
+	re := summaryPattern(opts.Snap)
 	for i := range chgs {
-		if changeTouches(&chgs[i], opts.Snap) {
+		if touches(&chgs[i], opts.Snap, re) {
 			out = append(out, chgs[i])
 		}
 	}

@@ -78,7 +78,9 @@ func (c *Client) waitReady(ctx context.Context, ids []string) (map[string]*Chang
 						after = n.LastRepeated
 					}
 				}
-			case snapd.IsNotFound(err):
+			case snapd.IsNotFound(err) || isForbidden(err):
+				// snapd < 2.62 has no notices; on the snap socket they need
+				// snap-refresh-observe. Poll the changes instead.
 				c.notices.Store(noticesNo)
 			default:
 				if perr := c.pauseOnWaitError(ctx, rt, err); perr != nil {
@@ -173,6 +175,10 @@ func (c *Client) findBlockers(ctx context.Context, snaps []string, ce *retry.Con
 	if err != nil {
 		return nil, err
 	}
+	patterns := make([]*regexp.Regexp, len(snaps))
+	for i, s := range snaps {
+		patterns[i] = summaryPattern(s)
+	}
 	var ids []string
 	for i := range chgs {
 		chg := &chgs[i]
@@ -180,11 +186,11 @@ func (c *Client) findBlockers(ctx context.Context, snaps []string, ce *retry.Con
 			continue
 		}
 		match := ce != nil && ce.AllSnaps && (ce.ChangeKind == "" || ce.ChangeKind == chg.Kind)
-		for _, s := range snaps {
+		for i, s := range snaps {
 			if match {
 				break
 			}
-			match = changeTouches(chg, s)
+			match = touches(chg, s, patterns[i])
 		}
 		if match {
 			ids = append(ids, chg.ID)
@@ -201,7 +207,10 @@ func (c *Client) findBlockers(ctx context.Context, snaps []string, ce *retry.Con
 // `Run service command "stop" for services ["gamma"] of snap "svcdemo"`,
 // `Run configure hook of "svcdemo" snap`, `stop of [svcdemo.gamma]`.
 func changeTouches(chg *Change, snap string) bool {
-	re := summaryPattern(snap)
+	return touches(chg, snap, summaryPattern(snap))
+}
+
+func touches(chg *Change, snap string, re *regexp.Regexp) bool {
 	if re.MatchString(chg.Summary) {
 		return true
 	}
@@ -224,4 +233,10 @@ func lessID(a, b string) bool {
 		return len(a) < len(b)
 	}
 	return a < b
+}
+
+// isForbidden reports whether snapd refused a read for lack of access.
+func isForbidden(err error) bool {
+	var apiErr *snapd.Error
+	return errors.As(err, &apiErr) && (apiErr.StatusCode == 401 || apiErr.StatusCode == 403)
 }
