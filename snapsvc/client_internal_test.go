@@ -1,0 +1,61 @@
+package snapsvc
+
+import (
+	"os"
+	"testing"
+)
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestModeAndHookDetection(t *testing.T) {
+	cases := []struct {
+		name     string
+		env      map[string]string
+		args0    string
+		opts     []Option
+		mode     Mode
+		hook     string
+		lockDir  string
+		ownSnap  string
+		queueing bool
+	}{
+		{name: "outside a snap", env: nil, mode: ModeREST, lockDir: "/run/lock/snapsvc"},
+		{name: "daemon in a snap", env: map[string]string{"SNAP_COOKIE": "c", "SNAP_NAME": "k8s", "SNAP_INSTANCE_NAME": "k8s", "SNAP_COMMON": "/var/snap/k8s/common"},
+			mode: ModeSnapctl, ownSnap: "k8s", lockDir: "/var/snap/k8s/common/.snapsvc-lock"},
+		{name: "configure hook by argv", env: map[string]string{"SNAP_COOKIE": "h", "SNAP_CONTEXT": "h", "SNAP_NAME": "k8s"},
+			args0: "/snap/k8s/x1/meta/hooks/configure", mode: ModeSnapctl, hook: "configure", ownSnap: "k8s", queueing: true},
+		{name: "install hook by env", env: map[string]string{"SNAP_CONTEXT": "h", "SNAP_NAME": "k8s", "SNAPSVC_HOOK": "install"},
+			mode: ModeSnapctl, hook: "install", ownSnap: "k8s"},
+		{name: "forced REST inside a snap", env: map[string]string{"SNAP_COOKIE": "c", "SNAP_NAME": "k8s"}, opts: []Option{WithMode(ModeREST)}, mode: ModeREST},
+		{name: "explicit hook", env: map[string]string{"SNAP_COOKIE": "c"}, opts: []Option{WithHook("default-configure")}, mode: ModeSnapctl, hook: "default-configure", queueing: true},
+		{name: "fake socket", opts: []Option{WithSocket("/tmp/x/snapd.socket")}, mode: ModeREST, lockDir: "/tmp/x/.snapsvc-lock"},
+		{name: "no file lock", opts: []Option{WithoutFileLock()}, mode: ModeREST, lockDir: ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.args0 != "" {
+				old := os.Args[0]
+				os.Args[0] = tc.args0
+				defer func() { os.Args[0] = old }()
+			}
+			c, err := New(append([]Option{withEnv(envOf(tc.env))}, tc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Mode() != tc.mode || c.Hook() != tc.hook || c.queuesInHook() != tc.queueing {
+				t.Errorf("mode %v hook %q queueing %v", c.Mode(), c.Hook(), c.queuesInHook())
+			}
+			if tc.lockDir != "" || tc.name == "no file lock" {
+				if c.lockDir != tc.lockDir {
+					t.Errorf("lock dir %q, want %q", c.lockDir, tc.lockDir)
+				}
+			}
+			if tc.ownSnap != "" && c.ownSnap != tc.ownSnap {
+				t.Errorf("own snap %q", c.ownSnap)
+			}
+		})
+	}
+	if _, err := New(withEnv(envOf(nil)), WithMode(ModeSnapctl)); err == nil {
+		t.Error("snapctl mode without a cookie was accepted")
+	}
+}
