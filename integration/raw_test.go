@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -113,4 +114,43 @@ func TestRawFailingStart(t *testing.T) {
 	c := w.serviceOp(t, "start", []string{"svcdemo.broken"}, nil, "Error")
 	mustContain(t, "change err", c.Err, "cannot perform the following tasks")
 	mustContain(t, "change err", c.Err, "snap.svcdemo.broken.service")
+}
+
+// snapd's stop waits for the unit and, if it is still running about a
+// second in, logs "Waiting for ... to stop." on the task; the fake
+// imitates this, so measure when it appears.
+func TestRawStopWaitingLog(t *testing.T) {
+	e := loadEnv(t)
+	w := newWire(t, e.Socket)
+	w.ensureBaseline(t)
+	t.Cleanup(func() { w.ensureBaseline(t) })
+
+	r := w.postApps(t, "stop", []string{"svcdemo.gamma"}, nil)
+	if r.StatusCode != 202 {
+		t.Fatalf("stop gamma: %s", r.Raw)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var c change
+	for {
+		c = w.change(t, r.Change)
+		if c.Ready || len(c.Tasks) > 0 && len(c.Tasks[0].Log) > 0 {
+			break
+		}
+		<-tick.C
+	}
+	if c.Ready {
+		t.Fatalf("stop of gamma ended without a waiting log: %+v", c)
+	}
+	seen := time.Now()
+	want := `INFO Waiting for "snap.svcdemo.gamma.service" to stop.`
+	if got := c.Tasks[0].Log[0]; !strings.HasSuffix(got, want) {
+		t.Errorf("task log %q, want it to end with %q", got, want)
+	}
+	after := seen.Sub(c.SpawnTime)
+	t.Logf("snapd %s: waiting log seen %v after the change spawned", e.Version, after.Round(time.Millisecond))
+	if after < 500*time.Millisecond || after > 3*time.Second {
+		t.Errorf("waiting log appeared %v after spawn, want about 1s", after)
+	}
+	w.waitChange(t, r.Change, e.Slow+time.Minute)
 }

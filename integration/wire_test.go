@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,6 +41,7 @@ type response struct {
 	Change     string          `json:"change"`
 	Result     json.RawMessage `json:"result"`
 	Raw        []byte          `json:"-"`
+	HTTPStatus int             `json:"-"`
 }
 
 // errorResult is the result of an error response.
@@ -50,37 +53,52 @@ type errorResult struct {
 
 func (w *wire) do(t testing.TB, method, path string, body any) response {
 	t.Helper()
+	r, err := w.doErr(method, path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StatusCode != r.HTTPStatus {
+		t.Errorf("%s %s: HTTP %d but status-code %d", method, path, r.HTTPStatus, r.StatusCode)
+	}
+	return r
+}
+
+// doErr sends one request; body is JSON-encoded unless it is a string
+// (sent as is, to send malformed JSON).
+func (w *wire) doErr(method, path string, body any) (response, error) {
 	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		enc, err := json.Marshal(b)
 		if err != nil {
-			t.Fatal(err)
+			return response{}, err
 		}
-		rd = bytes.NewReader(b)
+		rd = bytes.NewReader(enc)
 	}
 	req, err := http.NewRequest(method, "http://localhost"+path, rd)
 	if err != nil {
-		t.Fatal(err)
+		return response{}, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := w.hc.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return response{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
 	if err != nil {
-		t.Fatalf("%s %s: reading body: %v", method, path, err)
+		return response{}, fmt.Errorf("%s %s: reading body: %w", method, path, err)
 	}
 	var r response
 	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatalf("%s %s: %d, body is not snapd's envelope: %v: %s", method, path, res.StatusCode, err, raw)
+		return response{}, fmt.Errorf("%s %s: %d, body is not snapd's envelope: %v: %s", method, path, res.StatusCode, err, raw)
 	}
 	r.Raw = raw
-	if r.StatusCode != res.StatusCode {
-		t.Errorf("%s %s: HTTP %d but status-code %d", method, path, res.StatusCode, r.StatusCode)
-	}
-	return r
+	r.HTTPStatus = res.StatusCode
+	return r, nil
 }
