@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// opOutput is the --json shape of start, stop and restart.
+type opOutput struct {
+	Action    string   `json:"action"`
+	Names     []string `json:"names"`
+	Change    string   `json:"change,omitempty"`
+	Status    string   `json:"status,omitempty"`
+	Queued    bool     `json:"queued,omitempty"`
+	Waited    bool     `json:"waited"`
+	Attempts  int      `json:"attempts"`
+	Conflicts int      `json:"conflicts"`
+	WaitedFor []string `json:"waited-for"`
+}
+
+func cmdStart(ctx context.Context, a *app, args []string) error {
+	fs := a.flagSet("start")
+	enable := fs.Bool("enable", false, "also enable the services (start at boot)")
+	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
+	names, err := a.parseCommand(fs, "start", args)
+	if err != nil {
+		return err
+	}
+	return a.operate(ctx, "start", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
+		return c.StartAsync(ctx, names, snapsvc.StartOptions{Enable: *enable})
+	})
+}
+
+func cmdStop(ctx context.Context, a *app, args []string) error {
+	fs := a.flagSet("stop")
+	disable := fs.Bool("disable", false, "also disable the services (stay stopped at boot)")
+	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
+	names, err := a.parseCommand(fs, "stop", args)
+	if err != nil {
+		return err
+	}
+	return a.operate(ctx, "stop", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
+		return c.StopAsync(ctx, names, snapsvc.StopOptions{Disable: *disable})
+	})
+}
+
+func cmdRestart(ctx context.Context, a *app, args []string) error {
+	fs := a.flagSet("restart")
+	reload := fs.Bool("reload", false, "reload services that support it instead of restarting them")
+	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
+	names, err := a.parseCommand(fs, "restart", args)
+	if err != nil {
+		return err
+	}
+	return a.operate(ctx, "restart", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
+		return c.RestartAsync(ctx, names, snapsvc.RestartOptions{Reload: *reload})
+	})
+}
+
+// operate runs one service command: submit (the library waits out
+// conflicts), then, unless noWait, wait for the change with progress.
+func (a *app) operate(ctx context.Context, action string, names []string, noWait bool, submit func(*snapsvc.Client) (*snapsvc.Operation, error)) error {
+	if len(names) == 0 {
+		return usagef("%s needs at least one snap or service name", action)
+	}
+	for _, n := range names {
+		if _, _, err := snapsvc.ValidateName(n); err != nil {
+			return err
+		}
+	}
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	a.prog.set(fmt.Sprintf("%s %s: asking snapd", action, strings.Join(names, " ")))
+	op, err := submit(c)
+	if err != nil {
+		a.prog.clear()
+		return err
+	}
+	out := opOutput{Action: action, Names: names, Change: op.ChangeID(), WaitedFor: []string{}}
+	var res *snapsvc.Result
+	if noWait {
+		a.prog.clear()
+	} else {
+		if id := op.ChangeID(); id != "" {
+			a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
+				chg, err := c.Change(ctx, id)
+				if err != nil {
+					return "", err
+				}
+				return describeChange(chg), nil
+			}))
+		}
+		res, err = op.Wait(ctx)
+		a.prog.clear()
+		if err != nil {
+			return err
+		}
+		out.Waited = true
+	}
+	if res == nil {
+		// --no-wait: Wait on a finished operation returns at once (snapctl
+		// and queued-in-hook operations are final when submitted).
+		if r, err := op.Wait(doneContext(ctx)); err == nil {
+			res = r
+		}
+	}
+	if res != nil {
+		out.Status, out.Queued = res.Status, res.Queued
+		out.Attempts, out.Conflicts = res.Attempts, res.Conflicts
+		out.WaitedFor = append(out.WaitedFor, res.WaitedFor...)
+		if out.Change == "" {
+			out.Change = res.ChangeID
+		}
+	}
+	if a.json {
+		a.printJSON(out)
+		return nil
+	}
+	what := action + " " + strings.Join(names, " ")
+	switch {
+	case out.Queued:
+		fmt.Fprintf(a.stdout, "%s: queued by snapd until the running hook ends\n", what)
+	case !out.Waited && out.Change != "":
+		fmt.Fprintf(a.stdout, "%s: change %s accepted (not waiting)\n", what, out.Change)
+	case out.Change != "":
+		fmt.Fprintf(a.stdout, "%s: change %s %s\n", what, out.Change, out.Status)
+	default:
+		fmt.Fprintf(a.stdout, "%s: %s\n", what, out.Status)
+	}
+	if len(out.WaitedFor) > 0 {
+		fmt.Fprintf(a.stdout, "waited for change %s holding the snap (%d conflict(s) absorbed)\n", strings.Join(out.WaitedFor, ", "), out.Conflicts)
+	}
+	return nil
+}
+
+// doneContext is a context that is already cancelled: waiting with it only
+// succeeds for an operation that is already final.
+func doneContext(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancel()
+	return ctx
+}

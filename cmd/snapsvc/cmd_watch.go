@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// watchEvent is one line of watch: a change appeared or changed status,
+// or one of its tasks did, or a task logged something. Under --json each
+// event is one JSON object per line.
+type watchEvent struct {
+	Time    time.Time  `json:"time"`
+	Change  string     `json:"change"`
+	Kind    string     `json:"kind"`
+	Status  string     `json:"status"`
+	Summary string     `json:"summary"`
+	Err     string     `json:"err,omitempty"`
+	Task    *watchTask `json:"task,omitempty"`
+}
+
+type watchTask struct {
+	ID      string `json:"id"`
+	Kind    string `json:"kind"`
+	Status  string `json:"status"`
+	Summary string `json:"summary"`
+	Log     string `json:"log,omitempty"`
+}
+
+// watchState remembers what was last seen of each change.
+type watchState struct {
+	changes map[string]string // change id -> status
+	tasks   map[string]string // task id -> status
+	logs    map[string]int    // task id -> log lines seen
+}
+
+func cmdWatch(ctx context.Context, a *app, args []string) error {
+	fs := a.flagSet("watch")
+	interval := fs.Duration("interval", 500*time.Millisecond, "how often to read snapd's changes")
+	untilIdle := fs.Bool("until-idle", false, "exit once no change (touching SNAP) is in progress")
+	pos, err := a.parseCommand(fs, "watch", args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usagef("watch takes at most one snap name, got %d", len(pos))
+	}
+	if *interval <= 0 {
+		return usagef("--interval must be positive")
+	}
+	opts := snapsvc.ChangesOptions{Select: "all"}
+	if len(pos) == 1 {
+		snap, app, err := snapsvc.ValidateName(pos[0])
+		if err != nil {
+			return err
+		}
+		if app != "" {
+			return usagef("watch takes a snap name, not a service (%q)", pos[0])
+		}
+		opts.Snap = snap
+	}
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st := &watchState{changes: map[string]string{}, tasks: map[string]string{}, logs: map[string]int{}}
+	first := true
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	for {
+		chgs, err := c.Changes(ctx, opts)
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil // interrupted: the normal end of watching
+			}
+			return err
+		}
+		busy := false
+		for i := range chgs {
+			chg := &chgs[i]
+			if !chg.Ready {
+				busy = true
+			}
+			if first && chg.Ready {
+				a.rememberChange(st, chg) // history: not news
+				continue
+			}
+			a.diffChange(st, chg)
+		}
+		if first && !busy && !a.json && !*untilIdle {
+			fmt.Fprintln(a.stdout, "No change in progress; watching for new ones.")
+		}
+		first = false
+		if *untilIdle && !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil
+			}
+			return fmt.Errorf("watching changes: %w", context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+func (a *app) rememberChange(st *watchState, chg *snapsvc.Change) {
+	st.changes[chg.ID] = chg.Status
+	for _, t := range chg.Tasks {
+		st.tasks[t.ID] = t.Status
+		st.logs[t.ID] = len(t.Log)
+	}
+}
+
+// diffChange prints what changed in chg since the last poll.
+func (a *app) diffChange(st *watchState, chg *snapsvc.Change) {
+	now := time.Now()
+	base := watchEvent{Time: now, Change: chg.ID, Kind: chg.Kind, Status: chg.Status, Summary: chg.Summary}
+	prev, known := st.changes[chg.ID]
+	if !known || prev != chg.Status {
+		ev := base
+		if chg.Ready {
+			ev.Err = chg.Err
+		}
+		// A change's final line comes after its tasks' lines.
+		if !chg.Ready {
+			a.emit(ev)
+		}
+		defer func() {
+			if chg.Ready {
+				a.emit(ev)
+			}
+		}()
+	}
+	st.changes[chg.ID] = chg.Status
+	for _, t := range chg.Tasks {
+		wt := &watchTask{ID: t.ID, Kind: t.Kind, Status: t.Status, Summary: t.Summary}
+		if old, ok := st.tasks[t.ID]; !ok || old != t.Status {
+			// Tasks still waiting to run are only shown once they start.
+			if ok || (t.Status != "Do" && t.Status != "Wait") {
+				ev := base
+				ev.Task = wt
+				a.emit(ev)
+			}
+			st.tasks[t.ID] = t.Status
+		}
+		for _, l := range t.Log[min(st.logs[t.ID], len(t.Log)):] {
+			ev := base
+			lt := *wt
+			lt.Log = logText(l)
+			ev.Task = &lt
+			a.emit(ev)
+		}
+		st.logs[t.ID] = len(t.Log)
+	}
+}
+
+func (a *app) emit(ev watchEvent) {
+	if a.json {
+		b, _ := json.Marshal(ev)
+		fmt.Fprintf(a.stdout, "%s\n", b)
+		return
+	}
+	ts := ev.Time.Format("15:04:05.000")
+	switch {
+	case ev.Task != nil && ev.Task.Log != "":
+		fmt.Fprintf(a.stdout, "%s change %s   task %s log: %s\n", ts, ev.Change, ev.Task.ID, ev.Task.Log)
+	case ev.Task != nil:
+		fmt.Fprintf(a.stdout, "%s change %s   task %s %s: %s\n", ts, ev.Change, ev.Task.ID, ev.Task.Status, ev.Task.Summary)
+	case ev.Err != "":
+		fmt.Fprintf(a.stdout, "%s change %s %s %s: %s\n%s   error: %s\n", ts, ev.Change, ev.Kind, ev.Status, ev.Summary, ts, ev.Err)
+	default:
+		fmt.Fprintf(a.stdout, "%s change %s %s %s: %s\n", ts, ev.Change, ev.Kind, ev.Status, ev.Summary)
+	}
+}

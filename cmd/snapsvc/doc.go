@@ -1,0 +1,63 @@
+// Command snapsvc shows and controls a snap's services through snapd, with
+// the same conflict handling as the snapsvc library: when another change
+// holds the snap (a "snap set", a refresh, another service command), it
+// waits for that change and tries again instead of failing.
+//
+// Usage:
+//
+//	snapsvc [global flags] COMMAND [flags] [ARGS]
+//
+// Commands:
+//
+//	status [NAME...]            services (of snaps or "snap.app" names, or all)
+//	                            and the changes in progress that hold their snaps
+//	start [--enable] [--no-wait] NAME...
+//	stop [--disable] [--no-wait] NAME...
+//	restart [--reload] [--no-wait] NAME...
+//	                            act on services and wait for snapd's change;
+//	                            --no-wait prints the change id once snapd
+//	                            accepted the request (after any conflict)
+//	changes [--all] [SNAP]      changes in progress (--all: also finished ones),
+//	                            optionally only those touching SNAP
+//	change ID                   one change: its tasks, their status and log
+//	wait ID                     wait until change ID is ready
+//	wait-idle SNAP              wait until no change holds SNAP
+//	watch [--interval D] [--until-idle] [SNAP]
+//	                            follow changes and their tasks as they happen
+//	demo [--scale F]            run a self-contained demonstration against an
+//	                            in-process fake snapd (no snapd needed)
+//
+// Global flags (before or after the command):
+//
+//	--socket PATH   snapd's socket (default $SNAPSVC_SOCKET, else /run/snapd.socket)
+//	--json          print results as JSON on stdout
+//	--timeout D     give up after D (e.g. 30s; default: no limit beyond the
+//	                library's retry policy, 5m of conflict retries)
+//	-v              log what the library does (slog text on stderr)
+//
+// Inside a snap (SNAP_COOKIE set) the library acts through snapctl on the
+// snap socket, and only on the snap's own services.
+//
+// On a terminal, long waits show on stderr which change and task snapd is
+// working on; otherwise only the result is printed, one plain line per item.
+//
+// # Exit codes
+//
+//	0    success
+//	1    the operation failed: a change ended in Error/Undone/Hold, or snapd
+//	     refused the request
+//	2    usage error: unknown command or flag, missing or malformed name
+//	     (names are checked before any request)
+//	3    timed out (--timeout) or gave up retrying a conflict or an
+//	     unreachable snapd (the library's policy ran out)
+//	4    not found: unknown snap, service or change
+//	130  interrupted (SIGINT/SIGTERM); watch exits 0 when interrupted
+//
+// With --json an error is also printed on stdout as
+// {"error":{"message":...,"exit-code":N,"change":ID,"retryable":bool}}.
+//
+// # Watching
+//
+// watch polls GET /v2/changes at --interval (default 500ms): the snapsvc
+// library does not expose snapd's notices, which it uses internally to wait.
+package main
