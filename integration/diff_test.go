@@ -5,6 +5,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -41,6 +43,13 @@ func TestFakeMatchesRealSnapd(t *testing.T) {
 			}
 			return r.Change, nil
 		},
+	}
+	if dir := os.Getenv("SNAPSVC_REALSNAPD_CAPTURE"); dir != "" {
+		real.capture = dir
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(dir, "cases.tsv"))
 	}
 	fk := &target{
 		name: "fake " + string(fv), main: fw, snap: newWire(t, fs.SnapSocketPath()), cookie: fs.Cookie("svcdemo"),
@@ -99,10 +108,20 @@ func knownDifferences(version string) map[string]string {
 	waiting := "real snapd adds the task log `Waiting for \"snap.svcdemo.gamma.service\" to stop.` " +
 		"only when the unit is still running about 1 s into the stop (TestRawStopWaitingLog measures it); " +
 		"the fake logs it as soon as the stop starts"
-	return map[string]string{
+	known := map[string]string{
 		"change-stop-gamma-doing": waiting,
 		"changes-in-progress":     waiting,
 	}
+	if fakeVersion(version) == fake.Version268 {
+		// The fake had no 2.68 capture of these and guessed 2.70 as the switch.
+		known["change-start-broken"] = "real 2.68.3 already formats a failed systemctl call as " +
+			"`failed with exit status 1: stderr:\n<text>` without the trailing newline (as 2.77.1 does); " +
+			"the fake's 2.68 profile uses the 2.57 form"
+		known["snapctl-unknown-cmd"] = "real 2.68.3 lists `install` and `remove` among snapctl's commands " +
+			"(fde-setup-request, fde-setup-result, get, install, is-connected, kmod, model, mount, reboot, remove, " +
+			"restart, services, set, set-health, start, stop, system-mode, umount or unset); the fake's 2.68 profile uses 2.57's list"
+	}
+	return known
 }
 
 // fakeVersion picks the fake's profile for a real snapd version.
@@ -140,8 +159,9 @@ type target struct {
 	cookie    string
 	configure func(d time.Duration) (changeID string, err error)
 
-	steps []step
-	err   error
+	steps   []step
+	err     error
+	capture string // directory to write raw responses to ("" = none)
 }
 
 // step is one normalised response.
@@ -156,6 +176,15 @@ func (tg *target) call(name string, sock *wire, method, path string, body any) (
 		return r, fmt.Errorf("step %s: %w", name, err)
 	}
 	tg.steps = append(tg.steps, step{name: name, out: fmt.Sprintf("%d %s", r.HTTPStatus, normalise(r.Raw, tg.cookie))})
+	if tg.capture != "" {
+		line := fmt.Sprintf("%s\t%s\t%s\t%d\n", name, method, path, r.HTTPStatus)
+		if err := appendFile(filepath.Join(tg.capture, "cases.tsv"), line); err != nil {
+			return r, err
+		}
+		if err := os.WriteFile(filepath.Join(tg.capture, name+".json"), r.Raw, 0o644); err != nil {
+			return r, err
+		}
+	}
 	return r, nil
 }
 
@@ -179,6 +208,18 @@ func (tg *target) until(id string, limit time.Duration, cond func(change) bool) 
 		}
 		time.Sleep(20 * time.Millisecond) // polling an external daemon
 	}
+}
+
+func appendFile(path, s string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(s)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func ready(c change) bool { return c.Ready }

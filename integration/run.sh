@@ -262,6 +262,7 @@ set +e
 	SNAPSVC_REALSNAPD_LEADER="$leader" \
 	SNAPSVC_REALSNAPD_SUITE="$suite" \
 	SNAPSVC_SLOW_SECONDS="$slow" \
+	SNAPSVC_REALSNAPD_CAPTURE="$logs/responses" \
 	"$work/integration.test" -test.v -test.count=1 -test.timeout=8m \
 	${SNAPSVC_REALSNAPD_RUN:+-test.run "$SNAPSVC_REALSNAPD_RUN"} 2>&1 | tee "$logs/go-test.txt")
 rc=${PIPESTATUS[0]}
