@@ -1,0 +1,373 @@
+package snapsvc_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// doneProbe is a context that reports each call of Done. Coalescing calls
+// Done only once a request is registered (as the leader waiting for the
+// snap's lock, or as a joiner waiting for the leader), right before it
+// blocks, so a test can tell that every request is queued without
+// sleeping.
+type doneProbe struct {
+	context.Context
+	calls chan struct{}
+}
+
+func newDoneProbe(ctx context.Context) *doneProbe {
+	return &doneProbe{Context: ctx, calls: make(chan struct{}, 1000)}
+}
+
+func (c *doneProbe) Done() <-chan struct{} {
+	select {
+	case c.calls <- struct{}{}:
+	default:
+	}
+	return c.Context.Done()
+}
+
+// waitCalls waits until Done was called n times.
+func (c *doneProbe) waitCalls(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		select {
+		case <-c.calls:
+		case <-time.After(10 * time.Second): // a hang guard, not synchronisation
+			t.Fatal("request never queued")
+		}
+	}
+}
+
+func slowKubelet() fake.Snap {
+	return fake.Snap{Name: "k8s", Apps: []fake.App{
+		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true, StartDuration: time.Second, StopDuration: time.Second},
+		{Name: "kube-proxy", Daemon: "simple", Enabled: true, Active: true},
+	}}
+}
+
+type restartOutcome struct {
+	res *snapsvc.Result
+	err error
+}
+
+func restartAsync(c *snapsvc.Client, ctx context.Context, out chan<- restartOutcome, names ...string) {
+	go func() {
+		res, err := c.Restart(ctx, names, snapsvc.RestartOptions{})
+		out <- restartOutcome{res, err}
+	}()
+}
+
+// waitNewChange waits until a change other than the known ones is in
+// progress and returns its id.
+func waitNewChange(ctx context.Context, t *testing.T, srv *fake.Server, known ...string) string {
+	t.Helper()
+	var id string
+	err := srv.WaitFor(ctx, func(v fake.View) bool {
+		for _, ci := range v.InProgress() {
+			if !contains(known, ci.ID) {
+				id = ci.ID
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("waiting for a new change: %v", err)
+	}
+	return id
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Ten identical restarts queued behind a running restart of the same
+// service merge into one: snapd sees two changes in all.
+func TestCoalesceTenRestartsBehindRunningChange(t *testing.T) {
+	checkLeaks(t)
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	c := newClient(t, srv)
+	ctx := ctxT(t)
+
+	first := make(chan restartOutcome, 1)
+	restartAsync(c, ctx, first, "k8s.kubelet")
+	running := waitNewChange(ctx, t, srv)
+
+	queued := make(chan restartOutcome, 10)
+	for i := 0; i < 10; i++ {
+		dp := newDoneProbe(ctx)
+		restartAsync(c, dp, queued, "k8s.kubelet")
+		dp.waitCalls(t, 1)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 {
+		t.Fatalf("%d POST /v2/apps while the first change runs, want 1", n)
+	}
+
+	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-first; o.err != nil || o.res.ChangeID != running || o.res.Shared {
+		t.Fatalf("first restart: %+v, %v", o.res, o.err)
+	}
+	second := waitNewChange(ctx, t, srv, running)
+	if err := srv.AdvanceUntilReady(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	shared := 0
+	for i := 0; i < 10; i++ {
+		o := <-queued
+		if o.err != nil {
+			t.Fatalf("queued restart: %v", o.err)
+		}
+		if o.res.ChangeID != second || o.res.Status != "Done" {
+			t.Errorf("queued restart reports change %s (%s), want %s", o.res.ChangeID, o.res.Status, second)
+		}
+		if o.res.Shared {
+			shared++
+		}
+	}
+	if shared != 9 {
+		t.Errorf("%d results marked Shared, want 9 (one leader)", shared)
+	}
+	cn := srv.Counters()
+	if cn.ChangesCreated != 2 || cn.Requests["POST /v2/apps"] != 2 || cn.Conflicts != 0 {
+		t.Errorf("counters %+v: want 2 changes, 2 POST /v2/apps, no conflict", cn)
+	}
+}
+
+// The same behind a foreign change (a configure hook's) that blocks the
+// snap: the first restart runs into the conflict and waits; the others
+// queue; at most two service-control changes result.
+func TestCoalesceTenRestartsBehindForeignChange(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(slowKubelet()))
+	srv.SetDurations("k8s", "kubelet", 0, 0)
+	c := newClient(t, srv)
+	ctx := ctxT(t)
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+
+	out := make(chan restartOutcome, 10)
+	for i := 0; i < 10; i++ {
+		dp := newDoneProbe(ctx)
+		restartAsync(c, dp, out, "k8s.kubelet")
+		dp.waitCalls(t, 1)
+	}
+	foreign.Finish()
+	ids := map[string]int{}
+	for i := 0; i < 10; i++ {
+		o := <-out
+		if o.err != nil {
+			t.Fatalf("restart: %v", o.err)
+		}
+		ids[o.res.ChangeID]++
+	}
+	if len(ids) > 2 {
+		t.Errorf("restarts report %d changes, want at most 2: %v", len(ids), ids)
+	}
+	cn := srv.Counters()
+	if cn.ChangesCreated > 3 { // the foreign change + at most two restarts
+		t.Errorf("%d changes created, want at most 3 (1 foreign + 2 restarts)", cn.ChangesCreated)
+	}
+	var restarts int
+	for _, ci := range srv.Changes() {
+		if ci.Kind == "service-control" {
+			restarts++
+		}
+	}
+	if restarts < 1 || restarts > 2 {
+		t.Errorf("%d service-control changes, want 1 or 2", restarts)
+	}
+}
+
+// A queued leader whose caller gives up before it acts hands over to the
+// requests that joined it: they still restart, in one change.
+func TestCoalesceLeaderGivesUpBeforeActing(t *testing.T) {
+	checkLeaks(t)
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	c := newClient(t, srv)
+	ctx := ctxT(t)
+
+	first := make(chan restartOutcome, 1)
+	restartAsync(c, ctx, first, "k8s.kubelet")
+	running := waitNewChange(ctx, t, srv)
+
+	lctx, cancelLeader := context.WithCancel(ctx)
+	ldp := newDoneProbe(lctx)
+	leader := make(chan restartOutcome, 1)
+	restartAsync(c, ldp, leader, "k8s.kubelet")
+	ldp.waitCalls(t, 1)
+	var joiners []*doneProbe
+	out := make(chan restartOutcome, 3)
+	for i := 0; i < 3; i++ {
+		dp := newDoneProbe(ctx)
+		restartAsync(c, dp, out, "k8s.kubelet")
+		dp.waitCalls(t, 1)
+		joiners = append(joiners, dp)
+	}
+	cancelLeader()
+	if o := <-leader; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("cancelled leader: %+v, %v", o.res, o.err)
+	}
+	for _, dp := range joiners { // each queues again (a new leader or its joiner)
+		dp.waitCalls(t, 1)
+	}
+	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	second := waitNewChange(ctx, t, srv, running)
+	if err := srv.AdvanceUntilReady(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if o := <-out; o.err != nil || o.res.ChangeID != second {
+			t.Errorf("joiner: %+v, %v; want change %s", o.res, o.err, second)
+		}
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 2 {
+		t.Errorf("%d POST /v2/apps, want 2", n)
+	}
+}
+
+// WithMinRestartInterval spaces restarts of one service by the interval,
+// on the client's clock; other services and later restarts are not held.
+func TestRestartPacing(t *testing.T) {
+	checkLeaks(t)
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv.SetDurations("k8s", "kubelet", 0, 0)
+	c := newClient(t, srv, snapsvc.WithClock(stepClock{mc}), snapsvc.WithMinRestartInterval(10*time.Second))
+	ctx := ctxT(t)
+	posts := func() []fake.Request {
+		var out []fake.Request
+		for _, r := range srv.Requests() {
+			if r.Method == "POST" && r.Path == "/v2/apps" {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mc.Advance(4 * time.Second)
+	out := make(chan restartOutcome, 1)
+	restartAsync(c, ctx, out, "k8s.kubelet")
+	waitTimerAt(ctx, t, mc, stepT0.Add(10*time.Second)) // held 6s more
+	if n := len(posts()); n != 1 {
+		t.Fatalf("%d restarts sent before the interval passed, want 1", n)
+	}
+	mc.Advance(6 * time.Second)
+	if o := <-out; o.err != nil {
+		t.Fatalf("paced restart: %v", o.err)
+	}
+	ps := posts()
+	if len(ps) != 2 {
+		t.Fatalf("%d kubelet restarts, want 2", len(ps))
+	}
+	if gap := ps[1].Time.Sub(ps[0].Time); gap != 10*time.Second {
+		t.Errorf("restarts %v apart, want 10s", gap)
+	}
+
+	// Another service is not held by kubelet's interval, and ten seconds
+	// later kubelet is not held either.
+	notPaced(ctx, t, c, mc, "k8s.kube-proxy")
+	mc.Advance(10 * time.Second)
+	notPaced(ctx, t, c, mc, "k8s.kubelet")
+
+	// A paced restart gives up with its context, without sending anything.
+	n := len(posts())
+	pctx, pcancel := context.WithCancel(ctx)
+	restartAsync(c, pctx, out, "k8s.kubelet")
+	waitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
+	pcancel()
+	o := <-out
+	if !errors.Is(o.err, context.Canceled) || !strings.Contains(o.err.Error(), "minimum restart interval") {
+		t.Errorf("cancelled paced restart: %v", o.err)
+	}
+	if len(posts()) != n {
+		t.Error("a cancelled paced restart was sent")
+	}
+}
+
+// notPaced restarts name and fails if the restart waits on the clock.
+func notPaced(ctx context.Context, t *testing.T, c *snapsvc.Client, mc *fake.ManualClock, name string) {
+	t.Helper()
+	added := mc.TimerAdded()
+	out := make(chan restartOutcome, 1)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	restartAsync(c, pctx, out, name)
+	select {
+	case o := <-out:
+		if o.err != nil {
+			t.Fatalf("restart %s: %v", name, o.err)
+		}
+	case <-added:
+		cancel()
+		<-out
+		t.Fatalf("restart %s waited on the clock", name)
+	}
+}
+
+// A joiner's outcome does not depend on the leader's context: when the
+// leader's caller gives up after its change started, the callers that
+// merged into it do not inherit its context error; they restart
+// themselves (in a change made after their call).
+func TestCoalesceJoinerOutlivesLeaderCancel(t *testing.T) {
+	checkLeaks(t)
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	c := newClient(t, srv)
+	ctx := ctxT(t)
+
+	first := make(chan restartOutcome, 1)
+	restartAsync(c, ctx, first, "k8s.kubelet")
+	running := waitNewChange(ctx, t, srv)
+	lctx, cancelLeader := context.WithCancel(ctx)
+	ldp := newDoneProbe(lctx)
+	leader := make(chan restartOutcome, 1)
+	restartAsync(c, ldp, leader, "k8s.kubelet")
+	ldp.waitCalls(t, 1)
+	out := make(chan restartOutcome, 2)
+	for i := 0; i < 2; i++ {
+		dp := newDoneProbe(ctx)
+		restartAsync(c, dp, out, "k8s.kubelet")
+		dp.waitCalls(t, 1)
+	}
+	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	second := waitNewChange(ctx, t, srv, running)
+	cancelLeader()
+	if o := <-leader; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("leader: %+v, %v", o.res, o.err)
+	}
+	// Later restarts are instant; the one that ran stays slow.
+	srv.SetDurations("k8s", "kubelet", 0, 0)
+	if err := srv.AdvanceUntilReady(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		o := <-out
+		if o.err != nil || o.res.Status != "Done" || o.res.ChangeID == running || o.res.ChangeID == second {
+			t.Errorf("joiner: %+v, %v; want a restart of its own, done", o.res, o.err)
+		}
+	}
+}
