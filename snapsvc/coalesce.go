@@ -79,7 +79,7 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 	started := f.started
 	l.mu.Unlock()
 	f.res, f.err = res, err
-	if !started {
+	if !started || (err != nil && ctx.Err() != nil) { // leader gave up: joiners act themselves
 		f.err = errLeaderGone
 	}
 	close(f.done)
