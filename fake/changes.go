@@ -1,0 +1,259 @@
+package fake
+
+import (
+	"fmt"
+	"time"
+)
+
+// ChangeSpec describes a change that the test controls: a "foreign" change
+// (snap set, refresh, another client's service command) that blocks its snap
+// until the test finishes or fails it, or a finished change for history.
+type ChangeSpec struct {
+	// Kind is the change kind, e.g. "configure-snap", "install-snap",
+	// "auto-refresh", "service-control", or an exclusive kind such as
+	// "remodel" (which blocks every snap).
+	Kind string
+	// Snap is the snap its tasks affect ("" for none).
+	Snap string
+	// Summary defaults to what snapd says for well-known kinds.
+	Summary string
+	// Tasks default to one task typical of Kind, affecting Snap. Tasks run
+	// one after another; each stays Doing until Finish/Fail.
+	Tasks []TaskSpec
+	// WithSnapNames sets the change's "snap-names" data, so that
+	// GET /v2/changes?for=<snap> lists it (snapd does this for changes made
+	// through the REST API, not for snapctl-made or hook changes).
+	WithSnapNames bool
+	// APIData is served as the change's "data" (snapd's "api-data").
+	APIData map[string]any
+	// ExclusiveMessage, if set, makes the change block every snap with
+	// this conflict message (e.g. "snapd downgrade in progress, no other
+	// changes allowed until this is done").
+	ExclusiveMessage string
+}
+
+// TaskSpec describes one task of a ChangeSpec.
+type TaskSpec struct {
+	Kind, Summary string
+	// Snaps it affects; nil means the ChangeSpec's Snap.
+	Snaps []string
+}
+
+// Change is a handle on a change in the fake.
+type Change struct {
+	s *Server
+	c *change
+}
+
+func defaultSpec(kind, snap string) (string, TaskSpec) {
+	switch kind {
+	case "configure-snap":
+		return fmt.Sprintf("Change configuration of %q snap", snap), TaskSpec{Kind: "run-hook", Summary: fmt.Sprintf("Run configure hook of %q snap", snap)}
+	case "install-snap":
+		return fmt.Sprintf("Install %q snap", snap), TaskSpec{Kind: "mount-snap", Summary: fmt.Sprintf("Mount snap %q", snap)}
+	case "refresh-snap":
+		return fmt.Sprintf("Refresh %q snap", snap), TaskSpec{Kind: "link-snap", Summary: fmt.Sprintf("Make snap %q available to the system", snap)}
+	case "auto-refresh":
+		return fmt.Sprintf("Auto-refresh snap %q", snap), TaskSpec{Kind: "link-snap", Summary: fmt.Sprintf("Make snap %q available to the system", snap)}
+	case "remove-snap":
+		return fmt.Sprintf("Remove %q snap", snap), TaskSpec{Kind: "unlink-snap", Summary: fmt.Sprintf("Make snap %q unavailable to the system", snap)}
+	case "service-control":
+		return "Running service command", TaskSpec{Kind: "service-control", Summary: fmt.Sprintf("Run service command \"restart\" for running services of snap %q", snap)}
+	}
+	return fmt.Sprintf("%s of snap %q", kind, snap), TaskSpec{Kind: kind, Summary: fmt.Sprintf("%s of snap %q", kind, snap)}
+}
+
+// AddChange creates a change that stays in progress (its first task Doing)
+// until Finish or Fail is called on it.
+func (s *Server) AddChange(spec ChangeSpec) *Change {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	summary, deft := defaultSpec(spec.Kind, spec.Snap)
+	if spec.Summary != "" {
+		summary = spec.Summary
+	}
+	tasks := spec.Tasks
+	if len(tasks) == 0 {
+		tasks = []TaskSpec{deft}
+	}
+	c := s.newChangeLocked(spec.Kind, summary)
+	c.exclusive = spec.ExclusiveMessage
+	c.apiData = spec.APIData
+	if spec.WithSnapNames && spec.Snap != "" {
+		c.snapNames = []string{spec.Snap}
+	}
+	var prev *task
+	for _, ts := range tasks {
+		affects := ts.Snaps
+		if affects == nil && spec.Snap != "" {
+			affects = []string{spec.Snap}
+		}
+		t := s.newTaskLocked(c, ts.Kind, ts.Summary, affects...)
+		if prev != nil {
+			t.waitFor = []*task{prev}
+		}
+		prev = t
+	}
+	s.updateChangeLocked(c)
+	s.settleLocked()
+	return &Change{s: s, c: c}
+}
+
+// Change returns a handle on any change by id (nil if unknown), e.g. to
+// Finish a service-control change of a hook.
+func (s *Server) Change(id string) *Change {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.changeByID[id]; c != nil {
+		return &Change{s: s, c: c}
+	}
+	return nil
+}
+
+// ID is the change id.
+func (c *Change) ID() string { return c.c.id }
+
+// Finish marks every pending test-controlled task Done, in order. Tasks the
+// fake runs itself (service-control) are left to run.
+func (c *Change) Finish() {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range c.c.tasks {
+		if t.run != nil || statusReady(t.status) {
+			continue
+		}
+		if t.status == StatusAbort {
+			s.setTaskStatusLocked(t, StatusUndone)
+		} else {
+			s.setTaskStatusLocked(t, StatusDone)
+		}
+	}
+	s.updateChangeLocked(c.c)
+	s.settleLocked()
+}
+
+// Fail makes the current (first non-ready, test-controlled) task fail with
+// msg; tasks waiting for it are put on Hold and the change ends in Error.
+func (c *Change) Fail(msg string) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range c.c.tasks {
+		if t.run != nil || statusReady(t.status) {
+			continue
+		}
+		s.logLocked(t, "ERROR", msg)
+		s.setTaskStatusLocked(t, StatusError)
+		break
+	}
+	s.updateChangeLocked(c.c)
+	s.settleLocked()
+}
+
+// Abort aborts the change as POST /v2/changes/{id} {"action":"abort"} would.
+func (c *Change) Abort() {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !statusReady(c.c.status()) {
+		s.abortLocked(c.c)
+	}
+}
+
+// Ready returns a channel closed when the change becomes ready.
+func (c *Change) Ready() <-chan struct{} { return c.c.readyCh }
+
+// ReadyTime is when the change became ready (zero before), on the fake's clock.
+func (c *Change) ReadyTime() time.Time {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.c.readyTime
+}
+
+// Info returns the change's current state.
+func (c *Change) Info() ChangeInfo {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.s.infoLocked(c.c)
+}
+
+// Hook is a running hook of a snap: its own change with a run-hook task.
+// snapctl calls with its Cookie run in hook context.
+type Hook struct {
+	s      *Server
+	snap   string
+	name   string
+	cookie string
+	c      *change
+	t      *task
+}
+
+var hookChangeKinds = map[string]string{
+	"configure": "configure-snap", "default-configure": "install-snap", "install": "install-snap",
+	"post-refresh": "refresh-snap", "pre-refresh": "refresh-snap", "remove": "remove-snap",
+}
+
+// StartHook starts hook (e.g. "configure") of snap and returns it. The
+// hook's change (configure-snap for "configure") blocks other changes on
+// the snap until Finish or Fail. snapctl start/stop/restart from a
+// configure or default-configure hook are queued into this change and run
+// after the hook finishes; from other hooks they make their own change,
+// ignoring this one in the conflict check.
+func (s *Server) StartHook(snap, hook string) *Hook {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kind := hookChangeKinds[hook]
+	summary := ""
+	switch kind {
+	case "configure-snap":
+		summary = fmt.Sprintf("Change configuration of %q snap", snap)
+	case "":
+		kind = "run-hook"
+		summary = fmt.Sprintf("Run hook %s of snap %q", hook, snap)
+	default:
+		summary, _ = defaultSpec(kind, snap)
+	}
+	c := s.newChangeLocked(kind, summary)
+	t := s.newTaskLocked(c, "run-hook", fmt.Sprintf("Run %s hook of %q snap", hook, snap), snap)
+	s.lastHookSeq++
+	h := &Hook{s: s, snap: snap, name: hook, c: c, t: t,
+		cookie: fmt.Sprintf("%s-hook-%d-%s", snap, s.lastHookSeq, cookieFor(snap + hook)[:12])}
+	s.hooks[h.cookie] = h
+	s.updateChangeLocked(c)
+	s.settleLocked()
+	return h
+}
+
+// Cookie is the hook's context id (SNAP_COOKIE/SNAP_CONTEXT inside the hook).
+func (h *Hook) Cookie() string { return h.cookie }
+
+// ChangeID is the id of the hook's change.
+func (h *Hook) ChangeID() string { return h.c.id }
+
+// Change returns a handle on the hook's change.
+func (h *Hook) Change() *Change { return &Change{s: h.s, c: h.c} }
+
+// Finish ends the hook successfully; queued service commands then run.
+func (h *Hook) Finish() { h.end("") }
+
+// Fail ends the hook with an error; queued service commands are put on Hold.
+func (h *Hook) Fail(msg string) { h.end(msg) }
+
+func (h *Hook) end(msg string) {
+	s := h.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.hooks, h.cookie)
+	if statusReady(h.t.status) {
+		return
+	}
+	if msg != "" {
+		s.logLocked(h.t, "ERROR", msg)
+		s.setTaskStatusLocked(h.t, StatusError)
+	} else {
+		s.setTaskStatusLocked(h.t, StatusDone)
+	}
+	s.updateChangeLocked(h.c)
+	s.settleLocked()
+}

@@ -1,0 +1,173 @@
+package fake
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// App describes one app of a snap in the fake, as snap.yaml would.
+type App struct {
+	// Name is the app name (the part after "snap.").
+	Name string
+	// Daemon is the daemon type: "simple", "forking", "oneshot", "notify",
+	// "dbus". Empty means the app is not a service.
+	Daemon string
+	// DaemonScope is "system" (the default for daemons) or "user".
+	DaemonScope string
+	// Enabled and Active are the service's initial state.
+	Enabled, Active bool
+	// Before and After order services within one request, as in snap.yaml.
+	Before, After []string
+	// StartDuration and StopDuration are how long "systemctl start/stop"
+	// takes, measured on the fake's Clock. Zero is instantaneous.
+	StartDuration, StopDuration time.Duration
+	// FailStart, when non-empty, makes starting the service fail; it is
+	// systemctl's stderr text (see SystemctlJobFailed for the usual one).
+	FailStart string
+}
+
+// Snap describes an installed snap.
+type Snap struct {
+	// Name is the snap's instance name.
+	Name string
+	// Apps are its apps, services or not.
+	Apps []App
+	// Cookie is the snap's ephemeral context id (what snap-confine puts in
+	// SNAP_COOKIE). Empty derives one from the name; see Server.Cookie.
+	Cookie string
+}
+
+// SystemctlJobFailed returns the stderr text systemctl prints when a
+// service's start job fails, e.g. for FailStart.
+func SystemctlJobFailed(snap, app string) string {
+	unit := "snap." + snap + "." + app + ".service"
+	return "Job for " + unit + " failed because the control process exited with error code.\n" +
+		"See \"systemctl status " + unit + "\" and \"journalctl -xeu " + unit + "\" for details.\n"
+}
+
+// Version selects which snapd release the fake imitates. It is a version
+// string; behaviour switches at the releases that changed the wire protocol.
+type Version string
+
+// Version profiles. The ones with a patch level were captured from a real
+// snapd (see internal/conformance/testdata and fake/testdata).
+const (
+	// Version257 is snapd 2.57.6 (Debian 12): no notices API (404 "not
+	// found"), snapctl errors prefixed "error running snapctl: ", tasks
+	// without "data".
+	Version257 Version = "2.57.6"
+	// Version262 is the first release with the notices API and
+	// change-update notices.
+	Version262 Version = "2.62"
+	// Version268 is snapd 2.68.3 (Debian 13): tasks carry
+	// data.affected-snaps.
+	Version268 Version = "2.68.3"
+	// Version270 is the first release whose snapctl errors are prefixed
+	// "snapctl: " (canonical/snapd commit fe184bf2aa08).
+	Version270 Version = "2.70"
+	// Version277 is snapd 2.77.1 (Debian sid), the newest captured.
+	Version277 Version = "2.77.1"
+)
+
+// atLeast reports whether v is the same release as or newer than o.
+func (v Version) atLeast(o Version) bool {
+	a, b := parseVersion(string(v)), parseVersion(string(o))
+	for i := 0; i < 3; i++ {
+		if a[i] != b[i] {
+			return a[i] > b[i]
+		}
+	}
+	return true
+}
+
+func parseVersion(s string) [3]int {
+	var out [3]int
+	s, _, _ = strings.Cut(s, "-")
+	s, _, _ = strings.Cut(s, "+")
+	for i, p := range strings.SplitN(s, ".", 3) {
+		n, _ := strconv.Atoi(p)
+		out[i] = n
+	}
+	return out
+}
+
+// hasNotices: the notices API and change-update notices came with 2.62.
+func (v Version) hasNotices() bool { return v.atLeast(Version262) }
+
+// snapctlPrefix: daemon/api_snapctl.go wraps errors with "error running
+// snapctl: " until 2.70 and with "snapctl: " from 2.70 on.
+func (v Version) snapctlPrefix() string {
+	if v.atLeast(Version270) {
+		return "snapctl: "
+	}
+	return "error running snapctl: "
+}
+
+// taskData: 2.57.6 serves tasks without "data"; 2.68.3 and 2.77.1 add
+// data.affected-snaps. The exact release in between is not pinned down
+// (golden data exists only for these three); 2.68 is used as the switch.
+func (v Version) taskData() bool { return v.atLeast(Version268) }
+
+// systemctlStderrPrefix: 2.77.1 formats a failed systemctl call as
+// "...: stderr:\n<text>" without the trailing newline, 2.57.6 as "...: <text>".
+// 2.70 is assumed as the switch (no 2.68 capture of a failed start).
+func (v Version) systemctlStderrPrefix() bool { return v.atLeast(Version270) }
+
+// unknownCommandList is the go-flags list in "Unknown command" errors.
+func (v Version) unknownCommandList() string {
+	if v.atLeast(Version270) {
+		// captured from 2.77.1
+		return "change, fde-setup-request, fde-setup-result, get, install, is-connected, is-ready, kmod, model, mount, reboot, remove, restart, services, set, set-health, start, stop, system-mode, tasks, umount, unset or version"
+	}
+	// captured from 2.57.6
+	return "fde-setup-request, fde-setup-result, get, is-connected, kmod, model, mount, reboot, restart, services, set, set-health, start, stop, system-mode, umount or unset"
+}
+
+type config struct {
+	snaps            []Snap
+	version          Version
+	clock            Clock
+	conflictAs409    bool
+	dir              string
+	snapctlTimeout   time.Duration
+	notListening     bool
+	snapSocketDenied bool
+}
+
+// Option configures a Server.
+type Option func(*config)
+
+// WithSnaps installs snaps in the fake.
+func WithSnaps(s ...Snap) Option { return func(c *config) { c.snaps = append(c.snaps, s...) } }
+
+// WithVersion selects the snapd release to imitate (default Version277).
+func WithVersion(v Version) Option { return func(c *config) { c.version = v } }
+
+// WithClock sets the clock (default RealClock()).
+func WithClock(cl Clock) Option { return func(c *config) { c.clock = cl } }
+
+// WithConflictAs409 makes POST /v2/apps answer conflicts as 409
+// snap-change-conflict (as other snapd endpoints do) instead of snapd's real
+// 400 without kind.
+func WithConflictAs409() Option { return func(c *config) { c.conflictAs409 = true } }
+
+// WithDir puts the sockets in dir instead of a fresh temporary directory.
+func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
+
+// WithSnapctlTimeout sets how long snapctl start/stop/restart waits for its
+// change before answering "<action> command is taking too long" (default
+// 2m30s, half of snapd's default configure hook timeout).
+func WithSnapctlTimeout(d time.Duration) Option {
+	return func(c *config) { c.snapctlTimeout = d }
+}
+
+// WithoutListening starts the server with no sockets; StartListening creates
+// them (a socket that appears late, e.g. snapd still starting at boot).
+func WithoutListening() Option { return func(c *config) { c.notListening = true } }
+
+// WithSnapSocketObserveDenied makes GET /v2/changes and /v2/notices on the
+// snap socket answer 403 login-required, as real snapd does for a caller it
+// cannot map to a snap with snap-refresh-observe. By default the fake lets
+// the snap socket read them (as if the caller plugged snap-refresh-observe).
+func WithSnapSocketObserveDenied() Option { return func(c *config) { c.snapSocketDenied = true } }

@@ -1,0 +1,389 @@
+package fake
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Status strings of changes and tasks (overlord/state/change.go).
+const (
+	StatusDefault = "Default"
+	StatusDo      = "Do"
+	StatusDoing   = "Doing"
+	StatusDone    = "Done"
+	StatusAbort   = "Abort"
+	StatusUndo    = "Undo"
+	StatusUndoing = "Undoing"
+	StatusUndone  = "Undone"
+	StatusHold    = "Hold"
+	StatusError   = "Error"
+	StatusWait    = "Wait"
+)
+
+// statusReady mirrors Status.Ready in overlord/state/change.go.
+func statusReady(s string) bool {
+	switch s {
+	case StatusDone, StatusUndone, StatusHold, StatusError:
+		return true
+	}
+	return false
+}
+
+// statusOrder is the precedence used to derive a change's status from its
+// tasks' statuses (overlord/state/change.go, statusOrder).
+var statusOrder = []string{StatusAbort, StatusUndoing, StatusUndo, StatusDoing, StatusDo, StatusError, StatusUndone, StatusDone, StatusHold, StatusWait}
+
+type appState struct {
+	App
+	snap string
+}
+
+type snapState struct {
+	name   string
+	cookie string
+	apps   map[string]*appState
+	config map[string]any
+}
+
+func (ss *snapState) services() []*appState {
+	var out []*appState
+	for _, a := range ss.apps {
+		if a.Daemon != "" {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+type task struct {
+	id       string
+	kind     string
+	summary  string
+	status   string
+	log      []string
+	spawn    time.Time
+	ready    time.Time
+	affects  []string // snaps this task affects (conflict rule, data.affected-snaps)
+	waitFor  []*task
+	chg      *change
+	run      func() // started when the task becomes Doing; nil: manual (Finish/Fail)
+	abortReq bool
+}
+
+type change struct {
+	id         string
+	kind       string
+	summary    string
+	tasks      []*task
+	spawn      time.Time
+	readyTime  time.Time
+	snapNames  []string // change data "snap-names" (used by GET /v2/changes?for=)
+	apiData    map[string]any
+	readyCh    chan struct{}
+	lastStatus string
+	noticed    bool
+	exclusive  string // message when this change blocks every snap
+	statusOver string // explicitly set status (rarely used)
+}
+
+func (c *change) status() string {
+	if c.statusOver != "" {
+		return c.statusOver
+	}
+	if len(c.tasks) == 0 {
+		return StatusHold
+	}
+	seen := map[string]bool{}
+	for _, t := range c.tasks {
+		seen[t.status] = true
+	}
+	for _, s := range statusOrder {
+		if seen[s] {
+			return s
+		}
+	}
+	return StatusDone
+}
+
+// errText mirrors Change.Err: one line per task in Error with its ERROR logs.
+func (c *change) errText() string {
+	if c.status() != StatusError {
+		return ""
+	}
+	out := "cannot perform the following tasks:"
+	n := 0
+	for _, t := range c.tasks {
+		if t.status != StatusError {
+			continue
+		}
+		for _, l := range t.log {
+			if msg, ok := stripErrorLog(l); ok {
+				out += fmt.Sprintf("\n- %s (%s)", t.summary, msg)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return fmt.Sprintf("internal inconsistency: change %q in ErrorStatus with no task errors logged", c.kind)
+	}
+	return out
+}
+
+func stripErrorLog(l string) (string, bool) {
+	for i := 0; i < len(l); i++ {
+		if l[i] == ' ' {
+			rest := l[i:]
+			if len(rest) >= 7 && rest[:7] == " ERROR " {
+				return rest[7:], true
+			}
+			return "", false
+		}
+	}
+	return "", false
+}
+
+type notice struct {
+	id           string
+	typ          string
+	key          string
+	first, last  time.Time
+	lastRepeated time.Time
+	occurrences  int
+	lastData     map[string]string
+}
+
+// ---- state mutation helpers; all require s.mu held ----
+
+func (s *Server) nowLocked() time.Time { return s.clock.Now().UTC() }
+
+func (s *Server) newChangeLocked(kind, summary string) *change {
+	s.lastChangeID++
+	c := &change{
+		id:      strconv.Itoa(s.lastChangeID),
+		kind:    kind,
+		summary: summary,
+		spawn:   s.nowLocked(),
+		readyCh: make(chan struct{}),
+	}
+	s.changes = append(s.changes, c)
+	s.changeByID[c.id] = c
+	s.counters.ChangesCreated++
+	return c
+}
+
+func (s *Server) newTaskLocked(c *change, kind, summary string, affects ...string) *task {
+	s.lastTaskID++
+	t := &task{
+		id:      strconv.Itoa(s.lastTaskID),
+		kind:    kind,
+		summary: summary,
+		status:  StatusDo,
+		spawn:   s.nowLocked(),
+		affects: affects,
+		chg:     c,
+	}
+	c.tasks = append(c.tasks, t)
+	return t
+}
+
+func (s *Server) logLocked(t *task, level, msg string) {
+	t.log = append(t.log, s.nowLocked().Format(time.RFC3339)+" "+level+" "+msg)
+	if len(t.log) > 10 { // overlord/state/task.go keeps the last 10
+		t.log = t.log[len(t.log)-10:]
+	}
+}
+
+func (s *Server) setTaskStatusLocked(t *task, st string) {
+	if t.status == st {
+		return
+	}
+	t.status = st
+	if statusReady(st) && t.ready.IsZero() {
+		t.ready = s.nowLocked()
+	}
+}
+
+// settleLocked starts every task whose prerequisites are done, holds tasks
+// whose prerequisites failed, then updates change statuses, notices and
+// ready channels. Task runners may complete synchronously, so it loops.
+func (s *Server) settleLocked() {
+	for i := 0; i < 1000; i++ {
+		progressed := false
+		for _, c := range s.changes {
+			if statusReady(c.lastStatus) {
+				continue
+			}
+			for _, t := range c.tasks {
+				if t.status != StatusDo {
+					continue
+				}
+				ok, blocked := true, false
+				for _, w := range t.waitFor {
+					switch w.status {
+					case StatusDone:
+					case StatusError, StatusHold, StatusUndone:
+						blocked = true
+					default:
+						ok = false
+					}
+				}
+				if blocked {
+					s.setTaskStatusLocked(t, StatusHold)
+					progressed = true
+					continue
+				}
+				if !ok {
+					continue
+				}
+				s.setTaskStatusLocked(t, StatusDoing)
+				progressed = true
+				s.updateChangeLocked(c)
+				if t.run != nil {
+					t.run()
+				}
+			}
+			s.updateChangeLocked(c)
+		}
+		if !progressed {
+			break
+		}
+	}
+	s.wakeLocked()
+}
+
+// updateChangeLocked records change-update notices on status changes and
+// closes the ready channel once the change is ready.
+func (s *Server) updateChangeLocked(c *change) {
+	st := c.status()
+	if !c.noticed {
+		c.noticed = true
+		c.lastStatus = st
+		s.addChangeNoticeLocked(c)
+	} else if st != c.lastStatus {
+		old := c.lastStatus
+		c.lastStatus = st
+		// overlord/state/change.go shouldSkipChangeUpdateNotice: Doing->Do
+		// and Undoing->Undo flips are not recorded.
+		if !((old == StatusDoing && st == StatusDo) || (old == StatusUndoing && st == StatusUndo)) {
+			s.addChangeNoticeLocked(c)
+			if st == StatusError {
+				// real snapd 2.77.1 records one more occurrence for a
+				// change ending in Error (golden notices-all: the failed
+				// start has 4 occurrences, successful ones 3).
+				s.addChangeNoticeLocked(c)
+			}
+		}
+	}
+	if statusReady(st) {
+		select {
+		case <-c.readyCh:
+		default:
+			c.readyTime = s.nowLocked()
+			close(c.readyCh)
+		}
+	}
+}
+
+func (s *Server) addChangeNoticeLocked(c *change) {
+	if !s.cfg.version.hasNotices() {
+		return
+	}
+	now := s.nowLocked()
+	// snapd never hands out two notices with the same timestamp: it bumps
+	// by 1ns (overlord/state/notices.go).
+	if !now.After(s.lastNoticeTime) {
+		now = s.lastNoticeTime.Add(time.Nanosecond)
+	}
+	s.lastNoticeTime = now
+	n := s.noticeByKey["change-update/"+c.id]
+	if n == nil {
+		s.lastNoticeID++
+		n = &notice{id: strconv.Itoa(s.lastNoticeID), typ: "change-update", key: c.id, first: now}
+		s.noticeByKey["change-update/"+c.id] = n
+		s.notices = append(s.notices, n)
+	}
+	n.last = now
+	n.lastRepeated = now
+	n.occurrences++
+	n.lastData = map[string]string{"kind": c.kind}
+	s.noticesChanged()
+}
+
+// noticesChanged wakes long-polls; s.mu held.
+func (s *Server) noticesChanged() {
+	close(s.noticeWake)
+	s.noticeWake = make(chan struct{})
+}
+
+// wakeLocked wakes every waiter on state changes (WaitIdle etc.).
+func (s *Server) wakeLocked() {
+	close(s.stateWake)
+	s.stateWake = make(chan struct{})
+}
+
+// conflictErr is a change conflict as snapd reports it.
+type conflictErr struct {
+	snap       string
+	changeKind string
+	changeID   string
+	message    string
+}
+
+func (e *conflictErr) Error() string {
+	if e.message != "" {
+		return e.message
+	}
+	return fmt.Sprintf("snap %q has %q change in progress", e.snap, e.changeKind)
+}
+
+// exclusiveKinds block every snap (overlord/snapstate/conflict.go,
+// checkChangeConflictExclusiveKinds).
+var exclusiveKinds = map[string]string{
+	"transition-ubuntu-core":   "ubuntu-core to core transition in progress, no other changes allowed until this is done",
+	"transition-to-snapd-snap": "transition to snapd snap in progress, no other changes allowed until this is done",
+	"remodel":                  "remodeling in progress, no other changes allowed until this is done",
+	"create-recovery-system":   "creating recovery system in progress, no other changes allowed until this is done",
+	"remove-recovery-system":   "removing recovery system in progress, no other changes allowed until this is done",
+}
+
+// conflictLocked applies snapd's CheckChangeConflictMany
+// (overlord/snapstate/conflict.go): any non-ready change (other than
+// ignoreID and the irrelevant kinds) with any task affecting one of snaps,
+// whatever that task's own status, blocks; exclusive kinds block everything.
+func (s *Server) conflictLocked(snaps []string, ignoreID string) *conflictErr {
+	for _, c := range s.changes {
+		if statusReady(c.status()) || c.id == ignoreID {
+			continue
+		}
+		msg := c.exclusive
+		if msg == "" {
+			msg = exclusiveKinds[c.kind]
+		}
+		if msg != "" {
+			return &conflictErr{changeKind: c.kind, changeID: c.id, message: msg}
+		}
+	}
+	want := map[string]bool{}
+	for _, n := range snaps {
+		want[n] = true
+	}
+	for _, c := range s.changes {
+		if statusReady(c.status()) || c.id == ignoreID {
+			continue
+		}
+		if c.kind == "become-operational" || c.kind == "pre-download" {
+			continue
+		}
+		for _, t := range c.tasks {
+			for _, a := range t.affects {
+				if want[a] {
+					return &conflictErr{snap: a, changeKind: c.kind, changeID: c.id}
+				}
+			}
+		}
+	}
+	return nil
+}
