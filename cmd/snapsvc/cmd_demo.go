@@ -189,7 +189,7 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 		defer wg.Done()
 		select {
 		case <-d.conflict:
-		case <-time.After(dur(3000)):
+		case <-time.After(5 * time.Second): // not scaled: a fallback, never the plan
 		case <-ctx.Done():
 			return
 		}
