@@ -117,7 +117,12 @@ func (s *Server) getNotices(r *http.Request, stopping <-chan struct{}) *response
 		return syncResp(res)
 	}
 	expired := make(chan struct{})
-	cancel := s.afterLocked(timeout, func() { close(expired) })
+	cancel := s.afterLocked(timeout, func() {
+		// decided under s.mu: a notice that already arrived wins
+		if len(match()) == 0 {
+			close(expired)
+		}
+	})
 	defer cancel()
 	for {
 		wake := s.noticeWake

@@ -245,7 +245,13 @@ func (s *Server) snapctlServiceCmd(ctx context.Context, cctx *ctlContext, cmd st
 	}
 	ready := c.readyCh
 	timedOut := make(chan struct{})
-	cancel := s.afterLocked(s.cfg.snapctlTimeout, func() { close(timedOut) })
+	cancel := s.afterLocked(s.cfg.snapctlTimeout, func() {
+		// decided under s.mu: a change that is already ready wins, so that
+		// driving a ManualClock past both deadlines is deterministic.
+		if !statusReady(c.status()) {
+			close(timedOut)
+		}
+	})
 	s.mu.Unlock()
 	defer cancel()
 
