@@ -56,6 +56,8 @@ type Server struct {
 	listening      bool
 	servers        []*http.Server
 	stopping       chan struct{} // closed when the current listening session ends
+	conns          map[net.Conn]bool
+	inflight       int
 	handlers       sync.WaitGroup
 }
 
@@ -274,7 +276,7 @@ func (s *Server) StartListening() error {
 		if i == 1 {
 			sock = "snap"
 		}
-		srv := &http.Server{Handler: s.handler(sock), ReadHeaderTimeout: time.Minute}
+		srv := &http.Server{Handler: s.handler(sock), ReadHeaderTimeout: time.Minute, ConnState: s.trackConn}
 		s.servers = append(s.servers, srv)
 		s.handlers.Add(1)
 		go func() {
@@ -312,6 +314,35 @@ func (s *Server) StopListening() {
 	}
 	os.Remove(s.mainPath)
 	os.Remove(s.snapPath)
+}
+
+func (s *Server) trackConn(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		s.conns = map[net.Conn]bool{}
+	}
+	switch st {
+	case http.StateNew:
+		s.conns[c] = true
+	case http.StateClosed, http.StateHijacked:
+		delete(s.conns, c)
+	}
+}
+
+// DropConnections closes every open client connection at once (requests in
+// flight get no answer; snapctl calls and long-polls are cut), while the
+// sockets keep listening.
+func (s *Server) DropConnections() {
+	s.mu.Lock()
+	var cs []net.Conn
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
 }
 
 // Listening reports whether the sockets are being served.
@@ -505,6 +536,8 @@ func (s *Server) handler(sock string) http.Handler {
 		stopping := s.stopping
 		req := Request{Time: s.nowLocked(), Socket: sock, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body)}
 		s.counters.Requests[routeKey(r.Method, r.URL.Path)]++
+		s.inflight++
+		s.wakeLocked()
 		lat := s.latency
 		drop := false
 		for i, d := range s.drops {
@@ -516,6 +549,12 @@ func (s *Server) handler(sock string) http.Handler {
 		}
 		s.mu.Unlock()
 
+		defer func() {
+			s.mu.Lock()
+			s.inflight--
+			s.wakeLocked()
+			s.mu.Unlock()
+		}()
 		if lat > 0 {
 			ch := make(chan struct{})
 			tm := s.clock.AfterFunc(lat, func() { close(ch) })
@@ -746,6 +785,10 @@ func (v View) Service(snap, app string) (AppState, bool) {
 
 // Requests returns how many requests were answered so far.
 func (v View) Requests() int { return len(v.s.requests) }
+
+// InFlight returns how many requests are being handled right now (e.g.
+// snapctl calls waiting for their change, notice long-polls).
+func (v View) InFlight() int { return v.s.inflight }
 
 // ChangeInfo describes a change, for assertions.
 type ChangeInfo struct {

@@ -1,0 +1,87 @@
+// Package fake is an in-process snapd double that speaks snapd's real wire
+// protocol on real Unix sockets, for snapsvc's tests and its users' tests.
+//
+// Fidelity to real snapd is the point: every body the fake serves has the
+// shape real snapd serves (internal/conformance replays bodies captured from
+// snapd 2.57.6 against it), so a client that works against the fake reads a
+// real snapd the same way.
+//
+// # Starting
+//
+//	s := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+//		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
+//	}}))
+//	// s.SocketPath() is snapd.socket, s.SnapSocketPath() snapd-snap.socket,
+//	// s.Cookie("k8s") the snap's SNAP_COOKIE.
+//
+// New is the same without testing.TB (call Close). Options: WithSnaps,
+// WithVersion (Version257, Version262, Version268, Version270, Version277 —
+// the default), WithClock (RealClock or a *ManualClock), WithConflictAs409,
+// WithDir, WithSnapctlTimeout, WithoutListening, WithSnapSocketObserveDenied.
+//
+// # What it serves
+//
+//   - GET /v2/apps (names, select=service; sorted by snap then app;
+//     enabled/active omitted when false; snap-not-found / app-not-found) and
+//     POST /v2/apps (start/stop/restart with enable/disable/reload; 202 async
+//     "service-control" change with snap-names; one service-control task per
+//     snap; services of one request run one at a time in before/after order; a
+//     failing start stops the whole batch again in reverse order and undoes
+//     --enable; conflicts are snapd's 400 without kind, or 409
+//     snap-change-conflict with WithConflictAs409). Main socket only.
+//   - GET /v2/changes/{id}, GET /v2/changes (select, for= matching only
+//     changes with snap-names), POST /v2/changes/{id} {"action":"abort"}.
+//   - POST /v2/snapctl (snap socket only): services, start/stop/restart,
+//     get/set/unset. An ephemeral context (the snap's cookie) creates a
+//     change without snap-names (an "exec-command" task, "task ignored",
+//     then the service-control task) and answers only when it is ready, or
+//     "<action> command is taking too long" after the snapctl timeout (the
+//     change continues). A configure/default-configure hook (StartHook)
+//     queues the tasks into the hook's change and answers at once; other
+//     hooks behave like the ephemeral context but their own change does not
+//     conflict. Errors carry the version's prefix ("error running snapctl: "
+//     before 2.70, "snapctl: " after). SetSnapctlUnsuccessful makes a command
+//     answer snapd's "unsuccessful" result (HTTP 200, exit code).
+//   - GET /v2/notices (2.62+, else 404 "not found"): change-update notices
+//     (one per change, counting spawn, each status change and ready), types,
+//     keys, after (strictly after last-repeated), timeout long-poll that
+//     wakes as soon as a matching notice is recorded. GET /v2/notices/{id}.
+//   - GET /v2/system-info (version = the profile).
+//   - Unknown routes: 404 {"message":"not found"}.
+//
+// The conflict rule is snapd's CheckChangeConflictMany: any change that is
+// not ready and has any task (even a Done one) affecting the snap blocks it;
+// a hook's own change is ignored for its snapctl calls; the exclusive kinds
+// (remodel, transition-ubuntu-core, ...) block every snap.
+//
+// # Time
+//
+// All timestamps and durations use the Clock. With a *ManualClock
+// (NewManualClock) nothing moves until the test calls Advance,
+// AdvanceToNext, or Server.AdvanceUntilReady / AdvanceUntilIdle; with
+// RealClock, App.StartDuration/StopDuration make changes take real time.
+// Request times (Request.Time/Done) and change ready times come from the
+// same clock, so tests can assert e.g. that a retry arrived within 20ms of a
+// foreign change becoming ready.
+//
+// # Faults
+//
+//   - AddChange(ChangeSpec{Kind: "configure-snap", Snap: "k8s"}) blocks the
+//     snap until Change.Finish or Change.Fail; StartHook runs a hook.
+//   - App.FailStart / SetFailStart make a start fail like systemctl.
+//   - DropNextResponse(method, path): the request is handled (a POST creates
+//     its change) and the connection closed without an answer;
+//     DropConnections cuts every open connection.
+//   - BeginMaintenance/EndMaintenance add/remove "maintenance";
+//     StopListening/StartListening remove/re-create the socket files (a
+//     daemon restart: maintenance, socket gone, back); WithoutListening for a
+//     socket that appears late.
+//   - SetLatency delays every answer (on the fake's clock).
+//
+// # Introspection
+//
+// Requests (log with clock timestamps, socket, status, error kind/message,
+// change id), Counters (requests per "METHOD /path", conflicts answered,
+// changes created), Service, ChangeByID, Changes, Change, WaitFor, WaitIdle,
+// ChangeReady, Config.
+package fake
