@@ -71,6 +71,7 @@ func TestScripts(t *testing.T) {
 			"fake-service":    cmdFakeService,
 			"fake-count":      cmdFakeCount,
 			"await":           cmdAwait,
+			"proxy-reset":     cmdProxyReset,
 			"exits":           cmdExits,
 		},
 	})
@@ -238,6 +239,18 @@ func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
 	if err != nil {
 		ts.Fatalf("no %s %s %s?%s seen: %v\nseen:\n%s", phase, args[0], args[1], query, err, px.summary())
 	}
+}
+
+// proxy-reset: forget the requests seen so far, so the next await only
+// counts later ones.
+func cmdProxyReset(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: proxy-reset")
+	}
+	px := h(ts).proxy
+	px.mu.Lock()
+	px.events = nil
+	px.mu.Unlock()
 }
 
 // exits CODE COMMAND ARGS...: run a command and check its exit code;
