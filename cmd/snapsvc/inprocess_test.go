@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func runInProcess(t *testing.T, terminal bool, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr lockedBuffer
+	code := run(context.Background(), args, env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }, terminal: terminal})
+	return code, stdout.String(), stderr.String()
+}
+
+// TestDemoInProcess runs the demo in this process and checks its report
+// and that it leaves no goroutine behind.
+func TestDemoInProcess(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	code, out, errOut := runInProcess(t, false, "demo", "--json", "--scale", "0.02")
+	if code != 0 {
+		t.Fatalf("demo exited %d: %s\n%s", code, errOut, out)
+	}
+	var rep demoReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("demo --json: %v\n%s", err, out)
+	}
+	if !rep.OK || rep.Conflicts != 1 || rep.ConflictsBetweenOurOwn != 0 || !rep.ForeignWaitedOut {
+		t.Errorf("demo outcome: %+v", rep)
+	}
+	var kinds []string
+	for _, c := range rep.Changes {
+		if c.Status != "Done" {
+			t.Errorf("change %s %s is %s", c.ID, c.Kind, c.Status)
+		}
+		kinds = append(kinds, c.ID+":"+c.Kind+":"+c.By)
+	}
+	want := "1:configure-snap:snap set 2:service-control:bootstrap hook 3:service-control:bootstrap hook 4:service-control:controller"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Errorf("changes %q, want %q", got, want)
+	}
+	for _, s := range rep.Services {
+		if !s.Active || !s.Enabled {
+			t.Errorf("service %s not enabled and active: %+v", s.FullName(), s)
+		}
+	}
+	if rep.Elapsed > 10*time.Second {
+		t.Errorf("demo took %v", rep.Elapsed)
+	}
+}
+
+// TestDemoVerbose checks that -v adds the library's slog lines on stderr.
+func TestDemoVerbose(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	code, out, errOut := runInProcess(t, false, "-v", "demo", "--scale", "0")
+	if code != 0 {
+		t.Fatalf("demo exited %d: %s\n%s", code, errOut, out)
+	}
+	for _, want := range []string{`level=INFO msg="change created" client=controller`, "conflict; waiting for blocking changes"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+// TestProgress checks the terminal line: drawn, replaced, erased.
+func TestProgress(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var buf lockedBuffer
+	p := newProgress(&buf, true)
+	p.set("restart k8s.kubelet: asking snapd")
+	p.set(strings.Repeat("x", 200))
+	p.clear()
+	p.close()
+	got := buf.String()
+	if !strings.Contains(got, "\r\033[K| restart k8s.kubelet: asking snapd") {
+		t.Errorf("no progress line in %q", got)
+	}
+	if !strings.Contains(got, strings.Repeat("x", progressWidth-3)+"…") {
+		t.Errorf("long line not cut: %q", got)
+	}
+	if !strings.HasSuffix(got, "\r\033[K") {
+		t.Errorf("line not erased at the end: %q", got)
+	}
+
+	off := newProgress(&buf, false)
+	off.set("nothing")
+	off.close()
+	if strings.Contains(buf.String(), "nothing") {
+		t.Error("progress drawn while off")
+	}
+}
+
+// TestReadableHandler checks how library log lines are rendered.
+func TestReadableHandler(t *testing.T) {
+	var lines []string
+	h := &readableHandler{ops: &sync.Map{}, sink: func(_, line string) { lines = append(lines, line) }}
+	log := slog.New(h)
+	log.With("snap", "k8s", "action", "restart", "names", "k8s.kubelet").Info("change created", "change", "4", "attempt", 1)
+	log.Info("change done", "change", "4", "action", "restart")
+	log.Debug("dropped")
+	want := []string{
+		"restart k8s.kubelet: change created (change 4, attempt 1)",
+		"restart k8s.kubelet: change done (change 4)",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestFlagsAnywhere checks global flags before and after the command and
+// "--" ending the flags.
+func TestFlagsAnywhere(t *testing.T) {
+	a := &app{env: env{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }}}
+	fs := a.flagSet("restart")
+	reload := fs.Bool("reload", false, "")
+	pos, err := a.parseCommand(fs, "restart", []string{"k8s.a", "--json", "--reload", "k8s.b", "--timeout", "3s", "--", "--x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(pos, " ") != "k8s.a k8s.b --x" || !a.json || !*reload || a.timeout != 3*time.Second {
+		t.Errorf("pos %q json %t reload %t timeout %v", pos, a.json, *reload, a.timeout)
+	}
+}
