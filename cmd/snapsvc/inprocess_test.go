@@ -98,7 +98,7 @@ func TestProgress(t *testing.T) {
 	p.clear()
 	p.close()
 	got := buf.String()
-	if !strings.Contains(got, "\r\033[K| restart k8s.kubelet: asking snapd") {
+	if !strings.Contains(got, "\r\033[K/ restart k8s.kubelet: asking snapd") {
 		t.Errorf("no progress line in %q", got)
 	}
 	if !strings.Contains(got, strings.Repeat("x", progressWidth-3)+"…") {
