@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -92,4 +93,33 @@ func Example_controlPlane() {
 	// change 2: k8s.kube-apiserver
 	// change 3: k8s.kube-controller-manager k8s.kube-scheduler k8s.kubelet k8s.kube-proxy
 	// control plane ready
+}
+
+// A worker node: kubelet starts once containerd's socket accepts
+// connections.
+func Example_worker() {
+	srv, _ := fake.New(fake.WithSnaps(k8sSnap()))
+	defer srv.Close()
+	client, _ := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST))
+	defer client.Close()
+
+	// Stands in for /run/containerd/containerd.sock.
+	sock := filepath.Join(srv.Dir(), "containerd.sock")
+	ln, _ := net.Listen("unix", sock)
+	defer ln.Close()
+
+	p, _ := plan.New([]plan.Service{
+		{Name: "k8s.containerd", Probe: probe.Unix{Path: sock}},
+		{Name: "k8s.kubelet", After: []string{"k8s.containerd"}},
+	}, plan.Options{Enable: true, Probe: probe.Options{Interval: 100 * time.Millisecond, MaxWait: time.Minute}})
+	if err := p.Start(context.Background(), client); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i, b := range p.Batches() {
+		fmt.Printf("change %d: %s\n", i+1, strings.Join(b.Services, " "))
+	}
+	// Output:
+	// change 1: k8s.containerd
+	// change 2: k8s.kubelet
 }

@@ -76,6 +76,7 @@ const (
 	EventFailed
 )
 
+// String returns "starting", "started", "ready" or "failed".
 func (k EventKind) String() string {
 	switch k {
 	case EventStarting:
@@ -289,6 +290,8 @@ type ServiceError struct {
 	Err error
 }
 
+// Error names the services, the probe (if any) and the cause, and lists
+// the services left unstarted.
 func (e *ServiceError) Error() string {
 	var b strings.Builder
 	if e.Probe != "" {

@@ -98,6 +98,8 @@ type NotReadyError struct {
 	Cause error
 }
 
+// Error names the probe, how long it was waited for, why waiting stopped
+// and the last check's error.
 func (e *NotReadyError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "probe %s: not ready after %s (%d checks", e.Probe, e.Waited.Round(time.Millisecond), e.Checks)
@@ -184,6 +186,7 @@ type CheckTimeoutError struct {
 	Err error
 }
 
+// Error says how long the check ran and what it returned.
 func (e *CheckTimeoutError) Error() string {
 	return fmt.Sprintf("check timed out after %s: %v", e.Timeout, e.Err)
 }
