@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // lockedBuffer is a bytes.Buffer safe for concurrent writers.
@@ -145,5 +147,27 @@ func TestFlagsAnywhere(t *testing.T) {
 	}
 	if strings.Join(pos, " ") != "k8s.a k8s.b --x" || !a.json || !*reload || a.timeout != 3*time.Second {
 		t.Errorf("pos %q json %t reload %t timeout %v", pos, a.json, *reload, a.timeout)
+	}
+}
+
+// TestDescribeChange checks the progress text for a change in progress.
+func TestDescribeChange(t *testing.T) {
+	chg := &snapsvc.Change{ID: "5", Kind: "service-control", Status: "Doing", Summary: "Running service command",
+		Tasks: []snapsvc.Task{
+			{ID: "9", Status: "Done", Summary: "Run service command \"stop\" for services [\"a\"] of snap \"k8s\""},
+			{ID: "10", Status: "Doing", Summary: "Run service command \"stop\" for services [\"kubelet\"] of snap \"k8s\"",
+				Log: []string{"2026-01-02T03:04:05Z INFO Waiting for \"snap.k8s.kubelet.service\" to stop."}},
+			{ID: "11", Status: "Do", Summary: "later"},
+		}}
+	want := `change 5 (service-control) Doing: Run service command "stop" for services ["kubelet"] of snap "k8s" — INFO Waiting for "snap.k8s.kubelet.service" to stop.`
+	if got := describeChange(chg); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	chg.Status, chg.Ready = "Done", true
+	if got := describeChange(chg); got != "change 5 (service-control) Done: Running service command" {
+		t.Errorf("ready change: %s", got)
+	}
+	if got := logText("no timestamp here"); got != "no timestamp here" {
+		t.Errorf("logText: %q", got)
 	}
 }
