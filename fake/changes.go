@@ -133,6 +133,29 @@ func (c *Change) Finish() {
 	s.settleLocked()
 }
 
+// Next marks the current (first pending, test-controlled) task Done, so
+// the next one starts: for walking a multi-task change step by step.
+// It reports whether a task was finished.
+func (c *Change) Next() bool {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range c.c.tasks {
+		if t.run != nil || statusReady(t.status) || t.status == StatusDo {
+			continue
+		}
+		if t.status == StatusAbort {
+			s.setTaskStatusLocked(t, StatusUndone)
+		} else {
+			s.setTaskStatusLocked(t, StatusDone)
+		}
+		s.updateChangeLocked(c.c)
+		s.settleLocked()
+		return true
+	}
+	return false
+}
+
 // Fail makes the current (first non-ready, test-controlled) task fail with
 // msg; tasks waiting for it are put on Hold and the change ends in Error.
 func (c *Change) Fail(msg string) {

@@ -315,3 +315,24 @@ func TestRealClockDurations(t *testing.T) {
 	}
 	s.DropConnections()
 }
+
+func TestChangeNextWalksTasks(t *testing.T) {
+	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	chg := s.AddChange(fake.ChangeSpec{Kind: "install-snap", Snap: "svcdemo", Tasks: []fake.TaskSpec{
+		{Kind: "mount-snap", Summary: "Mount"}, {Kind: "link-snap", Summary: "Link"}}})
+	if !chg.Next() {
+		t.Fatal("nothing to finish")
+	}
+	info := chg.Info()
+	if info.Status != "Doing" || info.Tasks[0].Status != "Done" || info.Tasks[1].Status != "Doing" {
+		t.Fatalf("%+v", info)
+	}
+	// a Done task in an unfinished change still blocks the snap
+	if _, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"stop","names":["svcdemo.alpha"]}`); e.StatusCode != 400 {
+		t.Fatalf("%s", e.Result)
+	}
+	chg.Next()
+	if info := chg.Info(); !info.Ready || info.Status != "Done" || chg.Next() {
+		t.Fatalf("%+v", info)
+	}
+}

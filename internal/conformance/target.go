@@ -14,9 +14,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 )
+
+// GoldenDir returns the directory of the golden cases captured from snapd
+// version (e.g. "2.57.6"), for callers outside this package's directory.
+func GoldenDir(version string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "testdata", version)
+}
 
 // Target is a snapd to run the conformance cases against. The snap under
 // test must be "svcdemo" as described in testdata/README.md.
