@@ -55,7 +55,8 @@ type Options struct {
 	// threshold, MaxWait). MaxWait bounds how long one service may take to
 	// become ready after its start; 0 leaves only the context.
 	Probe probe.Options
-	// Clock drives probes (default: real time); it overrides Probe.Clock.
+	// Clock drives probes (default: real time). It overrides Probe.Clock;
+	// a service's own ProbeOptions.Clock overrides it.
 	Clock retry.Clock
 	// OnEvent, if set, is called for each step, in order, from the
 	// goroutine running Start.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // Exec succeeds when a command exits with status 0, like the
@@ -33,6 +34,8 @@ func (p Exec) Check(ctx context.Context) error {
 	}
 	cmd := exec.CommandContext(ctx, p.Command[0], p.Command[1:]...)
 	cmd.Env, cmd.Dir = p.Env, p.Dir
+	// Once killed, do not wait long for children that hold its output.
+	cmd.WaitDelay = time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

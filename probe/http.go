@@ -18,7 +18,8 @@ import (
 // HTTP succeeds when a GET of URL answers with an expected status, for
 // example kube-apiserver's /readyz. Certificates and keys are read from
 // their files at every check, so a probe may be set up before bootstrap
-// writes them. No connection is kept between checks.
+// writes them. No connection is kept between checks, no proxy is used and
+// redirects are not followed (a 3xx is the answer).
 type HTTP struct {
 	// URL is the http:// or https:// address to GET.
 	URL string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -237,4 +238,31 @@ func TestWaitActiveBoundedByContext(t *testing.T) {
 	if err := c.WaitActive(ctxT(t), []string{"k8s.nope"}); !errors.Is(err, snapsvc.ErrNotFound) {
 		t.Errorf("unknown service: %v, want not found at once", err)
 	}
+}
+
+// At every daemon start, make sure the snap's services run and are
+// enabled (a revert can leave them disabled), touching only those that
+// are not.
+func ExampleClient_EnsureRunning() {
+	srv, _ := fake.New(fake.WithSnaps(desiredSnap()))
+	defer srv.Close()
+	c, _ := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST))
+	defer c.Close()
+	ctx := context.Background()
+
+	res, err := c.EnsureRunning(ctx, []string{"k8s"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("started or enabled:", strings.Join(res.Changed, " "))
+	res, _ = c.EnsureRunning(ctx, []string{"k8s"})
+	fmt.Println("second call acted:", res.Result != nil)
+	if err := c.WaitActive(ctx, []string{"k8s"}); err == nil {
+		fmt.Println("all active")
+	}
+	// Output:
+	// started or enabled: k8s.kube-apiserver k8s.kube-proxy k8s.kubelet
+	// second call acted: false
+	// all active
 }
