@@ -58,6 +58,13 @@ type Options struct {
 	// Clock drives probes (default: real time). It overrides Probe.Clock;
 	// a service's own ProbeOptions.Clock overrides it.
 	Clock retry.Clock
+	// SkipRunning leaves out of each start request the services snapd
+	// already reports active (and enabled, with Enable), when the
+	// Controller can read service state (a *snapsvc.Client can). A plan run
+	// at every daemon start then makes no change when everything already
+	// runs. Probes still gate the dependents of skipped services. If the
+	// state cannot be read, the whole batch is started.
+	SkipRunning bool
 	// OnEvent, if set, is called for each step, in order, from the
 	// goroutine running Start.
 	OnEvent func(Event)
@@ -109,6 +116,12 @@ type Controller interface {
 	Start(ctx context.Context, names []string, opts snapsvc.StartOptions) (*snapsvc.Result, error)
 }
 
+// StateReader reads service state; *snapsvc.Client is one. A Controller
+// that is also a StateReader lets Options.SkipRunning work.
+type StateReader interface {
+	Services(ctx context.Context, names ...string) ([]snapsvc.Service, error)
+}
+
 // Errors of New.
 var (
 	// ErrCycle: the services' After relations form a cycle.
@@ -143,6 +156,7 @@ type Plan struct {
 	mu      sync.Mutex
 	err     error
 	batches []Batch
+	skipped []string
 	isReady map[string]bool
 }
 
@@ -265,6 +279,14 @@ func (p *Plan) Batches() []Batch {
 		out[i] = Batch{Services: slices.Clone(b.Services), ChangeID: b.ChangeID}
 	}
 	return out
+}
+
+// Skipped returns the services that Options.SkipRunning left out of the
+// start requests because they were already running.
+func (p *Plan) Skipped() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.skipped)
 }
 
 // IsReady reports whether the named service has become ready.
@@ -424,18 +446,24 @@ func (p *Plan) run(ctx context.Context, ctl Controller) error {
 			}
 		}
 		if len(batch) > 0 {
-			p.emit(Event{Kind: EventStarting, Services: slices.Clone(batch)})
-			res, err := ctl.Start(ctx, batch, snapsvc.StartOptions{Enable: p.opts.Enable})
 			for _, n := range batch {
 				started[n] = true
 			}
-			if err != nil {
-				return &ServiceError{Services: batch, Waiting: p.notStarted(started), Err: err}
+			toStart := batch
+			if p.opts.SkipRunning {
+				toStart = p.dropRunning(ctx, ctl, batch)
 			}
-			p.mu.Lock()
-			p.batches = append(p.batches, Batch{Services: slices.Clone(batch), ChangeID: res.ChangeID})
-			p.mu.Unlock()
-			p.emit(Event{Kind: EventStarted, Services: slices.Clone(batch), ChangeID: res.ChangeID})
+			if len(toStart) > 0 {
+				p.emit(Event{Kind: EventStarting, Services: slices.Clone(toStart)})
+				res, err := ctl.Start(ctx, toStart, snapsvc.StartOptions{Enable: p.opts.Enable})
+				if err != nil {
+					return &ServiceError{Services: toStart, Waiting: p.notStarted(started), Err: err}
+				}
+				p.mu.Lock()
+				p.batches = append(p.batches, Batch{Services: slices.Clone(toStart), ChangeID: res.ChangeID})
+				p.mu.Unlock()
+				p.emit(Event{Kind: EventStarted, Services: slices.Clone(toStart), ChangeID: res.ChangeID})
+			}
 			for _, n := range batch {
 				s := p.svcs[p.index[n]]
 				if s.Probe == nil {
@@ -460,6 +488,34 @@ func (p *Plan) run(ctx context.Context, ctl Controller) error {
 			return p.ctxError(ctx, &wg, results, probing, started)
 		}
 	}
+}
+
+// dropRunning returns the services of batch that need starting.
+func (p *Plan) dropRunning(ctx context.Context, ctl Controller, batch []string) []string {
+	sr, ok := ctl.(StateReader)
+	if !ok {
+		return batch
+	}
+	svcs, err := sr.Services(ctx, batch...)
+	if err != nil {
+		return batch
+	}
+	running := map[string]bool{}
+	for _, s := range svcs {
+		running[s.FullName()] = s.Active && (s.Enabled || !p.opts.Enable)
+	}
+	var out, skipped []string
+	for _, n := range batch {
+		if running[n] {
+			skipped = append(skipped, n)
+		} else {
+			out = append(out, n)
+		}
+	}
+	p.mu.Lock()
+	p.skipped = append(p.skipped, skipped...)
+	p.mu.Unlock()
+	return out
 }
 
 // ctxError builds the error of a plan whose context ended: the probes are

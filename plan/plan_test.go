@@ -315,3 +315,50 @@ func TestIndependentChainsStartIndependently(t *testing.T) {
 		t.Errorf("batches %v, want %v", got, want)
 	}
 }
+
+// With SkipRunning, services snapd already reports running are not
+// started again; a plan whose services all run makes no change at all.
+func TestSkipRunning(t *testing.T) {
+	snap := k8sSnap()
+	for i := range snap.Apps {
+		switch snap.Apps[i].Name {
+		case "containerd", "etcd":
+			snap.Apps[i].Active, snap.Apps[i].Enabled = true, true
+		case "kube-apiserver":
+			snap.Apps[i].Active = true // running, but left disabled
+		}
+	}
+	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	c := newClient(t, srv)
+	ctx := ctxT(t)
+	api := newReadyz(t)
+	api.up.Store(true)
+	opts := plan.Options{Enable: true, SkipRunning: true, Probe: probe.Options{Interval: time.Second, MaxWait: time.Minute}}
+	p, err := plan.New(controlPlane(tcpListener(t), api.URL), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Skipped(); !slices.Equal(got, []string{"k8s.containerd", "k8s.etcd"}) {
+		t.Errorf("skipped %v", got)
+	}
+	want := [][]string{{"k8s.kube-apiserver"}, {"k8s.kube-controller-manager", "k8s.kube-scheduler", "k8s.kubelet", "k8s.kube-proxy"}}
+	if got := postedNames(t, srv); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("requests %v, want %v", got, want)
+	}
+	if st, _ := srv.Service("k8s", "kube-apiserver"); !st.Enabled {
+		t.Error("kube-apiserver left disabled")
+	}
+
+	// Everything runs now: a new plan makes no change, and is ready.
+	before := srv.Counters().ChangesCreated
+	p, _ = plan.New(controlPlane(tcpListener(t), api.URL), opts)
+	if err := p.Start(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Counters().ChangesCreated; n != before || len(p.Batches()) != 0 || len(p.Skipped()) != 7 || !isClosed(p.Ready()) {
+		t.Errorf("second run: %d new changes, batches %v, skipped %v", n-before, p.Batches(), p.Skipped())
+	}
+}
