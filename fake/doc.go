@@ -67,15 +67,17 @@
 // # Faults
 //
 //   - AddChange(ChangeSpec{Kind: "configure-snap", Snap: "k8s"}) blocks the
-//     snap until Change.Finish or Change.Fail; StartHook runs a hook.
+//     snap until Change.Finish or Change.Fail (Change.Next walks a
+//     multi-task change one task at a time); StartHook runs a hook.
 //   - App.FailStart / SetFailStart make a start fail like systemctl.
 //   - DropNextResponse(method, path): the request is handled (a POST creates
 //     its change) and the connection closed without an answer;
 //     DropConnections cuts every open connection.
 //   - BeginMaintenance/EndMaintenance add/remove "maintenance";
 //     StopListening/StartListening remove/re-create the socket files (a
-//     daemon restart: maintenance, socket gone, back); WithoutListening for a
-//     socket that appears late.
+//     daemon restart: maintenance, socket gone, back; RestartDaemon(down)
+//     does the whole sequence on the clock); WithoutListening for a socket
+//     that appears late.
 //   - SetLatency delays every answer (on the fake's clock).
 //
 // # Introspection
@@ -83,5 +85,6 @@
 // Requests (log with clock timestamps, socket, status, error kind/message,
 // change id), Counters (requests per "METHOD /path", conflicts answered,
 // changes created), Service, ChangeByID, Changes, Change, WaitFor, WaitIdle,
-// ChangeReady, Config.
+// ChangeReady, Config; AdvanceUntilReady / AdvanceUntilIdle drive a
+// ManualClock until a change (or everything) is ready.
 package fake

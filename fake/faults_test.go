@@ -336,3 +336,25 @@ func TestChangeNextWalksTasks(t *testing.T) {
 		t.Fatalf("%+v", info)
 	}
 }
+
+func TestRestartDaemon(t *testing.T) {
+	clk := fake.NewManualClock(t0)
+	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"stop","names":["svcdemo.gamma"]}`)
+	back := s.RestartDaemon(5 * time.Second)
+	if _, _, err := callErr(s.SocketPath(), "GET", "/v2/changes/"+e.Change, ""); err == nil {
+		t.Fatal("answered during restart")
+	}
+	clk.Advance(5 * time.Second)
+	<-back
+	var ch change
+	_, e2 := call(t, s.SocketPath(), "GET", "/v2/changes/"+e.Change, "")
+	decode(t, e2.Result, &ch)
+	if ch.Status != "Doing" || e2.Maintenance != nil {
+		t.Fatalf("%s %s", e2.Result, e2.Maintenance)
+	}
+	clk.Advance(15 * time.Second)
+	if info, _ := s.ChangeByID(e.Change); info.Status != "Done" {
+		t.Fatalf("%+v", info)
+	}
+}

@@ -240,6 +240,23 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.StopListening()
 	s.handlers.Wait()
+	// wait (boundedly) for handlers still finishing their answer
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		n, wake := s.inflight, s.stateWake
+		s.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-wake:
+			continue
+		case <-deadline.C:
+		}
+		break
+	}
 	if s.ownDir {
 		os.RemoveAll(s.dir)
 	}
@@ -343,6 +360,30 @@ func (s *Server) DropConnections() {
 	for _, c := range cs {
 		c.Close()
 	}
+}
+
+// RestartDaemon imitates "systemctl restart snapd": maintenance
+// {"kind":"daemon-restart","message":"daemon is restarting"} is set, the
+// sockets go away (in-flight long-polls get 500 "request canceled"), and
+// after down on the fake's clock the sockets come back without maintenance.
+// Changes keep running meanwhile, as they do across a real restart. The
+// returned channel is closed once the sockets are back.
+func (s *Server) RestartDaemon(down time.Duration) <-chan struct{} {
+	back := make(chan struct{})
+	s.BeginMaintenance("daemon-restart", "daemon is restarting")
+	s.StopListening()
+	s.clock.AfterFunc(down, func() {
+		defer close(back)
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		s.EndMaintenance()
+		s.StartListening()
+	})
+	return back
 }
 
 // Listening reports whether the sockets are being served.
