@@ -149,7 +149,9 @@ func Wait(ctx context.Context, p Probe, o Options) error {
 		checks++
 		err := Once(ctx, p, o.Timeout, o.Clock)
 		if ctx.Err() != nil {
-			if err != nil {
+			// Keep the last real failure rather than the cancellation
+			// that cut this check short.
+			if err != nil && (last == nil || !errors.Is(err, ctx.Err())) {
 				last = err
 			}
 			return notReady(context.Cause(ctx))

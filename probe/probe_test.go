@@ -317,3 +317,26 @@ func TestHTTPSClientCertificate(t *testing.T) {
 		t.Errorf("server saw client %v", cn.Load())
 	}
 }
+
+// A wait cancelled in the middle of a check reports the failure before,
+// not the cancellation of the check.
+func TestWaitCancelledMidCheckKeepsLastFailure(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	p := probe.Func("apiserver", func(cctx context.Context) error {
+		n++
+		if n == 1 {
+			return errors.New("status 503: etcd not ready")
+		}
+		cancel()
+		<-cctx.Done()
+		return cctx.Err()
+	})
+	mc := fake.NewManualClock(t0)
+	errc := make(chan error, 1)
+	go func() { errc <- probe.Wait(ctx, p, probe.Options{Interval: time.Second, Timeout: time.Hour, Clock: manualClock{mc}}) }()
+	err := drive(t, mc, time.Minute, errc)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "last error: status 503: etcd not ready") {
+		t.Errorf("err = %v", err)
+	}
+}
