@@ -334,7 +334,9 @@ func TestWaitCancelledMidCheckKeepsLastFailure(t *testing.T) {
 	})
 	mc := fake.NewManualClock(t0)
 	errc := make(chan error, 1)
-	go func() { errc <- probe.Wait(ctx, p, probe.Options{Interval: time.Second, Timeout: time.Hour, Clock: manualClock{mc}}) }()
+	go func() {
+		errc <- probe.Wait(ctx, p, probe.Options{Interval: time.Second, Timeout: time.Hour, Clock: manualClock{mc}})
+	}()
 	err := drive(t, mc, time.Minute, errc)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "last error: status 503: etcd not ready") {
 		t.Errorf("err = %v", err)
