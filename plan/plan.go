@@ -101,6 +101,7 @@ func (k EventKind) String() string {
 
 // Event is one step of a plan's start.
 type Event struct {
+	// Kind is what happened.
 	Kind EventKind
 	// Services are the batch (Starting, Started) or the one service
 	// (Ready).
