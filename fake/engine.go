@@ -202,7 +202,7 @@ func (s *Server) runStepsLocked(r *svcRun) {
 			}
 		}
 		if failMsg := s.applyStepLocked(r, st); failMsg != "" {
-			s.failServiceTaskLocked(r, st, failMsg)
+			s.failServiceTaskLocked(r, failMsg)
 			return
 		}
 		r.idx++
@@ -253,7 +253,7 @@ func (s *Server) systemctlError(verb, snap, app, stderr string) string {
 // failServiceTaskLocked ends the task in Error. For "start", snapd's
 // StartServices stops every service of the batch again in reverse order and
 // undoes --enable (wrappers/services.go).
-func (s *Server) failServiceTaskLocked(r *svcRun, _ *step, msg string) {
+func (s *Server) failServiceTaskLocked(r *svcRun, msg string) {
 	if r.op.action == "start" {
 		ordered := orderServices(r.op.services)
 		for i := len(ordered) - 1; i >= 0; i-- {

@@ -313,7 +313,22 @@ func TestRealClockDurations(t *testing.T) {
 	if err := s.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// DropConnections cuts a long-poll in flight: the client gets no answer
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := callErr(s.SocketPath(), "GET", "/v2/notices?keys=999&timeout=1h", "")
+		got <- err
+	}()
+	if err := s.WaitFor(ctx, func(v fake.View) bool { return v.InFlight() > 0 }); err != nil {
+		t.Fatal(err)
+	}
 	s.DropConnections()
+	if err := <-got; err == nil {
+		t.Fatal("long-poll answered after DropConnections")
+	}
+	if code, _ := call(t, s.SocketPath(), "GET", "/v2/apps", ""); code != 200 {
+		t.Fatal(code)
+	}
 }
 
 func TestChangeNextWalksTasks(t *testing.T) {
@@ -356,5 +371,23 @@ func TestRestartDaemon(t *testing.T) {
 	clk.Advance(15 * time.Second)
 	if info, _ := s.ChangeByID(e.Change); info.Status != "Done" {
 		t.Fatalf("%+v", info)
+	}
+}
+
+func TestSnapSocketObserveDeniedAndUnsuccessful(t *testing.T) {
+	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithSnapSocketObserveDenied())
+	code, e := call(t, s.SnapSocketPath(), "GET", "/v2/notices", "")
+	if r := errOf(t, e); code != 403 || r.Kind != "login-required" || !strings.HasPrefix(r.Message, "could not determine snap name for pid: ") {
+		t.Fatalf("%d %+v", code, r)
+	}
+	if code, _ := call(t, s.SocketPath(), "GET", "/v2/notices", ""); code != 200 {
+		t.Fatal(code)
+	}
+	s.SetSnapctlUnsuccessful("is-connected", "", "not connected\n", 1)
+	code, e = call(t, s.SnapSocketPath(), "POST", "/v2/snapctl", cookieBody(s.Cookie("svcdemo"), "is-connected", "network"))
+	r := errOf(t, e)
+	if code != 200 || e.Type != "error" || r.Kind != "unsuccessful" || r.Message != "unsuccessful with exit code: 1" ||
+		string(r.Value) != `{"exit-code":1,"stderr":"not connected\n","stdout":""}` {
+		t.Fatalf("%d %+v %s", code, r, r.Value)
 	}
 }

@@ -667,16 +667,16 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 		if r.Method != "GET" {
 			return methodNotAllowed(r.Method)
 		}
-		if sock != "main" && s.cfg.snapSocketDenied {
-			return forbidden(fmt.Sprintf("could not determine snap name for pid: cannot find a snap for pid %d", os.Getpid()))
+		if rsp := s.observeDenied(sock); rsp != nil {
+			return rsp
 		}
 		return s.getChanges(r)
 	case strings.HasPrefix(p, "/v2/changes/") && len(p) > len("/v2/changes/"):
 		id := strings.TrimPrefix(p, "/v2/changes/")
 		switch r.Method {
 		case "GET":
-			if sock != "main" && s.cfg.snapSocketDenied {
-				return forbidden(fmt.Sprintf("could not determine snap name for pid: cannot find a snap for pid %d", os.Getpid()))
+			if rsp := s.observeDenied(sock); rsp != nil {
+				return rsp
 			}
 			return s.getChange(id)
 		case "POST":
@@ -693,8 +693,8 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 		if r.Method != "GET" {
 			return methodNotAllowed(r.Method)
 		}
-		if sock != "main" && s.cfg.snapSocketDenied {
-			return forbidden(fmt.Sprintf("could not determine snap name for pid: cannot find a snap for pid %d", os.Getpid()))
+		if rsp := s.observeDenied(sock); rsp != nil {
+			return rsp
 		}
 		if p == "/v2/notices" {
 			return s.getNotices(r, stopping)
@@ -720,6 +720,17 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 	}
 	// daemon/daemon.go: router.NotFoundHandler = NotFound("not found")
 	return notFound("not found")
+}
+
+// observeDenied answers reads of changes/notices on the snap socket when
+// WithSnapSocketObserveDenied is set, as snapd does for a caller it cannot
+// map to a snap plugging snap-refresh-observe (the pid is the fake's own:
+// the fake does not look up the peer).
+func (s *Server) observeDenied(sock string) *response {
+	if sock == "main" || !s.cfg.snapSocketDenied {
+		return nil
+	}
+	return forbidden(fmt.Sprintf("could not determine snap name for pid: cannot find a snap for pid %d", os.Getpid()))
 }
 
 func methodNotAllowed(m string) *response {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -86,13 +87,9 @@ type change struct {
 	lastStatus string
 	noticed    bool
 	exclusive  string // message when this change blocks every snap
-	statusOver string // explicitly set status (rarely used)
 }
 
 func (c *change) status() string {
-	if c.statusOver != "" {
-		return c.statusOver
-	}
 	if len(c.tasks) == 0 {
 		return StatusHold
 	}
@@ -132,17 +129,13 @@ func (c *change) errText() string {
 	return out
 }
 
+// stripErrorLog returns the message of a "<time> ERROR <msg>" log entry.
 func stripErrorLog(l string) (string, bool) {
-	for i := 0; i < len(l); i++ {
-		if l[i] == ' ' {
-			rest := l[i:]
-			if len(rest) >= 7 && rest[:7] == " ERROR " {
-				return rest[7:], true
-			}
-			return "", false
-		}
+	_, rest, ok := strings.Cut(l, " ")
+	if !ok {
+		return "", false
 	}
-	return "", false
+	return strings.CutPrefix(rest, "ERROR ")
 }
 
 type notice struct {
