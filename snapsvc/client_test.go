@@ -1,6 +1,7 @@
 package snapsvc_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -338,5 +339,25 @@ func TestServicesAndWaitIdle(t *testing.T) {
 	foreign.Finish()
 	if err := <-idle; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// When the caller's context ends while snapd is away, the error keeps
+// the reason the client was retrying.
+func TestContextEndKeepsLastError(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	ctx, cancel := context.WithCancel(context.Background())
+	clock := &instantClock{}
+	clock.onPause = func(n int) {
+		if n == 2 {
+			cancel()
+		}
+	}
+	c := newClient(t, srv, snapsvc.WithClock(clock))
+	_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	var connErr *snapsvc.ConnectionError
+	var opErr *snapsvc.OpError
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &connErr) || !errors.As(err, &opErr) || !opErr.Retryable() {
+		t.Fatalf("error %v: want cancelled, wrapping the connection failure, retryable", err)
 	}
 }

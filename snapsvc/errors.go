@@ -1,6 +1,7 @@
 package snapsvc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -105,3 +106,24 @@ type gaveUpError struct {
 
 func (e *gaveUpError) Error() string   { return e.reason + ": " + e.last.Error() }
 func (e *gaveUpError) Unwrap() []error { return []error{ErrGaveUp, e.last} }
+
+// interruptedError is an operation whose context ended while it was
+// retrying; it keeps the last failure, which says why it was retrying.
+type interruptedError struct {
+	ctx  error
+	last error
+}
+
+func (e *interruptedError) Error() string {
+	return fmt.Sprintf("%v while retrying; last error: %v", e.ctx, e.last)
+}
+
+func (e *interruptedError) Unwrap() []error { return []error{e.ctx, e.last} }
+
+func interrupted(ctx context.Context, last error) error {
+	cause := context.Cause(ctx)
+	if last == nil {
+		return cause
+	}
+	return &interruptedError{ctx: cause, last: last}
+}

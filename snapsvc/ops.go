@@ -129,6 +129,11 @@ type Operation struct {
 // ChangeID returns the change snapd made ("" in snapctl mode).
 func (o *Operation) ChangeID() string { return o.result.ChangeID }
 
+// Result returns what is known of the operation so far: the change,
+// attempts, conflicts and changes waited for; Status is set once the
+// change is known to be ready.
+func (o *Operation) Result() Result { return o.result }
+
 // Wait waits for the operation's change and returns its outcome. It may be
 // called more than once.
 func (o *Operation) Wait(ctx context.Context) (*Result, error) {
@@ -253,7 +258,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (res *Result, done bo
 		}
 		last = err
 		if ctx.Err() != nil {
-			return nil, false, c.opError(o, "", res.Attempts, ctxErr(ctx, "giving up"))
+			return nil, false, c.opError(o, "", res.Attempts, interrupted(ctx, last))
 		}
 		switch retry.Classify(err) {
 		case retry.Permanent:
@@ -310,7 +315,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (res *Result, done bo
 			return nil, false, c.opError(o, "", res.Attempts, &gaveUpError{reason: reason, last: last})
 		}
 		if perr := rt.Pause(ctx); perr != nil {
-			return nil, false, c.opError(o, "", res.Attempts, ctxErr(ctx, "giving up"))
+			return nil, false, c.opError(o, "", res.Attempts, interrupted(ctx, last))
 		}
 	}
 }
