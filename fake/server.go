@@ -815,7 +815,7 @@ func (s *Server) WaitFor(ctx context.Context, cond func(v View) bool) error {
 // View is a read-only look at the fake's state inside WaitFor.
 type View struct{ s *Server }
 
-// InProgress lists the ids of changes that are not ready, in id order.
+// InProgress describes the changes that are not ready, in id order.
 func (v View) InProgress() []ChangeInfo {
 	var out []ChangeInfo
 	for _, c := range v.s.changes {
