@@ -3,9 +3,6 @@ package snapsvc
 import (
 	"context"
 	"errors"
-	"time"
-
-	"github.com/snapsvc/snapsvc/retry"
 )
 
 // flight is a restart waiting for its snap's lock that identical requests
@@ -101,41 +98,4 @@ func resultChange(r *Result) string {
 		return ""
 	}
 	return r.ChangeID
-}
-
-// paceRestart waits until every named service's last restart made by this
-// process is at least the minimum restart interval ago, then records this
-// one. Called with the snap's lock held.
-func (c *Client) paceRestart(ctx context.Context, h *held, o op) error {
-	now := c.clock.Now()
-	var wait time.Duration
-	for _, l := range h.mem {
-		l.mu.Lock()
-		for _, n := range o.t.names {
-			if last, ok := l.lastRestart[n]; ok {
-				if d := last.Add(c.minRestart).Sub(now); d > wait {
-					wait = d
-				}
-			}
-		}
-		l.mu.Unlock()
-	}
-	if wait > 0 {
-		c.logger.Info("pacing restart", "names", o.t.String(), "wait", wait)
-		if err := retry.Sleep(ctx, c.clock, wait); err != nil {
-			return ctxErr(ctx, "waiting for the minimum restart interval")
-		}
-	}
-	now = c.clock.Now()
-	for _, l := range h.mem {
-		l.mu.Lock()
-		if l.lastRestart == nil {
-			l.lastRestart = map[string]time.Time{}
-		}
-		for _, n := range o.t.names {
-			l.lastRestart[n] = now
-		}
-		l.mu.Unlock()
-	}
-	return nil
 }

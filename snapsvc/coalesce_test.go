@@ -303,6 +303,20 @@ func TestRestartPacing(t *testing.T) {
 	if len(posts()) != n {
 		t.Error("a cancelled paced restart was sent")
 	}
+
+	// A whole-snap restart counts for each of the snap's services.
+	mc.Advance(10 * time.Second)
+	notPaced(ctx, t, c, mc, "k8s")
+	n = len(posts())
+	restartAsync(c, ctx, out, "k8s.kubelet")
+	waitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
+	if len(posts()) != n {
+		t.Fatal("kubelet restarted right after its snap was restarted")
+	}
+	mc.Advance(10 * time.Second)
+	if o := <-out; o.err != nil {
+		t.Fatalf("paced kubelet restart: %v", o.err)
+	}
 }
 
 // notPaced restarts name and fails if the restart waits on the clock.

@@ -197,6 +197,11 @@ func (c *Client) opError(o op, changeID string, attempts int, err error) error {
 // wait) wait for the change. done reports whether the outcome is final.
 func (c *Client) run(ctx context.Context, o op, wait bool) (res *Result, done bool, err error) {
 	log := c.logger.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
+	// Pace before taking the lock, so a paced restart does not hold up
+	// other operations on the snap.
+	if err := c.paceRestart(ctx, o); err != nil {
+		return nil, false, c.opError(o, "", 0, err)
+	}
 	h, err := c.lockSnaps(ctx, o.t.snaps)
 	if err != nil {
 		return nil, false, c.opError(o, "", 0, err)
@@ -221,10 +226,10 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (res *Result, done bo
 			return nil, false, c.opError(o, "", 0, err)
 		}
 	}
-	if o.action == "restart" && c.minRestart > 0 {
-		if err := c.paceRestart(ctx, h, o); err != nil {
-			return nil, false, c.opError(o, "", 0, err)
-		}
+	// Pace again under the lock: a restart of the same service may have
+	// gone ahead while this one waited for the lock.
+	if err := c.paceRestart(ctx, o); err != nil {
+		return nil, false, c.opError(o, "", 0, err)
 	}
 
 	res = &Result{}
@@ -241,6 +246,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (res *Result, done bo
 		sentAt := time.Now()
 		changeID, err := c.send(ctx, o)
 		if err == nil {
+			c.recordRestart(o)
 			if c.queuesInHook() {
 				log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", res.Attempts)
 				res.Queued = true
@@ -292,6 +298,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (res *Result, done bo
 		case retry.Indeterminate:
 			id, ferr := c.adoptLost(ctx, o, sentAt)
 			if ferr == nil && id != "" {
+				c.recordRestart(o)
 				res.ChangeID = id
 				log.Info("request's answer was lost; adopting the change it made", "change", id, "attempt", res.Attempts)
 				if c.mode == ModeSnapctl {

@@ -1,0 +1,85 @@
+package snapsvc
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// paceRestart waits until every service o restarts was last restarted by
+// this process at least the minimum restart interval ago
+// (WithMinRestartInterval), so bursts of restarts cannot trip systemd's
+// start limit. A whole-snap restart counts for each of its services and
+// the other way round.
+func (c *Client) paceRestart(ctx context.Context, o op) error {
+	if o.action != "restart" || c.minRestart <= 0 {
+		return nil
+	}
+	for {
+		wait := c.restartWait(o)
+		if wait <= 0 {
+			return nil
+		}
+		c.logger.Info("pacing restart", "names", o.t.String(), "wait", wait)
+		if err := retry.Sleep(ctx, c.clock, wait); err != nil {
+			return ctxErr(ctx, "waiting for the minimum restart interval")
+		}
+	}
+}
+
+func (c *Client) restartWait(o op) time.Duration {
+	now := c.clock.Now()
+	var wait time.Duration
+	for _, s := range o.t.snaps {
+		l := lockFor(c.instance, s)
+		l.mu.Lock()
+		for key, last := range l.lastRestart {
+			if restartsOverlap(key, o.t.names) {
+				if d := last.Add(c.minRestart).Sub(now); d > wait {
+					wait = d
+				}
+			}
+		}
+		l.mu.Unlock()
+	}
+	return wait
+}
+
+// recordRestart notes that snapd accepted a restart of o's services now.
+func (c *Client) recordRestart(o op) {
+	if o.action != "restart" || c.minRestart <= 0 {
+		return
+	}
+	now := c.clock.Now()
+	for _, s := range o.t.snaps {
+		l := lockFor(c.instance, s)
+		l.mu.Lock()
+		if l.lastRestart == nil {
+			l.lastRestart = map[string]time.Time{}
+		}
+		for _, n := range o.t.names {
+			if snapOf(n) == s {
+				l.lastRestart[n] = now
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// restartsOverlap reports whether restarting names touches the service (or
+// snap) key.
+func restartsOverlap(key string, names []string) bool {
+	for _, n := range names {
+		if n == key || n == snapOf(key) || key == snapOf(n) {
+			return true
+		}
+	}
+	return false
+}
+
+func snapOf(name string) string {
+	snap, _, _ := strings.Cut(name, ".")
+	return snap
+}
