@@ -1,12 +1,15 @@
 module github.com/snapsvc/snapsvc
 
-go 1.26.8
+go 1.26.0
 
 require (
-	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
-	github.com/rogpeppe/go-internal v1.16.0 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
-	golang.org/x/sync v0.25.0 // indirect
+	github.com/cenkalti/backoff/v4 v4.3.0
+	github.com/rogpeppe/go-internal v1.16.0
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.25.0
+)
+
+require (
 	golang.org/x/sys v0.26.0 // indirect
 	golang.org/x/tools v0.26.0 // indirect
 )
