@@ -31,7 +31,9 @@ func TestFakeMatchesRealSnapd(t *testing.T) {
 	})
 
 	fv := fakeVersion(e.Version)
-	fs := fake.NewServer(t, fake.WithVersion(fv), fake.WithSnaps(svcdemoForFake(e.Slow)))
+	// The test process is no snap: real snapd refuses its reads on the snap
+	// socket, which the fake only does when told.
+	fs := fake.NewServer(t, fake.WithVersion(fv), fake.WithSnaps(svcdemoForFake(e.Slow)), fake.WithSnapSocketObserveDenied())
 	fw := newWire(t, fs.SocketPath())
 
 	real := &target{
@@ -112,6 +114,11 @@ func knownDifferences(version string) map[string]string {
 		"change-stop-gamma-doing": waiting,
 		"changes-in-progress":     waiting,
 	}
+	if !versionAtLeast(version, 2, 62) {
+		known["changes-snap-socket"] = "real 2.57.6 refuses a non-snap reader of /v2/changes on the snap socket with " +
+			"403 `access denied` (it has no snap-refresh-observe check); the fake always answers as newer snapd does " +
+			"(`could not determine snap name for pid: ...`)"
+	}
 	if fakeVersion(version) == fake.Version268 {
 		// The fake had no 2.68 capture of these and guessed 2.70 as the switch.
 		known["change-start-broken"] = "real 2.68.3 already formats a failed systemctl call as " +
@@ -147,6 +154,7 @@ func svcdemoForFake(slow time.Duration) fake.Snap {
 		{Name: "broken", Daemon: "oneshot", FailStart: fake.SystemctlJobFailed("svcdemo", "broken")},
 		{Name: "ctl"},
 		{Name: "gamma", Daemon: "simple", Enabled: true, Active: true, StopDuration: slow},
+		{Name: "helper"},
 		{Name: "slowstart", Daemon: "forking", StartDuration: slow},
 	}}
 }
@@ -339,6 +347,23 @@ func scenario(tg *target, e env) error {
 	if _, err := tg.call("change-stop-gamma-done", m, "GET", "/v2/changes/"+gamma, nil); err != nil {
 		return err
 	}
+	// Notices (404 before 2.62): the change's change-update notice, and
+	// the query errors.
+	for _, c := range []struct {
+		name, path string
+		sock       *wire
+	}{
+		{"notices-change-update-key", "/v2/notices?types=change-update&keys=" + gamma, m},
+		{"notices-bad-type", "/v2/notices?types=bogus", m},
+		{"notices-bad-after", "/v2/notices?after=yesterday", m},
+		{"notices-bad-timeout", "/v2/notices?timeout=xyz", m},
+		{"notices-snap-socket", "/v2/notices?types=change-update&keys=" + gamma, s},
+		{"changes-snap-socket", "/v2/changes/" + gamma, s},
+	} {
+		if _, err := tg.call(c.name, c.sock, "GET", c.path, nil); err != nil {
+			return err
+		}
+	}
 	if err := act("start-gamma", map[string]any{"action": "start", "names": []string{"svcdemo.gamma"}}); err != nil {
 		return err
 	}
@@ -385,7 +410,10 @@ func scenario(tg *target, e env) error {
 	return err
 }
 
-var logTime = regexp.MustCompile(`^\d{4}-\d\d-\d\dT[0-9:.]+Z `)
+var (
+	logTime = regexp.MustCompile(`^\d{4}-\d\d-\d\dT[0-9:.]+Z `)
+	pidNum  = regexp.MustCompile(`for pid \d+`)
+)
 
 // normalise rewrites a body so that two snapds can be compared: ids,
 // times, the cookie and the order of object keys do not matter.
@@ -404,7 +432,7 @@ func normaliseValue(v any, key, cookie string) any {
 	case map[string]any:
 		for k, vv := range x {
 			switch k {
-			case "id", "change", "spawn-time", "ready-time", "warning-timestamp", "last-occurred", "first-occurred", "last-repeated":
+			case "id", "key", "change", "spawn-time", "ready-time", "warning-timestamp", "last-occurred", "first-occurred", "last-repeated":
 				x[k] = "<" + k + ">"
 			default:
 				x[k] = normaliseValue(vv, k, cookie)
@@ -427,7 +455,7 @@ func normaliseValue(v any, key, cookie string) any {
 		if cookie != "" {
 			x = strings.ReplaceAll(x, cookie, "<cookie>")
 		}
-		return x
+		return pidNum.ReplaceAllString(x, "for pid <pid>")
 	}
 	return v
 }

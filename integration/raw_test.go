@@ -154,3 +154,48 @@ func TestRawStopWaitingLog(t *testing.T) {
 	}
 	w.waitChange(t, r.Change, e.Slow+time.Minute)
 }
+
+// snapd >= 2.62 records change-update notices; a long-poll for a change's
+// notice wakes right after the change is ready. Older snapd answers 404.
+func TestRawNoticesLongPoll(t *testing.T) {
+	e := loadEnv(t)
+	w := newWire(t, e.Socket)
+	if !versionAtLeast(e.Version, 2, 62) {
+		if r := w.do(t, "GET", "/v2/notices", nil); r.StatusCode != 404 {
+			t.Errorf("GET /v2/notices on snapd %s: want 404, got %s", e.Version, r.Raw)
+		}
+		t.Skipf("snapd %s has no notices", e.Version)
+	}
+	w.ensureBaseline(t)
+	t.Cleanup(func() { w.ensureBaseline(t) })
+
+	r := w.postApps(t, "stop", []string{"svcdemo.gamma"}, nil)
+	if r.StatusCode != 202 {
+		t.Fatalf("stop gamma: %s", r.Raw)
+	}
+	after := time.Now().UTC().Format(time.RFC3339Nano)
+	// Notices for this change after "after" that are not the Doing one:
+	// loop until the notice's last data says the change is ready.
+	var woke time.Time
+	for i := 0; ; i++ {
+		n := w.do(t, "GET", "/v2/notices?types=change-update&keys="+r.Change+"&after="+after+"&timeout=30s", nil)
+		woke = time.Now()
+		var ns []struct {
+			LastRepeated time.Time `json:"last-repeated"`
+		}
+		decode(t, n, &ns)
+		if len(ns) == 0 {
+			t.Fatalf("long-poll timed out with no notice for change %s", r.Change)
+		}
+		if c := w.change(t, r.Change); c.Ready || i > 10 {
+			break
+		}
+		after = ns[0].LastRepeated.UTC().Format(time.RFC3339Nano)
+	}
+	c := w.change(t, r.Change)
+	lag := woke.Sub(c.ReadyTime)
+	t.Logf("snapd %s: long-poll woke %v after change %s was ready", e.Version, lag.Round(100*time.Microsecond), c.ID)
+	if lag < 0 || lag > time.Second {
+		t.Errorf("long-poll woke %v after the change's ready-time, want within a second", lag)
+	}
+}
