@@ -261,7 +261,9 @@ install -m 755 "$work/snapsvc-helper" "$work/root/root/svcdemo/bin/snapsvc-helpe
 # lzo: xz takes ~15 s on the helper binary.
 inside env SNAPPY_GLOBAL_ROOT=/nonexistent snap pack --compression=lzo /root/svcdemo /root/snaps >>"$logs/snap-install.txt" 2>&1 ||
 	die "snap pack svcdemo: $(tail -n 3 "$logs/snap-install.txt")"
-install_snap "$(inside sh -c 'ls /root/snaps/svcdemo_*.snap')"
+# Named as the golden capture had it (the install change's summary shows the path).
+inside sh -c "mv /root/snaps/svcdemo_*.snap /root/snaps/svcdemo_1_$(dpkg --print-architecture).snap"
+install_snap "/root/snaps/svcdemo_1_$(dpkg --print-architecture).snap"
 if [ "$observe" = 1 ]; then
 	inside snap connect svcdemo:snap-refresh-observe >>"$logs/snap-install.txt" 2>&1 || die "snap connect svcdemo:snap-refresh-observe"
 fi
