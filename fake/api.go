@@ -363,20 +363,12 @@ func (s *Server) abortChange(id string, body []byte) *response {
 	return syncResp(s.changeJSONLocked(c))
 }
 
-// abortLocked mirrors Change.Abort: Do -> Hold, Doing -> Abort (the task
-// finishes and, having no undo handler, ends Undone), Done -> Undone.
+// abortLocked mirrors POST abort (daemon/api_general.go abortChange ->
+// Change.Abort): Do -> Hold, Doing -> Abort (the task finishes and is then
+// undone), Done -> Undo, after which kinds without an undo handler
+// (service-control, exec-command) go back to Done and test-controlled tasks
+// end Undone.
 func (s *Server) abortLocked(c *change) {
-	for _, t := range c.tasks {
-		switch t.status {
-		case StatusDo:
-			s.setTaskStatusLocked(t, StatusHold)
-		case StatusDoing:
-			t.abortReq = true
-			t.status = StatusAbort
-		case StatusDone:
-			s.setTaskStatusLocked(t, StatusUndone)
-		}
-	}
-	s.updateChangeLocked(c)
+	s.abortTasksLocked(c)
 	s.settleLocked()
 }

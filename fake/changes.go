@@ -114,7 +114,9 @@ func (s *Server) Change(id string) *Change {
 func (c *Change) ID() string { return c.c.id }
 
 // Finish marks every pending test-controlled task Done, in order. Tasks the
-// fake runs itself (service-control) are left to run.
+// fake runs itself (service-control) are left to run. A task aborted while
+// Doing is undone instead (Abort -> Undo -> Undoing -> Undone, as the task
+// runner does when a handler returns after an abort).
 func (c *Change) Finish() {
 	s := c.s
 	s.mu.Lock()
@@ -123,14 +125,24 @@ func (c *Change) Finish() {
 		if t.run != nil || statusReady(t.status) {
 			continue
 		}
-		if t.status == StatusAbort {
-			s.setTaskStatusLocked(t, StatusUndone)
-		} else {
-			s.setTaskStatusLocked(t, StatusDone)
-		}
+		s.finishTaskLocked(t)
 	}
-	s.updateChangeLocked(c.c)
 	s.settleLocked()
+}
+
+// finishTaskLocked ends a test-controlled task's handler successfully.
+func (s *Server) finishTaskLocked(t *task) {
+	switch t.status {
+	case StatusAbort:
+		s.setTaskStatusLocked(t, StatusUndo)
+		s.setTaskStatusLocked(t, StatusUndoing)
+		s.setTaskStatusLocked(t, StatusUndone)
+	case StatusDo:
+		s.setTaskStatusLocked(t, StatusDoing)
+		s.setTaskStatusLocked(t, StatusDone)
+	case StatusDoing:
+		s.setTaskStatusLocked(t, StatusDone)
+	}
 }
 
 // Next marks the current (first pending, test-controlled) task Done, so
@@ -144,12 +156,7 @@ func (c *Change) Next() bool {
 		if t.run != nil || statusReady(t.status) || t.status == StatusDo {
 			continue
 		}
-		if t.status == StatusAbort {
-			s.setTaskStatusLocked(t, StatusUndone)
-		} else {
-			s.setTaskStatusLocked(t, StatusDone)
-		}
-		s.updateChangeLocked(c.c)
+		s.finishTaskLocked(t)
 		s.settleLocked()
 		return true
 	}
@@ -157,7 +164,9 @@ func (c *Change) Next() bool {
 }
 
 // Fail makes the current (first non-ready, test-controlled) task fail with
-// msg; tasks waiting for it are put on Hold and the change ends in Error.
+// msg, as the task runner handles a failing handler: the change is aborted
+// (pending tasks go to Hold, Done tasks are undone) and the task ends in
+// Error, so the change ends in Error.
 func (c *Change) Fail(msg string) {
 	s := c.s
 	s.mu.Lock()
@@ -166,11 +175,9 @@ func (c *Change) Fail(msg string) {
 		if t.run != nil || statusReady(t.status) {
 			continue
 		}
-		s.logLocked(t, "ERROR", msg)
-		s.setTaskStatusLocked(t, StatusError)
+		s.failTaskLocked(t, msg)
 		break
 	}
-	s.updateChangeLocked(c.c)
 	s.settleLocked()
 }
 
@@ -272,11 +279,9 @@ func (h *Hook) end(msg string) {
 		return
 	}
 	if msg != "" {
-		s.logLocked(h.t, "ERROR", msg)
-		s.setTaskStatusLocked(h.t, StatusError)
+		s.failTaskLocked(h.t, msg)
 	} else {
-		s.setTaskStatusLocked(h.t, StatusDone)
+		s.finishTaskLocked(h.t)
 	}
-	s.updateChangeLocked(h.c)
 	s.settleLocked()
 }

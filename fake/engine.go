@@ -107,20 +107,20 @@ type step struct {
 	app   *appState
 	dur   time.Duration
 	begun bool
+	verb  string // systemctl verb named in a failure ("" = "start")
 }
 
 type svcRun struct {
-	t         *task
-	op        svcOp
-	steps     []*step
-	idx       int
-	prevEnab  map[*appState]bool
-	startedBy map[*appState]bool
+	t     *task
+	op    svcOp
+	steps []*step
+	idx   int
 }
 
 func (s *Server) addServiceTaskLocked(c *change, op svcOp) *task {
 	t := s.newTaskLocked(c, "service-control", op.summary(), op.snap.name)
-	r := &svcRun{t: t, op: op, prevEnab: map[*appState]bool{}, startedBy: map[*appState]bool{}}
+	t.noUndo = true // servicemgr.go: AddHandler("service-control", do, nil)
+	r := &svcRun{t: t, op: op}
 	t.run = func() { s.planLocked(r); s.runStepsLocked(r) }
 	return t
 }
@@ -141,7 +141,6 @@ func (s *Server) planLocked(r *svcRun) {
 	case "start":
 		if op.modifier == "enable" {
 			for _, a := range ordered {
-				r.prevEnab[a] = a.Enabled
 				add(stepEnable, a, 0)
 			}
 		}
@@ -153,8 +152,10 @@ func (s *Server) planLocked(r *svcRun) {
 			add(stepStart, a, d)
 		}
 	case "stop":
-		for i := len(ordered) - 1; i >= 0; i-- {
-			a := ordered[i]
+		// doServiceControl sorts only for start/restart: a stop goes
+		// through the task's services in name order, one systemctl stop
+		// each, then disables them all (wrappers.StopServices).
+		for _, a := range op.services {
 			d := a.StopDuration
 			if !a.Active {
 				d = 0
@@ -162,8 +163,8 @@ func (s *Server) planLocked(r *svcRun) {
 			add(stepStop, a, d)
 		}
 		if op.modifier == "disable" {
-			for i := len(ordered) - 1; i >= 0; i-- {
-				add(stepDisable, ordered[i], 0)
+			for _, a := range op.services {
+				add(stepDisable, a, 0)
 			}
 		}
 	case "restart", "reload-or-restart":
@@ -176,6 +177,11 @@ func (s *Server) planLocked(r *svcRun) {
 				add(stepStart, a, a.StartDuration)
 			case explicit[a] || a.Enabled: // restart-enabled-non-active
 				add(stepStart, a, a.StartDuration)
+				if op.action == "reload-or-restart" {
+					// one "systemctl reload-or-restart" call; a plain
+					// restart is Stop then Start (systemd.Restart)
+					r.steps[len(r.steps)-1].verb = "reload-or-restart"
+				}
 			}
 		}
 	}
@@ -207,11 +213,14 @@ func (s *Server) runStepsLocked(r *svcRun) {
 		}
 		r.idx++
 	}
-	s.setTaskStatusLocked(r.t, StatusDone)
-	if r.t.abortReq { // aborted while Doing; service-control has no undo handler
-		s.setTaskStatusLocked(r.t, StatusUndone)
+	if r.t.status == StatusAbort {
+		// aborted while Doing: the handler ran to the end (doServiceControl
+		// ignores its tomb), so the runner moves it to Undo, and with no
+		// undo handler it goes back to Done (overlord/state/taskrunner.go).
+		s.setTaskStatusLocked(r.t, StatusUndo)
+		return
 	}
-	s.updateChangeLocked(r.t.chg)
+	s.setTaskStatusLocked(r.t, StatusDone)
 }
 
 func (s *Server) applyStepLocked(r *svcRun, st *step) string {
@@ -228,10 +237,11 @@ func (s *Server) applyStepLocked(r *svcRun, st *step) string {
 	case stepStart:
 		if a.FailStart != "" {
 			a.Active = false
-			return s.systemctlError("start", r.op.snap.name, a.Name, a.FailStart)
-		}
-		if !a.Active {
-			r.startedBy[a] = true
+			verb := st.verb
+			if verb == "" {
+				verb = "start"
+			}
+			return s.systemctlError(verb, r.op.snap.name, a.Name, a.FailStart)
 		}
 		a.Active = true
 	}
@@ -251,22 +261,21 @@ func (s *Server) systemctlError(verb, snap, app, stderr string) string {
 }
 
 // failServiceTaskLocked ends the task in Error. For "start", snapd's
-// StartServices stops every service of the batch again in reverse order and
-// undoes --enable (wrappers/services.go).
+// StartServices stops every service of the batch again in reverse order and,
+// if --enable was given, disables every one of them (not only those it
+// enabled: wrappers/services.go "always disable if enable was requested").
 func (s *Server) failServiceTaskLocked(r *svcRun, msg string) {
 	if r.op.action == "start" {
 		ordered := orderServices(r.op.services)
 		for i := len(ordered) - 1; i >= 0; i-- {
 			a := ordered[i]
 			a.Active = false
-			if prev, ok := r.prevEnab[a]; ok {
-				a.Enabled = prev
+			if r.op.modifier == "enable" {
+				a.Enabled = false
 			}
 		}
 	}
-	s.logLocked(r.t, "ERROR", msg)
-	s.setTaskStatusLocked(r.t, StatusError)
-	s.updateChangeLocked(r.t.chg)
+	s.failTaskLocked(r.t, msg)
 }
 
 // afterLocked schedules f on the clock, run with s.mu held; Close cancels

@@ -33,8 +33,11 @@ func statusReady(s string) bool {
 }
 
 // statusOrder is the precedence used to derive a change's status from its
-// tasks' statuses (overlord/state/change.go, statusOrder).
-var statusOrder = []string{StatusAbort, StatusUndoing, StatusUndo, StatusDoing, StatusDo, StatusError, StatusUndone, StatusDone, StatusHold, StatusWait}
+// tasks' statuses (overlord/state/change.go, statusOrder): Wait ranks after
+// Do and before Error (2.59+, where Wait appeared); a change is Wait outright
+// only when every pending task is blocked behind a Wait task
+// (Change.isChangeWaiting).
+var statusOrder = []string{StatusAbort, StatusUndoing, StatusUndo, StatusDoing, StatusDo, StatusWait, StatusError, StatusUndone, StatusDone, StatusHold}
 
 type appState struct {
 	App
@@ -60,33 +63,40 @@ func (ss *snapState) services() []*appState {
 }
 
 type task struct {
-	id       string
-	kind     string
-	summary  string
-	status   string
-	log      []string
-	spawn    time.Time
-	ready    time.Time
-	affects  []string // snaps this task affects (conflict rule, data.affected-snaps)
-	waitFor  []*task
-	chg      *change
-	run      func() // started when the task becomes Doing; nil: manual (Finish/Fail)
-	abortReq bool
+	id      string
+	kind    string
+	summary string
+	status  string
+	log     []string
+	spawn   time.Time
+	ready   time.Time
+	affects []string // snaps this task affects (conflict rule, data.affected-snaps)
+	waitFor []*task
+	chg     *change
+	run     func() // started when the task becomes Doing; nil: manual (Finish/Fail)
+	// noUndo marks kinds registered without an undo handler
+	// (service-control in overlord/servicestate/servicemgr.go, exec-command
+	// in overlord/cmdstate/cmdmgr.go): when their change is aborted they go
+	// Undo and the task runner puts them back to Done
+	// (overlord/state/taskrunner.go, Ensure).
+	noUndo bool
 }
 
 type change struct {
-	id         string
-	kind       string
-	summary    string
-	tasks      []*task
-	spawn      time.Time
-	readyTime  time.Time
-	snapNames  []string // change data "snap-names" (used by GET /v2/changes?for=)
-	apiData    map[string]any
-	readyCh    chan struct{}
-	lastStatus string
-	noticed    bool
-	exclusive  string // message when this change blocks every snap
+	id        string
+	kind      string
+	summary   string
+	tasks     []*task
+	spawn     time.Time
+	readyTime time.Time
+	snapNames []string // change data "snap-names" (used by GET /v2/changes?for=)
+	apiData   map[string]any
+	readyCh   chan struct{}
+	// lastNoticed is the status of the last change-update notice recorded
+	// for a status change ("" = Default, the status at spawn), as
+	// Change.lastRecordedNoticeStatus in overlord/state/change.go.
+	lastNoticed string
+	exclusive   string // message when this change blocks every snap
 }
 
 func (c *change) status() string {
@@ -97,12 +107,67 @@ func (c *change) status() string {
 	for _, t := range c.tasks {
 		seen[t.status] = true
 	}
+	if seen[StatusWait] && c.waiting() {
+		return StatusWait
+	}
 	for _, s := range statusOrder {
 		if seen[s] {
 			return s
 		}
 	}
 	return StatusDone
+}
+
+// waiting mirrors Change.isChangeWaiting: every task is ready or Wait, or in
+// Do behind prerequisites that are (transitively) waiting.
+func (c *change) waiting() bool {
+	memo := map[*task]bool{}
+	var blocked func(t *task, depth int) bool
+	blocked = func(t *task, depth int) bool {
+		if v, ok := memo[t]; ok || depth > len(c.tasks) {
+			return v
+		}
+		w := false
+		for _, d := range t.waitFor {
+			switch d.status {
+			case StatusWait:
+				w = true
+			case StatusDone, StatusUndone, StatusError, StatusHold:
+				continue
+			case StatusDo:
+				w = blocked(d, depth+1)
+			default:
+				w = false
+			}
+			if !w {
+				break
+			}
+		}
+		memo[t] = w
+		return w
+	}
+	for _, t := range c.tasks {
+		switch t.status {
+		case StatusWait, StatusDone, StatusUndone, StatusError, StatusHold:
+		case StatusDo:
+			if !blocked(t, 0) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isReady reports whether the change's ready channel is closed.
+func (c *change) isReady() bool {
+	select {
+	case <-c.readyCh:
+		return true
+	default:
+		return false
+	}
 }
 
 // errText mirrors Change.Err: one line per task in Error with its ERROR logs.
@@ -164,6 +229,8 @@ func (s *Server) newChangeLocked(kind, summary string) *change {
 	s.changes = append(s.changes, c)
 	s.changeByID[c.id] = c
 	s.counters.ChangesCreated++
+	// State.NewChange records the first change-update notice at spawn.
+	s.addChangeNoticeLocked(c)
 	return c
 }
 
@@ -189,6 +256,10 @@ func (s *Server) logLocked(t *task, level, msg string) {
 	}
 }
 
+// setTaskStatusLocked changes a task's status and, like Task.SetStatus
+// (overlord/state/task.go -> Change.taskStatusChanged), lets the change
+// record a change-update notice and become ready on every single task
+// status change.
 func (s *Server) setTaskStatusLocked(t *task, st string) {
 	if t.status == st {
 		return
@@ -197,6 +268,73 @@ func (s *Server) setTaskStatusLocked(t *task, st string) {
 	if statusReady(st) && t.ready.IsZero() {
 		t.ready = s.nowLocked()
 	}
+	if t.chg != nil {
+		s.taskStatusChangedLocked(t.chg)
+	}
+}
+
+// abortTasksLocked mirrors Change.Abort / AbortLanes (every task is in lane 0
+// in the fake): Do -> Hold, Doing -> Abort, Done -> Undo (undone by
+// undoReadyLocked once the tasks waiting for it are ready).
+func (s *Server) abortTasksLocked(c *change) {
+	for _, t := range c.tasks {
+		switch t.status {
+		case StatusDo:
+			s.setTaskStatusLocked(t, StatusHold)
+		case StatusDoing:
+			s.setTaskStatusLocked(t, StatusAbort)
+		case StatusDone:
+			s.setTaskStatusLocked(t, StatusUndo)
+		}
+	}
+}
+
+// undoReadyLocked runs the undo of c's tasks in Undo whose halt tasks (the
+// tasks waiting for them) are all ready (taskrunner.go mustWait): kinds
+// without an undo handler go back to Done (taskrunner.go Ensure: "Cannot
+// undo. Revert to done status."), test-controlled tasks go Undoing ->
+// Undone. It reports whether anything changed.
+func (s *Server) undoReadyLocked(c *change) bool {
+	progressed := false
+	for i := len(c.tasks) - 1; i >= 0; i-- {
+		t := c.tasks[i]
+		if t.status != StatusUndo {
+			continue
+		}
+		halted := true
+		for _, o := range c.tasks {
+			for _, w := range o.waitFor {
+				if w == t && !statusReady(o.status) {
+					halted = false
+				}
+			}
+		}
+		if !halted {
+			continue
+		}
+		progressed = true
+		if t.noUndo {
+			s.setTaskStatusLocked(t, StatusDone)
+			continue
+		}
+		s.setTaskStatusLocked(t, StatusUndoing)
+		s.setTaskStatusLocked(t, StatusUndone)
+	}
+	return progressed
+}
+
+// failTaskLocked mirrors the task runner when a handler returns an error
+// (overlord/state/taskrunner.go run): the task's lanes are aborted first
+// (the failing task itself goes Doing -> Abort), then the task is set to
+// Error with an ERROR log entry, then aborted Done tasks are undone. The
+// change therefore passes through Abort, which is why a failed
+// service-control change has 4 change-update occurrences (spawn, Doing,
+// Abort, Error) against 3 for a successful one (golden 2.77.1 notices-all).
+func (s *Server) failTaskLocked(t *task, msg string) {
+	s.abortTasksLocked(t.chg)
+	s.logLocked(t, "ERROR", msg)
+	s.setTaskStatusLocked(t, StatusError)
+	s.undoReadyLocked(t.chg)
 }
 
 // settleLocked starts every task whose prerequisites are done, holds tasks
@@ -206,7 +344,7 @@ func (s *Server) settleLocked() {
 	for i := 0; i < 1000; i++ {
 		progressed := false
 		for _, c := range s.changes {
-			if statusReady(c.lastStatus) {
+			if c.isReady() {
 				continue
 			}
 			for _, t := range c.tasks {
@@ -233,10 +371,12 @@ func (s *Server) settleLocked() {
 				}
 				s.setTaskStatusLocked(t, StatusDoing)
 				progressed = true
-				s.updateChangeLocked(c)
 				if t.run != nil {
 					t.run()
 				}
+			}
+			if s.undoReadyLocked(c) {
+				progressed = true
 			}
 			s.updateChangeLocked(c)
 		}
@@ -247,36 +387,27 @@ func (s *Server) settleLocked() {
 	s.wakeLocked()
 }
 
-// updateChangeLocked records change-update notices on status changes and
-// closes the ready channel once the change is ready.
-func (s *Server) updateChangeLocked(c *change) {
+// taskStatusChangedLocked mirrors Change.taskStatusChanged and
+// notifyStatusChange: a change-update notice is recorded unless the status
+// equals the last recorded one or is a Doing->Do / Undoing->Undo flip
+// (shouldSkipChangeUpdateNotice); the last recorded status only moves when
+// a notice is recorded.
+func (s *Server) taskStatusChangedLocked(c *change) {
 	st := c.status()
-	if !c.noticed {
-		c.noticed = true
-		c.lastStatus = st
+	old := c.lastNoticed
+	skip := old == st || (old == StatusDoing && st == StatusDo) || (old == StatusUndoing && st == StatusUndo)
+	if !skip {
 		s.addChangeNoticeLocked(c)
-	} else if st != c.lastStatus {
-		old := c.lastStatus
-		c.lastStatus = st
-		// overlord/state/change.go shouldSkipChangeUpdateNotice: Doing->Do
-		// and Undoing->Undo flips are not recorded.
-		if !((old == StatusDoing && st == StatusDo) || (old == StatusUndoing && st == StatusUndo)) {
-			s.addChangeNoticeLocked(c)
-			if st == StatusError {
-				// real snapd 2.77.1 records one more occurrence for a
-				// change ending in Error (golden notices-all: the failed
-				// start has 4 occurrences, successful ones 3).
-				s.addChangeNoticeLocked(c)
-			}
-		}
+		c.lastNoticed = st
 	}
-	if statusReady(st) {
-		select {
-		case <-c.readyCh:
-		default:
-			c.readyTime = s.nowLocked()
-			close(c.readyCh)
-		}
+	s.updateChangeLocked(c)
+}
+
+// updateChangeLocked closes the ready channel once the change is ready.
+func (s *Server) updateChangeLocked(c *change) {
+	if statusReady(c.status()) && !c.isReady() {
+		c.readyTime = s.nowLocked()
+		close(c.readyCh)
 	}
 }
 
@@ -342,6 +473,13 @@ var exclusiveKinds = map[string]string{
 	"remove-recovery-system":   "removing recovery system in progress, no other changes allowed until this is done",
 }
 
+// irrelevantKinds never conflict through their tasks
+// (overlord/snapstate/conflict.go isIrrelevantChange; the confdb kinds exist
+// only in recent releases, where they are listed too).
+var irrelevantKinds = map[string]bool{
+	"pre-download": true, "become-operational": true, "get-confdb": true, "set-confdb": true,
+}
+
 // conflictLocked applies snapd's CheckChangeConflictMany
 // (overlord/snapstate/conflict.go): any non-ready change (other than
 // ignoreID and the irrelevant kinds) with any task affecting one of snaps,
@@ -367,7 +505,7 @@ func (s *Server) conflictLocked(snaps []string, ignoreID string) *conflictErr {
 		if statusReady(c.status()) || c.id == ignoreID {
 			continue
 		}
-		if c.kind == "become-operational" || c.kind == "pre-download" {
+		if irrelevantKinds[c.kind] {
 			continue
 		}
 		for _, t := range c.tasks {
