@@ -3,8 +3,11 @@ package fake
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -23,53 +26,64 @@ func commaList(vals []string) []string {
 	return out
 }
 
-// appsFor mirrors daemon/api_apps.go appInfosFor.
+// appsForLocked mirrors daemon/api_apps.go appInfosFor: a requested snap
+// without apps of the wanted kind is reported first ("snap %q has no
+// services"/"apps"); then the first requested name not found (snapd walks a
+// map, so with several unknown names which one it reports varies; the fake
+// takes the first in request order): a bare snap name gives snap-not-found,
+// a "snap.app" name app-not-found even when the snap itself is unknown.
 func (s *Server) appsForLocked(names []string, serviceOnly bool) ([]*appState, *response) {
-	seen := map[*appState]bool{}
-	var out []*appState
-	add := func(a *appState) {
-		if !seen[a] {
-			seen[a] = true
-			out = append(out, a)
+	kind := "app"
+	if serviceOnly {
+		kind = "service"
+	}
+	requested := map[string]bool{}
+	snapNames := map[string]bool{}
+	for _, n := range names {
+		requested[n] = true
+		sn, _, _ := strings.Cut(n, ".")
+		snapNames[sn] = true
+	}
+	var snapList []string
+	for n := range s.snaps {
+		if len(names) == 0 || snapNames[n] {
+			snapList = append(snapList, n)
 		}
 	}
-	if len(names) == 0 {
-		for _, ss := range s.snaps {
-			for _, a := range ss.apps {
-				if !serviceOnly || a.Daemon != "" {
-					add(a)
-				}
+	sort.Strings(snapList)
+	found := map[string]bool{}
+	var out []*appState
+	for _, sn := range snapList {
+		ss := s.snaps[sn]
+		var apps []*appState
+		for _, a := range ss.apps {
+			if !serviceOnly || a.Daemon != "" {
+				apps = append(apps, a)
+			}
+		}
+		if len(apps) == 0 && requested[sn] {
+			return nil, errResp(404, "app-not-found", nil, "snap %q has no %ss", sn, kind)
+		}
+		all := len(requested) == 0 || requested[sn]
+		if all {
+			found[sn] = true
+		}
+		for _, a := range apps {
+			if all || requested[sn+"."+a.Name] {
+				out = append(out, a)
+				found[sn+"."+a.Name] = true
 			}
 		}
 	}
 	for _, n := range names {
-		snapName, appName, hasApp := strings.Cut(n, ".")
-		ss := s.snaps[snapName]
-		if ss == nil {
-			return nil, errResp(404, "snap-not-found", snapName, "snap %q not found", snapName)
-		}
-		if !hasApp {
-			found := false
-			for _, a := range ss.apps {
-				if !serviceOnly || a.Daemon != "" {
-					add(a)
-					found = true
-				}
-			}
-			if !found && serviceOnly {
-				return nil, errResp(404, "app-not-found", nil, "snap %q has no services", snapName)
-			}
+		if found[n] {
 			continue
 		}
-		a := ss.apps[appName]
-		if serviceOnly {
-			if a == nil || a.Daemon == "" {
-				return nil, errResp(404, "app-not-found", nil, "snap %q has no service %q", snapName, appName)
-			}
-		} else if a == nil {
-			return nil, errResp(404, "app-not-found", nil, "snap %q has no app %q", snapName, appName)
+		if snapNames[n] {
+			return nil, errResp(404, "snap-not-found", n, "snap %q not found", n)
 		}
-		add(a)
+		sn, app, _ := strings.Cut(n, ".")
+		return nil, errResp(404, "app-not-found", nil, "snap %q has no %s %q", sn, kind, app)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].snap != out[j].snap {
@@ -97,9 +111,16 @@ func (s *Server) getApps(r *http.Request) *response {
 	if sel != "" && sel != "service" {
 		return badRequest("invalid select parameter: %q", sel)
 	}
+	// "global" came with 2.63 (daemon/api_apps.go readMaybeBoolValue)
+	if g := q.Get("global"); g != "" && s.cfg.version.atLeast("2.63") {
+		if _, err := strconv.ParseBool(g); err != nil {
+			return badRequest("invalid global parameter: %q", g)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	apps, rsp := s.appsForLocked(commaList(q["names"]), sel == "service")
+	// only the first "names" value counts (query.Get + CommaSeparatedList)
+	apps, rsp := s.appsForLocked(commaList([]string{q.Get("names")}), sel == "service")
 	if rsp != nil {
 		return rsp
 	}
@@ -115,13 +136,52 @@ func (s *Server) getApps(r *http.Request) *response {
 }
 
 type instruction struct {
-	Action  string          `json:"action"`
-	Names   []string        `json:"names"`
-	Enable  bool            `json:"enable"`
-	Disable bool            `json:"disable"`
-	Reload  bool            `json:"reload"`
-	Scope   []string        `json:"scope"`
-	Users   json.RawMessage `json:"users"`
+	Action  string        `json:"action"`
+	Names   []string      `json:"names"`
+	Enable  bool          `json:"enable"`
+	Disable bool          `json:"disable"`
+	Reload  bool          `json:"reload"`
+	Scope   scopeSelector `json:"scope"`
+	Users   userSelector  `json:"users"`
+}
+
+// scopeSelector and userSelector decode like client.ScopeSelector and
+// client.UserSelector (client/apps.go), whose errors make POST /v2/apps
+// answer "cannot decode request body into service operation: ...".
+type scopeSelector []string
+
+func (ss *scopeSelector) UnmarshalJSON(b []byte) error {
+	var scopes []string
+	if err := json.Unmarshal(b, &scopes); err != nil {
+		return errors.New("cannot unmarshal, expected a list of strings")
+	}
+	if len(scopes) > 2 {
+		return fmt.Errorf("unexpected number of scopes: %v", scopes)
+	}
+	for _, sc := range scopes {
+		if sc != "system" && sc != "user" {
+			return errors.New(`cannot unmarshal, expected one of: "system", "user"`)
+		}
+	}
+	*ss = scopes
+	return nil
+}
+
+type userSelector struct{}
+
+func (*userSelector) UnmarshalJSON(b []byte) error {
+	var users []string
+	if err := json.Unmarshal(b, &users); err == nil {
+		return nil
+	}
+	var kw string
+	if err := json.Unmarshal(b, &kw); err != nil {
+		return errors.New("cannot unmarshal, expected a string or a list of strings")
+	}
+	if kw != "self" && kw != "all" {
+		return errors.New(`cannot unmarshal, expected one of: "self", "all"`)
+	}
+	return nil
 }
 
 // buildOps groups services per snap, sorted by snap name (servicestate
@@ -163,7 +223,14 @@ func buildOps(action string, enable, disable, reload bool, apps []*appState, nam
 	sort.Strings(order)
 	var out []svcOp
 	for _, n := range order {
-		out = append(out, *by[n])
+		op := *by[n]
+		// serviceControlTs sorts each snap's services and explicit services
+		byName := func(l []*appState) {
+			sort.Slice(l, func(i, j int) bool { return l[i].Name < l[j].Name })
+		}
+		byName(op.services)
+		byName(op.explicit)
+		out = append(out, op)
 	}
 	return out, ""
 }
@@ -341,17 +408,19 @@ func (s *Server) getChanges(r *http.Request) *response {
 }
 
 func (s *Server) abortChange(id string, body []byte) *response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// daemon/api_general.go abortChange looks the change up before
+	// decoding the body
+	c := s.changeByID[id]
+	if c == nil {
+		return notFound("cannot find change with id %q", id)
+	}
 	var req struct {
 		Action string `json:"action"`
 	}
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&req); err != nil {
 		return badRequest("cannot decode data from request body: %v", err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.changeByID[id]
-	if c == nil {
-		return notFound("cannot find change with id %q", id)
 	}
 	if req.Action != "abort" {
 		return badRequest("change action %q is unsupported", req.Action)

@@ -1,8 +1,10 @@
 package fake
 
 import (
+	"math"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -12,6 +14,10 @@ var noticeTypes = map[string]bool{
 	"change-update": true, "warning": true, "refresh-inhibit": true, "snap-run-inhibit": true,
 	"interfaces-requests-prompt": true, "interfaces-requests-rule-update": true,
 }
+
+// noticeExpireAfter is overlord/state/notices.go defaultNoticeExpireAfter:
+// a notice not re-occurring for 7 days is dropped.
+const noticeExpireAfter = 7 * 24 * time.Hour
 
 // noticeJSON mirrors daemon/api_notices.go jsonNotice; user-id is null for
 // public notices (no omitempty).
@@ -36,14 +42,15 @@ func noticeToJSON(n *notice) noticeJSON {
 	}
 	return noticeJSON{ID: n.id, Type: n.typ, Key: n.key, FirstOccurred: n.first.UTC(), LastOccurred: n.last.UTC(),
 		LastRepeated: n.lastRepeated.UTC(), Occurrences: n.occurrences, LastData: ld,
-		ExpireAfter: "168h0m0s"} // defaultNoticeExpireAfter = 7 days
+		ExpireAfter: noticeExpireAfter.String()}
 }
 
 func (s *Server) getNotice(id string) *response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.nowLocked()
 	for _, n := range s.notices {
-		if n.id == id {
+		if n.id == id && !n.last.Add(noticeExpireAfter).Before(now) {
 			return syncResp(noticeToJSON(n))
 		}
 	}
@@ -54,6 +61,30 @@ func (s *Server) getNotice(id string) *response {
 // (strictly after last-repeated), long-polls up to timeout.
 func (s *Server) getNotices(r *http.Request, stopping <-chan struct{}) *response {
 	q := r.URL.Query()
+	// daemon/api_notices.go: user-id / users are checked first (the fake
+	// answers as root, so both are allowed; all its notices are public,
+	// which every user-id filter matches).
+	if len(q["user-id"]) > 0 {
+		ids := commaList(q["user-id"])
+		if len(ids) != 1 {
+			return badRequest(`invalid "user-id" filter: must only include one "user-id"`)
+		}
+		n, err := strconv.ParseInt(ids[0], 10, 64)
+		if err != nil {
+			return badRequest(`invalid "user-id" filter: %v`, err)
+		}
+		if n < 0 || n > math.MaxUint32 {
+			return badRequest(`invalid "user-id" filter: user ID is not a valid uint32: %d`, n)
+		}
+	}
+	if len(q["users"]) > 0 {
+		if len(q["user-id"]) > 0 {
+			return badRequest(`cannot use both "users" and "user-id" parameters`)
+		}
+		if q.Get("users") != "all" {
+			return badRequest(`invalid "users" filter: must be "all"`)
+		}
+	}
 	var types map[string]bool
 	if raw := commaList(q["types"]); len(raw) > 0 {
 		types = map[string]bool{}
@@ -91,7 +122,11 @@ func (s *Server) getNotices(r *http.Request, stopping <-chan struct{}) *response
 	}
 	match := func() []noticeJSON {
 		var ns []*notice
+		now := s.nowLocked()
 		for _, n := range s.notices {
+			if n.last.Add(noticeExpireAfter).Before(now) {
+				continue // expired (Notice.Expired)
+			}
 			if types != nil && !types[n.typ] {
 				continue
 			}

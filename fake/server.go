@@ -528,6 +528,10 @@ type response struct {
 	typ    string
 	result any
 	change string
+	// bare responses are served before the handler runs (router 404,
+	// 405, access-check 403): daemon/daemon.go Command.ServeHTTP adds
+	// "maintenance" only to what a handler returns.
+	bare bool
 }
 
 // respJSON mirrors daemon/response.go.
@@ -556,7 +560,19 @@ func badRequest(format string, a ...any) *response { return errResp(400, "", nil
 
 func notFound(format string, a ...any) *response { return errResp(404, "", nil, format, a...) }
 
-func forbidden(msg string) *response { return errResp(403, "login-required", nil, "%s", msg) }
+// forbidden is an access-check failure (daemon/access.go), served bare.
+func forbidden(msg string) *response {
+	r := errResp(403, "login-required", nil, "%s", msg)
+	r.bare = true
+	return r
+}
+
+// routeNotFound is the router's NotFoundHandler (daemon/daemon.go), bare.
+func routeNotFound() *response {
+	r := notFound("not found")
+	r.bare = true
+	return r
+}
 
 func routeKey(method, path string) string {
 	parts := strings.Split(path, "/")
@@ -624,7 +640,10 @@ func (s *Server) handler(sock string) http.Handler {
 		}
 		req.Dropped = drop
 		s.requests = append(s.requests, req)
-		out := respJSON{Type: rsp.typ, StatusCode: rsp.status, Status: http.StatusText(rsp.status), Result: rsp.result, Change: rsp.change, Maintenance: s.maint}
+		out := respJSON{Type: rsp.typ, StatusCode: rsp.status, Status: http.StatusText(rsp.status), Result: rsp.result, Change: rsp.change}
+		if !rsp.bare {
+			out.Maintenance = s.maint
+		}
 		s.mu.Unlock()
 
 		buf, err := json.Marshal(out)
@@ -652,17 +671,18 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 	p := r.URL.Path
 	switch {
 	case p == "/v2/apps":
+		// daemon/daemon.go checks the method before access; then
 		// daemon/access.go: openAccess/authenticatedAccess require snapd.socket
+		if r.Method != "GET" && r.Method != "POST" {
+			return methodNotAllowed(r.Method)
+		}
 		if sock != "main" {
 			return forbidden("access denied")
 		}
-		switch r.Method {
-		case "GET":
+		if r.Method == "GET" {
 			return s.getApps(r)
-		case "POST":
-			return s.postApps(body)
 		}
-		return methodNotAllowed(r.Method)
+		return s.postApps(body)
 	case p == "/v2/changes":
 		if r.Method != "GET" {
 			return methodNotAllowed(r.Method)
@@ -688,7 +708,7 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 		return methodNotAllowed(r.Method)
 	case p == "/v2/notices" || strings.HasPrefix(p, "/v2/notices/"):
 		if !s.cfg.version.hasNotices() {
-			return notFound("not found")
+			return routeNotFound()
 		}
 		if r.Method != "GET" {
 			return methodNotAllowed(r.Method)
@@ -719,7 +739,7 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 		return s.sysInfo()
 	}
 	// daemon/daemon.go: router.NotFoundHandler = NotFound("not found")
-	return notFound("not found")
+	return routeNotFound()
 }
 
 // observeDenied answers reads of changes/notices on the snap socket when
@@ -734,7 +754,9 @@ func (s *Server) observeDenied(sock string) *response {
 }
 
 func methodNotAllowed(m string) *response {
-	return errResp(405, "", nil, "method %q not allowed", m)
+	r := errResp(405, "", nil, "method %q not allowed", m)
+	r.bare = true
+	return r
 }
 
 func (s *Server) sysInfo() *response {

@@ -60,6 +60,15 @@ func (s *Server) postSnapctl(ctx context.Context, body []byte, stopping <-chan s
 	if !knownCommand(s.cfg.version, cmd) {
 		return fail("Unknown command `%s'. Please specify one command of: %s", cmd, s.cfg.version.unknownCommandList())
 	}
+	// go-flags rejects bad flags and missing arguments while parsing,
+	// before the command's Execute looks at the context (ctlcmd.Run).
+	var sargs serviceArgs
+	if cmd == "start" || cmd == "stop" || cmd == "restart" {
+		var msg string
+		if sargs, msg = parseServiceArgs(cmd, req.Args[1:]); msg != "" {
+			return fail("%s", msg)
+		}
+	}
 	if cctx == nil || cctx.snap == nil {
 		// ctlcmd.MissingContextError
 		return fail("cannot invoke snapctl operation commands (here %q) from outside of a snap", cmd)
@@ -74,7 +83,7 @@ func (s *Server) postSnapctl(ctx context.Context, body []byte, stopping <-chan s
 	case "services":
 		return s.snapctlServices(cctx, args, fail)
 	case "start", "stop", "restart":
-		return s.snapctlServiceCmd(ctx, cctx, cmd, args, fail, stopping)
+		return s.snapctlServiceCmd(ctx, cctx, cmd, sargs, fail, stopping)
 	case "get":
 		return s.snapctlGet(cctx, args, fail)
 	case "set":
@@ -99,24 +108,19 @@ func knownCommand(v Version, cmd string) bool {
 	return false
 }
 
-// resolveServices mirrors ctlcmd getServiceInfos: names are "<snap>" or
-// "<snap>.<app>" of the context's own snap, anything else is unknown.
+// resolveServicesLocked mirrors ctlcmd getServiceInfos: names are "<snap>"
+// (all services at once, ignoring the names after it) or "<snap>.<app>" of
+// the context's own snap, in the order given; anything else is unknown.
 func (s *Server) resolveServicesLocked(cctx *ctlContext, names []string) ([]*appState, string) {
 	var out []*appState
 	seen := map[*appState]bool{}
 	for _, n := range names {
-		snapName, appName, hasApp := strings.Cut(n, ".")
-		if snapName != cctx.snap.name {
-			return nil, n
+		if n == cctx.snap.name {
+			return cctx.snap.services(), ""
 		}
-		if !hasApp {
-			for _, a := range cctx.snap.services() {
-				if !seen[a] {
-					seen[a] = true
-					out = append(out, a)
-				}
-			}
-			continue
+		appName, ok := strings.CutPrefix(n, cctx.snap.name+".")
+		if !ok {
+			return nil, n
 		}
 		a := cctx.snap.apps[appName]
 		if a == nil || a.Daemon == "" {
@@ -127,7 +131,6 @@ func (s *Server) resolveServicesLocked(cctx *ctlContext, names []string) ([]*app
 			out = append(out, a)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, ""
 }
 
@@ -141,6 +144,12 @@ func (s *Server) snapctlServices(cctx *ctlContext, names []string, fail func(str
 		if bad != "" {
 			return fail("unknown service: %q", bad)
 		}
+	}
+	apps = append([]*appState(nil), apps...)
+	sort.Slice(apps, func(i, j int) bool { return apps[i].Name < apps[j].Name })
+	if len(apps) == 0 {
+		// ctlcmd/services.go prints nothing, not even the header
+		return syncResp(snapctlResult{})
 	}
 	var buf bytes.Buffer
 	w := tabwriter.NewWriter(&buf, 5, 3, 2, ' ', 0)
@@ -159,27 +168,37 @@ func (s *Server) snapctlServices(cctx *ctlContext, names []string, fail func(str
 	return syncResp(snapctlResult{Stdout: buf.String()})
 }
 
-// snapctlServiceCmd mirrors ctlcmd/helpers.go runServiceCommand/queueCommand.
-func (s *Server) snapctlServiceCmd(ctx context.Context, cctx *ctlContext, cmd string, args []string, fail func(string, ...any) *response, stopping <-chan struct{}) *response {
-	var enable, disable, reload bool
-	var names []string
+type serviceArgs struct {
+	enable, disable, reload bool
+	names                   []string
+}
+
+// parseServiceArgs parses start/stop/restart arguments as go-flags would.
+func parseServiceArgs(cmd string, args []string) (serviceArgs, string) {
+	var sa serviceArgs
 	for _, a := range args {
 		switch {
 		case a == "--enable" && cmd == "start":
-			enable = true
+			sa.enable = true
 		case a == "--disable" && cmd == "stop":
-			disable = true
+			sa.disable = true
 		case a == "--reload" && cmd == "restart":
-			reload = true
+			sa.reload = true
 		case strings.HasPrefix(a, "-"):
-			return fail("unknown flag `%s'", strings.TrimLeft(a, "-"))
+			return sa, fmt.Sprintf("unknown flag `%s'", strings.TrimLeft(a, "-"))
 		default:
-			names = append(names, a)
+			sa.names = append(sa.names, a)
 		}
 	}
-	if len(names) == 0 {
-		return fail("the required argument `<service> (at least 1 argument)` was not provided")
+	if len(sa.names) == 0 {
+		return sa, "the required argument `<service> (at least 1 argument)` was not provided"
 	}
+	return sa, ""
+}
+
+// snapctlServiceCmd mirrors ctlcmd/helpers.go runServiceCommand/queueCommand.
+func (s *Server) snapctlServiceCmd(ctx context.Context, cctx *ctlContext, cmd string, sa serviceArgs, fail func(string, ...any) *response, stopping <-chan struct{}) *response {
+	enable, disable, reload, names := sa.enable, sa.disable, sa.reload, sa.names
 	s.mu.Lock()
 	apps, bad := s.resolveServicesLocked(cctx, names)
 	if bad != "" {
@@ -200,33 +219,50 @@ func (s *Server) snapctlServiceCmd(ctx context.Context, cctx *ctlContext, cmd st
 	for _, a := range apps {
 		full = append(full, a.snap+"."+a.Name)
 	}
-	execSummaries := []string{fmt.Sprintf("%s of %v", cmd, full)}
-	if enable {
-		execSummaries = []string{fmt.Sprintf("enable of %v", full), execSummaries[0]}
+	// servicestate.Control with CreateExecCommandTasks: "enable" then
+	// "start", "disable" then "stop", "reload-or-restart" or "restart";
+	// the names in the order getServiceInfos returned them.
+	var ctlcmds []string
+	switch {
+	case enable:
+		ctlcmds = []string{"enable", "start"}
+	case disable:
+		ctlcmds = []string{"disable", "stop"}
+	case reload:
+		ctlcmds = []string{"reload-or-restart"}
+	default:
+		ctlcmds = []string{cmd}
 	}
-	if disable {
-		execSummaries = append(execSummaries, fmt.Sprintf("disable of %v", full))
+	var execSummaries []string
+	for _, cc := range ctlcmds {
+		execSummaries = append(execSummaries, fmt.Sprintf("%s of %v", cc, full))
 	}
 
 	queue := cctx.hook != nil && (cctx.hook.name == "configure" || cctx.hook.name == "default-configure")
 	var c *change
-	var prev *task
+	var first []*task // what the first new task waits for
 	if queue {
-		// queued into the hook's change, after the hook task: they run
-		// once the hook has finished; snapctl returns at once.
+		// queued into the hook's change after every task already in it
+		// (queueCommand: ts.WaitFor(t) for each task of the hook's lanes),
+		// so they run once the hook and earlier queued commands are done;
+		// snapctl returns at once.
 		c = cctx.hook.c
-		prev = cctx.hook.t
+		first = append(first, c.tasks...)
 	} else {
 		c = s.newChangeLocked("service-control", fmt.Sprintf("Running service command for snap %q", cctx.snap.name))
 	}
+	var prev *task
 	for _, sum := range execSummaries {
 		t := s.newTaskLocked(c, "exec-command", sum)
+		t.noUndo = true // cmdstate/cmdmgr.go: AddHandler("exec-command", doExec, nil)
 		t.run = func() {
 			s.logLocked(t, "INFO", "task ignored")
 			s.setTaskStatusLocked(t, StatusDone)
 		}
 		if prev != nil {
 			t.waitFor = []*task{prev}
+		} else {
+			t.waitFor = first
 		}
 		prev = t
 	}
