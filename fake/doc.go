@@ -25,9 +25,9 @@
 //     enabled/active omitted when false; snap-not-found / app-not-found) and
 //     POST /v2/apps (start/stop/restart with enable/disable/reload; 202 async
 //     "service-control" change with snap-names; one service-control task per
-//     snap; services of one request run one at a time in before/after order; a
-//     failing start stops the whole batch again in reverse order and undoes
-//     --enable; conflicts are snapd's 400 without kind, or 409
+//     snap; services of one request start one at a time in before/after order and
+//     stop in name order; a failing start stops the whole batch again in
+//     reverse order and, with --enable, disables all of it; conflicts are snapd's 400 without kind, or 409
 //     snap-change-conflict with WithConflictAs409). Main socket only.
 //   - GET /v2/changes/{id}, GET /v2/changes (select, for= matching only
 //     changes with snap-names), POST /v2/changes/{id} {"action":"abort"}.
@@ -53,6 +53,39 @@
 // not ready and has any task (even a Done one) affecting the snap blocks it;
 // a hook's own change is ignored for its snapctl calls; the exclusive kinds
 // (remodel, transition-ubuntu-core, ...) block every snap.
+//
+// # Task runner semantics
+//
+// As overlord/state: a change's status is derived from its tasks with
+// snapd's precedence (Abort, Undoing, Undo, Doing, Do, Wait, Error, Undone,
+// Done, Hold; Wait outright when every pending task is blocked behind a
+// Wait task). A failing task aborts its change first (pending tasks go to
+// Hold, Done ones to Undo, the failing one through Abort) and then ends in
+// Error, so a failed change records one more change-update occurrence than a
+// successful one. Kinds without an undo handler (service-control,
+// exec-command) go from Undo back to Done; test-controlled tasks end Undone.
+// POST abort: Do -> Hold, Doing -> Abort, Done -> Undo; an aborted
+// service-control task still runs to the end and ends Done.
+//
+// # Known differences from snapd
+//
+// Not reproduced, on purpose or for lack of a model (none of them is in the
+// captured golden cases, so internal/conformance lists none):
+//   - Ready changes are never pruned (snapd drops them 24h after they are
+//     ready, and aborts changes unready for 7 days); old ids keep answering.
+//   - GET /v2/changes lists changes in id order (snapd walks a map).
+//   - With several unknown names in GET/POST /v2/apps, snapd reports a
+//     random one (map order); the fake the first in request order. Likewise
+//     the exec-command summary of a whole-snap snapctl command lists the
+//     services in name order (snapd: map order).
+//   - Repeated service names are de-duplicated (snapd keeps duplicates in
+//     the task data and summaries).
+//   - The rollback stops of a failed start and the --disable/--enable
+//     systemctl calls take no time; user services (scope, users) are not
+//     modelled: scope/users are only validated.
+//   - snapctl: only services, start, stop, restart, get, set, unset; no
+//     --help text, no "Notes" other than "-".
+//   - The caller is always root: no polkit, no 401, user-id filters allowed.
 //
 // # Time
 //
