@@ -23,6 +23,8 @@ cleanup() {
 	done
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 log "debootstrap $suite (minbase) from the host's apt mirror"
 # snapd cannot go into --include: debootstrap's resolver fails on its

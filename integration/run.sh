@@ -9,7 +9,7 @@
 # Needs root. Environment:
 #   SNAPSVC_REALSNAPD        Debian suite for the rootfs: bookworm (snapd 2.57.6, default)
 #                            or trixie (snapd 2.68.3, has notices); "all" runs both in turn.
-#   SNAPSVC_SLOW_SECONDS     how long gamma's stop, slowstart's start take (default 5)
+#   SNAPSVC_SLOW_SECONDS     how long gamma's stop, slowstart's start take (default 3)
 #   SNAPSVC_REALSNAPD_CACHE  rootfs cache (default /var/cache/snapsvc-realsnapd)
 #   SNAPSVC_REALSNAPD_LOGS   where logs go (default /var/tmp/snapsvc-realsnapd-logs/SUITE)
 #   SNAPSVC_REALSNAPD_RUN    passed to -test.run (default: all tests)
@@ -19,7 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
 suite=${SNAPSVC_REALSNAPD:-bookworm}
-slow=${SNAPSVC_SLOW_SECONDS:-5}
+slow=${SNAPSVC_SLOW_SECONDS:-3}
 cache=${SNAPSVC_REALSNAPD_CACHE:-/var/cache/snapsvc-realsnapd}
 state=/run/snapsvc-realsnapd
 
@@ -71,13 +71,29 @@ stop_nspawn() { # pid
 	for ((i = 0; i < 10; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
 	kill -KILL "$pid" 2>/dev/null || true
 }
+# safe_rm DIR: unmount anything still mounted below DIR (a build cut short
+# can leave /proc or a bind of /dev there), then remove it; refuses if a
+# mount remains, so a host /dev is never deleted through a bind mount.
+safe_rm() {
+	local d=$1 m
+	[ -e "$d" ] || return 0
+	d=$(realpath "$d")
+	for m in $(awk -v p="$d/" 'index($2, p) == 1 { print $2 }' /proc/self/mounts | sort -r); do
+		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+	done
+	if awk -v p="$d" '$2 == p || index($2, p "/") == 1 { found=1 } END { exit !found }' /proc/self/mounts; then
+		echo "run.sh: not removing $d: something is still mounted there" >&2
+		return 1
+	fi
+	rm -rf "$d"
+}
 unmount_work() { # workdir
 	local w=$1
 	[ -n "$w" ] || return 0
 	if mountpoint -q "$w/root" 2>/dev/null; then
 		umount "$w/root" 2>/dev/null || umount -l "$w/root" 2>/dev/null || true
 	fi
-	mountpoint -q "$w/root" 2>/dev/null || rm -rf "$w"
+	safe_rm "$w" || true
 }
 if [ -s "$state/nspawn.pid" ]; then
 	say "stopping a container left by an earlier run (pid $(cat "$state/nspawn.pid"))"
@@ -85,6 +101,30 @@ if [ -s "$state/nspawn.pid" ]; then
 fi
 [ ! -s "$state/work" ] || unmount_work "$(cat "$state/work")"
 rm -f "$state/nspawn.pid" "$state/work"
+
+# ---- long-running children run in the background in their own process
+# group and are waited for, so that a signal reaches run.sh's trap at once
+# (bash defers traps while a foreground child runs) and teardown can end
+# the whole group.
+child=''
+wait_child() { # pid: wait for it, streaming its log if it is the test run
+	local pid=$1 tailpid='' rc=0
+	child=$pid
+	if [ -n "${stream:-}" ]; then
+		tail -c +"${stream_from:-1}" -f --pid="$pid" "$stream" &
+		tailpid=$!
+	fi
+	wait "$pid" || rc=$?
+	[ -z "$tailpid" ] || wait "$tailpid" 2>/dev/null || true
+	child=''
+	return $rc
+}
+end_child() {
+	[ -n "$child" ] && kill -0 "$child" 2>/dev/null || return 0
+	kill -TERM -- "-$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null || true
+	sleep 1
+	kill -KILL -- "-$child" 2>/dev/null || true
+}
 
 # ---- teardown: always, on success, failure or interrupt
 nspawn_pid='' leader='' work=''
@@ -99,6 +139,7 @@ teardown() {
 	local rc=$?
 	set +e
 	trap - EXIT INT TERM
+	end_child
 	if [ $rc -ne 0 ]; then
 		collect_logs
 		if [ -s "$logs/journal.txt" ]; then
@@ -112,6 +153,7 @@ teardown() {
 		stop_nspawn "$nspawn_pid"
 	fi
 	unmount_work "$work"
+	[ -z "${building:-}" ] || { safe_rm "$building"; rm -f "$building.debootstrap.log"; }
 	rm -f "$state/nspawn.pid" "$state/work"
 	say "teardown done (exit $rc); logs in $logs"
 	exit $rc
@@ -164,8 +206,13 @@ if [ -f "$rootfs/.snapsvc-ready" ]; then
 else
 	say "building rootfs $rootfs (Debian $suite; not cached yet)"
 	mkdir -p "$cache"
-	rm -rf "$cache/$suite-"* # older recipes of this suite
-	"$here/rootfs.sh" "$suite" "$mirror" "$rootfs.tmp" || { rm -rf "$rootfs.tmp"; die "building the rootfs"; }
+	for old in "$cache/$suite-"*; do # older recipes of this suite, or a build cut short
+		safe_rm "$old" || die "cannot remove $old"
+	done
+	building=$rootfs.tmp
+	setsid "$here/rootfs.sh" "$suite" "$mirror" "$rootfs.tmp" &
+	wait_child $! || die "building the rootfs"
+	building=
 	touch "$rootfs.tmp/.snapsvc-ready"
 	mv "$rootfs.tmp" "$rootfs"
 	say "rootfs cached ($(du -sh "$rootfs" | cut -f1))"
@@ -275,21 +322,33 @@ wait "$gobuild_pid" || { cat "$logs/go-build.txt"; die "go test -c -tags realsna
 # ---- run the suite inside snapd's PID namespace (snapd checks the peer's pid)
 say "running the realsnapd Go tests"
 ver=$(inside snap version | awk '$1 == "snapd" { print $2 }')
-set +e
-(cd "$here" && timeout --kill-after=10 600 nsenter -t "$leader" -p -- env \
-	SNAPSVC_REALSNAPD_SOCKET="/proc/$leader/root/run/snapd.socket" \
-	SNAPSVC_REALSNAPD_SNAP_SOCKET="/proc/$leader/root/run/snapd-snap.socket" \
-	SNAPSVC_REALSNAPD_COOKIE="/proc/$leader/root/var/lib/snapd/cookie/snap.svcdemo" \
-	SNAPSVC_REALSNAPD_VERSION="$ver" \
-	SNAPSVC_REALSNAPD_LEADER="$leader" \
-	SNAPSVC_REALSNAPD_OBSERVE="$observe" \
-	SNAPSVC_REALSNAPD_SUITE="$suite" \
-	SNAPSVC_SLOW_SECONDS="$slow" \
-	SNAPSVC_REALSNAPD_CAPTURE="$logs/responses" \
-	"$work/integration.test" -test.v -test.count=1 -test.timeout=8m \
-	${SNAPSVC_REALSNAPD_RUN:+-test.run "$SNAPSVC_REALSNAPD_RUN"} 2>&1 | tee "$logs/go-test.txt")
-rc=${PIPESTATUS[0]}
-set -e
+: >"$logs/go-test.txt"
+run_tests() { # go test flags...
+	stream_from=$(($(stat -c %s "$logs/go-test.txt") + 1))
+	(cd "$here" && exec setsid timeout --kill-after=10 600 nsenter -t "$leader" -p -- env \
+		SNAPSVC_REALSNAPD_SOCKET="/proc/$leader/root/run/snapd.socket" \
+		SNAPSVC_REALSNAPD_SNAP_SOCKET="/proc/$leader/root/run/snapd-snap.socket" \
+		SNAPSVC_REALSNAPD_COOKIE="/proc/$leader/root/var/lib/snapd/cookie/snap.svcdemo" \
+		SNAPSVC_REALSNAPD_VERSION="$ver" \
+		SNAPSVC_REALSNAPD_LEADER="$leader" \
+		SNAPSVC_REALSNAPD_OBSERVE="$observe" \
+		SNAPSVC_REALSNAPD_SUITE="$suite" \
+		SNAPSVC_SLOW_SECONDS="$slow" \
+		SNAPSVC_REALSNAPD_CAPTURE="$logs/responses" \
+		"$work/integration.test" -test.v -test.count=1 -test.timeout=8m "$@" >>"$logs/go-test.txt" 2>&1) &
+	stream=$logs/go-test.txt
+	wait_child $!
+}
+rc=0
+if [ -n "${SNAPSVC_REALSNAPD_RUN:-}" ]; then
+	run_tests -test.run "$SNAPSVC_REALSNAPD_RUN" || rc=$?
+else
+	# The conformance replay compares change histories with the capture's,
+	# so it goes first, on the freshly installed snap.
+	run_tests -test.run '^TestConformanceRealSnapd$' || rc=$?
+	run_tests -test.skip '^TestConformanceRealSnapd$' || rc=$?
+fi
+stream=''
 collect_logs
 if [ "${SNAPSVC_REALSNAPD_KEEP:-}" = 1 ] && [ -t 0 ]; then
 	say "container kept up: nsenter -t $leader -a -- snap changes ; press Enter to tear down"
