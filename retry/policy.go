@@ -118,6 +118,19 @@ func (r *Retrier) Exhausted() string {
 	return ""
 }
 
+// Remaining returns the time left before MaxElapsedTime, and false when
+// the policy sets no such bound.
+func (r *Retrier) Remaining() (time.Duration, bool) {
+	if r.policy.MaxElapsedTime <= 0 {
+		return 0, false
+	}
+	left := r.policy.MaxElapsedTime - r.Elapsed()
+	if left < 0 {
+		left = 0
+	}
+	return left, true
+}
+
 // NextPause returns the next jittered backoff pause, shortened so it does
 // not run past MaxElapsedTime.
 func (r *Retrier) NextPause() time.Duration {

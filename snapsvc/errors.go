@@ -94,6 +94,9 @@ func (e *ChangeError) Error() string {
 	if msg == "" {
 		msg = "no error text from snapd"
 	}
+	if e.ID == "" {
+		return fmt.Sprintf("%s change ended %q: %s", e.Kind, e.Status, msg)
+	}
 	return fmt.Sprintf("change %s (%s) ended %q: %s", e.ID, e.Kind, e.Status, msg)
 }
 

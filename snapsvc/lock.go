@@ -23,6 +23,7 @@ type snapLock struct {
 	pending     []string
 	waiting     map[string]*flight   // identical restarts not yet holding the lock
 	lastRestart map[string]time.Time // for WithMinRestartInterval
+	own         []string             // recent changes this process made
 }
 
 var locks = struct {
@@ -75,24 +76,40 @@ func (c *Client) lockSnaps(ctx context.Context, snaps []string) (*held, error) {
 		}
 		h.mem = append(h.mem, l)
 	}
-	if c.lockDir != "" {
-		for _, s := range snaps {
-			fl, err := flock.Acquire(ctx, filepath.Join(c.lockDir, s+".lock"))
-			if err != nil {
-				h.release()
-				return nil, fmt.Errorf("cross-process lock of snap %q: %w", s, err)
-			}
-			h.files = append(h.files, fl)
-		}
+	if err := c.lockFiles(ctx, h, snaps); err != nil {
+		h.release()
+		return nil, err
 	}
 	return h, nil
 }
 
-func (h *held) release() {
+// releaseFiles lets other processes have the snaps while this one waits
+// for someone else's change: a hook run by that change may need them.
+func (h *held) releaseFiles() {
 	for i := len(h.files) - 1; i >= 0; i-- {
 		_ = h.files[i].Unlock()
 	}
 	h.files = nil
+}
+
+// lockFiles takes the cross-process file locks of snaps.
+func (c *Client) lockFiles(ctx context.Context, h *held, snaps []string) error {
+	if c.lockDir == "" {
+		return nil
+	}
+	for _, s := range snaps {
+		fl, err := flock.Acquire(ctx, filepath.Join(c.lockDir, s+".lock"))
+		if err != nil {
+			h.releaseFiles()
+			return fmt.Errorf("cross-process lock of snap %q: %w", s, err)
+		}
+		h.files = append(h.files, fl)
+	}
+	return nil
+}
+
+func (h *held) release() {
+	h.releaseFiles()
 	for i := len(h.mem) - 1; i >= 0; i-- {
 		h.mem[i].sem.Release(1)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -193,157 +194,286 @@ func (c *Client) opError(o op, changeID string, attempts int, err error) error {
 	return &OpError{Op: o.action, Names: o.t.names, ChangeID: changeID, Attempts: attempts, Err: err}
 }
 
-// run carries out one operation: lock, act, absorb conflicts, and (if
-// wait) wait for the change. done reports whether the outcome is final.
-func (c *Client) run(ctx context.Context, o op, wait bool) (res *Result, done bool, err error) {
-	log := c.logger.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
-	// Pace before taking the lock, so a paced restart does not hold up
-	// other operations on the snap.
-	if err := c.paceRestart(ctx, o); err != nil {
-		return nil, false, c.opError(o, "", 0, err)
-	}
-	h, err := c.lockSnaps(ctx, o.t.snaps)
-	if err != nil {
-		return nil, false, c.opError(o, "", 0, err)
-	}
-	defer h.release()
-	onLocked(ctx)
+// runner is the state of one operation while it runs.
+type runner struct {
+	c     *Client
+	o     op
+	log   *slog.Logger
+	h     *held // nil while the locks are not held
+	res   *Result
+	rt    *retry.Retrier
+	last  error
+	skip  string // the running hook's own change, never a blocker
+	known map[string]bool
+}
 
-	// Changes this process started asynchronously and nobody waited for
-	// would only come back as conflicts: wait for them first.
+// lock takes the snaps' locks (unless snapd only queues the command, in a
+// configure hook: such a call cannot collide with our other operations,
+// and making it wait for them could deadlock the hook), then waits for the
+// changes earlier asynchronous operations of this process left running.
+func (r *runner) lock(ctx context.Context) error {
+	if r.c.queuesInHook() {
+		return nil
+	}
+	h, err := r.c.lockSnaps(ctx, r.o.t.snaps)
+	if err != nil {
+		return err
+	}
+	r.h = h
 	var pending []string
 	for _, l := range h.mem {
 		pending = append(pending, l.takePending()...)
 	}
-	if len(pending) > 0 {
-		log.Debug("waiting for this process's earlier changes", "changes", pending)
-		if _, err := c.waitReady(ctx, pending); err != nil {
-			for _, l := range h.mem {
-				for _, id := range pending {
-					l.addPending(id)
-				}
-			}
-			return nil, false, c.opError(o, "", 0, err)
-		}
+	if len(pending) == 0 {
+		return nil
 	}
+	r.log.Debug("waiting for this process's earlier changes", "changes", pending)
+	if _, err := r.c.waitReady(ctx, pending); err != nil {
+		for _, l := range h.mem {
+			for _, id := range pending {
+				l.addPending(id)
+			}
+		}
+		r.unlock()
+		return err
+	}
+	return nil
+}
+
+func (r *runner) unlock() {
+	if r.h != nil {
+		r.h.release()
+		r.h = nil
+	}
+}
+
+func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
+	return nil, false, r.c.opError(r.o, changeID, r.res.Attempts, err)
+}
+
+// run carries out one operation: lock, act, absorb conflicts, and (if
+// wait) wait for the change. done reports whether the outcome is final.
+func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error) {
+	r := &runner{
+		c:     c,
+		o:     o,
+		log:   c.logger.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String()),
+		res:   &Result{},
+		rt:    c.policy.NewRetrier(),
+		known: map[string]bool{},
+	}
+	// Pace before taking the lock, so a paced restart does not hold up
+	// other operations on the snap.
+	if err := c.paceRestart(ctx, o); err != nil {
+		return r.fail("", err)
+	}
+	if err := r.lock(ctx); err != nil {
+		return r.fail("", err)
+	}
+	defer r.unlock()
+	onLocked(ctx)
 	// Pace again under the lock: a restart of the same service may have
 	// gone ahead while this one waited for the lock.
 	if err := c.paceRestart(ctx, o); err != nil {
-		return nil, false, c.opError(o, "", 0, err)
+		return r.fail("", err)
+	}
+	if c.hook != "" {
+		r.skip = c.ownHookChange(ctx, o.t.snaps)
 	}
 
-	res = &Result{}
-	rt := c.policy.NewRetrier()
-	var last error
 	unseenConflicts := 0
+	fresh := false // an attempt is owed right after waiting out a blocker
 	for {
-		if rt.Attempts() > 0 {
-			if reason := rt.Exhausted(); reason != "" {
-				return nil, false, c.opError(o, "", res.Attempts, &gaveUpError{reason: reason, last: last})
+		if r.rt.Attempts() > 0 && !fresh {
+			if reason := r.rt.Exhausted(); reason != "" {
+				return r.fail("", &gaveUpError{reason: reason, last: r.last})
 			}
 		}
-		res.Attempts = rt.Attempt()
+		fresh = false
+		r.res.Attempts = r.rt.Attempt()
 		sentAt := time.Now()
 		changeID, err := c.send(ctx, o)
 		if err == nil {
-			c.recordRestart(o)
-			if c.queuesInHook() {
-				log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", res.Attempts)
-				res.Queued = true
-				return res, true, nil
-			}
-			if c.mode == ModeSnapctl {
-				// snapctl answers once the change is ready and Done.
-				res.Status = snapd.StatusDone
-				log.Info("done", "attempt", res.Attempts)
-				return res, true, nil
-			}
-			res.ChangeID = changeID
-			log.Info("change created", "change", changeID, "attempt", res.Attempts)
-			return c.finish(ctx, o, h, res, wait)
+			return r.succeeded(ctx, changeID, sentAt, wait)
 		}
-		last = err
+		r.last = err
 		if ctx.Err() != nil {
-			return nil, false, c.opError(o, "", res.Attempts, interrupted(ctx, last))
+			return r.fail("", interrupted(ctx, r.last))
 		}
 		switch retry.Classify(err) {
 		case retry.Permanent:
-			log.Info("failed", "attempt", res.Attempts, "error", err)
-			return nil, false, c.opError(o, "", res.Attempts, asChangeFailure(err))
+			r.log.Info("failed", "attempt", r.res.Attempts, "error", err)
+			return r.fail(c.changeFailure(ctx, o, sentAt, &err), err)
 		case retry.Conflict:
-			res.Conflicts++
+			r.res.Conflicts++
 			ce, _ := retry.AsConflict(err)
-			ids, ferr := c.findBlockers(ctx, o.t.snaps, ce, "")
+			r.last = ce
+			ids, ferr := c.findBlockers(ctx, o.t.snaps, ce, r.skip)
 			if ferr != nil {
-				log.Debug("cannot list changes to find the blocker", "error", ferr)
+				r.log.Debug("cannot list changes to find the blocker", "error", ferr)
 			}
 			if len(ids) > 0 {
 				unseenConflicts = 0
 				ce.ChangeID = ids[0]
-				log.Info("conflict; waiting for blocking changes", "changes", ids, "kind", ce.ChangeKind, "attempt", res.Attempts)
-				res.WaitedFor = appendNew(res.WaitedFor, ids...)
-				if _, werr := c.waitReady(ctx, ids); werr != nil {
-					return nil, false, c.opError(o, "", res.Attempts, werr)
+				for _, id := range ids {
+					r.known[id] = true
 				}
+				r.log.Info("conflict; waiting for blocking changes", "changes", ids, "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+				r.res.WaitedFor = appendNew(r.res.WaitedFor, ids...)
+				if err := r.waitOut(ctx, ids, ce); err != nil {
+					return r.fail("", err)
+				}
+				fresh = true
 				continue // retry at once: the blocker is done
 			}
 			unseenConflicts++
 			if unseenConflicts == 1 && ferr == nil {
 				// The blocker finished between our request and the
 				// listing: try again straight away.
-				log.Info("conflict; blocker already gone, retrying", "kind", ce.ChangeKind, "attempt", res.Attempts)
+				r.log.Info("conflict; blocker already gone, retrying", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 				continue
 			}
-			log.Info("conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", res.Attempts)
+			r.log.Info("conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 		case retry.Indeterminate:
-			id, ferr := c.adoptLost(ctx, o, sentAt)
-			if ferr == nil && id != "" {
+			id, err := r.resolveLost(ctx, sentAt)
+			if err != nil {
+				return r.fail("", err)
+			}
+			if id != "" {
 				c.recordRestart(o)
-				res.ChangeID = id
-				log.Info("request's answer was lost; adopting the change it made", "change", id, "attempt", res.Attempts)
-				if c.mode == ModeSnapctl {
-					chg, werr := c.WaitChange(ctx, id)
-					if werr != nil {
-						return nil, false, c.opError(o, id, res.Attempts, werr)
-					}
-					res.Status = chg.Status
-					return res, true, nil
-				}
-				return c.finish(ctx, o, h, res, wait)
+				r.res.ChangeID = id
+				r.log.Info("request's answer was lost; adopting the change it made", "change", id, "attempt", r.res.Attempts)
+				return r.adopted(ctx, id, wait)
 			}
-			if ferr != nil {
-				log.Debug("cannot look for the change of a lost request", "error", ferr)
-			}
-			log.Info("outcome unknown and no change found; retrying", "attempt", res.Attempts, "error", err)
+			r.log.Info("the request made no change; sending it again", "attempt", r.res.Attempts, "error", r.last)
 		case retry.Transient:
-			log.Info("snapd unavailable; backing off", "attempt", res.Attempts, "error", err)
+			r.log.Info("snapd unavailable; backing off", "attempt", r.res.Attempts, "error", err)
 		}
-		if reason := rt.Exhausted(); reason != "" {
-			return nil, false, c.opError(o, "", res.Attempts, &gaveUpError{reason: reason, last: last})
+		if reason := r.rt.Exhausted(); reason != "" {
+			return r.fail("", &gaveUpError{reason: reason, last: r.last})
 		}
-		if perr := rt.Pause(ctx); perr != nil {
-			return nil, false, c.opError(o, "", res.Attempts, interrupted(ctx, last))
+		if perr := r.rt.Pause(ctx); perr != nil {
+			return r.fail("", interrupted(ctx, r.last))
+		}
+	}
+}
+
+// succeeded handles snapd's acceptance of the request.
+func (r *runner) succeeded(ctx context.Context, changeID string, sentAt time.Time, wait bool) (*Result, bool, error) {
+	c := r.c
+	c.recordRestart(r.o)
+	if c.queuesInHook() {
+		r.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", r.res.Attempts)
+		r.res.Queued = true
+		return r.res, true, nil
+	}
+	if c.mode == ModeSnapctl {
+		// snapctl answers once the change is ready and Done (ctlcmd
+		// runServiceCommand waits for chg.Ready and returns chg.Err).
+		r.res.Status = snapd.StatusDone
+		if id, err := c.findOpChange(ctx, r.o, sentAt, r.known); err == nil {
+			r.res.ChangeID = id
+		}
+		r.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
+		return r.res, true, nil
+	}
+	r.res.ChangeID = changeID
+	c.rememberOwn(r.o, changeID)
+	r.log.Info("change created", "change", changeID, "attempt", r.res.Attempts)
+	return c.finish(ctx, r.o, r.res, wait)
+}
+
+// adopted finishes an operation whose change was found after its answer
+// was lost.
+func (r *runner) adopted(ctx context.Context, id string, wait bool) (*Result, bool, error) {
+	r.c.rememberOwn(r.o, id)
+	if r.c.mode == ModeSnapctl {
+		chg, err := r.c.WaitChange(ctx, id)
+		if err != nil {
+			return r.fail(id, err)
+		}
+		r.res.Status = chg.Status
+		return r.res, true, nil
+	}
+	return r.c.finish(ctx, r.o, r.res, wait)
+}
+
+// waitOut waits for blocking changes of others, bounded by what is left of
+// the policy's time. It lets go of the cross-process locks meanwhile (a
+// hook the blocker runs, a separate process, may need them) but keeps this
+// process's own, so identical requests queued behind it can still merge.
+// A blocker that sits in Wait (for a reboot) cannot be waited out.
+func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictError) error {
+	if r.h != nil {
+		r.h.releaseFiles()
+	}
+	wctx := ctx
+	if left, ok := r.rt.Remaining(); ok {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, left)
+		defer cancel()
+	}
+	_, err := r.c.waitReadyOrStalled(wctx, ids)
+	var stalled *ChangeError
+	switch {
+	case errors.As(err, &stalled):
+		ce.ChangeID = stalled.ID
+		return &gaveUpError{reason: fmt.Sprintf("blocking change %s (%s) is waiting, for a reboot or a manual step", stalled.ID, stalled.Kind), last: ce}
+	case err != nil && ctx.Err() != nil:
+		return interrupted(ctx, ce)
+	case err != nil && wctx.Err() != nil:
+		return &gaveUpError{reason: "gave up waiting for blocking change " + ce.ChangeID, last: ce}
+	case err != nil:
+		return err
+	}
+	if r.h != nil {
+		return r.c.lockFiles(ctx, r.h, r.o.t.snaps)
+	}
+	return nil
+}
+
+// resolveLost finds out whether a request whose outcome is unknown made a
+// change. It returns the change's id, or "" when the request certainly
+// made none (so sending it again is safe). It never sends the action
+// again itself: while the lookup fails it retries the lookup within the
+// policy; when the lookup is refused (snapctl without
+// snap-refresh-observe) only idempotent actions are sent again.
+func (r *runner) resolveLost(ctx context.Context, sentAt time.Time) (string, error) {
+	for {
+		id, err := r.c.findOpChange(ctx, r.o, sentAt, r.known)
+		if err == nil {
+			return id, nil
+		}
+		if isForbidden(err) {
+			if r.o.action != "restart" {
+				// start and stop (with --enable/--disable) are idempotent.
+				return "", nil
+			}
+			return "", &gaveUpError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.last}
+		}
+		r.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
+		if reason := r.rt.Exhausted(); reason != "" {
+			return "", &gaveUpError{reason: reason + " looking for the change of a request whose answer was lost", last: r.last}
+		}
+		if perr := r.rt.Pause(ctx); perr != nil {
+			return "", interrupted(ctx, r.last)
 		}
 	}
 }
 
 // finish waits for the operation's change (wait) or records it as pending
 // for the next operation on these snaps (async).
-func (c *Client) finish(ctx context.Context, o op, h *held, res *Result, wait bool) (*Result, bool, error) {
+func (c *Client) finish(ctx context.Context, o op, res *Result, wait bool) (*Result, bool, error) {
 	if !wait {
-		for _, l := range h.mem {
-			l.addPending(res.ChangeID)
-		}
+		c.addPending(o, res.ChangeID)
 		return res, false, nil
 	}
 	chg, err := c.WaitChange(ctx, res.ChangeID)
 	if err != nil {
 		var ce *ChangeError
-		if !errors.As(err, &ce) && ctx.Err() == nil {
+		if !errors.As(err, &ce) {
 			// Could not see the end; let the next operation wait for it.
-			for _, l := range h.mem {
-				l.addPending(res.ChangeID)
-			}
+			c.addPending(o, res.ChangeID)
 		}
 		c.logger.Info("change failed", "change", res.ChangeID, "action", o.action, "error", err)
 		return nil, false, c.opError(o, res.ChangeID, res.Attempts, err)
@@ -353,6 +483,14 @@ func (c *Client) finish(ctx context.Context, o op, h *held, res *Result, wait bo
 	return res, true, nil
 }
 
+// addPending records a change of this process that the next operation on
+// the same snaps must wait for.
+func (c *Client) addPending(o op, id string) {
+	for _, s := range o.t.snaps {
+		lockFor(c.instance, s).addPending(id)
+	}
+}
+
 // send makes one request to act.
 func (c *Client) send(ctx context.Context, o op) (string, error) {
 	if c.mode == ModeSnapctl {
@@ -360,77 +498,6 @@ func (c *Client) send(ctx context.Context, o op) (string, error) {
 		return "", err
 	}
 	return c.main.PostApps(ctx, o.instruction())
-}
-
-// asChangeFailure turns snapctl's report of a failed change ("cannot
-// perform the following tasks: ...") into a *ChangeError, keeping the
-// snapd error in the chain.
-func asChangeFailure(err error) error {
-	var apiErr *snapd.Error
-	if !errors.As(err, &apiErr) {
-		return err
-	}
-	msg := apiErr.Message
-	for _, p := range []string{"error running snapctl: ", "snapctl: "} {
-		msg = strings.TrimPrefix(msg, p)
-	}
-	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
-		return err
-	}
-	return errors.Join(&ChangeError{Kind: "service-control", Status: snapd.StatusError, Err: msg}, err)
-}
-
-// adoptLost looks for the change a request made although its answer was
-// lost (or, through snapctl, timed out), so the action is never sent twice.
-// It matches service-control changes by their task summaries and only
-// considers changes spawned since shortly before the request.
-func (c *Client) adoptLost(ctx context.Context, o op, sentAt time.Time) (string, error) {
-	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
-	if err != nil {
-		return "", err
-	}
-	best := ""
-	for i := range chgs {
-		chg := &chgs[i]
-		if chg.Kind != "service-control" || !matchesOp(chg, o) {
-			continue
-		}
-		// Spawn times come from snapd's clock (same machine); allow for
-		// coarse clocks.
-		if !chg.Ready || chg.SpawnTime.After(sentAt.Add(-2*time.Second)) {
-			if best == "" || lessID(best, chg.ID) {
-				best = chg.ID
-			}
-		}
-	}
-	return best, nil
-}
-
-// matchesOp reports whether a service-control change does what o asks, by
-// the task summaries snapd writes (overlord/servicestate/servicestate.go
-// serviceControlTs): `Run service command "restart" for services
-// ["kubelet"] of snap "k8s"`, or `... for running services of snap "k8s"`
-// for a whole-snap restart.
-func matchesOp(chg *Change, o op) bool {
-	action := o.action
-	if o.reload {
-		action = "reload-or-restart"
-	}
-	verb := fmt.Sprintf(`Run service command %q `, action)
-	for _, s := range o.t.snaps {
-		found := false
-		suffix := fmt.Sprintf(" of snap %q", s)
-		for _, t := range chg.Tasks {
-			if t.Kind == "service-control" && strings.HasPrefix(t.Summary, verb) && strings.HasSuffix(t.Summary, suffix) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 func appendNew(list []string, ids ...string) []string {

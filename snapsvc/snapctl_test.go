@@ -135,7 +135,9 @@ func TestSnapctlDaemonWaitsForChange(t *testing.T) {
 // on: the client finds that change and reports its real outcome without
 // sending the command again.
 func TestSnapctlTakingTooLong(t *testing.T) {
-	clock := fake.NewManualClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	// The fake's clock starts at the wall clock's now: the client tells
+	// the change its lost request made by its spawn time.
+	clock := fake.NewManualClock(time.Now())
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Minute)), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second))
 	logs := newLogWatch()
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()))
@@ -150,17 +152,26 @@ func TestSnapctlTakingTooLong(t *testing.T) {
 	// Drive the fake's clock: past snapctl's timeout, then past the
 	// service's stop and start.
 	for i := 0; ; i++ {
+		added := clock.TimerAdded()
+		if clock.Pending() > 0 {
+			clock.AdvanceToNext()
+			continue
+		}
 		select {
 		case <-adopted:
 		case err := <-done:
 			t.Fatalf("returned before adopting: %v", err)
-		case <-clock.TimerAdded():
-			clock.AdvanceToNext()
+		case <-added:
 			continue
 		}
 		break
 	}
 	for {
+		added := clock.TimerAdded()
+		if clock.Pending() > 0 {
+			clock.AdvanceToNext()
+			continue
+		}
 		select {
 		case err := <-done:
 			if err != nil {
@@ -173,8 +184,7 @@ func TestSnapctlTakingTooLong(t *testing.T) {
 				t.Errorf("snapctl sent %d times, want 1", n)
 			}
 			return
-		case <-clock.TimerAdded():
-			clock.AdvanceToNext()
+		case <-added:
 		}
 	}
 }

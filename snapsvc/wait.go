@@ -55,6 +55,17 @@ func changeOutcome(chg *Change) error {
 // where snapd has them (>= 2.62) and polls each change at the poll interval
 // otherwise. Failures to reach snapd are retried within the policy.
 func (c *Client) waitReady(ctx context.Context, ids []string) (map[string]*Change, error) {
+	return c.waitChanges(ctx, ids, false)
+}
+
+// waitReadyOrStalled is waitReady that also gives up on a change in Wait
+// (waiting for a reboot or a manual step: it will not become ready by
+// itself), returning a *ChangeError for it.
+func (c *Client) waitReadyOrStalled(ctx context.Context, ids []string) (map[string]*Change, error) {
+	return c.waitChanges(ctx, ids, true)
+}
+
+func (c *Client) waitChanges(ctx context.Context, ids []string, stallOnWait bool) (map[string]*Change, error) {
 	done := map[string]*Change{}
 	remaining := slices.Clone(ids)
 	var after time.Time
@@ -110,6 +121,9 @@ func (c *Client) waitReady(ctx context.Context, ids []string) (map[string]*Chang
 			if chg.Ready {
 				done[id] = chg
 				continue
+			}
+			if stallOnWait && chg.Status == snapd.StatusWait {
+				return nil, &ChangeError{ID: chg.ID, Kind: chg.Kind, Summary: chg.Summary, Status: chg.Status, Err: "waiting"}
 			}
 			next = append(next, id)
 		}

@@ -1,0 +1,176 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+)
+
+// spawnSlack is how much earlier than our request a change snapd made for
+// it may say it was spawned: snapd and this process read the same clock,
+// so this only absorbs timestamp granularity and test clocks.
+const spawnSlack = time.Second
+
+// recentOwn bounds how many of its own change ids a process remembers per
+// snap, so a lost answer is never matched to an earlier change of ours.
+const recentOwn = 64
+
+// rememberOwn records a change this process made for o.
+func (c *Client) rememberOwn(o op, id string) {
+	for _, s := range o.t.snaps {
+		l := lockFor(c.instance, s)
+		l.mu.Lock()
+		l.own = append(l.own, id)
+		if len(l.own) > recentOwn {
+			l.own = l.own[len(l.own)-recentOwn:]
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (c *Client) isOwn(o op, id string) bool {
+	for _, s := range o.t.snaps {
+		l := lockFor(c.instance, s)
+		l.mu.Lock()
+		own := slices.Contains(l.own, id)
+		l.mu.Unlock()
+		if own {
+			return true
+		}
+	}
+	return false
+}
+
+// findOpChange looks for the change snapd made for request o sent at
+// sentAt: a service-control change whose tasks do exactly what o asks on
+// every snap (same action, same services), spawned since the request, and
+// neither one of this process's earlier changes nor one it waited for
+// (skip). It returns "" when there is none.
+func (c *Client) findOpChange(ctx context.Context, o op, sentAt time.Time, skip map[string]bool) (string, error) {
+	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
+	if err != nil {
+		return "", err
+	}
+	best := ""
+	for i := range chgs {
+		chg := &chgs[i]
+		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(sentAt.Add(-spawnSlack)) {
+			continue
+		}
+		if !matchesOp(chg, o) || c.isOwn(o, chg.ID) {
+			continue
+		}
+		if best == "" || lessID(best, chg.ID) {
+			best = chg.ID
+		}
+	}
+	return best, nil
+}
+
+// matchesOp reports whether a service-control change does what o asks, by
+// the task summaries snapd writes (overlord/servicestate/servicestate.go
+// serviceControlTs): `Run service command "restart" for services
+// ["kubelet"] of snap "k8s"` (names sorted), `... for running services of
+// snap "k8s"` for a whole-snap restart.
+func matchesOp(chg *Change, o op) bool {
+	for _, snap := range o.t.snaps {
+		want, prefix := expectedSummary(o, snap)
+		found := false
+		for _, t := range chg.Tasks {
+			if t.Kind != "service-control" {
+				continue
+			}
+			if t.Summary == want || (prefix != "" && strings.HasPrefix(t.Summary, prefix) && strings.HasSuffix(t.Summary, fmt.Sprintf(" of snap %q", snap))) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// expectedSummary returns the summary snapd gives o's task on snap, or,
+// for a whole-snap start or stop (whose service list snapd fills in), a
+// prefix to match.
+func expectedSummary(o op, snap string) (exact, prefix string) {
+	action := o.action
+	if o.reload {
+		action = "reload-or-restart"
+	}
+	var apps []string
+	whole := false
+	for _, n := range o.t.names {
+		s, app, _ := strings.Cut(n, ".")
+		if s != snap {
+			continue
+		}
+		if app == "" {
+			whole = true
+			break
+		}
+		if !slices.Contains(apps, app) {
+			apps = append(apps, app)
+		}
+	}
+	switch {
+	case whole && o.action == "restart":
+		return fmt.Sprintf("Run service command %q for running services of snap %q", action, snap), ""
+	case whole:
+		return "", fmt.Sprintf("Run service command %q for services [", action)
+	}
+	slices.Sort(apps)
+	return fmt.Sprintf("Run service command %q for services %q of snap %q", action, apps, snap), ""
+}
+
+// changeFailure recognises snapctl's report of a failed change ("cannot
+// perform the following tasks: ...") in *errp, turns it into a
+// *ChangeError (keeping snapd's error in the chain) and returns the
+// change's id when it can be found.
+func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp *error) string {
+	var apiErr *snapd.Error
+	if c.mode != ModeSnapctl || !errors.As(*errp, &apiErr) {
+		return ""
+	}
+	msg := apiErr.Message
+	for _, p := range []string{"error running snapctl: ", "snapctl: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
+		return ""
+	}
+	id, _ := c.findOpChange(ctx, o, sentAt, nil)
+	*errp = errors.Join(&ChangeError{ID: id, Kind: "service-control", Status: snapd.StatusError, Err: msg}, *errp)
+	return id
+}
+
+// ownHookChange returns the change of the hook this process runs in (its
+// run-hook task for one of snaps is Doing), or "". snapd leaves that
+// change out of the conflict check (hookstate Context.ChangeID), and
+// waiting for it from inside the hook would never end.
+func (c *Client) ownHookChange(ctx context.Context, snaps []string) string {
+	chgs, err := c.main.Changes(ctx, snapd.SelectInProgress, "")
+	if err != nil {
+		return ""
+	}
+	for _, chg := range chgs {
+		for _, t := range chg.Tasks {
+			if t.Kind != "run-hook" || t.Status != snapd.StatusDoing {
+				continue
+			}
+			for _, s := range snaps {
+				if t.Summary == fmt.Sprintf("Run %s hook of %q snap", c.hook, s) {
+					return chg.ID
+				}
+			}
+		}
+	}
+	return ""
+}
