@@ -140,9 +140,31 @@ func (s *Server) finishTaskLocked(t *task) {
 	case StatusDo:
 		s.setTaskStatusLocked(t, StatusDoing)
 		s.setTaskStatusLocked(t, StatusDone)
-	case StatusDoing:
+	case StatusDoing, StatusWait:
 		s.setTaskStatusLocked(t, StatusDone)
 	}
+}
+
+// Wait puts the current (first non-ready, test-controlled) task in Wait,
+// as snapd's task runner does for a task that waits for a reboot or a
+// manual step (Task.SetToWait in overlord/state/task.go). A change whose
+// pending tasks all wait behind it reports Wait, which is not ready.
+// Finish completes the waiting task.
+func (c *Change) Wait() {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range c.c.tasks {
+		if t.run != nil || statusReady(t.status) {
+			continue
+		}
+		if t.status == StatusDo {
+			s.setTaskStatusLocked(t, StatusDoing)
+		}
+		s.setTaskStatusLocked(t, StatusWait)
+		break
+	}
+	s.settleLocked()
 }
 
 // Next marks the current (first pending, test-controlled) task Done, so

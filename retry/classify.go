@@ -100,7 +100,10 @@ func Classify(err error) Class {
 }
 
 func classifyAPIError(e *snapd.Error) Class {
-	if e.Maintenance != nil {
+	// snapd puts "maintenance" on every answer while a restart is pending
+	// (daemon/daemon.go), for minutes before a reboot: it makes server
+	// errors worth retrying, but an unknown service stays unknown.
+	if e.Maintenance != nil && e.StatusCode >= 500 {
 		return Transient
 	}
 	switch e.Kind {

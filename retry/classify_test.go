@@ -170,7 +170,8 @@ func TestClassifyTransportAndContext(t *testing.T) {
 	lostPost := &snapd.ConnectionError{Method: "POST", Path: "/v2/apps", Written: true, Err: errors.New("EOF")}
 	refused := &snapd.ConnectionError{Method: "POST", Path: "/v2/apps", Err: errors.New("connection refused")}
 	lostGet := &snapd.ConnectionError{Method: "GET", Path: "/v2/apps", Written: true, Err: errors.New("EOF")}
-	maint := &snapd.Error{StatusCode: 400, Message: "whatever", Maintenance: &snapd.Maintenance{Kind: "daemon-restart"}}
+	maint := &snapd.Error{StatusCode: 500, Message: "whatever", Maintenance: &snapd.Maintenance{Kind: "daemon-restart"}}
+	maintNotFound := &snapd.Error{StatusCode: 404, Kind: "app-not-found", Message: "no", Maintenance: &snapd.Maintenance{Kind: "system-restart"}}
 	for _, c := range []struct {
 		err  error
 		want retry.Class
@@ -179,6 +180,7 @@ func TestClassifyTransportAndContext(t *testing.T) {
 		{refused, retry.Transient},
 		{lostGet, retry.Transient},
 		{maint, retry.Transient},
+		{maintNotFound, retry.Permanent},
 		{&snapd.Error{StatusCode: 503}, retry.Transient},
 		{&snapd.Error{StatusCode: 401, Kind: "login-required"}, retry.Permanent},
 		{context.Canceled, retry.Permanent},

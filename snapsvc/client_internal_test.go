@@ -2,6 +2,7 @@ package snapsvc
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -57,5 +58,41 @@ func TestModeAndHookDetection(t *testing.T) {
 	}
 	if _, err := New(withEnv(envOf(nil)), WithMode(ModeSnapctl)); err == nil {
 		t.Error("snapctl mode without a cookie was accepted")
+	}
+}
+
+func TestHookFromArgs(t *testing.T) {
+	for args, want := range map[string]string{
+		"/snap/k8s/1234/meta/hooks/configure":          "configure",
+		"/bin/sh /snap/k8s/x1/meta/hooks/post-refresh": "post-refresh",
+		"/snap/k8s/x1/snap/hooks/install":              "install",
+		"/snap/k8s/x1/bin/k8sd":                        "",
+		"/usr/bin/hooks/configure":                     "",
+	} {
+		if got := hookFromArgs(strings.Fields(args)); got != want {
+			t.Errorf("%q: %q, want %q", args, got, want)
+		}
+	}
+	// This test's own parent is not a hook.
+	if pp := procParent(os.Getpid()); pp != os.Getppid() {
+		t.Errorf("procParent = %d, want %d", pp, os.Getppid())
+	}
+	if args := procCmdline(os.Getpid()); len(args) == 0 || args[0] != os.Args[0] {
+		t.Errorf("procCmdline = %q", args)
+	}
+}
+
+func TestParseServicesTable(t *testing.T) {
+	// As snapd 2.57.6 printed it (testdata/snapd-golden/2.57.6/snapctl-services.json).
+	table := "Service            Startup   Current  Notes\nsvcdemo.alpha      enabled   active   -\nsvcdemo.slowstart  disabled  inactive   -\n"
+	svcs, err := parseServicesTable(table)
+	if err != nil || len(svcs) != 2 {
+		t.Fatalf("%+v %v", svcs, err)
+	}
+	if svcs[0] != (Service{Snap: "svcdemo", Name: "alpha", Enabled: true, Active: true}) || svcs[1] != (Service{Snap: "svcdemo", Name: "slowstart"}) {
+		t.Errorf("%+v", svcs)
+	}
+	if _, err := parseServicesTable("Service Startup Current Notes\ngarbage\n"); err == nil {
+		t.Error("garbage accepted")
 	}
 }

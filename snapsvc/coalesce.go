@@ -3,6 +3,8 @@ package snapsvc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 )
 
 // flight is a restart waiting for its snap's lock that identical requests
@@ -24,12 +26,13 @@ var errLeaderGone = errors.New("coalesced request ended before acting")
 // change may already be running), so every caller's restart happens after
 // the call was made.
 func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
-	if o.action != "restart" || len(o.t.snaps) != 1 {
+	if o.action != "restart" || len(o.t.snaps) != 1 || c.queuesInHook() {
 		res, _, err := c.run(ctx, o, true)
 		return res, err
 	}
 	l := lockFor(c.instance, o.t.snaps[0])
-	key := o.key()
+	// Only requests made the same way merge: same mode, context and hook.
+	key := fmt.Sprintf("%s|%s|%s|%s", c.mode, c.cookie, c.hook, o.key())
 	for {
 		l.mu.Lock()
 		if l.waiting == nil {
@@ -53,6 +56,7 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 			return nil, f.err
 		}
 		res := *f.res
+		res.WaitedFor = slices.Clone(res.WaitedFor)
 		res.Shared = true
 		return &res, nil
 	}

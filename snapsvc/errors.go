@@ -15,8 +15,16 @@ import (
 // errors.As to get it from any error snapsvc returns.
 type APIError = snapd.Error
 
-// ConnectionError is a failure to reach snapd or to read its answer.
+// ConnectionError is a failure to reach snapd or to read its answer. Its
+// Written field says whether snapd may have received the request.
 type ConnectionError = snapd.ConnectionError
+
+// ResponseError is an answer from snapd that could not be decoded.
+type ResponseError = snapd.ResponseError
+
+// SnapctlError is snapctl's non-zero exit ("unsuccessful"), with its exit
+// code, stdout and stderr.
+type SnapctlError = snapd.UnsuccessfulError
 
 // ErrNotFound matches, with errors.Is, snapd's answers that a snap,
 // service or change does not exist.
@@ -33,6 +41,8 @@ var ErrGaveUp = errors.New("gave up retrying")
 type OpError struct {
 	// Op is "start", "stop" or "restart".
 	Op string
+	// Snap is the snap acted on (several are joined with commas).
+	Snap string
 	// Names are the services (or snaps) the operation targeted.
 	Names []string
 	// ChangeID is the change the operation made or adopted, if any.

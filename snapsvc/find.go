@@ -56,6 +56,10 @@ func (c *Client) findOpChange(ctx context.Context, o op, sentAt time.Time, skip 
 	if err != nil {
 		return "", err
 	}
+	return c.pickOpChange(chgs, o, sentAt, skip), nil
+}
+
+func (c *Client) pickOpChange(chgs []Change, o op, sentAt time.Time, skip map[string]bool) string {
 	best := ""
 	for i := range chgs {
 		chg := &chgs[i]
@@ -69,7 +73,35 @@ func (c *Client) findOpChange(ctx context.Context, o op, sentAt time.Time, skip 
 			best = chg.ID
 		}
 	}
-	return best, nil
+	return best
+}
+
+// queuedIn returns the running hook change that o's service commands were
+// queued into (snapctl in a configure or default-configure hook:
+// ctlcmd queueCommand adds the tasks to the hook's change, to run after
+// the hook), or "".
+func queuedIn(chgs []Change, o op) string {
+	for i := range chgs {
+		chg := &chgs[i]
+		if chg.Ready {
+			continue
+		}
+		hookRunning := false
+		for _, t := range chg.Tasks {
+			if t.Kind == "run-hook" && t.Status == snapd.StatusDoing {
+				hookRunning = true
+			}
+		}
+		if !hookRunning || !matchesOp(chg, o) {
+			continue
+		}
+		for _, t := range chg.Tasks {
+			if t.Kind == "service-control" && t.Status == snapd.StatusDo {
+				return chg.ID
+			}
+		}
+	}
+	return ""
 }
 
 // matchesOp reports whether a service-control change does what o asks, by

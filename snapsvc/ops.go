@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
@@ -121,34 +122,48 @@ func (c *Client) RestartAsync(ctx context.Context, names []string, opts RestartO
 
 // Operation is an accepted request whose change may still be running.
 type Operation struct {
-	c      *Client
-	op     op
+	c  *Client
+	op op
+
+	mu     sync.Mutex
 	result Result
 	done   bool
 }
 
-// ChangeID returns the change snapd made ("" in snapctl mode).
-func (o *Operation) ChangeID() string { return o.result.ChangeID }
+// ChangeID returns the change snapd made ("" when snapd did not say, in
+// snapctl mode).
+func (o *Operation) ChangeID() string { return o.Result().ChangeID }
 
 // Result returns what is known of the operation so far: the change,
 // attempts, conflicts and changes waited for; Status is set once the
 // change is known to be ready.
-func (o *Operation) Result() Result { return o.result }
+func (o *Operation) Result() Result {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	res := o.result
+	res.WaitedFor = slices.Clone(res.WaitedFor)
+	return res
+}
 
 // Wait waits for the operation's change and returns its outcome. It may be
-// called more than once.
+// called more than once, from several goroutines.
 func (o *Operation) Wait(ctx context.Context) (*Result, error) {
-	if o.done {
-		res := o.result
+	res := o.Result()
+	o.mu.Lock()
+	done := o.done
+	o.mu.Unlock()
+	if done {
 		return &res, nil
 	}
-	chg, err := o.c.WaitChange(ctx, o.result.ChangeID)
+	chg, err := o.c.WaitChange(ctx, res.ChangeID)
 	if err != nil {
-		return nil, o.c.opError(o.op, o.result.ChangeID, o.result.Attempts, err)
+		return nil, o.c.opError(o.op, res.ChangeID, res.Attempts, err)
 	}
+	o.mu.Lock()
 	o.result.Status = chg.Status
 	o.done = true
-	res := o.result
+	o.mu.Unlock()
+	res.Status = chg.Status
 	return &res, nil
 }
 
@@ -191,7 +206,7 @@ func (c *Client) runAsync(ctx context.Context, action string, names []string, se
 }
 
 func (c *Client) opError(o op, changeID string, attempts int, err error) error {
-	return &OpError{Op: o.action, Names: o.t.names, ChangeID: changeID, Attempts: attempts, Err: err}
+	return &OpError{Op: o.action, Snap: strings.Join(o.t.snaps, ","), Names: o.t.names, ChangeID: changeID, Attempts: attempts, Err: err}
 }
 
 // runner is the state of one operation while it runs.
@@ -368,12 +383,20 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt time.Tim
 		return r.res, true, nil
 	}
 	if c.mode == ModeSnapctl {
-		// snapctl answers once the change is ready and Done (ctlcmd
-		// runServiceCommand waits for chg.Ready and returns chg.Err).
-		r.res.Status = snapd.StatusDone
-		if id, err := c.findOpChange(ctx, r.o, sentAt, r.known); err == nil {
-			r.res.ChangeID = id
+		// Outside configure hooks snapctl answers once the change is ready
+		// and Done (ctlcmd runServiceCommand waits for chg.Ready and
+		// returns chg.Err). Where snapd lets us list changes, find the
+		// change, and notice a command queued by a hook snapsvc could not
+		// identify.
+		if chgs, err := c.main.Changes(ctx, snapd.SelectAll, ""); err == nil {
+			if id := queuedIn(chgs, r.o); id != "" {
+				r.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
+				r.res.Queued, r.res.ChangeID = true, id
+				return r.res, true, nil
+			}
+			r.res.ChangeID = c.pickOpChange(chgs, r.o, sentAt, r.known)
 		}
+		r.res.Status = snapd.StatusDone
 		r.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
 		return r.res, true, nil
 	}

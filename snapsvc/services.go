@@ -3,6 +3,7 @@ package snapsvc
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
@@ -29,6 +30,11 @@ func (c *Client) Services(ctx context.Context, names ...string) ([]Service, erro
 		if _, _, err := ValidateName(n); err != nil {
 			return nil, err
 		}
+	}
+	if c.mode == ModeSnapctl && c.main == c.ctl {
+		// GET /v2/apps is served on the main socket only
+		// (daemon/api_apps.go openAccess); a snap asks snapctl.
+		return c.snapctlServices(ctx, names)
 	}
 	apps, err := c.main.Apps(ctx, names, true)
 	if err != nil {
@@ -74,4 +80,36 @@ func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, er
 		}
 	}
 	return out, nil
+}
+
+// snapctlServices reads service state with "snapctl services", whose
+// table (overlord/hookstate/ctlcmd/services.go) has the columns Service,
+// Startup, Current and Notes. It does not say the daemon type, so Daemon
+// is "" in what it returns.
+func (c *Client) snapctlServices(ctx context.Context, names []string) ([]Service, error) {
+	args := append([]string{"services"}, names...)
+	out, err := c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: args})
+	if err != nil {
+		return nil, fmt.Errorf("snapsvc: reading services %v with snapctl: %w", names, err)
+	}
+	return parseServicesTable(out.Stdout)
+}
+
+func parseServicesTable(table string) ([]Service, error) {
+	var svcs []Service
+	for i, line := range strings.Split(strings.TrimRight(table, "\n"), "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) == 0 {
+			continue // header
+		}
+		if len(f) < 3 {
+			return nil, fmt.Errorf("snapsvc: cannot parse snapctl services line %q", line)
+		}
+		snap, app, ok := strings.Cut(f[0], ".")
+		if !ok {
+			return nil, fmt.Errorf("snapsvc: cannot parse snapctl services line %q", line)
+		}
+		svcs = append(svcs, Service{Snap: snap, Name: app, Enabled: f[1] == "enabled", Active: f[2] == "active"})
+	}
+	return svcs, nil
 }

@@ -145,7 +145,8 @@ func (c *Client) pauseOnWaitError(ctx context.Context, rt *retry.Retrier, err er
 	if ctx.Err() != nil {
 		return ctxErr(ctx, "waiting for changes")
 	}
-	if !retry.IsRetryable(err) {
+	var garbled *snapd.ResponseError
+	if !retry.IsRetryable(err) && !errors.As(err, &garbled) {
 		return err
 	}
 	rt.Attempt()
@@ -164,10 +165,15 @@ func (c *Client) pauseOnWaitError(ctx context.Context, rt *retry.Retrier, err er
 // are found by their tasks.
 func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 	if err := validateSnapName(snap); err != nil {
-		return fmt.Errorf("%w %q: %v", ErrInvalidName, snap, err)
+		return fmt.Errorf("snapsvc: waiting for snap to be idle: %w %q: %v", ErrInvalidName, snap, err)
+	}
+	skip := ""
+	if c.hook != "" {
+		// From inside a hook, the hook's own change cannot end first.
+		skip = c.ownHookChange(ctx, []string{snap})
 	}
 	for {
-		ids, err := c.findBlockers(ctx, []string{snap}, nil, "")
+		ids, err := c.findBlockers(ctx, []string{snap}, nil, skip)
 		if err != nil {
 			return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
 		}

@@ -36,8 +36,14 @@ func (l *Lock) Unlock() error {
 // lock it retries with short growing pauses until ctx is done; local
 // locks are cheap to test, and flock(2) cannot be interrupted by a context.
 func Acquire(ctx context.Context, path string) (*Lock, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create lock directory: %w", err)
+	}
+	// The directory may live in a world-writable place (/run/lock): refuse
+	// one that another user made or can write, or a symlink planted there.
+	if err := checkPrivate(dir, true); err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -54,6 +60,10 @@ func Acquire(ctx context.Context, path string) (*Lock, error) {
 	if !st.Mode().IsRegular() {
 		f.Close()
 		return nil, fmt.Errorf("refusing lock file %s: not a regular file", path)
+	}
+	if err := checkOwner(path, st); err != nil {
+		f.Close()
+		return nil, err
 	}
 	pause := time.Millisecond
 	for {
@@ -73,8 +83,35 @@ func Acquire(ctx context.Context, path string) (*Lock, error) {
 			return nil, fmt.Errorf("waiting for lock %s: %w", path, ctx.Err())
 		case <-t.C:
 		}
-		if pause < 20*time.Millisecond {
+		if pause < 50*time.Millisecond {
 			pause *= 2
 		}
 	}
+}
+
+// checkPrivate refuses a lock directory that is a symlink, belongs to
+// another user, or that group or others can write.
+func checkPrivate(dir string, isDir bool) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("cannot check lock directory: %w", err)
+	}
+	if st.Mode()&os.ModeSymlink != 0 || (isDir && !st.IsDir()) {
+		return fmt.Errorf("refusing lock directory %s: not a plain directory", dir)
+	}
+	if err := checkOwner(dir, st); err != nil {
+		return err
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("refusing lock directory %s: writable by others (mode %v)", dir, st.Mode().Perm())
+	}
+	return nil
+}
+
+func checkOwner(path string, st os.FileInfo) error {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if ok && int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("refusing lock %s: owned by uid %d, not %d", path, sys.Uid, os.Geteuid())
+	}
+	return nil
 }

@@ -61,3 +61,30 @@ func TestAcquireRefusesSymlinkAndNonRegular(t *testing.T) {
 		t.Error("a directory was accepted as a lock file")
 	}
 }
+
+func TestAcquireRefusesUnsafeDirectory(t *testing.T) {
+	base := t.TempDir()
+	// A symlinked directory, as another user could plant in /run/lock.
+	real := filepath.Join(base, "real")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "snapsvc")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Acquire(context.Background(), filepath.Join(link, "k8s.lock")); err == nil || !strings.Contains(err.Error(), "not a plain directory") {
+		t.Errorf("symlinked directory: %v", err)
+	}
+	// A directory others can write.
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Acquire(context.Background(), filepath.Join(open, "k8s.lock")); err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Errorf("world-writable directory: %v", err)
+	}
+}
