@@ -13,49 +13,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// manualClock adapts the fake's ManualClock to retry.Clock.
-type manualClock struct{ mc *fake.ManualClock }
-
-func (c manualClock) Now() time.Time { return c.mc.Now() }
-
-func (c manualClock) NewTimer(d time.Duration) retry.Timer {
-	ch := make(chan time.Time, 1)
-	t := c.mc.AfterFunc(d, func() { ch <- c.mc.Now() })
-	return manualTimer{ch: ch, t: t}
-}
-
-type manualTimer struct {
-	ch chan time.Time
-	t  fake.Timer
-}
-
-func (t manualTimer) C() <-chan time.Time { return t.ch }
-func (t manualTimer) Stop() bool          { return t.t.Stop() }
-
 var t0 = time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
-
-// waitTimerAt blocks until a timer falls due exactly at want.
-func waitTimerAt(ctx context.Context, t *testing.T, mc *fake.ManualClock, want time.Time) {
-	t.Helper()
-	for {
-		added := mc.TimerAdded()
-		if dl, ok := mc.NextDeadline(); ok && dl.Equal(want) {
-			return
-		}
-		select {
-		case <-added:
-		case <-ctx.Done():
-			next, _ := mc.NextDeadline()
-			t.Fatalf("no timer due at %v (next: %v)", want, next)
-		}
-	}
-}
 
 // k8sSnap is a Kubernetes-like snap freshly installed: every service
 // inactive and disabled (install-mode: disable).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/testclock"
 	"github.com/snapsvc/snapsvc/plan"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -80,7 +81,7 @@ func TestControlPlaneOrderBatchesAndReady(t *testing.T) {
 	services[5].Probe = &probe.HTTP{URL: kubelet.URL + "/readyz"} // kubelet's healthz
 	mc := fake.NewManualClock(t0)
 	var events []string
-	p, err := plan.New(services, plan.Options{Enable: true, Clock: manualClock{mc},
+	p, err := plan.New(services, plan.Options{Enable: true, Clock: testclock.Of(mc),
 		Probe: probe.Options{Interval: time.Second, Timeout: time.Hour},
 		OnEvent: func(e plan.Event) {
 			events = append(events, e.Kind.String()+" "+strings.Join(e.Services, ","))
@@ -92,7 +93,7 @@ func TestControlPlaneOrderBatchesAndReady(t *testing.T) {
 	go func() { errc <- p.Start(ctx, c) }()
 
 	// The apiserver's probe failed once and waits an interval.
-	waitTimerAt(ctx, t, mc, t0.Add(time.Second))
+	testclock.WaitTimerAt(ctx, t, mc, t0.Add(time.Second))
 	want := [][]string{{"k8s.containerd", "k8s.etcd"}, {"k8s.kube-apiserver"}}
 	if got := postedNames(t, srv); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("requests %v, want %v", got, want)
@@ -109,7 +110,7 @@ func TestControlPlaneOrderBatchesAndReady(t *testing.T) {
 	// The apiserver answers: its dependents start together, in one change.
 	api.up.Store(true)
 	mc.Advance(time.Second)
-	waitTimerAt(ctx, t, mc, t0.Add(2*time.Second)) // kubelet's probe waits
+	testclock.WaitTimerAt(ctx, t, mc, t0.Add(2*time.Second)) // kubelet's probe waits
 	want = append(want, []string{"k8s.kube-controller-manager", "k8s.kube-scheduler", "k8s.kubelet", "k8s.kube-proxy"})
 	if got := postedNames(t, srv); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("requests %v, want %v", got, want)
@@ -159,24 +160,6 @@ func TestControlPlaneOrderBatchesAndReady(t *testing.T) {
 	}
 }
 
-// drive fires the manual clock's timers due within limit until errc
-// yields.
-func drive(t *testing.T, mc *fake.ManualClock, limit time.Duration, errc <-chan error) error {
-	t.Helper()
-	for {
-		added := mc.TimerAdded()
-		if dl, ok := mc.NextDeadline(); ok && !dl.After(mc.Now().Add(limit)) {
-			mc.AdvanceToNext()
-			continue
-		}
-		select {
-		case err := <-errc:
-			return err
-		case <-added:
-		}
-	}
-}
-
 func TestProbeTimeoutNamesServiceProbeAndLastError(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap()))
 	c := newClient(t, srv)
@@ -185,13 +168,13 @@ func TestProbeTimeoutNamesServiceProbeAndLastError(t *testing.T) {
 	mc := fake.NewManualClock(t0)
 	services := controlPlane(tcpListener(t), api.URL)
 	services[2].ProbeOptions.MaxWait = 5 * time.Second
-	p, err := plan.New(services, plan.Options{Clock: manualClock{mc}, Probe: probe.Options{Interval: time.Second, Timeout: time.Hour, MaxWait: time.Hour}})
+	p, err := plan.New(services, plan.Options{Clock: testclock.Of(mc), Probe: probe.Options{Interval: time.Second, Timeout: time.Hour, MaxWait: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.Start(ctx, c) }()
-	err = drive(t, mc, time.Minute, errc)
+	err = testclock.Drive(t, mc, time.Minute, errc)
 	var se *plan.ServiceError
 	if !errors.As(err, &se) || !errors.Is(err, probe.ErrNotReady) {
 		t.Fatalf("err = %v, want a ServiceError for a probe", err)
@@ -223,7 +206,7 @@ func TestContextEndNamesWaitingProbe(t *testing.T) {
 	c := newClient(t, srv)
 	api := newReadyz(t)
 	mc := fake.NewManualClock(t0)
-	p, err := plan.New(controlPlane(tcpListener(t), api.URL), plan.Options{Clock: manualClock{mc},
+	p, err := plan.New(controlPlane(tcpListener(t), api.URL), plan.Options{Clock: testclock.Of(mc),
 		Probe: probe.Options{Interval: time.Second, Timeout: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +222,7 @@ func TestContextEndNamesWaitingProbe(t *testing.T) {
 		t.Errorf("WaitReady with a cancelled context: %v", err)
 	}
 
-	waitTimerAt(ctx, t, mc, t0.Add(time.Second))
+	testclock.WaitTimerAt(ctx, t, mc, t0.Add(time.Second))
 	cancel()
 	err = <-errc
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "k8s.kube-apiserver not ready") ||
@@ -280,8 +263,8 @@ func TestIndependentChainsStartIndependently(t *testing.T) {
 	// One clock per probe, so each can be driven on its own.
 	etcdClock, apiClock := fake.NewManualClock(t0), fake.NewManualClock(t0)
 	p, err := plan.New([]plan.Service{
-		{Name: "k8s.etcd", Probe: &probe.HTTP{URL: etcdUp.URL + "/readyz"}, ProbeOptions: probe.Options{Clock: manualClock{etcdClock}}},
-		{Name: "k8s.kube-apiserver", Probe: &probe.HTTP{URL: apiUp.URL + "/readyz"}, ProbeOptions: probe.Options{Clock: manualClock{apiClock}}},
+		{Name: "k8s.etcd", Probe: &probe.HTTP{URL: etcdUp.URL + "/readyz"}, ProbeOptions: probe.Options{Clock: testclock.Of(etcdClock)}},
+		{Name: "k8s.kube-apiserver", Probe: &probe.HTTP{URL: apiUp.URL + "/readyz"}, ProbeOptions: probe.Options{Clock: testclock.Of(apiClock)}},
 		{Name: "k8s.containerd", After: []string{"k8s.etcd"}},
 		{Name: "k8s.kubelet", After: []string{"k8s.kube-apiserver"}},
 	}, plan.Options{Probe: probe.Options{Interval: time.Second, Timeout: time.Hour}})
@@ -290,8 +273,8 @@ func TestIndependentChainsStartIndependently(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.Start(ctx, c) }()
-	waitTimerAt(ctx, t, etcdClock, t0.Add(time.Second))
-	waitTimerAt(ctx, t, apiClock, t0.Add(time.Second))
+	testclock.WaitTimerAt(ctx, t, etcdClock, t0.Add(time.Second))
+	testclock.WaitTimerAt(ctx, t, apiClock, t0.Add(time.Second))
 	etcdUp.up.Store(true)
 	etcdClock.Advance(time.Second)
 	// containerd starts while the apiserver is still not ready.

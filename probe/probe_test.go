@@ -25,8 +25,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/testclock"
 	"github.com/snapsvc/snapsvc/probe"
 )
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -53,9 +56,9 @@ func TestWaitHTTPSuccessThreshold(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- probe.Wait(context.Background(), &probe.HTTP{URL: ts.URL + "/readyz"},
-			probe.Options{Interval: time.Second, Timeout: time.Hour, SuccessThreshold: 2, Clock: manualClock{mc}})
+			probe.Options{Interval: time.Second, Timeout: time.Hour, SuccessThreshold: 2, Clock: testclock.Of(mc)})
 	}()
-	if err := drive(t, mc, time.Minute, errc); err != nil {
+	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
 	// 503 503 200 503 200 200: two in a row only at the sixth check.
@@ -74,9 +77,9 @@ func TestWaitMaxWaitNamesProbeAndLastError(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- probe.Wait(context.Background(), p,
-			probe.Options{Interval: time.Second, Timeout: time.Hour, MaxWait: 3 * time.Second, Clock: manualClock{mc}})
+			probe.Options{Interval: time.Second, Timeout: time.Hour, MaxWait: 3 * time.Second, Clock: testclock.Of(mc)})
 	}()
-	err := drive(t, mc, time.Minute, errc)
+	err := testclock.Drive(t, mc, time.Minute, errc)
 	if err == nil {
 		t.Fatal("Wait succeeded against a server answering 503")
 	}
@@ -109,9 +112,9 @@ func TestCheckTimeout(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- probe.Wait(context.Background(), blocked,
-			probe.Options{Interval: time.Second, Timeout: 2 * time.Second, MaxWait: 4 * time.Second, Clock: manualClock{mc}})
+			probe.Options{Interval: time.Second, Timeout: 2 * time.Second, MaxWait: 4 * time.Second, Clock: testclock.Of(mc)})
 	}()
-	err := drive(t, mc, time.Hour, errc)
+	err := testclock.Drive(t, mc, time.Hour, errc)
 	var cte *probe.CheckTimeoutError
 	if !errors.As(err, &cte) || cte.Timeout != 2*time.Second {
 		t.Fatalf("error %v does not carry the check timeout", err)
@@ -137,8 +140,8 @@ func TestWaitContextCancelled(t *testing.T) {
 	})
 	mc := fake.NewManualClock(t0)
 	errc := make(chan error, 1)
-	go func() { errc <- probe.Wait(ctx, p, probe.Options{Interval: time.Second, Clock: manualClock{mc}}) }()
-	err := drive(t, mc, time.Minute, errc)
+	go func() { errc <- probe.Wait(ctx, p, probe.Options{Interval: time.Second, Clock: testclock.Of(mc)}) }()
+	err := testclock.Drive(t, mc, time.Minute, errc)
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, probe.ErrNotReady) {
 		t.Fatalf("err = %v, want not ready, context canceled", err)
 	}
@@ -335,9 +338,9 @@ func TestWaitCancelledMidCheckKeepsLastFailure(t *testing.T) {
 	mc := fake.NewManualClock(t0)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- probe.Wait(ctx, p, probe.Options{Interval: time.Second, Timeout: time.Hour, Clock: manualClock{mc}})
+		errc <- probe.Wait(ctx, p, probe.Options{Interval: time.Second, Timeout: time.Hour, Clock: testclock.Of(mc)})
 	}()
-	err := drive(t, mc, time.Minute, errc)
+	err := testclock.Drive(t, mc, time.Minute, errc)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "last error: status 503: etcd not ready") {
 		t.Errorf("err = %v", err)
 	}

@@ -96,28 +96,14 @@ func TestRestartWaitsOutForeignChange(t *testing.T) {
 	ctx := ctxT(t)
 
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
-	blocked := logs.seen("waiting for blocking changes")
-	type out struct {
-		res *snapsvc.Result
-		err error
+	res, err := whenBlocked(t, logs, func() (*snapsvc.Result, error) {
+		return c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	}, foreign.Finish)
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan out, 1)
-	go func() {
-		res, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-		done <- out{res, err}
-	}()
-	select {
-	case <-blocked:
-	case o := <-done:
-		t.Fatalf("restart returned before meeting the foreign change: %+v %v", o.res, o.err)
-	}
-	foreign.Finish()
-	o := <-done
-	if o.err != nil {
-		t.Fatal(o.err)
-	}
-	if o.res.Conflicts != 1 || o.res.Attempts != 2 || len(o.res.WaitedFor) != 1 || o.res.WaitedFor[0] != foreign.ID() {
-		t.Errorf("result %+v, want 1 conflict, 2 attempts, waited for %s", o.res, foreign.ID())
+	if res.Conflicts != 1 || res.Attempts != 2 || len(res.WaitedFor) != 1 || res.WaitedFor[0] != foreign.ID() {
+		t.Errorf("result %+v, want 1 conflict, 2 attempts, waited for %s", res, foreign.ID())
 	}
 	readyAt := foreign.ReadyTime()
 	var retryAt time.Time

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/testclock"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
@@ -250,7 +251,7 @@ func TestRestartPacing(t *testing.T) {
 	mc := fake.NewManualClock(stepT0)
 	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	srv.SetDurations("k8s", "kubelet", 0, 0)
-	c := newClient(t, srv, snapsvc.WithClock(stepClock{mc}), snapsvc.WithMinRestartInterval(10*time.Second))
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithMinRestartInterval(10*time.Second))
 	ctx := ctxT(t)
 	posts := func() []fake.Request {
 		var out []fake.Request
@@ -268,7 +269,7 @@ func TestRestartPacing(t *testing.T) {
 	mc.Advance(4 * time.Second)
 	out := make(chan restartOutcome, 1)
 	restartAsync(c, ctx, out, "k8s.kubelet")
-	waitTimerAt(ctx, t, mc, stepT0.Add(10*time.Second)) // held 6s more
+	testclock.WaitTimerAt(ctx, t, mc, stepT0.Add(10*time.Second)) // held 6s more
 	if n := len(posts()); n != 1 {
 		t.Fatalf("%d restarts sent before the interval passed, want 1", n)
 	}
@@ -294,7 +295,7 @@ func TestRestartPacing(t *testing.T) {
 	n := len(posts())
 	pctx, pcancel := context.WithCancel(ctx)
 	restartAsync(c, pctx, out, "k8s.kubelet")
-	waitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
+	testclock.WaitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
 	pcancel()
 	o := <-out
 	if !errors.Is(o.err, context.Canceled) || !strings.Contains(o.err.Error(), "minimum restart interval") {
@@ -309,7 +310,7 @@ func TestRestartPacing(t *testing.T) {
 	notPaced(ctx, t, c, mc, "k8s")
 	n = len(posts())
 	restartAsync(c, ctx, out, "k8s.kubelet")
-	waitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
+	testclock.WaitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
 	if len(posts()) != n {
 		t.Fatal("kubelet restarted right after its snap was restarted")
 	}

@@ -13,29 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/internal/testclock"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
-
-// stepClock adapts the fake's ManualClock to retry.Clock, so the client
-// and the fake can share one clock that only the test moves.
-type stepClock struct{ mc *fake.ManualClock }
-
-func (c stepClock) Now() time.Time { return c.mc.Now() }
-
-func (c stepClock) NewTimer(d time.Duration) retry.Timer {
-	ch := make(chan time.Time, 1)
-	t := c.mc.AfterFunc(d, func() { ch <- c.mc.Now() })
-	return stepTimer{ch: ch, t: t}
-}
-
-type stepTimer struct {
-	ch chan time.Time
-	t  fake.Timer
-}
-
-func (t stepTimer) C() <-chan time.Time { return t.ch }
-func (t stepTimer) Stop() bool          { return t.t.Stop() }
 
 // checkLeaks verifies, after the test's other cleanups (registered later,
 // so run earlier) have closed fakes and clients, that the test left no
@@ -46,23 +26,6 @@ func checkLeaks(t *testing.T) {
 }
 
 var stepT0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-
-// waitTimerAt blocks until a timer falls due exactly at want.
-func waitTimerAt(ctx context.Context, t *testing.T, mc *fake.ManualClock, want time.Time) {
-	t.Helper()
-	for {
-		added := mc.TimerAdded()
-		if dl, ok := mc.NextDeadline(); ok && dl.Equal(want) {
-			return
-		}
-		select {
-		case <-added:
-		case <-ctx.Done():
-			next, _ := mc.NextDeadline()
-			t.Fatalf("no timer due at %v (next: %v)", want, next)
-		}
-	}
-}
 
 // desiredSnap has one service in each enabled/active combination.
 func desiredSnap() fake.Snap {
@@ -198,15 +161,15 @@ func TestWaitActive(t *testing.T) {
 	checkLeaks(t)
 	srv := fake.NewServer(t, fake.WithSnaps(desiredSnap()))
 	mc := fake.NewManualClock(stepT0)
-	c := newClient(t, srv, snapsvc.WithClock(stepClock{mc}), snapsvc.WithPollInterval(500*time.Millisecond))
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithPollInterval(500*time.Millisecond))
 	ctx := ctxT(t)
 
 	errc := make(chan error, 1)
 	go func() { errc <- c.WaitActive(ctx, []string{"k8s.containerd", "k8s.kube-proxy"}) }()
 	// First read done, kube-proxy inactive: WaitActive sleeps one interval.
-	waitTimerAt(ctx, t, mc, stepT0.Add(500*time.Millisecond))
+	testclock.WaitTimerAt(ctx, t, mc, stepT0.Add(500*time.Millisecond))
 	mc.Advance(500 * time.Millisecond)
-	waitTimerAt(ctx, t, mc, stepT0.Add(time.Second))
+	testclock.WaitTimerAt(ctx, t, mc, stepT0.Add(time.Second))
 	srv.SetService("k8s", "kube-proxy", fake.AppState{Enabled: true, Active: true})
 	mc.Advance(500 * time.Millisecond)
 	if err := <-errc; err != nil {
@@ -221,11 +184,11 @@ func TestWaitActiveBoundedByContext(t *testing.T) {
 	checkLeaks(t)
 	srv := fake.NewServer(t, fake.WithSnaps(desiredSnap()))
 	mc := fake.NewManualClock(stepT0)
-	c := newClient(t, srv, snapsvc.WithClock(stepClock{mc}))
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
 	ctx, cancel := context.WithCancel(ctxT(t))
 	errc := make(chan error, 1)
 	go func() { errc <- c.WaitActive(ctx, []string{"k8s"}) }()
-	waitTimerAt(ctx, t, mc, stepT0.Add(100*time.Millisecond)) // default poll interval
+	testclock.WaitTimerAt(ctx, t, mc, stepT0.Add(100*time.Millisecond)) // default poll interval
 	cancel()
 	err := <-errc
 	if !errors.Is(err, context.Canceled) {

@@ -160,3 +160,28 @@ func ctxT(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// whenBlocked runs call in a goroutine and, once the client has logged
+// that it waits for blocking changes, runs release; it returns call's
+// outcome. It fails the test if call returns before it blocked.
+func whenBlocked(t *testing.T, logs *logWatch, call func() (*snapsvc.Result, error), release func()) (*snapsvc.Result, error) {
+	t.Helper()
+	blocked := logs.seen("waiting for blocking changes")
+	type outcome struct {
+		res *snapsvc.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := call()
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-blocked:
+	case o := <-done:
+		t.Fatalf("returned before meeting the blocking change: %+v %v", o.res, o.err)
+	}
+	release()
+	o := <-done
+	return o.res, o.err
+}

@@ -27,21 +27,10 @@ func TestLostAnswerNotMatchedToOtherChange(t *testing.T) {
 	srv.DropNextResponse("POST", "/v2/apps")
 	logs := newLogWatch()
 	c2 := newClient(t, srv, snapsvc.WithLogger(logs.logger()))
-	blocked := logs.seen("waiting for blocking changes")
-	done := make(chan error, 1)
-	var res *snapsvc.Result
-	go func() {
-		var err error
-		res, err = c2.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-		done <- err
-	}()
-	select {
-	case <-blocked:
-	case err := <-done:
-		t.Fatalf("restart returned before meeting the foreign change: %v", err)
-	}
-	foreign.Finish()
-	if err := <-done; err != nil {
+	res, err := whenBlocked(t, logs, func() (*snapsvc.Result, error) {
+		return c2.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	}, foreign.Finish)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if res.ChangeID == first.ChangeID {
@@ -62,21 +51,10 @@ func TestHookDoesNotWaitForItsOwnChange(t *testing.T) {
 	other := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
 	logs := newLogWatch()
 	hc := newSnapctlClient(t, srv, hook.Cookie(), snapsvc.WithHook("install"), snapsvc.WithLogger(logs.logger()))
-	waiting := logs.seen("conflict; waiting for blocking changes")
-	done := make(chan error, 1)
-	var res *snapsvc.Result
-	go func() {
-		var err error
-		res, err = hc.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-		done <- err
-	}()
-	select {
-	case <-waiting:
-	case err := <-done:
-		t.Fatalf("returned before meeting the other change: %v", err)
-	}
-	other.Finish()
-	if err := <-done; err != nil {
+	res, err := whenBlocked(t, logs, func() (*snapsvc.Result, error) {
+		return hc.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	}, other.Finish)
+	if err != nil {
 		t.Fatalf("hook restart: %v (%q)", err, logs.all())
 	}
 	if len(res.WaitedFor) != 1 || res.WaitedFor[0] != other.ID() {

@@ -48,21 +48,10 @@ func TestSnapctlConflictEachPrefix(t *testing.T) {
 			c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()), snapsvc.WithPollInterval(time.Millisecond))
 			ctx := ctxT(t)
 			foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
-			blocked := logs.seen("waiting for blocking changes")
-			done := make(chan error, 1)
-			var res *snapsvc.Result
-			go func() {
-				var err error
-				res, err = c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-				done <- err
-			}()
-			select {
-			case <-blocked:
-			case err := <-done:
-				t.Fatalf("returned before the conflict: %v", err)
-			}
-			foreign.Finish()
-			if err := <-done; err != nil {
+			res, err := whenBlocked(t, logs, func() (*snapsvc.Result, error) {
+				return c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+			}, foreign.Finish)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Conflicts != 1 || res.Status != "Done" {
