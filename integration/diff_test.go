@@ -199,6 +199,8 @@ func (tg *target) call(name string, sock *wire, method, path string, body any) (
 // until polls change id (unrecorded) until cond holds.
 func (tg *target) until(id string, limit time.Duration, cond func(change) bool) error {
 	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(20 * time.Millisecond) // polling an external daemon
+	defer tick.Stop()
 	for {
 		r, err := tg.main.doErr("GET", "/v2/changes/"+id, nil)
 		if err != nil {
@@ -214,7 +216,7 @@ func (tg *target) until(id string, limit time.Duration, cond func(change) bool) 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("change %s: condition not met after %v: %s", id, limit, r.Raw)
 		}
-		time.Sleep(20 * time.Millisecond) // polling an external daemon
+		<-tick.C
 	}
 }
 
@@ -337,7 +339,7 @@ func scenario(tg *target, e env) error {
 	}
 	// snapd logs "Waiting for ... to stop." once the unit is still
 	// running a second into the stop.
-	time.Sleep(time.Until(posted.Add(1500 * time.Millisecond)))
+	<-time.After(time.Until(posted.Add(1500 * time.Millisecond))) // real snapd's own delay, measured
 	if _, err := tg.call("change-stop-gamma-doing-1.5s", m, "GET", "/v2/changes/"+gamma, nil); err != nil {
 		return err
 	}

@@ -38,7 +38,12 @@ func (e env) runInside(t testing.TB, args ...string) (stdout, stderr string, err
 	if e.Leader == "" {
 		t.Fatal("SNAPSVC_REALSNAPD_LEADER not set")
 	}
-	cmd := exec.Command("nsenter", append([]string{"-t", e.Leader, "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--"}, args...)...)
+	argv := append([]string{"nsenter", "-t", e.Leader, "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--"}, args...)
+	if cpu := os.Getenv("SNAPSVC_REALSNAPD_CPU"); cpu != "" {
+		// On the container's CPU, as run.sh explains (mount namespace ids).
+		argv = append([]string{"taskset", "-c", cpu}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	var o, eb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &eb
 	err = cmd.Run()
