@@ -91,11 +91,9 @@ func TestInSnapRestart(t *testing.T) {
 	if a := w.apps(t, "svcdemo.beta")["beta"]; a.Enabled || a.Active {
 		t.Errorf("after stop --disable from inside the snap: beta %+v", a)
 	}
+	// Services from inside a snap cannot use GET /v2/apps (main socket only).
 	out, err = e.helper(t, "services", "svcdemo")
-	if knownIssue(t, "services-in-snapctl-mode", err != nil,
-		"snapsvc.Client.Services reads GET /v2/apps, which snapd serves on the main socket only; "+
-			"inside a snap (snapctl mode, snap socket) it gets 403 login-required: "+out.Error) {
-	} else if err != nil || len(out.Services) != 5 {
+	if err != nil || len(out.Services) != 5 {
 		t.Errorf("services from inside the snap: %v %s: got %+v, want svcdemo's 5 services", err, out.Error, out.Services)
 	}
 	if out, err := e.helper(t, "restart", "tinybase.x"); err == nil {
@@ -213,16 +211,3 @@ func TestInSnapConfigureHookQueued(t *testing.T) {
 	}
 }
 
-// knownIssue reports a known problem in snapsvc that this suite found and
-// that its owner is fixing: while it happens it is logged (not failed) so
-// that the rest of the suite keeps guarding; once it stops happening the
-// test says so, and the entry should go.
-func knownIssue(t testing.TB, id string, happened bool, why string) bool {
-	t.Helper()
-	if happened {
-		t.Logf("KNOWN ISSUE %s: %s", id, why)
-	} else {
-		t.Logf("known issue %s no longer happens: remove the knownIssue call", id)
-	}
-	return happened
-}
