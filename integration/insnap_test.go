@@ -210,4 +210,3 @@ func TestInSnapConfigureHookQueued(t *testing.T) {
 		}
 	}
 }
-
