@@ -19,9 +19,15 @@ type Policy struct {
 	InitialInterval time.Duration
 	// MaxInterval caps one pause (default 5s).
 	MaxInterval time.Duration
+	// MaxConflictInterval caps the pause before retrying a conflict whose
+	// blocking change cannot be seen (a snap without snap-refresh-observe,
+	// say): such conflicts usually clear within seconds, and a refused
+	// request costs snapd little (default 1s).
+	MaxConflictInterval time.Duration
 	// Multiplier grows the pause after each retry (default 1.6).
 	Multiplier float64
-	// RandomizationFactor jitters each pause by ± this fraction (default 0.5).
+	// RandomizationFactor jitters each pause by ± this fraction (default
+	// 0.5; negative: no jitter).
 	RandomizationFactor float64
 	// MaxAttempts bounds the attempts, the first included (0: no bound).
 	MaxAttempts int
@@ -37,6 +43,7 @@ func DefaultPolicy() Policy {
 	return Policy{
 		InitialInterval:     250 * time.Millisecond,
 		MaxInterval:         5 * time.Second,
+		MaxConflictInterval: time.Second,
 		Multiplier:          1.6,
 		RandomizationFactor: 0.5,
 		MaxElapsedTime:      5 * time.Minute,
@@ -52,11 +59,17 @@ func (p Policy) withDefaults() Policy {
 	if p.MaxInterval <= 0 {
 		p.MaxInterval = d.MaxInterval
 	}
+	if p.MaxConflictInterval <= 0 {
+		p.MaxConflictInterval = d.MaxConflictInterval
+	}
 	if p.Multiplier < 1 {
 		p.Multiplier = d.Multiplier
 	}
-	if p.RandomizationFactor < 0 || p.RandomizationFactor > 1 {
+	switch {
+	case p.RandomizationFactor == 0 || p.RandomizationFactor > 1:
 		p.RandomizationFactor = d.RandomizationFactor
+	case p.RandomizationFactor < 0:
+		p.RandomizationFactor = 0
 	}
 	if p.MaxElapsedTime == 0 {
 		p.MaxElapsedTime = d.MaxElapsedTime
@@ -156,4 +169,10 @@ func (r *Retrier) ResetPause() { r.backoff.Reset() }
 // Pause waits for the next backoff pause or until ctx is done.
 func (r *Retrier) Pause(ctx context.Context) error {
 	return Sleep(ctx, r.policy.Clock, r.NextPause())
+}
+
+// PauseConflict is Pause capped at MaxConflictInterval, for a conflict
+// whose blocking change cannot be watched.
+func (r *Retrier) PauseConflict(ctx context.Context) error {
+	return Sleep(ctx, r.policy.Clock, min(r.NextPause(), r.policy.MaxConflictInterval))
 }

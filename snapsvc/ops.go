@@ -367,7 +367,11 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		if reason := r.rt.Exhausted(); reason != "" {
 			return r.fail("", &gaveUpError{reason: reason, last: r.last})
 		}
-		if perr := r.rt.Pause(ctx); perr != nil {
+		pause := r.rt.Pause
+		if retry.Classify(r.last) == retry.Conflict {
+			pause = r.rt.PauseConflict
+		}
+		if perr := pause(ctx); perr != nil {
 			return r.fail("", interrupted(ctx, r.last))
 		}
 	}

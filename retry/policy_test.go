@@ -1,0 +1,80 @@
+package retry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// recordingClock fires timers at once and records the pauses asked for.
+type recordingClock struct {
+	now    time.Time
+	pauses []time.Duration
+}
+
+func (c *recordingClock) Now() time.Time { return c.now }
+
+func (c *recordingClock) NewTimer(d time.Duration) retry.Timer {
+	c.pauses = append(c.pauses, d)
+	c.now = c.now.Add(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.now
+	return firedTimer{ch}
+}
+
+type firedTimer struct{ ch chan time.Time }
+
+func (t firedTimer) C() <-chan time.Time { return t.ch }
+func (firedTimer) Stop() bool            { return false }
+
+func TestRetrierBounds(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	r := retry.Policy{InitialInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second, Multiplier: 2,
+		RandomizationFactor: -1, MaxElapsedTime: 10 * time.Second, Clock: clock}
+	rt := r.NewRetrier()
+	ctx := context.Background()
+	for rt.Exhausted() == "" {
+		rt.Attempt()
+		if err := rt.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rt.Elapsed(); got != 10*time.Second {
+		t.Errorf("elapsed %v when exhausted, want exactly MaxElapsedTime (the last pause is shortened)", got)
+	}
+	for i, p := range clock.pauses {
+		if p > 2*time.Second {
+			t.Errorf("pause %d is %v, above MaxInterval", i, p)
+		}
+	}
+	if clock.pauses[0] != 100*time.Millisecond || clock.pauses[1] != 200*time.Millisecond {
+		t.Errorf("pauses do not grow from the initial interval: %v", clock.pauses[:3])
+	}
+}
+
+func TestConflictPauseIsCapped(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	rt := retry.Policy{InitialInterval: 4 * time.Second, Clock: clock}.NewRetrier()
+	if err := rt.PauseConflict(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if clock.pauses[0] != time.Second {
+		t.Errorf("conflict pause %v, want the 1s default cap", clock.pauses[0])
+	}
+	p := retry.Policy{MaxAttempts: 2, Clock: clock}.NewRetrier()
+	p.Attempt()
+	p.Attempt()
+	if p.Exhausted() == "" {
+		t.Error("not exhausted after MaxAttempts")
+	}
+}
+
+func TestSleepHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := retry.Sleep(ctx, nil, time.Hour); err != context.Canceled {
+		t.Errorf("Sleep on a cancelled context: %v", err)
+	}
+}
