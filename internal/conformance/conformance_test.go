@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ var notReproducible257 = map[string]string{}
 
 func TestFakeConforms257(t *testing.T) {
 	target := conformance.NewFakeTarget(t, fake.Version257)
-	conformance.Run(t, target, "testdata/2.57.6", conformance.Scenario257, notReproducible257)
+	// read slow changes 1.5 s in, where the real target waits too
+	conformance.Run(t, target, "testdata/2.57.6", conformance.Settled(conformance.Scenario257), notReproducible257)
 }
 
 // TestRealTargetWaitsByPolling checks RealTarget's polling against a fake on
@@ -53,5 +55,29 @@ func TestRealTargetWaitsByPolling(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(conformance.GoldenDir("2.57.6"), "cases.tsv")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSettledScenario checks where Settled lets time pass, and that the fake
+// target does it on its manual clock.
+func TestSettledScenario(t *testing.T) {
+	var after []string
+	steps := conformance.Settled(conformance.Scenario257)
+	for i, st := range steps {
+		if st.Op == "prepare" && st.Name == conformance.StepSettle {
+			after = append(after, steps[i-1].Op+" "+steps[i-1].Name)
+		}
+	}
+	want := "req post-stop-gamma-slow,req post-start-slowstart,inprogress snapctl-bg-stop-gamma-slow"
+	if got := strings.Join(after, ","); got != want {
+		t.Fatalf("settles after %s, want after %s", got, want)
+	}
+	ft := conformance.NewFakeTarget(t, fake.Version257)
+	before := ft.Clock.Now()
+	if err := ft.Prepare(context.Background(), conformance.StepSettle); err != nil {
+		t.Fatal(err)
+	}
+	if d := ft.Clock.Now().Sub(before); d != conformance.SettleDelay {
+		t.Fatalf("settle advanced the clock by %v, want %v", d, conformance.SettleDelay)
 	}
 }

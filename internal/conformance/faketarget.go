@@ -118,9 +118,14 @@ func (f *FakeTarget) WaitInProgress(ctx context.Context) error {
 	return f.S.WaitFor(ctx, func(v fake.View) bool { return len(v.InProgress()) > 0 })
 }
 
-// Prepare implements Target.
+// Prepare implements Target. StepSettle advances the manual clock by
+// SettleDelay, firing the fake's timers on the way (e.g. the "Waiting for
+// ... to stop." log a second into a slow stop), where a real target waits.
 func (f *FakeTarget) Prepare(_ context.Context, step string) error {
 	switch step {
+	case StepSettle:
+		f.Clock.Advance(SettleDelay)
+		return nil
 	case "add-broken-app":
 		sn := SvcdemoSnap()
 		// keep the current state of the other services

@@ -127,6 +127,35 @@ var Scenario257 = cat(
 	req("post-start-broken"), []Step{{"wait", "post-start-broken"}}, req("change-start-broken-error", "apps-broken"),
 )
 
+// StepSettle is the Prepare step Settled inserts: the target lets
+// SettleDelay pass (a real snapd by waiting, the fake by advancing its
+// clock).
+const StepSettle = "settle"
+
+// SettleDelay is how long StepSettle lets pass. The capture read the "Doing"
+// state of slow changes a second or more into them, once snapd had logged
+// "Waiting for ... to stop." (about 1.03 s into a stop on 2.57.6 and
+// 2.68.3); 1.5 s is what the integration suite measured as safe.
+const SettleDelay = 1500 * time.Millisecond
+
+// Settled returns scenario with a StepSettle after each step that starts a
+// slow change whose "Doing" state the following cases read: the POSTs of
+// post-stop-gamma-slow and post-start-slowstart, and the in-progress wait of
+// snapctl-bg-stop-gamma-slow. A replay that reads at once would see no
+// "Waiting for ... to stop." log yet.
+func Settled(scenario []Step) []Step {
+	var out []Step
+	for _, st := range scenario {
+		out = append(out, st)
+		switch {
+		case st.Op == "req" && (st.Name == "post-stop-gamma-slow" || st.Name == "post-start-slowstart"),
+			st.Op == "inprogress" && st.Name == "snapctl-bg-stop-gamma-slow":
+			out = append(out, Step{Op: "prepare", Name: StepSettle})
+		}
+	}
+	return out
+}
+
 // Result is what a target answered for one case.
 type Result struct {
 	Case   *Case

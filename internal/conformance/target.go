@@ -47,7 +47,8 @@ type Target interface {
 	WaitInProgress(ctx context.Context) error
 	// Prepare makes the state a later step needs. Steps: "add-broken-app"
 	// (svcdemo gains the failing oneshot "broken", disabled and inactive;
-	// the 2.57.6 capture installed it only for its last cases).
+	// the 2.57.6 capture installed it only for its last cases) and
+	// StepSettle (let SettleDelay pass; see Settled).
 	Prepare(ctx context.Context, step string) error
 }
 
@@ -55,7 +56,8 @@ type Target interface {
 type RealTarget struct {
 	Main, Snap string // socket paths
 	SnapCookie string // svcdemo's cookie
-	// PrepareFunc implements Prepare; nil means every step is a no-op.
+	// PrepareFunc implements Prepare; nil means StepSettle waits
+	// SettleDelay and every other step is a no-op.
 	PrepareFunc func(ctx context.Context, step string) error
 	// PollInterval defaults to 100ms, like `snap`'s own wait loop.
 	PollInterval time.Duration
@@ -142,10 +144,19 @@ func (r *RealTarget) WaitInProgress(ctx context.Context) error {
 
 // Prepare implements Target.
 func (r *RealTarget) Prepare(ctx context.Context, step string) error {
-	if r.PrepareFunc == nil {
-		return nil
+	if r.PrepareFunc != nil {
+		return r.PrepareFunc(ctx, step)
 	}
-	return r.PrepareFunc(ctx, step)
+	if step == StepSettle {
+		tm := time.NewTimer(SettleDelay) // a real snapd keeps its own time
+		defer tm.Stop()
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Do sends one HTTP request over a Unix socket and returns the status code
