@@ -29,8 +29,15 @@
 //     stop in name order; a failing start stops the whole batch again in
 //     reverse order and, with --enable, disables all of it; conflicts are snapd's 400 without kind, or 409
 //     snap-change-conflict with WithConflictAs409). Main socket only.
+//     A stop still running 1 s in (on the Clock) logs `Waiting for
+//     "snap.S.A.service" to stop.` on its task, as snapd does; a failed
+//     systemctl call reads "...: stderr:", a newline and the text (without
+//     its trailing newline) from 2.68 on.
 //   - GET /v2/changes/{id}, GET /v2/changes (select, for= matching only
 //     changes with snap-names), POST /v2/changes/{id} {"action":"abort"}.
+//     With WithSnapSocketObserveDenied, reads of changes and notices on the
+//     snap socket answer 403 login-required: "access denied" before 2.68,
+//     "could not determine snap name for pid: ..." from 2.68 on.
 //   - POST /v2/snapctl (snap socket only): services, start/stop/restart,
 //     get/set/unset. An ephemeral context (the snap's cookie) creates a
 //     change without snap-names (an "exec-command" task, "task ignored",

@@ -63,10 +63,17 @@ func TestStartStopConflictManualClock(t *testing.T) {
 	var ch change
 	_, e = call(t, s.SocketPath(), "GET", "/v2/changes/"+chID, "")
 	decode(t, e.Result, &ch)
-	if ch.Status != "Doing" || len(ch.Tasks[0].Log) != 1 {
+	if ch.Status != "Doing" || len(ch.Tasks[0].Log) != 0 {
 		t.Fatalf("change %+v", ch)
 	}
-	clk.Advance(20 * time.Second)
+	// still stopping a second in: "Waiting for ... to stop."
+	clk.Advance(time.Second)
+	_, e = call(t, s.SocketPath(), "GET", "/v2/changes/"+chID, "")
+	decode(t, e.Result, &ch)
+	if ch.Status != "Doing" || len(ch.Tasks[0].Log) != 1 || !strings.HasSuffix(ch.Tasks[0].Log[0], ` INFO Waiting for "snap.svcdemo.gamma.service" to stop.`) {
+		t.Fatalf("change %+v", ch)
+	}
+	clk.Advance(19 * time.Second)
 	_, e = call(t, s.SocketPath(), "GET", "/v2/changes/"+chID, "")
 	decode(t, e.Result, &ch)
 	if ch.Status != "Done" || !ch.Ready {
@@ -80,7 +87,7 @@ func TestStartStopConflictManualClock(t *testing.T) {
 		t.Fatalf("ready time %v", info.ReadyTime)
 	}
 	c := s.Counters()
-	if c.Conflicts != 1 || c.Requests["POST /v2/apps"] != 2 || c.ChangesCreated != 1 || c.Requests["GET /v2/changes/{id}"] != 2 {
+	if c.Conflicts != 1 || c.Requests["POST /v2/apps"] != 2 || c.ChangesCreated != 1 || c.Requests["GET /v2/changes/{id}"] != 3 {
 		t.Fatalf("counters %+v", c)
 	}
 }

@@ -133,6 +133,7 @@ func TestGolden277(t *testing.T) {
 		bg <- res{c, b}
 	}()
 	s.WaitFor(ctx, func(v fake.View) bool { return len(v.InProgress()) > 0 })
+	clk.Advance(1500 * time.Millisecond) // the capture read it once the stop had logged "Waiting for"
 	code, b = g.main("GET", "/v2/changes?select=in-progress", "")
 	g.check("changes-during-snapctl-stop", code, b)
 	code, b = g.snapctl(cookie, "restart", "svcdemo.alpha")

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -109,19 +110,40 @@ func (v Version) snapctlPrefix() string {
 // (golden data exists only for these three); 2.68 is used as the switch.
 func (v Version) taskData() bool { return v.atLeast(Version268) }
 
-// systemctlStderrPrefix: 2.77.1 formats a failed systemctl call as
-// "...: stderr:\n<text>" without the trailing newline, 2.57.6 as "...: <text>".
-// 2.70 is assumed as the switch (no 2.68 capture of a failed start).
-func (v Version) systemctlStderrPrefix() bool { return v.atLeast(Version270) }
+// systemctlStderrPrefix: 2.68.3 and 2.77.1 format a failed systemctl call
+// as "...: stderr:\n<text>" without the trailing newline, 2.57.6 as
+// "...: <text>" (integration/testdata/captured/*/change-start-broken.json).
+// The release that changed it lies between 2.57.6 and 2.68.3 and is not
+// pinned down; 2.68 is used as the switch.
+func (v Version) systemctlStderrPrefix() bool { return v.atLeast(Version268) }
 
 // unknownCommandList is the go-flags list in "Unknown command" errors.
+// 2.68.3 added install and remove to 2.57.6's list (the release in between
+// that did is not pinned down; 2.68 is used as the switch).
 func (v Version) unknownCommandList() string {
-	if v.atLeast(Version270) {
-		// captured from 2.77.1
+	switch {
+	case v.atLeast(Version270):
+		// captured from 2.77.1 (testdata/snapd-golden/2.77.1/snapctl-unknown-cmd.json)
 		return "change, fde-setup-request, fde-setup-result, get, install, is-connected, is-ready, kmod, model, mount, reboot, remove, restart, services, set, set-health, start, stop, system-mode, tasks, umount, unset or version"
+	case v.atLeast(Version268):
+		// captured from 2.68.3 (integration/testdata/captured/2.68.3/snapctl-unknown-cmd.json)
+		return "fde-setup-request, fde-setup-result, get, install, is-connected, kmod, model, mount, reboot, remove, restart, services, set, set-health, start, stop, system-mode, umount or unset"
 	}
 	// captured from 2.57.6
 	return "fde-setup-request, fde-setup-result, get, is-connected, kmod, model, mount, reboot, restart, services, set, set-health, start, stop, system-mode, umount or unset"
+}
+
+// observeDeniedMessage is the 403 message for a non-snap caller reading
+// changes or notices on the snap socket: 2.57.6 answers "access denied"
+// (no snap-refresh-observe check), 2.68.3 "could not determine snap name
+// for pid: ..." (integration/testdata/captured/*/changes-snap-socket.json).
+// The release that changed it lies between 2.57.6 and 2.68.3 and is not
+// pinned down; 2.68 is used as the switch.
+func (v Version) observeDeniedMessage(pid int) string {
+	if v.atLeast(Version268) {
+		return fmt.Sprintf("could not determine snap name for pid: cannot find a snap for pid %d", pid)
+	}
+	return "access denied"
 }
 
 type config struct {
@@ -168,6 +190,7 @@ func WithoutListening() Option { return func(c *config) { c.notListening = true 
 
 // WithSnapSocketObserveDenied makes GET /v2/changes and /v2/notices on the
 // snap socket answer 403 login-required, as real snapd does for a caller it
-// cannot map to a snap with snap-refresh-observe. By default the fake lets
+// cannot map to a snap with snap-refresh-observe (message "access denied"
+// before Version268, "could not determine snap name for pid: ..." from it on). By default the fake lets
 // the snap socket read them (as if the caller plugged snap-refresh-observe).
 func WithSnapSocketObserveDenied() Option { return func(c *config) { c.snapSocketDenied = true } }

@@ -744,13 +744,14 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 
 // observeDenied answers reads of changes/notices on the snap socket when
 // WithSnapSocketObserveDenied is set, as snapd does for a caller it cannot
-// map to a snap plugging snap-refresh-observe (the pid is the fake's own:
-// the fake does not look up the peer).
+// map to a snap plugging snap-refresh-observe: "access denied" before 2.68,
+// "could not determine snap name for pid: ..." from 2.68 on (the pid is the
+// fake's own: the fake does not look up the peer).
 func (s *Server) observeDenied(sock string) *response {
 	if sock == "main" || !s.cfg.snapSocketDenied {
 		return nil
 	}
-	return forbidden(fmt.Sprintf("could not determine snap name for pid: cannot find a snap for pid %d", os.Getpid()))
+	return forbidden(s.cfg.version.observeDeniedMessage(os.Getpid()))
 }
 
 func methodNotAllowed(m string) *response {
