@@ -37,9 +37,9 @@ func TestConformanceRealSnapd(t *testing.T) {
 			switch step {
 			case "add-broken-app":
 				return nil // svcdemo here has "broken" from the start (install-mode: disable)
-			case settle:
+			case conformance.StepSettle:
 				select {
-				case <-time.After(1500 * time.Millisecond):
+				case <-time.After(conformance.SettleDelay):
 				case <-ctx.Done():
 				}
 				return ctx.Err()
@@ -47,26 +47,7 @@ func TestConformanceRealSnapd(t *testing.T) {
 			return fmt.Errorf("unknown prepare step %q", step)
 		},
 	}
-	conformance.Run(t, target, dir, settledScenario(conformance.Scenario257), notReproducibleReal257)
-}
-
-// settle is a prepare step of our own: the capture read the "Doing" state
-// of a slow change a second or more into it, once snapd had started the
-// task and logged "Waiting for ... to stop."; a replay that reads at once
-// sees "Do" and no log.
-const settle = "settle"
-
-func settledScenario(in []conformance.Step) []conformance.Step {
-	var out []conformance.Step
-	for _, st := range in {
-		out = append(out, st)
-		switch {
-		case st.Op == "req" && (st.Name == "post-stop-gamma-slow" || st.Name == "post-start-slowstart"),
-			st.Op == "inprogress" && st.Name == "snapctl-bg-stop-gamma-slow":
-			out = append(out, conformance.Step{Op: "prepare", Name: settle})
-		}
-	}
-	return out
+	conformance.Run(t, target, dir, conformance.Settled(conformance.Scenario257), notReproducibleReal257)
 }
 
 // notReproducibleReal257 lists the golden cases the real snapd 2.57.6 here
