@@ -10,20 +10,23 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// APIError is an error answered by snapd: HTTP status, snapd's error kind
-// (often empty: a /v2/apps conflict has none), value and message. Use
+// APIError is an error answered by snapd. Fields: Method and Path (the
+// request), StatusCode (HTTP), Kind (snapd's error kind, often empty: a
+// /v2/apps conflict has none), Value (raw JSON; ValueMap decodes it),
+// Message, and Maintenance (set while snapd is about to restart). Use
 // errors.As to get it from any error snapsvc returns.
 type APIError = snapd.Error
 
-// ConnectionError is a failure to reach snapd or to read its answer. Its
-// Written field says whether snapd may have received the request.
+// ConnectionError is a failure to reach snapd or to read its answer.
+// Fields: Method, Path, Written (whether the whole request was sent, so
+// snapd may have acted on it) and Err (the transport's error).
 type ConnectionError = snapd.ConnectionError
 
 // ResponseError is an answer from snapd that could not be decoded.
 type ResponseError = snapd.ResponseError
 
-// SnapctlError is snapctl's non-zero exit ("unsuccessful"), with its exit
-// code, stdout and stderr.
+// SnapctlError is snapctl's non-zero exit (snapd's "unsuccessful" kind).
+// Fields: Args, ExitCode, Stdout, Stderr.
 type SnapctlError = snapd.UnsuccessfulError
 
 // ErrNotFound matches, with errors.Is, snapd's answers that a snap,

@@ -13,10 +13,17 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// Change is a snapd change as snapd reports it.
+// Change is a snapd change as GET /v2/changes/{id} reports it. Fields: ID,
+// Kind ("service-control", "configure-snap", ...), Summary, Status (Do,
+// Doing, Wait, Done, Error, Undone, Hold, ...), Ready, Err (snapd's error
+// text when it failed), SpawnTime, ReadyTime (nil until ready), Data and
+// Tasks.
 type Change = snapd.Change
 
-// Task is one task of a Change.
+// Task is one task of a Change. Fields: ID, Kind, Summary, Status, Log (at
+// most snapd's last 10 entries, "<time> INFO|ERROR <text>"), Progress
+// (Label, Done, Total), SpawnTime, ReadyTime and Data.AffectedSnaps (snapd
+// >= 2.62).
 type Task = snapd.Task
 
 // noticeWait is how long one notices long-poll may be held by snapd.
