@@ -123,7 +123,7 @@ type StateReader interface {
 	Services(ctx context.Context, names ...string) ([]snapsvc.Service, error)
 }
 
-// Errors of New.
+// Errors of New and Start.
 var (
 	// ErrCycle: the services' After relations form a cycle.
 	ErrCycle = errors.New("dependency cycle")
@@ -133,6 +133,10 @@ var (
 	ErrDuplicate = errors.New("duplicate service")
 	// ErrStarted: Start was called on a plan that already started.
 	ErrStarted = errors.New("plan already started")
+	// ErrQueued: snapd only queued the start until the running configure
+	// hook ends, so readiness cannot be awaited; run plans from a daemon
+	// or a hook other than configure/default-configure.
+	ErrQueued = errors.New("start queued until the running configure hook ends; a readiness-gated plan cannot run inside it")
 )
 
 // Batch is one start request a plan made.
@@ -459,6 +463,11 @@ func (p *Plan) run(ctx context.Context, ctl Controller) error {
 				res, err := ctl.Start(ctx, toStart, snapsvc.StartOptions{Enable: p.opts.Enable})
 				if err != nil {
 					return &ServiceError{Services: toStart, Waiting: p.notStarted(started), Err: err}
+				}
+				if res.Queued {
+					// In a configure hook snapd runs service commands only
+					// after the hook: nothing can become ready meanwhile.
+					return &ServiceError{Services: toStart, Waiting: p.notStarted(started), Err: ErrQueued}
 				}
 				p.mu.Lock()
 				p.batches = append(p.batches, Batch{Services: slices.Clone(toStart), ChangeID: res.ChangeID})

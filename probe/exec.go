@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -34,8 +35,13 @@ func (p Exec) Check(ctx context.Context) error {
 	}
 	cmd := exec.CommandContext(ctx, p.Command[0], p.Command[1:]...)
 	cmd.Env, cmd.Dir = p.Env, p.Dir
-	// Once killed, do not wait long for children that hold its output.
-	cmd.WaitDelay = time.Second
+	// Run it in its own process group and kill the whole group when the
+	// check ends early: a wrapper script's children (curl, nc, sleep)
+	// must not outlive the check.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// Once killed, do not wait long for anything that holds its output.
+	cmd.WaitDelay = 100 * time.Millisecond
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
