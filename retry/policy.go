@@ -120,6 +120,11 @@ func (r *Retrier) Attempts() int { return r.attempts }
 // Elapsed returns the time since the run started.
 func (r *Retrier) Elapsed() time.Duration { return r.policy.Clock.Now().Sub(r.start) }
 
+// OutOfAttempts reports whether MaxAttempts attempts have started.
+func (r *Retrier) OutOfAttempts() bool {
+	return r.policy.MaxAttempts > 0 && r.attempts >= r.policy.MaxAttempts
+}
+
 // Exhausted reports why no further attempt may start, or "" if one may.
 func (r *Retrier) Exhausted() string {
 	if r.policy.MaxAttempts > 0 && r.attempts >= r.policy.MaxAttempts {

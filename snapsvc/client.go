@@ -141,9 +141,10 @@ func WithClock(c retry.Clock) Option { return func(s *settings) { s.clock = c } 
 func WithPollInterval(d time.Duration) Option { return func(s *settings) { s.poll = d } }
 
 // WithLockDir sets the directory of the cross-process lock files. The
-// default is /run/lock/snapsvc outside a snap, $SNAP_COMMON/.snapsvc-lock
-// inside one, and a directory beside the socket for a non-default socket
-// (so tests against a fake never share locks with the system).
+// default is /run/snapsvc outside a snap (for root; other users get one
+// in the temporary directory), $SNAP_COMMON/.snapsvc-lock inside one, and
+// a directory beside the socket for a non-default socket (so tests against
+// a fake never share locks with the system).
 func WithLockDir(dir string) Option {
 	return func(s *settings) { s.lockDir, s.lockDirSet = dir, true }
 }
@@ -281,7 +282,13 @@ func defaultLockDir(socket string, env func(string) string) string {
 	if common := env("SNAP_COMMON"); common != "" && env("SNAP_NAME") != "" {
 		return filepath.Join(common, ".snapsvc-lock")
 	}
-	return "/run/lock/snapsvc"
+	// Not /run/lock: any user may create entries there (mode 1777), and
+	// one who made /run/lock/snapsvc first could lock root out of every
+	// operation. /run is root's alone.
+	if os.Geteuid() == 0 {
+		return "/run/snapsvc"
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("snapsvc-%d", os.Geteuid()))
 }
 
 // detectHook finds the hook being run. SNAPSVC_HOOK names it explicitly.

@@ -20,7 +20,7 @@ func TestModeAndHookDetection(t *testing.T) {
 		ownSnap  string
 		queueing bool
 	}{
-		{name: "outside a snap", env: nil, mode: ModeREST, lockDir: "/run/lock/snapsvc"},
+		{name: "outside a snap", env: nil, mode: ModeREST, lockDir: defaultLockDir("/run/snapd.socket", envOf(nil))},
 		{name: "daemon in a snap", env: map[string]string{"SNAP_COOKIE": "c", "SNAP_NAME": "k8s", "SNAP_INSTANCE_NAME": "k8s", "SNAP_COMMON": "/var/snap/k8s/common"},
 			mode: ModeSnapctl, ownSnap: "k8s", lockDir: "/var/snap/k8s/common/.snapsvc-lock"},
 		{name: "configure hook by argv", env: map[string]string{"SNAP_COOKIE": "h", "SNAP_CONTEXT": "h", "SNAP_NAME": "k8s"},
@@ -94,5 +94,15 @@ func TestParseServicesTable(t *testing.T) {
 	}
 	if _, err := parseServicesTable("Service Startup Current Notes\ngarbage\n"); err == nil {
 		t.Error("garbage accepted")
+	}
+}
+
+func TestDefaultLockDirIsNotWorldWritable(t *testing.T) {
+	dir := defaultLockDir("/run/snapd.socket", envOf(nil))
+	if os.Geteuid() == 0 && dir != "/run/snapsvc" {
+		t.Errorf("root's lock dir %s, want /run/snapsvc (not under world-writable /run/lock)", dir)
+	}
+	if strings.HasPrefix(dir, "/run/lock") {
+		t.Errorf("lock dir %s under /run/lock, where any user can create it first", dir)
 	}
 }

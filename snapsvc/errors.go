@@ -38,6 +38,13 @@ var ErrNotFound = snapd.ErrNotFound
 // last failure (often a *retry.ConflictError).
 var ErrGaveUp = errors.New("gave up retrying")
 
+// ErrOutcomeUnknown matches, with errors.Is, an operation that may or may
+// not have been carried out: snapd's answer was lost or came too late and
+// the change could not be looked up. It is not retryable: running a
+// restart again could restart the services twice. Check the services'
+// state before acting again.
+var ErrOutcomeUnknown = errors.New("outcome unknown")
+
 // OpError is the error every failed Start, Stop and Restart returns. It
 // names the action, the services, the change (when one was made) and the
 // attempts, and wraps the cause.
@@ -81,7 +88,7 @@ func (e *OpError) Unwrap() error { return e.Err }
 // succeed (a conflict or an unreachable snapd), as opposed to a failure
 // that retrying cannot fix (unknown service, a change that ended in error).
 func (e *OpError) Retryable() bool {
-	if errors.Is(e.Err, ErrInvalidName) || errors.Is(e.Err, ErrNoNames) || errors.Is(e.Err, ErrWrongSnap) {
+	if errors.Is(e.Err, ErrInvalidName) || errors.Is(e.Err, ErrNoNames) || errors.Is(e.Err, ErrWrongSnap) || errors.Is(e.Err, ErrOutcomeUnknown) {
 		return false
 	}
 	var ce *ChangeError
@@ -143,3 +150,12 @@ func interrupted(ctx context.Context, last error) error {
 	}
 	return &interruptedError{ctx: cause, last: last}
 }
+
+// outcomeUnknownError is an operation whose effect could not be found out.
+type outcomeUnknownError struct {
+	reason string
+	last   error
+}
+
+func (e *outcomeUnknownError) Error() string   { return e.reason + ": " + e.last.Error() }
+func (e *outcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.last} }

@@ -56,14 +56,19 @@ func (c *Client) findOpChange(ctx context.Context, o op, sentAt time.Time, skip 
 	if err != nil {
 		return "", err
 	}
-	return c.pickOpChange(chgs, o, sentAt, skip), nil
+	return c.pickOpChange(chgs, o, sentAt, time.Time{}, skip), nil
 }
 
-func (c *Client) pickOpChange(chgs []Change, o op, sentAt time.Time, skip map[string]bool) string {
+// pickOpChange is findOpChange on a listing; a non-zero answeredAt also
+// leaves out changes spawned after snapd answered the request.
+func (c *Client) pickOpChange(chgs []Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) string {
 	best := ""
 	for i := range chgs {
 		chg := &chgs[i]
 		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(sentAt.Add(-spawnSlack)) {
+			continue
+		}
+		if !answeredAt.IsZero() && chg.SpawnTime.After(answeredAt.Add(spawnSlack)) {
 			continue
 		}
 		if !matchesOp(chg, o) || c.isOwn(o, chg.ID) {
@@ -79,11 +84,12 @@ func (c *Client) pickOpChange(chgs []Change, o op, sentAt time.Time, skip map[st
 // queuedIn returns the running hook change that o's service commands were
 // queued into (snapctl in a configure or default-configure hook:
 // ctlcmd queueCommand adds the tasks to the hook's change, to run after
-// the hook), or "".
-func queuedIn(chgs []Change, o op) string {
+// the hook), or "". The hook's change must predate snapd's answer and the
+// queued task must have been added while the request was handled.
+func queuedIn(chgs []Change, o op, sentAt, answeredAt time.Time) string {
 	for i := range chgs {
 		chg := &chgs[i]
-		if chg.Ready {
+		if chg.Ready || chg.SpawnTime.After(answeredAt.Add(spawnSlack)) {
 			continue
 		}
 		hookRunning := false
@@ -96,7 +102,7 @@ func queuedIn(chgs []Change, o op) string {
 			continue
 		}
 		for _, t := range chg.Tasks {
-			if t.Kind == "service-control" && t.Status == snapd.StatusDo {
+			if t.Kind == "service-control" && t.Status == snapd.StatusDo && !t.SpawnTime.Before(sentAt.Add(-spawnSlack)) {
 				return chg.ID
 			}
 		}

@@ -299,7 +299,10 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 	unseenConflicts := 0
 	fresh := false // an attempt is owed right after waiting out a blocker
 	for {
-		if r.rt.Attempts() > 0 && !fresh {
+		// Right after a blocker is done one attempt is owed even if the
+		// policy's time ran out while waiting for it; its attempt count
+		// still holds.
+		if r.rt.Attempts() > 0 && (!fresh || r.rt.OutOfAttempts()) {
 			if reason := r.rt.Exhausted(); reason != "" {
 				return r.fail("", &gaveUpError{reason: reason, last: r.last})
 			}
@@ -309,7 +312,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		sentAt := time.Now()
 		changeID, err := c.send(ctx, o)
 		if err == nil {
-			return r.succeeded(ctx, changeID, sentAt, wait)
+			return r.succeeded(ctx, changeID, sentAt, time.Now(), wait)
 		}
 		r.last = err
 		if ctx.Err() != nil {
@@ -350,9 +353,14 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			}
 			r.log.Info("conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 		case retry.Indeterminate:
-			id, err := r.resolveLost(ctx, sentAt)
+			id, settled, err := r.resolveLost(ctx, sentAt)
 			if err != nil {
 				return r.fail("", err)
+			}
+			if settled {
+				r.log.Info("outcome unknown; the services reached the state asked for", "attempt", r.res.Attempts)
+				r.res.Status = snapd.StatusDone
+				return r.res, true, nil
 			}
 			if id != "" {
 				c.recordRestart(o)
@@ -378,7 +386,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 }
 
 // succeeded handles snapd's acceptance of the request.
-func (r *runner) succeeded(ctx context.Context, changeID string, sentAt time.Time, wait bool) (*Result, bool, error) {
+func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answeredAt time.Time, wait bool) (*Result, bool, error) {
 	c := r.c
 	c.recordRestart(r.o)
 	if c.queuesInHook() {
@@ -393,12 +401,15 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt time.Tim
 		// change, and notice a command queued by a hook snapsvc could not
 		// identify.
 		if chgs, err := c.main.Changes(ctx, snapd.SelectAll, ""); err == nil {
-			if id := queuedIn(chgs, r.o); id != "" {
+			if id := queuedIn(chgs, r.o, sentAt, answeredAt); id != "" {
 				r.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
 				r.res.Queued, r.res.ChangeID = true, id
 				return r.res, true, nil
 			}
-			r.res.ChangeID = c.pickOpChange(chgs, r.o, sentAt, r.known)
+			r.res.ChangeID = c.pickOpChange(chgs, r.o, sentAt, answeredAt, r.known)
+			if r.res.ChangeID != "" {
+				c.rememberOwn(r.o, r.res.ChangeID)
+			}
 		}
 		r.res.Status = snapd.StatusDone
 		r.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
@@ -463,29 +474,67 @@ func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictEr
 // change. It returns the change's id, or "" when the request certainly
 // made none (so sending it again is safe). It never sends the action
 // again itself: while the lookup fails it retries the lookup within the
-// policy; when the lookup is refused (snapctl without
-// snap-refresh-observe) only idempotent actions are sent again.
-func (r *runner) resolveLost(ctx context.Context, sentAt time.Time) (string, error) {
+// policy. When snapd refuses the lookup (snapctl without
+// snap-refresh-observe), a start or stop is settled by watching the
+// services reach the state asked for ("snapctl services" needs no
+// interface); a restart cannot be told from the state, so it ends with
+// ErrOutcomeUnknown rather than run twice.
+func (r *runner) resolveLost(ctx context.Context, sentAt time.Time) (id string, settled bool, err error) {
 	for {
 		id, err := r.c.findOpChange(ctx, r.o, sentAt, r.known)
 		if err == nil {
-			return id, nil
+			return id, false, nil
 		}
 		if isForbidden(err) {
-			if r.o.action != "restart" {
-				// start and stop (with --enable/--disable) are idempotent.
-				return "", nil
+			if r.o.action == "restart" {
+				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.last}
 			}
-			return "", &gaveUpError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.last}
+			return "", true, r.awaitState(ctx)
 		}
 		r.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
 		if reason := r.rt.Exhausted(); reason != "" {
-			return "", &gaveUpError{reason: reason + " looking for the change of a request whose answer was lost", last: r.last}
+			return "", false, &outcomeUnknownError{reason: reason + " looking for the change of a request whose answer was lost", last: r.last}
 		}
 		if perr := r.rt.Pause(ctx); perr != nil {
-			return "", interrupted(ctx, r.last)
+			return "", false, interrupted(ctx, r.last)
 		}
 	}
+}
+
+// awaitState waits, within the policy, until the services o names are in
+// the state o asks for.
+func (r *runner) awaitState(ctx context.Context) error {
+	for {
+		svcs, err := r.c.Services(ctx, r.o.t.names...)
+		if err == nil && r.o.reached(svcs) {
+			return nil
+		}
+		if err != nil {
+			r.log.Debug("cannot read service state", "error", err)
+		}
+		if reason := r.rt.Exhausted(); reason != "" {
+			return &outcomeUnknownError{reason: reason + " waiting for the services to reach the state asked for", last: r.last}
+		}
+		if perr := r.rt.PauseConflict(ctx); perr != nil {
+			return interrupted(ctx, r.last)
+		}
+	}
+}
+
+// reached reports whether svcs are in the state o asks for.
+func (o op) reached(svcs []Service) bool {
+	if len(svcs) == 0 {
+		return false
+	}
+	for _, s := range svcs {
+		switch {
+		case o.action == "start" && (!s.Active || (o.enable && !s.Enabled)):
+			return false
+		case o.action == "stop" && (s.Active || (o.disable && s.Enabled)):
+			return false
+		}
+	}
+	return true
 }
 
 // finish waits for the operation's change (wait) or records it as pending

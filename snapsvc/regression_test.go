@@ -183,8 +183,9 @@ func TestRestartNotResentWhenOutcomeUnknowable(t *testing.T) {
 		case <-added:
 		}
 	}
-	if !errors.Is(err, snapsvc.ErrGaveUp) {
-		t.Errorf("error %v, want a give-up saying the outcome is unknown", err)
+	var opErr *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.As(err, &opErr) || opErr.Retryable() {
+		t.Errorf("error %v, want a non-retryable ErrOutcomeUnknown", err)
 	}
 	if n := srv.Counters().Requests["POST /v2/snapctl"]; n != 1 {
 		t.Errorf("restart sent %d times, want 1", n)
