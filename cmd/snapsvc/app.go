@@ -34,13 +34,18 @@ type app struct {
 	prog *progress
 }
 
-// command is one subcommand.
+// command is one subcommand. parse reads its flags and arguments (global
+// flags included, wherever they are) and checks them without any request;
+// it returns the action to run.
 type command struct {
 	name    string
 	args    string
 	summary string
-	run     func(ctx context.Context, a *app, args []string) error
+	parse   func(a *app, args []string) (action, error)
 }
+
+// action is a parsed command, ready to run under the global flags.
+type action func(ctx context.Context) error
 
 var commands []command
 
@@ -130,8 +135,14 @@ func run(ctx context.Context, args []string, e env) int {
 		usage(a.stderr)
 		return exitUsage
 	}
+	// Parse everything first: global flags after the command (--timeout,
+	// -v, --json) only take effect once the command's flags are read.
+	act, err := cmd.parse(a, rest)
+	if err != nil {
+		return a.report(cmd.name, err)
+	}
 	a.prog = newProgress(a.stderr, a.terminal && !a.verbose)
-	err := a.withTimeout(ctx, func(ctx context.Context) error { return cmd.run(ctx, a, rest) })
+	err = a.withTimeout(ctx, act)
 	a.prog.close()
 	return a.report(cmd.name, err)
 }

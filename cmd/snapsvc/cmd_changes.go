@@ -8,15 +8,15 @@ import (
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-func cmdChanges(ctx context.Context, a *app, args []string) error {
+func cmdChanges(a *app, args []string) (action, error) {
 	fs := a.flagSet("changes")
 	all := fs.Bool("all", false, "also list changes that are ready (done or failed)")
 	pos, err := a.parseCommand(fs, "changes", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(pos) > 1 {
-		return usagef("changes takes at most one snap name, got %d", len(pos))
+		return nil, usagef("changes takes at most one snap name, got %d", len(pos))
 	}
 	opts := snapsvc.ChangesOptions{Select: "in-progress"}
 	if *all {
@@ -25,69 +25,73 @@ func cmdChanges(ctx context.Context, a *app, args []string) error {
 	if len(pos) == 1 {
 		snap, app, err := snapsvc.ValidateName(pos[0])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if app != "" {
-			return usagef("changes takes a snap name, not a service (%q)", pos[0])
+			return nil, usagef("changes takes a snap name, not a service (%q)", pos[0])
 		}
 		opts.Snap = snap
 	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	chgs, err := c.Changes(ctx, opts)
-	if err != nil {
-		return err
-	}
-	if chgs == nil {
-		chgs = []snapsvc.Change{}
-	}
-	if a.json {
-		a.printJSON(chgs)
-		return nil
-	}
-	if len(chgs) == 0 {
-		what := "in progress"
-		if *all {
-			what = "known to snapd"
+	return func(ctx context.Context) error {
+		c, err := a.client()
+		if err != nil {
+			return err
 		}
-		if opts.Snap != "" {
-			what += fmt.Sprintf(" touching snap %q", opts.Snap)
+		defer c.Close()
+		chgs, err := c.Changes(ctx, opts)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(a.stdout, "No changes %s.\n", what)
+		if chgs == nil {
+			chgs = []snapsvc.Change{}
+		}
+		if a.json {
+			a.printJSON(chgs)
+			return nil
+		}
+		if len(chgs) == 0 {
+			what := "in progress"
+			if *all {
+				what = "known to snapd"
+			}
+			if opts.Snap != "" {
+				what += fmt.Sprintf(" touching snap %q", opts.Snap)
+			}
+			fmt.Fprintf(a.stdout, "No changes %s.\n", what)
+			return nil
+		}
+		writeChangeTable(a.stdout, chgs)
 		return nil
-	}
-	writeChangeTable(a.stdout, chgs)
-	return nil
+	}, nil
 }
 
-func cmdChange(ctx context.Context, a *app, args []string) error {
+func cmdChange(a *app, args []string) (action, error) {
 	fs := a.flagSet("change")
 	pos, err := a.parseCommand(fs, "change", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	id, err := changeIDArg("change", pos)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	chg, err := c.Change(ctx, id)
-	if err != nil {
-		return fmt.Errorf("reading change %s: %w", id, err)
-	}
-	if a.json {
-		a.printJSON(chg)
+	return func(ctx context.Context) error {
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		chg, err := c.Change(ctx, id)
+		if err != nil {
+			return fmt.Errorf("reading change %s: %w", id, err)
+		}
+		if a.json {
+			a.printJSON(chg)
+			return nil
+		}
+		a.printChange(chg)
 		return nil
-	}
-	a.printChange(chg)
-	return nil
+	}, nil
 }
 
 // printChange prints a change like "snap tasks": a header, then each task

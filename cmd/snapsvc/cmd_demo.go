@@ -107,20 +107,22 @@ func (d *demo) logger(who string) *slog.Logger {
 	return slog.New(h)
 }
 
-func cmdDemo(ctx context.Context, a *app, args []string) error {
+func cmdDemo(a *app, args []string) (action, error) {
 	fs := a.flagSet("demo")
 	scale := fs.Float64("scale", 1, "multiply the simulated service start/stop times by this `factor`")
 	if _, err := a.parseCommand(fs, "demo", args); err != nil {
-		return err
+		return nil, err
 	}
 	if *scale < 0 {
-		return usagef("--scale must not be negative")
+		return nil, usagef("--scale must not be negative")
 	}
-	rep, err := runDemo(ctx, a, *scale)
-	if a.json && rep != nil {
-		a.printJSON(rep)
-	}
-	return err
+	return func(ctx context.Context) error {
+		rep, err := runDemo(ctx, a, *scale)
+		if a.json && rep != nil {
+			a.printJSON(rep)
+		}
+		return err
+	}, nil
 }
 
 func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {

@@ -21,43 +21,49 @@ type opOutput struct {
 	WaitedFor []string `json:"waited-for"`
 }
 
-func cmdStart(ctx context.Context, a *app, args []string) error {
+func cmdStart(a *app, args []string) (action, error) {
 	fs := a.flagSet("start")
 	enable := fs.Bool("enable", false, "also enable the services (start at boot)")
 	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
 	names, err := a.parseCommand(fs, "start", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return a.operate(ctx, "start", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
-		return c.StartAsync(ctx, names, snapsvc.StartOptions{Enable: *enable})
-	})
+	return func(ctx context.Context) error {
+		return a.operate(ctx, "start", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
+			return c.StartAsync(ctx, names, snapsvc.StartOptions{Enable: *enable})
+		})
+	}, nil
 }
 
-func cmdStop(ctx context.Context, a *app, args []string) error {
+func cmdStop(a *app, args []string) (action, error) {
 	fs := a.flagSet("stop")
 	disable := fs.Bool("disable", false, "also disable the services (stay stopped at boot)")
 	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
 	names, err := a.parseCommand(fs, "stop", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return a.operate(ctx, "stop", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
-		return c.StopAsync(ctx, names, snapsvc.StopOptions{Disable: *disable})
-	})
+	return func(ctx context.Context) error {
+		return a.operate(ctx, "stop", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
+			return c.StopAsync(ctx, names, snapsvc.StopOptions{Disable: *disable})
+		})
+	}, nil
 }
 
-func cmdRestart(ctx context.Context, a *app, args []string) error {
+func cmdRestart(a *app, args []string) (action, error) {
 	fs := a.flagSet("restart")
 	reload := fs.Bool("reload", false, "reload services that support it instead of restarting them")
 	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
 	names, err := a.parseCommand(fs, "restart", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return a.operate(ctx, "restart", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
-		return c.RestartAsync(ctx, names, snapsvc.RestartOptions{Reload: *reload})
-	})
+	return func(ctx context.Context) error {
+		return a.operate(ctx, "restart", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
+			return c.RestartAsync(ctx, names, snapsvc.RestartOptions{Reload: *reload})
+		})
+	}, nil
 }
 
 // operate runs one service command: submit (the library waits out

@@ -15,88 +15,90 @@ type statusOutput struct {
 	Changes []snapsvc.Change `json:"changes"`
 }
 
-func cmdStatus(ctx context.Context, a *app, args []string) error {
+func cmdStatus(a *app, args []string) (action, error) {
 	fs := a.flagSet("status")
 	names, err := a.parseCommand(fs, "status", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, n := range names {
 		if _, _, err := snapsvc.ValidateName(n); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	svcs, err := c.Services(ctx, names...)
-	if err != nil {
-		return err
-	}
-	snaps := map[string]bool{}
-	for _, n := range names {
-		snap, _, _ := snapsvc.ValidateName(n)
-		snaps[snap] = true
-	}
-	for _, s := range svcs {
-		snaps[s.Snap] = true
-	}
-	out := statusOutput{Services: svcs, Changes: []snapsvc.Change{}}
-	seen := map[string]bool{}
-	// Without names every service is listed: show every change in
-	// progress (one request) rather than filtering per snap.
-	filters := sortedKeys(snaps)
-	if len(names) == 0 {
-		filters = []string{""}
-	}
-	for _, snap := range filters {
-		chgs, err := c.Changes(ctx, snapsvc.ChangesOptions{Snap: snap})
+	return func(ctx context.Context) error {
+		c, err := a.client()
 		if err != nil {
 			return err
 		}
-		for _, chg := range chgs {
-			if !seen[chg.ID] {
-				seen[chg.ID] = true
-				out.Changes = append(out.Changes, chg)
+		defer c.Close()
+		svcs, err := c.Services(ctx, names...)
+		if err != nil {
+			return err
+		}
+		snaps := map[string]bool{}
+		for _, n := range names {
+			snap, _, _ := snapsvc.ValidateName(n)
+			snaps[snap] = true
+		}
+		for _, s := range svcs {
+			snaps[s.Snap] = true
+		}
+		out := statusOutput{Services: svcs, Changes: []snapsvc.Change{}}
+		seen := map[string]bool{}
+		// Without names every service is listed: show every change in
+		// progress (one request) rather than filtering per snap.
+		filters := sortedKeys(snaps)
+		if len(names) == 0 {
+			filters = []string{""}
+		}
+		for _, snap := range filters {
+			chgs, err := c.Changes(ctx, snapsvc.ChangesOptions{Snap: snap})
+			if err != nil {
+				return err
+			}
+			for _, chg := range chgs {
+				if !seen[chg.ID] {
+					seen[chg.ID] = true
+					out.Changes = append(out.Changes, chg)
+				}
 			}
 		}
-	}
-	sort.Slice(out.Changes, func(i, j int) bool { return lessID(out.Changes[i].ID, out.Changes[j].ID) })
-	if a.json {
-		a.printJSON(out)
-		return nil
-	}
-	tw := a.table()
-	fmt.Fprintln(tw, "Service\tStartup\tCurrent")
-	for _, s := range svcs {
-		startup, current := "disabled", "inactive"
-		if s.Enabled {
-			startup = "enabled"
+		sort.Slice(out.Changes, func(i, j int) bool { return lessID(out.Changes[i].ID, out.Changes[j].ID) })
+		if a.json {
+			a.printJSON(out)
+			return nil
 		}
-		if s.Active {
-			current = "active"
+		tw := a.table()
+		fmt.Fprintln(tw, "Service\tStartup\tCurrent")
+		for _, s := range svcs {
+			startup, current := "disabled", "inactive"
+			if s.Enabled {
+				startup = "enabled"
+			}
+			if s.Active {
+				current = "active"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.FullName(), startup, current)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.FullName(), startup, current)
-	}
-	tw.Flush()
-	if len(out.Changes) == 0 {
-		fmt.Fprintln(a.stdout, "\nNo change in progress holds these snaps.")
-		return nil
-	}
-	fmt.Fprintln(a.stdout, "\nChanges in progress (service commands on these snaps wait for them):")
-	for i := range out.Changes {
-		chg := &out.Changes[i]
-		fmt.Fprintf(a.stdout, "  %s %s %s: %s\n", chg.ID, chg.Status, chg.Kind, chg.Summary)
-		if t := currentTask(chg); t != nil {
-			fmt.Fprintf(a.stdout, "      now: task %s %s: %s\n", t.ID, t.Status, t.Summary)
-			if n := len(t.Log); n > 0 {
-				fmt.Fprintf(a.stdout, "      log: %s\n", logText(t.Log[n-1]))
+		tw.Flush()
+		if len(out.Changes) == 0 {
+			fmt.Fprintln(a.stdout, "\nNo change in progress holds these snaps.")
+			return nil
+		}
+		fmt.Fprintln(a.stdout, "\nChanges in progress (service commands on these snaps wait for them):")
+		for i := range out.Changes {
+			chg := &out.Changes[i]
+			fmt.Fprintf(a.stdout, "  %s %s %s: %s\n", chg.ID, chg.Status, chg.Kind, chg.Summary)
+			if t := currentTask(chg); t != nil {
+				fmt.Fprintf(a.stdout, "      now: task %s %s: %s\n", t.ID, t.Status, t.Summary)
+				if n := len(t.Log); n > 0 {
+					fmt.Fprintf(a.stdout, "      log: %s\n", logText(t.Log[n-1]))
+				}
 			}
 		}
-	}
-	return nil
+		return nil
+	}, nil
 }
 
 // lessID orders change ids numerically (they are decimal counters).

@@ -8,45 +8,47 @@ import (
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-func cmdWait(ctx context.Context, a *app, args []string) error {
+func cmdWait(a *app, args []string) (action, error) {
 	fs := a.flagSet("wait")
 	pos, err := a.parseCommand(fs, "wait", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	id, err := changeIDArg("wait", pos)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	// Fail fast, with exit code 4, on an unknown change.
-	if _, err := c.Change(ctx, id); err != nil {
-		return fmt.Errorf("reading change %s: %w", id, err)
-	}
-	a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
-		chg, err := c.Change(ctx, id)
+	return func(ctx context.Context) error {
+		c, err := a.client()
 		if err != nil {
-			return "", err
+			return err
 		}
-		return describeChange(chg), nil
-	}))
-	chg, err := c.WaitChange(ctx, id)
-	a.prog.clear()
-	if chg != nil {
-		if a.json {
-			a.printJSON(chg)
-		} else {
-			fmt.Fprintf(a.stdout, "change %s (%s) %s: %s\n", chg.ID, chg.Kind, chg.Status, chg.Summary)
+		defer c.Close()
+		// Fail fast, with exit code 4, on an unknown change.
+		if _, err := c.Change(ctx, id); err != nil {
+			return fmt.Errorf("reading change %s: %w", id, err)
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("waiting for change %s: %w", id, err)
-	}
-	return nil
+		a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
+			chg, err := c.Change(ctx, id)
+			if err != nil {
+				return "", err
+			}
+			return describeChange(chg), nil
+		}))
+		chg, err := c.WaitChange(ctx, id)
+		a.prog.clear()
+		if chg != nil {
+			if a.json {
+				a.printJSON(chg)
+			} else {
+				fmt.Fprintf(a.stdout, "change %s (%s) %s: %s\n", chg.ID, chg.Kind, chg.Status, chg.Summary)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for change %s: %w", id, err)
+		}
+		return nil
+	}, nil
 }
 
 // idleOutput is wait-idle's --json shape.
@@ -55,47 +57,49 @@ type idleOutput struct {
 	Idle bool   `json:"idle"`
 }
 
-func cmdWaitIdle(ctx context.Context, a *app, args []string) error {
+func cmdWaitIdle(a *app, args []string) (action, error) {
 	fs := a.flagSet("wait-idle")
 	pos, err := a.parseCommand(fs, "wait-idle", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(pos) != 1 {
-		return usagef("wait-idle takes exactly one snap name, got %d arguments", len(pos))
+		return nil, usagef("wait-idle takes exactly one snap name, got %d arguments", len(pos))
 	}
 	snap, app, err := snapsvc.ValidateName(pos[0])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if app != "" {
-		return usagef("wait-idle takes a snap name, not a service (%q)", pos[0])
+		return nil, usagef("wait-idle takes a snap name, not a service (%q)", pos[0])
 	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
-		chgs, err := c.Changes(ctx, snapsvc.ChangesOptions{Snap: snap})
-		if err != nil || len(chgs) == 0 {
-			return "", err
+	return func(ctx context.Context) error {
+		c, err := a.client()
+		if err != nil {
+			return err
 		}
-		var parts []string
-		for i := range chgs {
-			parts = append(parts, describeChange(&chgs[i]))
+		defer c.Close()
+		a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
+			chgs, err := c.Changes(ctx, snapsvc.ChangesOptions{Snap: snap})
+			if err != nil || len(chgs) == 0 {
+				return "", err
+			}
+			var parts []string
+			for i := range chgs {
+				parts = append(parts, describeChange(&chgs[i]))
+			}
+			return "waiting for " + strings.Join(parts, "; "), nil
+		}))
+		err = c.WaitIdle(ctx, snap)
+		a.prog.clear()
+		if err != nil {
+			return err
 		}
-		return "waiting for " + strings.Join(parts, "; "), nil
-	}))
-	err = c.WaitIdle(ctx, snap)
-	a.prog.clear()
-	if err != nil {
-		return err
-	}
-	if a.json {
-		a.printJSON(idleOutput{Snap: snap, Idle: true})
-	} else {
-		fmt.Fprintf(a.stdout, "snap %q is idle: no change in progress holds it\n", snap)
-	}
-	return nil
+		if a.json {
+			a.printJSON(idleOutput{Snap: snap, Idle: true})
+		} else {
+			fmt.Fprintf(a.stdout, "snap %q is idle: no change in progress holds it\n", snap)
+		}
+		return nil
+	}, nil
 }

@@ -38,76 +38,78 @@ type watchState struct {
 	logs    map[string]int    // task id -> log lines seen
 }
 
-func cmdWatch(ctx context.Context, a *app, args []string) error {
+func cmdWatch(a *app, args []string) (action, error) {
 	fs := a.flagSet("watch")
 	interval := fs.Duration("interval", 500*time.Millisecond, "how often to read snapd's changes")
 	untilIdle := fs.Bool("until-idle", false, "exit once no change (touching SNAP) is in progress")
 	pos, err := a.parseCommand(fs, "watch", args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(pos) > 1 {
-		return usagef("watch takes at most one snap name, got %d", len(pos))
+		return nil, usagef("watch takes at most one snap name, got %d", len(pos))
 	}
 	if *interval <= 0 {
-		return usagef("--interval must be positive")
+		return nil, usagef("--interval must be positive")
 	}
 	opts := snapsvc.ChangesOptions{Select: "all"}
 	if len(pos) == 1 {
 		snap, app, err := snapsvc.ValidateName(pos[0])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if app != "" {
-			return usagef("watch takes a snap name, not a service (%q)", pos[0])
+			return nil, usagef("watch takes a snap name, not a service (%q)", pos[0])
 		}
 		opts.Snap = snap
 	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	st := &watchState{changes: map[string]string{}, tasks: map[string]string{}, logs: map[string]int{}}
-	first := true
-	tick := time.NewTicker(*interval)
-	defer tick.Stop()
-	for {
-		chgs, err := c.Changes(ctx, opts)
+	return func(ctx context.Context) error {
+		c, err := a.client()
 		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				return nil // interrupted: the normal end of watching
-			}
 			return err
 		}
-		busy := false
-		for i := range chgs {
-			chg := &chgs[i]
-			if !chg.Ready {
-				busy = true
+		defer c.Close()
+		st := &watchState{changes: map[string]string{}, tasks: map[string]string{}, logs: map[string]int{}}
+		first := true
+		tick := time.NewTicker(*interval)
+		defer tick.Stop()
+		for {
+			chgs, err := c.Changes(ctx, opts)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return nil // interrupted: the normal end of watching
+				}
+				return err
 			}
-			if first && chg.Ready {
-				a.rememberChange(st, chg) // history: not news
-				continue
+			busy := false
+			for i := range chgs {
+				chg := &chgs[i]
+				if !chg.Ready {
+					busy = true
+				}
+				if first && chg.Ready {
+					a.rememberChange(st, chg) // history: not news
+					continue
+				}
+				a.diffChange(st, chg)
 			}
-			a.diffChange(st, chg)
-		}
-		if first && !busy && !a.json && !*untilIdle {
-			fmt.Fprintln(a.stdout, "No change in progress; watching for new ones.")
-		}
-		first = false
-		if *untilIdle && !busy {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
+			if first && !busy && !a.json && !*untilIdle {
+				fmt.Fprintln(a.stdout, "No change in progress; watching for new ones.")
+			}
+			first = false
+			if *untilIdle && !busy {
 				return nil
 			}
-			return fmt.Errorf("watching changes: %w", context.Cause(ctx))
-		case <-tick.C:
+			select {
+			case <-ctx.Done():
+				if errors.Is(ctx.Err(), context.Canceled) {
+					return nil
+				}
+				return fmt.Errorf("watching changes: %w", context.Cause(ctx))
+			case <-tick.C:
+			}
 		}
-	}
+	}, nil
 }
 
 func (a *app) rememberChange(st *watchState, chg *snapsvc.Change) {

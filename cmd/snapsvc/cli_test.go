@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/fake"
+)
+
+// runWithSocket runs a command line in this process against the snapd at
+// sock. terminal says whether stderr counts as a terminal.
+func runWithSocket(ctx context.Context, sock string, terminal bool, args ...string) (int, string, string) {
+	var stdout, stderr lockedBuffer
+	code := run(ctx, args, env{stdout: &stdout, stderr: &stderr, terminal: terminal, getenv: func(k string) string {
+		if k == "SNAPSVC_SOCKET" {
+			return sock
+		}
+		return ""
+	}})
+	return code, stdout.String(), stderr.String()
+}
+
+// TestTimeoutAfterCommand checks that --timeout after the command bounds
+// the command: with a foreign change holding the snap, wait and restart
+// give up after 100ms with exit 3, not at the safety net.
+func TestTimeoutAfterCommand(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
+	for _, tc := range []struct {
+		name string
+		args func(held string) []string
+		want string
+	}{
+		{"wait", func(held string) []string { return []string{"wait", held, "--timeout", "100ms"} }, "waiting for change 1"},
+		{"restart", func(string) []string { return []string{"restart", "k8s.kubelet", "--timeout=100ms"} }, "restart k8s.kubelet"},
+		{"wait-idle", func(string) []string { return []string{"wait-idle", "k8s", "--timeout", "100ms"} }, "k8s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
+			defer held.Finish()
+			// Safety net only: the CLI's own --timeout must end this.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			code, _, errOut := runWithSocket(ctx, srv.SocketPath(), false, tc.args(held.ID())...)
+			took := time.Since(start)
+			if code != exitTimeout || !strings.Contains(errOut, "timed out after 100ms (--timeout)") || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 3 from --timeout naming %q", code, errOut, tc.want)
+			}
+			if ctx.Err() != nil || took > 10*time.Second {
+				t.Errorf("took %v: --timeout 100ms was not applied", took)
+			}
+		})
+	}
+}
+
+// TestVerboseAfterCommand checks that -v after the command, like before
+// it, turns the terminal progress line into the library's slog lines.
+func TestVerboseAfterCommand(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const progressLine = "\r\033[K"
+
+	code, _, errOut := runWithSocket(ctx, srv.SocketPath(), true, "restart", "k8s.kubelet")
+	if code != exitOK || !strings.Contains(errOut, progressLine) {
+		t.Fatalf("without -v on a terminal: exit %d, want a progress line on stderr, got %q", code, errOut)
+	}
+	for _, args := range [][]string{{"-v", "restart", "k8s.kubelet"}, {"restart", "k8s.kubelet", "-v"}} {
+		code, _, errOut := runWithSocket(ctx, srv.SocketPath(), true, args...)
+		if code != exitOK || strings.Contains(errOut, progressLine) || !strings.Contains(errOut, `level=INFO msg="change created"`) {
+			t.Errorf("%q: exit %d, want slog text and no progress line on stderr, got %q", args, code, errOut)
+		}
+	}
+}
