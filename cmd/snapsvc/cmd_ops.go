@@ -88,12 +88,11 @@ func (a *app) operate(ctx context.Context, action string, names []string, noWait
 		a.prog.clear()
 		return err
 	}
-	out := opOutput{Action: action, Names: names, Change: op.ChangeID(), WaitedFor: []string{}}
-	var res *snapsvc.Result
-	if noWait {
-		a.prog.clear()
-	} else {
-		if id := op.ChangeID(); id != "" {
+	// What the submit did (attempts, conflicts absorbed, changes waited
+	// for) is known now, waiting or not; waiting adds the final status.
+	res := op.Result()
+	if !noWait {
+		if id := res.ChangeID; id != "" {
 			a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
 				chg, err := c.Change(ctx, id)
 				if err != nil {
@@ -102,27 +101,22 @@ func (a *app) operate(ctx context.Context, action string, names []string, noWait
 				return describeChange(chg), nil
 			}))
 		}
-		res, err = op.Wait(ctx)
+		final, err := op.Wait(ctx)
 		a.prog.clear()
 		if err != nil {
 			return err
 		}
-		out.Waited = true
+		res = *final
+	} else if final, err := op.Wait(doneContext(ctx)); err == nil {
+		// Wait on a finished operation returns at once (snapctl and
+		// queued-in-hook operations are final when submitted).
+		res = *final
 	}
-	if res == nil {
-		// --no-wait: Wait on a finished operation returns at once (snapctl
-		// and queued-in-hook operations are final when submitted).
-		if r, err := op.Wait(doneContext(ctx)); err == nil {
-			res = r
-		}
-	}
-	if res != nil {
-		out.Status, out.Queued = res.Status, res.Queued
-		out.Attempts, out.Conflicts = res.Attempts, res.Conflicts
-		out.WaitedFor = append(out.WaitedFor, res.WaitedFor...)
-		if out.Change == "" {
-			out.Change = res.ChangeID
-		}
+	a.prog.clear()
+	out := opOutput{
+		Action: action, Names: names, Change: res.ChangeID, Status: res.Status, Queued: res.Queued,
+		Waited: !noWait, Attempts: res.Attempts, Conflicts: res.Conflicts,
+		WaitedFor: append([]string{}, res.WaitedFor...),
 	}
 	if a.json {
 		a.printJSON(out)

@@ -16,7 +16,9 @@
 //	restart [--reload] [--no-wait] NAME...
 //	                            act on services and wait for snapd's change;
 //	                            --no-wait prints the change id once snapd
-//	                            accepted the request (after any conflict)
+//	                            accepted the request (after any conflict),
+//	                            with the attempts, conflicts and changes
+//	                            waited for until then
 //	changes [--all] [SNAP]      changes in progress (--all: also finished ones),
 //	                            optionally only those touching SNAP
 //	change ID                   one change: its tasks, their status and log
