@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -90,13 +91,17 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, usageTail)
 }
 
-// usageError is a bad command line (exit code 2).
-type usageError struct{ msg string }
+// usageError is a bad command line (exit code 2). printed: the problem is
+// already on stderr (the flag package prints it).
+type usageError struct {
+	msg     string
+	printed bool
+}
 
 func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
-	return &usageError{fmt.Sprintf(format, args...)}
+	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
 // errHelp reports that help was printed (exit code 0).
@@ -112,12 +117,13 @@ func run(ctx context.Context, args []string, e env) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		return exitUsage
+		return a.reportUsage("", args, &usageError{msg: err.Error(), printed: true})
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
+		fmt.Fprintln(a.stderr, "error: no command given")
 		usage(a.stderr)
-		return exitUsage
+		return a.reportUsage("", args, &usageError{msg: "no command given", printed: true})
 	}
 	name, rest := rest[0], rest[1:]
 	if name == "help" {
@@ -131,20 +137,47 @@ func run(ctx context.Context, args []string, e env) int {
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(a.stderr, "error: unknown command %q\n", name)
+		msg := fmt.Sprintf("unknown command %q", name)
+		fmt.Fprintf(a.stderr, "error: %s\n", msg)
 		usage(a.stderr)
-		return exitUsage
+		return a.reportUsage("", args, &usageError{msg: msg, printed: true})
 	}
 	// Parse everything first: global flags after the command (--timeout,
 	// -v, --json) only take effect once the command's flags are read.
 	act, err := cmd.parse(a, rest)
 	if err != nil {
-		return a.report(cmd.name, err)
+		return a.reportUsage(cmd.name, args, err)
 	}
 	a.prog = newProgress(a.stderr, a.terminal && !a.verbose)
 	err = a.withTimeout(ctx, act)
 	a.prog.close()
 	return a.report(cmd.name, err)
+}
+
+// reportUsage reports an error found while reading the command line. The
+// flags may not all have been read, so --json is looked for in args too.
+func (a *app) reportUsage(cmd string, args []string, err error) int {
+	a.json = a.json || jsonRequested(args)
+	return a.report(cmd, err)
+}
+
+// jsonRequested reports whether args ask for --json before any "--".
+func jsonRequested(args []string) bool {
+	want := false
+	for _, arg := range args {
+		if arg == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "-") || name != "json" {
+			continue
+		}
+		want = true
+		if hasVal {
+			want, _ = strconv.ParseBool(val)
+		}
+	}
+	return want
 }
 
 // withTimeout runs f under --timeout.
@@ -190,7 +223,7 @@ func (a *app) parse(fs *flag.FlagSet, cmd command, args []string) ([]string, err
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, errHelp
 			}
-			return nil, &usageError{} // flag already printed the problem
+			return nil, &usageError{msg: err.Error(), printed: true}
 		}
 		args = fs.Args()
 		if len(args) == 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,95 @@ func TestVerboseAfterCommand(t *testing.T) {
 		code, _, errOut := runWithSocket(ctx, srv.SocketPath(), true, args...)
 		if code != exitOK || strings.Contains(errOut, progressLine) || !strings.Contains(errOut, `level=INFO msg="change created"`) {
 			t.Errorf("%q: exit %d, want slog text and no progress line on stderr, got %q", args, code, errOut)
+		}
+	}
+}
+
+// decodeOne decodes out as exactly one JSON document.
+func decodeOne(t *testing.T, out string, v any) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+	}
+	if dec.More() {
+		t.Fatalf("stdout holds more than one JSON document:\n%s", out)
+	}
+}
+
+// TestWaitJSONFailedChange checks that under --json a failed wait prints
+// one document: the error, with the change embedded.
+func TestWaitJSONFailedChange(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
+	held.Fail("configure hook exploded")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "--json", "wait", held.ID())
+	if code != exitFailed {
+		t.Fatalf("exit %d, want 1: %s", code, errOut)
+	}
+	var doc struct {
+		Error struct {
+			Message  string `json:"message"`
+			ExitCode int    `json:"exit-code"`
+			Change   string `json:"change"`
+			Status   string `json:"status"`
+			Detail   struct {
+				ID     string `json:"id"`
+				Status string `json:"status"`
+				Err    string `json:"err"`
+			} `json:"detail"`
+		} `json:"error"`
+	}
+	decodeOne(t, out, &doc)
+	e := doc.Error
+	if e.ExitCode != 1 || e.Change != held.ID() || e.Status != "Error" || e.Detail.ID != held.ID() ||
+		e.Detail.Status != "Error" || !strings.Contains(e.Detail.Err, "configure hook exploded") ||
+		!strings.Contains(e.Message, "configure hook exploded") {
+		t.Errorf("error document: %+v\n%s", e, out)
+	}
+}
+
+// TestUsageErrorsJSON checks the one rule for usage errors: exit 2, the
+// problem on stderr, and under --json (wherever it is on the line) one
+// error document on stdout; without --json nothing on stdout.
+func TestUsageErrorsJSON(t *testing.T) {
+	ctx := context.Background()
+	sock := t.TempDir() + "/unused.socket" // no request may be made
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--json"}, "no command given"},
+		{[]string{"--json", "frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"--json", "--bogus", "status"}, "flag provided but not defined: -bogus"},
+		{[]string{"restart", "--bogus", "k8s.kubelet", "--json"}, "flag provided but not defined: -bogus"},
+		{[]string{"restart", "--json=true", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--json", "start"}, "start needs at least one snap or service name"},
+		{[]string{"--json", "restart", "K8S.kubelet"}, `invalid service name "K8S.kubelet"`},
+		{[]string{"change", "abc", "--json"}, `change id "abc" is not a number`},
+	} {
+		code, out, errOut := runWithSocket(ctx, sock, false, tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 saying %q", tc.args, code, errOut, tc.msg)
+			continue
+		}
+		var doc struct {
+			Error struct {
+				Message  string `json:"message"`
+				ExitCode int    `json:"exit-code"`
+			} `json:"error"`
+		}
+		decodeOne(t, out, &doc)
+		if doc.Error.ExitCode != exitUsage || !strings.Contains(doc.Error.Message, tc.msg) {
+			t.Errorf("%q: error document %s", tc.args, out)
+		}
+	}
+	for _, args := range [][]string{{"frobnicate"}, {"restart", "--bogus"}, {"restart", "--json=false", "--bogus"}, {"restart", "--", "--json"}} {
+		if code, out, _ := runWithSocket(ctx, sock, false, args...); code != exitUsage || out != "" {
+			t.Errorf("%q: exit %d, stdout %q; want exit 2 and nothing on stdout", args, code, out)
 		}
 	}
 }

@@ -118,7 +118,11 @@ func cmdDemo(a *app, args []string) (action, error) {
 	}
 	return func(ctx context.Context) error {
 		rep, err := runDemo(ctx, a, *scale)
-		if a.json && rep != nil {
+		switch {
+		case a.json && err != nil && rep != nil:
+			// One document: the error, with the report in it.
+			return &detailError{err: err, detail: rep}
+		case a.json && err == nil:
 			a.printJSON(rep)
 		}
 		return err

@@ -37,17 +37,19 @@ func cmdWait(a *app, args []string) (action, error) {
 		}))
 		chg, err := c.WaitChange(ctx, id)
 		a.prog.clear()
-		if chg != nil {
-			if a.json {
-				a.printJSON(chg)
-			} else {
-				fmt.Fprintf(a.stdout, "change %s (%s) %s: %s\n", chg.ID, chg.Kind, chg.Status, chg.Summary)
-			}
-		}
 		if err != nil {
-			return fmt.Errorf("waiting for change %s: %w", id, err)
+			err = fmt.Errorf("waiting for change %s: %w", id, err)
 		}
-		return nil
+		switch {
+		case a.json && err != nil && chg != nil:
+			// One document: the error, with the change in it.
+			return &detailError{err: err, detail: chg}
+		case a.json && err == nil:
+			a.printJSON(chg)
+		case !a.json && chg != nil:
+			fmt.Fprintf(a.stdout, "change %s (%s) %s: %s\n", chg.ID, chg.Kind, chg.Status, chg.Summary)
+		}
+		return err
 	}, nil
 }
 

@@ -55,8 +55,20 @@
 //	4    not found: unknown snap, service or change
 //	130  interrupted (SIGINT/SIGTERM); watch exits 0 when interrupted
 //
-// With --json an error is also printed on stdout as
-// {"error":{"message":...,"exit-code":N,"change":ID,"retryable":bool}}.
+// # JSON output
+//
+// With --json, stdout carries exactly one JSON document: the command's
+// result, or, when it fails for any reason (usage errors included, wherever
+// --json is on the command line), an error object instead:
+//
+//	{"error":{"message":...,"exit-code":N,"change":ID,"status":S,
+//	          "retryable":bool,"detail":...}}
+//
+// change, status, retryable and detail appear when known; detail is what
+// the command found before failing (wait: the change, with its tasks and
+// error; demo: its report). The message is printed on stderr too. watch
+// --json prints JSON lines, one event per line, and a failure as a last
+// {"error":...} line. Help (-h, help) is always text.
 //
 // # Watching
 //

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -51,10 +52,25 @@ type jsonError struct {
 		Change    string `json:"change,omitempty"`
 		Status    string `json:"status,omitempty"`
 		Retryable *bool  `json:"retryable,omitempty"`
+		// Detail is what the command found before failing: the change
+		// for wait, the report for demo.
+		Detail any `json:"detail,omitempty"`
 	} `json:"error"`
 }
 
-// report prints err (if any) and returns the exit code.
+// detailError is a command's failure together with what it had found
+// (under --json it goes into the error object, as the only document).
+type detailError struct {
+	err    error
+	detail any
+}
+
+func (e *detailError) Error() string { return e.err.Error() }
+func (e *detailError) Unwrap() error { return e.err }
+
+// report prints err (if any) and returns the exit code. Under --json
+// stdout gets exactly one document for a failure, usage errors included:
+// the error object (commands print nothing on stdout when they fail).
 func (a *app) report(cmd string, err error) int {
 	code := exitCode(err)
 	if code == exitOK {
@@ -62,30 +78,46 @@ func (a *app) report(cmd string, err error) int {
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		if ue.msg != "" {
-			fmt.Fprintf(a.stderr, "error: %s\nRun 'snapsvc %s -h' for usage.\n", ue.msg, cmd)
+		if !ue.printed {
+			fmt.Fprintf(a.stderr, "error: %s\n", ue.msg)
+			if cmd != "" {
+				fmt.Fprintf(a.stderr, "Run 'snapsvc %s -h' for usage.\n", cmd)
+			} else {
+				fmt.Fprintf(a.stderr, "Run 'snapsvc -h' for usage.\n")
+			}
 		}
+	} else {
+		fmt.Fprintf(a.stderr, "error: %v\n", err)
+	}
+	if !a.json {
 		return code
 	}
-	fmt.Fprintf(a.stderr, "error: %v\n", err)
-	if a.json {
-		var je jsonError
-		je.Error.Message = err.Error()
-		je.Error.ExitCode = code
-		var oe *snapsvc.OpError
-		if errors.As(err, &oe) {
-			je.Error.Change = oe.ChangeID
-			r := oe.Retryable()
-			je.Error.Retryable = &r
-		}
-		var ce *snapsvc.ChangeError
-		if errors.As(err, &ce) {
-			if ce.ID != "" {
-				je.Error.Change = ce.ID
-			}
-			je.Error.Status = ce.Status
-		}
-		a.printJSON(je)
+	var je jsonError
+	je.Error.Message = err.Error()
+	je.Error.ExitCode = code
+	var oe *snapsvc.OpError
+	if errors.As(err, &oe) {
+		je.Error.Change = oe.ChangeID
+		r := oe.Retryable()
+		je.Error.Retryable = &r
 	}
+	var ce *snapsvc.ChangeError
+	if errors.As(err, &ce) {
+		if ce.ID != "" {
+			je.Error.Change = ce.ID
+		}
+		je.Error.Status = ce.Status
+	}
+	var de *detailError
+	if errors.As(err, &de) {
+		je.Error.Detail = de.detail
+	}
+	if cmd == "watch" {
+		// watch prints JSON lines: the error is the last line.
+		b, _ := json.Marshal(je)
+		fmt.Fprintf(a.stdout, "%s\n", b)
+		return code
+	}
+	a.printJSON(je)
 	return code
 }
