@@ -78,7 +78,7 @@ Exit codes:
   0    success
   1    the operation failed (a change ended in error, snapd refused)
   2    usage error (unknown command or flag, missing or malformed name)
-  3    timed out (--timeout) or gave up retrying (conflict, snapd unreachable)
+  3    timed out (--timeout), gave up retrying a conflict, or snapd unreachable
   4    not found (unknown snap, service or change)
   130  interrupted
 `

@@ -168,3 +168,30 @@ func TestUsageErrorsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreachableSnapd checks that read commands exit 3, as documented for
+// an unreachable snapd, and say where they looked for it.
+func TestUnreachableSnapd(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sock := t.TempDir() + "/nosuch.socket"
+	for _, args := range [][]string{{"status", "k8s"}, {"changes"}, {"change", "1"}, {"--json", "status"}} {
+		code, out, errOut := runWithSocket(ctx, sock, false, args...)
+		if code != exitTimeout || !strings.Contains(errOut, "snapd is unreachable at "+sock) {
+			t.Errorf("%q against a missing socket: exit %d, stderr %q; want exit 3 naming the socket", args, code, errOut)
+		}
+		if args[0] == "--json" {
+			var doc struct {
+				Error struct {
+					ExitCode  int  `json:"exit-code"`
+					Retryable bool `json:"retryable"`
+				} `json:"error"`
+			}
+			decodeOne(t, out, &doc)
+			if doc.Error.ExitCode != exitTimeout || !doc.Error.Retryable {
+				t.Errorf("--json: %s", out)
+			}
+		}
+	}
+}

@@ -50,8 +50,9 @@
 //	     refused the request
 //	2    usage error: unknown command or flag, missing or malformed name
 //	     (names are checked before any request)
-//	3    timed out (--timeout) or gave up retrying a conflict or an
-//	     unreachable snapd (the library's policy ran out)
+//	3    timed out (--timeout), gave up retrying a conflict (the library's
+//	     policy ran out), or snapd is unreachable or restarting (the
+//	     message names the socket): retrying later may help
 //	4    not found: unknown snap, service or change
 //	130  interrupted (SIGINT/SIGTERM); watch exits 0 when interrupted
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
@@ -38,10 +39,31 @@ func exitCode(err error) int {
 		return exitTimeout
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
+	case unreachable(err):
+		// Nothing was done; the same command may work once snapd is back.
+		return exitTimeout
 	case errors.Is(err, snapsvc.ErrNotFound):
 		return exitNotFound
 	}
 	return exitFailed
+}
+
+// unreachable reports whether err means snapd could not be reached (or
+// is restarting): retrying later may help.
+func unreachable(err error) bool {
+	var ce *snapsvc.ConnectionError
+	return retry.Classify(err) == retry.Transient || errors.As(err, &ce)
+}
+
+// socketPath is where the command looks for snapd, for messages.
+func (a *app) socketPath() string {
+	switch {
+	case a.socket != "":
+		return a.socket
+	case a.getenv("SNAP_COOKIE") != "" || a.getenv("SNAP_CONTEXT") != "":
+		return "/run/snapd-snap.socket"
+	}
+	return "/run/snapd.socket"
 }
 
 // jsonError is the shape of an error under --json.
@@ -87,6 +109,9 @@ func (a *app) report(cmd string, err error) int {
 			}
 		}
 	} else {
+		if code == exitTimeout && unreachable(err) {
+			err = fmt.Errorf("snapd is unreachable at %s (is it running? retrying later may help): %w", a.socketPath(), err)
+		}
 		fmt.Fprintf(a.stderr, "error: %v\n", err)
 	}
 	if !a.json {
@@ -107,6 +132,10 @@ func (a *app) report(cmd string, err error) int {
 			je.Error.Change = ce.ID
 		}
 		je.Error.Status = ce.Status
+	}
+	if je.Error.Retryable == nil && unreachable(err) {
+		r := true
+		je.Error.Retryable = &r
 	}
 	var de *detailError
 	if errors.As(err, &de) {

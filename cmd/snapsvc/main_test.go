@@ -14,6 +14,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // TestMain lets the test binary act as the snapsvc command inside scripts.
@@ -288,6 +289,10 @@ func TestExitCodes(t *testing.T) {
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), exitTimeout},
 		{fmt.Errorf("x: %w", context.Canceled), exitInterrupted},
 		{errors.New("boom"), exitFailed},
+		{&snapsvc.ConnectionError{Method: "GET", Path: "/v2/apps", Err: errors.New("dial unix: no such file")}, exitTimeout},
+		{&snapsvc.ConnectionError{Method: "POST", Path: "/v2/apps", Written: true, Err: errors.New("EOF")}, exitTimeout},
+		{&snapsvc.ConnectionError{Method: "GET", Path: "/v2/changes", Err: context.Canceled}, exitInterrupted},
+		{&snapsvc.APIError{StatusCode: 503, Message: "snapd is restarting"}, exitTimeout},
 	} {
 		if got := exitCode(tc.err); got != tc.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
