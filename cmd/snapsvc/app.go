@@ -22,6 +22,9 @@ type env struct {
 	getenv         func(string) string
 	// terminal: stderr is a terminal, so progress may be drawn there.
 	terminal bool
+	// watchPolled, when set (by tests), is called after each poll of
+	// watch with its error.
+	watchPolled func(error)
 }
 
 // app is one invocation: the environment and the global flags.

@@ -71,14 +71,36 @@ func cmdWatch(a *app, args []string) (action, error) {
 		defer c.Close()
 		st := &watchState{changes: map[string]string{}, tasks: map[string]string{}, logs: map[string]int{}}
 		first := true
+		down := false // the last poll found snapd unreachable
 		tick := time.NewTicker(*interval)
 		defer tick.Stop()
 		for {
 			chgs, err := c.Changes(ctx, opts)
-			if err != nil {
-				if errors.Is(err, context.Canceled) {
-					return nil // interrupted: the normal end of watching
+			if a.watchPolled != nil {
+				a.watchPolled(err)
+			}
+			switch {
+			case err == nil:
+				if down {
+					fmt.Fprintf(a.stderr, "snapd is back at %s\n", a.socketPath())
+					down = false
 				}
+			case ctx.Err() != nil:
+				return watchEnd(ctx)
+			case unreachable(err):
+				// snapd is restarting or its socket is gone: say so once
+				// per outage and keep polling at the same pace.
+				if !down {
+					fmt.Fprintf(a.stderr, "snapd unavailable at %s, retrying every %v: %v\n", a.socketPath(), *interval, err)
+					down = true
+				}
+				select {
+				case <-ctx.Done():
+					return watchEnd(ctx)
+				case <-tick.C:
+				}
+				continue
+			default:
 				return err
 			}
 			busy := false
@@ -102,14 +124,20 @@ func cmdWatch(a *app, args []string) (action, error) {
 			}
 			select {
 			case <-ctx.Done():
-				if errors.Is(ctx.Err(), context.Canceled) {
-					return nil
-				}
-				return fmt.Errorf("watching changes: %w", context.Cause(ctx))
+				return watchEnd(ctx)
 			case <-tick.C:
 			}
 		}
 	}, nil
+}
+
+// watchEnd is how watch ends once ctx is done: interrupted is the normal
+// end (exit 0); --timeout is exit 3.
+func watchEnd(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil
+	}
+	return fmt.Errorf("watching changes: %w", context.Cause(ctx))
 }
 
 func (a *app) rememberChange(st *watchState, chg *snapsvc.Change) {

@@ -75,4 +75,8 @@
 //
 // watch polls GET /v2/changes at --interval (default 500ms): the snapsvc
 // library does not expose snapd's notices, which it uses internally to wait.
+// While snapd is unreachable or restarting, watch says so once on stderr
+// ("snapd unavailable at SOCKET, retrying ..."), keeps polling at the same
+// interval, and says when snapd is back; only --timeout or an interrupt
+// end it then.
 package main

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/fake"
+)
+
+// notifyBuffer is a buffer safe for concurrent use whose readers can wait
+// for some text to be written.
+type notifyBuffer struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // closed and replaced at every write
+}
+
+func newNotifyBuffer() *notifyBuffer { return &notifyBuffer{written: make(chan struct{})} }
+
+func (b *notifyBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.written)
+	b.written = make(chan struct{})
+	return b.b.Write(p)
+}
+
+func (b *notifyBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitFor waits until the buffer holds text, or ctx ends.
+func (b *notifyBuffer) waitFor(ctx context.Context, text string) bool {
+	for {
+		b.mu.Lock()
+		has, written := strings.Contains(b.b.String(), text), b.written
+		b.mu.Unlock()
+		if has {
+			return true
+		}
+		select {
+		case <-written:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// TestWatchRidesOutSnapdRestart checks that watch keeps going while snapd
+// is away: one line saying so on stderr, however many polls fail, then it
+// picks up the change it was following once snapd is back.
+func TestWatchRidesOutSnapdRestart(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
+	// Safety net only; every step below waits for an outcome.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+	done := make(chan int, 1)
+	failed := make(chan struct{}, 100)
+	go func() {
+		done <- run(ctx, []string{"watch", "--interval", "5ms", "--until-idle", "k8s"}, env{
+			stdout: stdout, stderr: stderr,
+			watchPolled: func(err error) {
+				if err != nil {
+					select {
+					case failed <- struct{}{}:
+					default:
+					}
+				}
+			},
+			getenv: func(k string) string {
+				if k == "SNAPSVC_SOCKET" {
+					return srv.SocketPath()
+				}
+				return ""
+			},
+		})
+	}()
+	if !stdout.waitFor(ctx, "change 1 configure-snap Doing") {
+		t.Fatalf("watch did not show the held change: %q / %q", stdout.String(), stderr.String())
+	}
+	srv.StopListening()
+	want := "snapd unavailable at " + srv.SocketPath() + ", retrying"
+	if !stderr.waitFor(ctx, want) {
+		t.Fatalf("no %q on stderr: %q", want, stderr.String())
+	}
+	// Several polls fail during the outage: still one line.
+	for range 3 {
+		select {
+		case <-failed:
+		case <-ctx.Done():
+			t.Fatal("watch stopped polling while snapd was away")
+		}
+	}
+	if err := srv.StartListening(); err != nil {
+		t.Fatal(err)
+	}
+	if !stderr.waitFor(ctx, "snapd is back at "+srv.SocketPath()) {
+		t.Fatalf("watch did not see snapd come back: %q", stderr.String())
+	}
+	held.Finish()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("watch exited %d: %s", code, stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("watch did not end once the change was done")
+	}
+	if !strings.Contains(stdout.String(), "change 1 configure-snap Done") {
+		t.Errorf("watch did not report the change done:\n%s", stdout.String())
+	}
+	if n := strings.Count(stderr.String(), "snapd unavailable"); n != 1 {
+		t.Errorf("%d outage lines, want 1:\n%s", n, stderr.String())
+	}
+}
