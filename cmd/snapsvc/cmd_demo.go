@@ -34,15 +34,21 @@ func k8sSnap(scale float64) fake.Snap {
 	}}
 }
 
-// controlPlane is what the bootstrap hook starts after the datastore, in
+// bootstrapWho names the client that bootstraps the cluster. It stands
+// for k8sd's bootstrap code and is a plain REST client on snapd's main
+// socket, not a snap hook (no snapctl, no hook context).
+const bootstrapWho = "k8sd bootstrap"
+
+// controlPlane is what the bootstrap code starts after the datastore, in
 // k8s-snap's order (snapd reorders one request by before/after anyway).
 var controlPlane = []string{"k8s.containerd", "k8s.kube-controller-manager", "k8s.kube-proxy", "k8s.kube-scheduler", "k8s.kubelet", "k8s.kube-apiserver"}
 
 // demoStep is one line of the demo's story.
+// At is seconds since the demo started.
 type demoStep struct {
-	At   time.Duration `json:"at"`
-	Who  string        `json:"who"`
-	Text string        `json:"text"`
+	At   float64 `json:"at"`
+	Who  string  `json:"who"`
+	Text string  `json:"text"`
 }
 
 // demoReport is demo's --json shape (and what the summary prints).
@@ -55,7 +61,7 @@ type demoReport struct {
 	ConflictsBetweenOurOwn int               `json:"conflicts-between-our-clients"`
 	ForeignChange          string            `json:"foreign-change"`
 	ForeignWaitedOut       bool              `json:"foreign-change-waited-out"`
-	Elapsed                time.Duration     `json:"elapsed"`
+	Elapsed                float64           `json:"elapsed"` // seconds
 	OK                     bool              `json:"ok"`
 }
 
@@ -85,10 +91,10 @@ type demo struct {
 func (d *demo) say(who, format string, args ...any) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := demoStep{At: time.Since(d.start).Round(time.Millisecond), Who: who, Text: fmt.Sprintf(format, args...)}
+	st := demoStep{At: time.Since(d.start).Round(time.Millisecond).Seconds(), Who: who, Text: fmt.Sprintf(format, args...)}
 	d.steps = append(d.steps, st)
 	if d.live != nil {
-		fmt.Fprintf(d.live, "%6.3fs  %-14s %s\n", st.At.Seconds(), st.Who, st.Text)
+		fmt.Fprintf(d.live, "%6.3fs  %-14s %s\n", st.At, st.Who, st.Text)
 	}
 }
 
@@ -157,11 +163,12 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 	newClient := func(who string) (*snapsvc.Client, error) {
 		return snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithLogger(d.logger(who)))
 	}
-	hook, err := newClient("bootstrap hook")
+	d.say(bootstrapWho, "k8sd's bootstrap code, here a plain REST client on %s (not a snap hook)", srv.SocketPath())
+	boot, err := newClient(bootstrapWho)
 	if err != nil {
 		return nil, err
 	}
-	defer hook.Close()
+	defer boot.Close()
 	ctrl, err := newClient("controller")
 	if err != nil {
 		return nil, err
@@ -172,7 +179,7 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
-	var hookResults []*snapsvc.Result
+	var bootResults []*snapsvc.Result
 	byChange := map[string]string{held.ID(): "snap set"}
 	var byMu sync.Mutex
 	record := func(who string, res *snapsvc.Result) {
@@ -208,33 +215,33 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 		d.say("snap set", "configure hook done: change %s %s", held.ID(), held.Info().Status)
 	}()
 
-	// The bootstrap hook: datastore first, then the control plane in one
+	// The bootstrap code: datastore first, then the control plane in one
 	// request, as k8sd does.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.say("bootstrap hook", "start --enable k8s.k8s-dqlite (the datastore)")
-		res, err := hook.Start(ctx, []string{"k8s.k8s-dqlite"}, snapsvc.StartOptions{Enable: true})
+		d.say(bootstrapWho, "start --enable k8s.k8s-dqlite (the datastore)")
+		res, err := boot.Start(ctx, []string{"k8s.k8s-dqlite"}, snapsvc.StartOptions{Enable: true})
 		if err != nil {
-			errs[0] = fmt.Errorf("bootstrap hook: %w", err)
+			errs[0] = fmt.Errorf("%s: %w", bootstrapWho, err)
 			return
 		}
-		record("bootstrap hook", res)
-		hookResults = append(hookResults, res)
-		d.say("bootstrap hook", "datastore started: change %s %s after %d attempt(s), waited for %v", res.ChangeID, res.Status, res.Attempts, res.WaitedFor)
-		d.say("bootstrap hook", "start --enable %s (one request)", strings.Join(controlPlane, " "))
-		res, err = hook.Start(ctx, controlPlane, snapsvc.StartOptions{Enable: true})
+		record(bootstrapWho, res)
+		bootResults = append(bootResults, res)
+		d.say(bootstrapWho, "datastore started: change %s %s after %d attempt(s), waited for %v", res.ChangeID, res.Status, res.Attempts, res.WaitedFor)
+		d.say(bootstrapWho, "start --enable %s (one request)", strings.Join(controlPlane, " "))
+		res, err = boot.Start(ctx, controlPlane, snapsvc.StartOptions{Enable: true})
 		if err != nil {
-			errs[0] = fmt.Errorf("bootstrap hook: %w", err)
+			errs[0] = fmt.Errorf("%s: %w", bootstrapWho, err)
 			return
 		}
-		record("bootstrap hook", res)
-		hookResults = append(hookResults, res)
-		d.say("bootstrap hook", "control plane started: change %s %s", res.ChangeID, res.Status)
+		record(bootstrapWho, res)
+		bootResults = append(bootResults, res)
+		d.say(bootstrapWho, "control plane started: change %s %s", res.ChangeID, res.Status)
 	}()
 
 	// The node-configuration controller: once the API server is up it
-	// restarts kubelet, while the hook's start is still running (the race
+	// restarts kubelet, while the bootstrap's start is still running (the race
 	// of canonical/k8s-snap PR #630).
 	wg.Add(1)
 	go func() {
@@ -253,7 +260,7 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 		}
 		d.say("controller", "kube-apiserver is up → restart k8s.kubelet")
 		if len(running) > 0 {
-			d.say("controller", "  change %s of the hook still runs: the library holds this call back in-process instead of letting snapd refuse it", strings.Join(running, ","))
+			d.say("controller", "  change %s of the bootstrap still runs: the library holds this call back in-process instead of letting snapd refuse it", strings.Join(running, ","))
 		}
 		res, err := ctrl.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 		if err != nil {
@@ -275,7 +282,7 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 	rep := &demoReport{ForeignChange: held.ID(), Requests: map[string]int{}}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer rcancel()
-	svcs, err := hook.Services(rctx, "k8s")
+	svcs, err := boot.Services(rctx, "k8s")
 	if err != nil {
 		return nil, err
 	}
@@ -293,10 +300,10 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 			}
 		}
 	}
-	if len(hookResults) > 0 {
-		rep.ForeignWaitedOut = slices.Contains(hookResults[0].WaitedFor, held.ID())
+	if len(bootResults) > 0 {
+		rep.ForeignWaitedOut = slices.Contains(bootResults[0].WaitedFor, held.ID())
 	}
-	rep.Elapsed = time.Since(d.start).Round(time.Millisecond)
+	rep.Elapsed = time.Since(d.start).Round(time.Millisecond).Seconds()
 	allUp := true
 	for _, s := range svcs {
 		allUp = allUp && s.Active
@@ -394,7 +401,7 @@ func (d *demo) printSummary(rep *demoReport) {
 	fmt.Fprintf(w, "  conflicts answered by snapd:        %d (all with the foreign change %s)\n", rep.Conflicts, rep.ForeignChange)
 	fmt.Fprintf(w, "  conflicts between our two clients:  %d\n", rep.ConflictsBetweenOurOwn)
 	fmt.Fprintf(w, "  foreign change waited out:          %t\n", rep.ForeignWaitedOut)
-	fmt.Fprintf(w, "  took:                               %v\n", rep.Elapsed)
+	fmt.Fprintf(w, "  took:                               %.3fs\n", rep.Elapsed)
 }
 
 // teeHandler sends records to two handlers.

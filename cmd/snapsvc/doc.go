@@ -27,7 +27,12 @@
 //	watch [--interval D] [--until-idle] [SNAP]
 //	                            follow changes and their tasks as they happen
 //	demo [--scale F]            run a self-contained demonstration against an
-//	                            in-process fake snapd (no snapd needed)
+//	                            in-process fake snapd (no snapd needed): k8sd's
+//	                            bootstrap code (a plain REST client, not a
+//	                            snap hook) and a controller race while a
+//	                            foreign change holds the snap; it checks its
+//	                            own outcome (exit 1 if wrong). Under --json
+//	                            its "at" and "elapsed" are seconds (numbers)
 //
 // Global flags (before or after the command):
 //

@@ -62,7 +62,7 @@ func TestDemoInProcess(t *testing.T) {
 		}
 		kinds = append(kinds, c.ID+":"+c.Kind+":"+c.By)
 	}
-	want := "1:configure-snap:snap set 2:service-control:bootstrap hook 3:service-control:bootstrap hook 4:service-control:controller"
+	want := "1:configure-snap:snap set 2:service-control:k8sd bootstrap 3:service-control:k8sd bootstrap 4:service-control:controller"
 	if got := strings.Join(kinds, " "); got != want {
 		t.Errorf("changes %q, want %q", got, want)
 	}
@@ -71,7 +71,7 @@ func TestDemoInProcess(t *testing.T) {
 			t.Errorf("service %s not enabled and active: %+v", s.FullName(), s)
 		}
 	}
-	if rep.Elapsed > 10*time.Second {
+	if rep.Elapsed <= 0 || rep.Elapsed > 10 {
 		t.Errorf("demo took %v", rep.Elapsed)
 	}
 }
