@@ -23,12 +23,9 @@ func cmdChanges(a *app, args []string) (action, error) {
 		opts.Select = "all"
 	}
 	if len(pos) == 1 {
-		snap, app, err := snapsvc.ValidateName(pos[0])
+		snap, err := snapArg("changes", pos[0])
 		if err != nil {
 			return nil, err
-		}
-		if app != "" {
-			return nil, usagef("changes takes a snap name, not a service (%q)", pos[0])
 		}
 		opts.Snap = snap
 	}
@@ -134,4 +131,16 @@ func changeIDArg(cmd string, args []string) (string, error) {
 		return "", usagef("empty change id")
 	}
 	return id, nil
+}
+
+// snapArg validates a command's SNAP argument: a snap name, not a service.
+func snapArg(cmd, arg string) (string, error) {
+	snap, app, err := snapsvc.ValidateName(arg)
+	if err != nil {
+		return "", err
+	}
+	if app != "" {
+		return "", usagef("%s takes a snap name, not a service (%q)", cmd, arg)
+	}
+	return snap, nil
 }

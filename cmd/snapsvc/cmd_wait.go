@@ -68,12 +68,9 @@ func cmdWaitIdle(a *app, args []string) (action, error) {
 	if len(pos) != 1 {
 		return nil, usagef("wait-idle takes exactly one snap name, got %d arguments", len(pos))
 	}
-	snap, app, err := snapsvc.ValidateName(pos[0])
+	snap, err := snapArg("wait-idle", pos[0])
 	if err != nil {
 		return nil, err
-	}
-	if app != "" {
-		return nil, usagef("wait-idle takes a snap name, not a service (%q)", pos[0])
 	}
 	return func(ctx context.Context) error {
 		c, err := a.client()

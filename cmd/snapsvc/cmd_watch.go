@@ -54,12 +54,9 @@ func cmdWatch(a *app, args []string) (action, error) {
 	}
 	opts := snapsvc.ChangesOptions{Select: "all"}
 	if len(pos) == 1 {
-		snap, app, err := snapsvc.ValidateName(pos[0])
+		snap, err := snapArg("watch", pos[0])
 		if err != nil {
 			return nil, err
-		}
-		if app != "" {
-			return nil, usagef("watch takes a snap name, not a service (%q)", pos[0])
 		}
 		opts.Snap = snap
 	}
