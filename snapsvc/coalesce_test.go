@@ -196,31 +196,10 @@ func TestCoalesceTenRestartsBehindForeignChange(t *testing.T) {
 // A queued leader whose caller gives up before it acts hands over to the
 // requests that joined it: they still restart, in one change.
 func TestCoalesceLeaderGivesUpBeforeActing(t *testing.T) {
-	checkLeaks(t)
-	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
-	c := newClient(t, srv)
-	ctx := ctxT(t)
-
-	first := make(chan restartOutcome, 1)
-	restartAsync(c, ctx, first, "k8s.kubelet")
-	running := waitNewChange(ctx, t, srv)
-
-	lctx, cancelLeader := context.WithCancel(ctx)
-	ldp := newDoneProbe(lctx)
-	leader := make(chan restartOutcome, 1)
-	restartAsync(c, ldp, leader, "k8s.kubelet")
-	ldp.waitCalls(t, 1)
-	var joiners []*doneProbe
-	out := make(chan restartOutcome, 3)
-	for i := 0; i < 3; i++ {
-		dp := newDoneProbe(ctx)
-		restartAsync(c, dp, out, "k8s.kubelet")
-		dp.waitCalls(t, 1)
-		joiners = append(joiners, dp)
-	}
-	cancelLeader()
-	if o := <-leader; !errors.Is(o.err, context.Canceled) {
+	q := queueRestarts(t, 3)
+	srv, ctx, running, joiners, out := q.srv, q.ctx, q.running, q.joiners, q.out
+	q.cancelLeader()
+	if o := <-q.leader; !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("cancelled leader: %+v, %v", o.res, o.err)
 	}
 	for _, dp := range joiners { // each queues again (a new leader or its joiner)
@@ -229,7 +208,7 @@ func TestCoalesceLeaderGivesUpBeforeActing(t *testing.T) {
 	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	<-first
+	<-q.first
 	second := waitNewChange(ctx, t, srv, running)
 	if err := srv.AdvanceUntilReady(ctx, second); err != nil {
 		t.Fatal(err)
@@ -345,33 +324,15 @@ func notPaced(ctx context.Context, t *testing.T, c *snapsvc.Client, mc *fake.Man
 // merged into it do not inherit its context error; they restart
 // themselves (in a change made after their call).
 func TestCoalesceJoinerOutlivesLeaderCancel(t *testing.T) {
-	checkLeaks(t)
-	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
-	c := newClient(t, srv)
-	ctx := ctxT(t)
-
-	first := make(chan restartOutcome, 1)
-	restartAsync(c, ctx, first, "k8s.kubelet")
-	running := waitNewChange(ctx, t, srv)
-	lctx, cancelLeader := context.WithCancel(ctx)
-	ldp := newDoneProbe(lctx)
-	leader := make(chan restartOutcome, 1)
-	restartAsync(c, ldp, leader, "k8s.kubelet")
-	ldp.waitCalls(t, 1)
-	out := make(chan restartOutcome, 2)
-	for i := 0; i < 2; i++ {
-		dp := newDoneProbe(ctx)
-		restartAsync(c, dp, out, "k8s.kubelet")
-		dp.waitCalls(t, 1)
-	}
+	q := queueRestarts(t, 2)
+	srv, ctx, running, out := q.srv, q.ctx, q.running, q.out
 	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	<-first
+	<-q.first
 	second := waitNewChange(ctx, t, srv, running)
-	cancelLeader()
-	if o := <-leader; !errors.Is(o.err, context.Canceled) {
+	q.cancelLeader()
+	if o := <-q.leader; !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("leader: %+v, %v", o.res, o.err)
 	}
 	// Later restarts are instant; the one that ran stays slow.
@@ -385,4 +346,42 @@ func TestCoalesceJoinerOutlivesLeaderCancel(t *testing.T) {
 			t.Errorf("joiner: %+v, %v; want a restart of its own, done", o.res, o.err)
 		}
 	}
+}
+
+// queuedRestarts is a kubelet restart running on a manual clock, with a
+// leader restart queued behind it (whose context the test can cancel)
+// and joiners queued behind the leader.
+type queuedRestarts struct {
+	srv          *fake.Server
+	ctx          context.Context
+	running      string
+	first        chan restartOutcome
+	leader       chan restartOutcome
+	cancelLeader context.CancelFunc
+	joiners      []*doneProbe
+	out          chan restartOutcome
+}
+
+func queueRestarts(t *testing.T, joiners int) *queuedRestarts {
+	checkLeaks(t)
+	mc := fake.NewManualClock(stepT0)
+	q := &queuedRestarts{srv: fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet())), ctx: ctxT(t)}
+	c := newClient(t, q.srv)
+	q.first = make(chan restartOutcome, 1)
+	restartAsync(c, q.ctx, q.first, "k8s.kubelet")
+	q.running = waitNewChange(q.ctx, t, q.srv)
+	var lctx context.Context
+	lctx, q.cancelLeader = context.WithCancel(q.ctx)
+	ldp := newDoneProbe(lctx)
+	q.leader = make(chan restartOutcome, 1)
+	restartAsync(c, ldp, q.leader, "k8s.kubelet")
+	ldp.waitCalls(t, 1)
+	q.out = make(chan restartOutcome, joiners)
+	for i := 0; i < joiners; i++ {
+		dp := newDoneProbe(q.ctx)
+		restartAsync(c, dp, q.out, "k8s.kubelet")
+		dp.waitCalls(t, 1)
+		q.joiners = append(q.joiners, dp)
+	}
+	return q
 }
