@@ -5,7 +5,7 @@
 // A Probe is one check (an HTTP(S) GET, a TCP or Unix-socket connect, a
 // command, or a Go function). Wait repeats a probe at an interval until it
 // succeeds a number of times in a row, each check bounded by a timeout and
-// the whole wait bounded by MaxWait and the context. Remote endpoints are
+// the checks started within MaxWait and the context. Remote endpoints are
 // probed the same way as local ones, so a service can wait for a dependency
 // on another machine.
 //
@@ -43,7 +43,9 @@ type Options struct {
 	// SuccessThreshold is how many checks in a row must succeed
 	// (default 1). A failure resets the count.
 	SuccessThreshold int
-	// MaxWait bounds the whole wait on Clock (0: only ctx bounds it).
+	// MaxWait bounds, on Clock, the time in which checks start (0: only ctx
+	// bounds it); a check started before it runs out may still use its
+	// whole Timeout.
 	MaxWait time.Duration
 	// Clock drives intervals, timeouts and MaxWait (default: real time).
 	Clock retry.Clock
