@@ -228,3 +228,36 @@ func TestOperationWaitFromSeveralGoroutines(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestWaitChangeUpdate(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv)
+	ctx := ctxT(t)
+	base, err := c.WaitChangeUpdate(ctx, time.Time{}, time.Hour)
+	if err != nil || !base.IsZero() {
+		t.Fatalf("no change yet: %v %v", base, err)
+	}
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	base, err = c.WaitChangeUpdate(ctx, time.Time{}, time.Hour)
+	if err != nil || base.IsZero() {
+		t.Fatalf("baseline: %v %v", base, err)
+	}
+	woke := make(chan time.Time, 1)
+	go func() {
+		next, err := c.WaitChangeUpdate(ctx, base, time.Hour) // would hold an hour without a notice
+		if err != nil {
+			t.Error(err)
+		}
+		woke <- next
+	}()
+	srv.WaitFor(ctx, func(v fake.View) bool { return v.InFlight() > 0 }) // the long-poll is held
+	foreign.Finish()
+	if next := <-woke; !next.After(base) {
+		t.Errorf("woke with %v, not after %v", next, base)
+	}
+
+	old := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version257))
+	if _, err := newClient(t, old).WaitChangeUpdate(ctx, time.Time{}, time.Hour); !errors.Is(err, snapsvc.ErrNoNotices) {
+		t.Errorf("snapd 2.57: %v, want ErrNoNotices", err)
+	}
+}

@@ -267,3 +267,39 @@ func isForbidden(err error) bool {
 	var apiErr *snapd.Error
 	return errors.As(err, &apiErr) && (apiErr.StatusCode == 401 || apiErr.StatusCode == 403)
 }
+
+// ErrNoNotices is returned by WaitChangeUpdate when snapd has no notices
+// API (before 2.62) or does not let this client read it.
+var ErrNoNotices = errors.New("snapd offers no change notices here")
+
+// WaitChangeUpdate blocks until snapd records a change-update notice (a
+// change was spawned or changed status) later than after, or until
+// timeout passes, and returns the last-repeated time of the newest such
+// notice (after itself when none came). With a zero after it returns at
+// once with the newest existing notice's time, a starting point for the
+// next call. It uses snapd's notices long-poll (snapd >= 2.62) and
+// returns ErrNoNotices where there is none; callers then poll Changes.
+func (c *Client) WaitChangeUpdate(ctx context.Context, after time.Time, timeout time.Duration) (time.Time, error) {
+	if c.notices.Load() == noticesNo {
+		return after, ErrNoNotices
+	}
+	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, After: after}
+	if !after.IsZero() {
+		opts.Timeout = timeout
+	}
+	ns, err := c.main.Notices(ctx, opts)
+	switch {
+	case snapd.IsNotFound(err) || isForbidden(err):
+		c.notices.Store(noticesNo)
+		return after, ErrNoNotices
+	case err != nil:
+		return after, fmt.Errorf("snapsvc: waiting for change notices: %w", err)
+	}
+	c.notices.Store(noticesYes)
+	for _, n := range ns {
+		if n.LastRepeated.After(after) {
+			after = n.LastRepeated
+		}
+	}
+	return after, nil
+}

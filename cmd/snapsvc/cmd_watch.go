@@ -71,6 +71,11 @@ func cmdWatch(a *app, args []string) (action, error) {
 		down := false // the last poll found snapd unreachable
 		tick := time.NewTicker(*interval)
 		defer tick.Stop()
+		useNotices := true
+		lastNotice, err := c.WaitChangeUpdate(ctx, time.Time{}, 0) // the newest notice so far
+		if errors.Is(err, snapsvc.ErrNoNotices) {
+			useNotices = false
+		}
 		for {
 			chgs, err := c.Changes(ctx, opts)
 			if a.watchPolled != nil {
@@ -118,6 +123,22 @@ func cmdWatch(a *app, args []string) (action, error) {
 			first = false
 			if *untilIdle && !busy {
 				return nil
+			}
+			// Where snapd has notices (>= 2.62), wake as soon as a change
+			// is spawned or changes status; read again every interval all
+			// the same, for task progress and logs, which have no notices.
+			if useNotices {
+				next, err := c.WaitChangeUpdate(ctx, lastNotice, *interval)
+				switch {
+				case err == nil:
+					lastNotice = next
+					tick.Reset(*interval)
+					continue
+				case ctx.Err() != nil:
+					return watchEnd(ctx)
+				case errors.Is(err, snapsvc.ErrNoNotices):
+					useNotices = false
+				}
 			}
 			select {
 			case <-ctx.Done():

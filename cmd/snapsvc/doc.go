@@ -78,10 +78,9 @@
 //
 // # Watching
 //
-// watch polls GET /v2/changes at --interval (default 500ms): the snapsvc
-// library does not expose snapd's notices, which it uses internally to wait.
-// While snapd is unreachable or restarting, watch says so once on stderr
-// ("snapd unavailable at SOCKET, retrying ..."), keeps polling at the same
-// interval, and says when snapd is back; only --timeout or an interrupt
-// end it then.
+// watch reads GET /v2/changes and prints what changed. Where snapd has
+// notices (2.62 and later) it wakes as soon as a change is spawned or
+// changes status, through a notices long-poll; it also reads again every
+// --interval (default 500ms) for task progress and log lines, which have
+// no notices. Before 2.62 it polls at --interval.
 package main

@@ -125,3 +125,44 @@ func TestWatchRidesOutSnapdRestart(t *testing.T) {
 		t.Errorf("%d outage lines, want 1:\n%s", n, stderr.String())
 	}
 }
+
+// TestWatchWakesOnNotices checks that, where snapd has notices, watch
+// shows a change's end as it happens rather than at its next read: with
+// an hour between reads it still sees the change finish and ends.
+func TestWatchWakesOnNotices(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // safety net
+	defer cancel()
+	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"watch", "--interval", "1h", "--until-idle", "k8s"}, env{
+			stdout: stdout, stderr: stderr,
+			getenv: func(k string) string {
+				if k == "SNAPSVC_SOCKET" {
+					return srv.SocketPath()
+				}
+				return ""
+			},
+		})
+	}()
+	if !stdout.waitFor(ctx, "change 1 configure-snap Doing") {
+		t.Fatalf("watch did not show the held change: %q / %q", stdout.String(), stderr.String())
+	}
+	// Finish once watch is parked on the notices long-poll.
+	srv.WaitFor(ctx, func(v fake.View) bool { return v.InFlight() > 0 })
+	held.Finish()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("watch exited %d: %s", code, stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("watch did not wake on the change's notice")
+	}
+	if !strings.Contains(stdout.String(), "change 1 configure-snap Done") {
+		t.Errorf("watch did not report the change done:\n%s", stdout.String())
+	}
+}
