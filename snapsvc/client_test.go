@@ -347,3 +347,45 @@ func TestContextEndKeepsLastError(t *testing.T) {
 		t.Fatalf("error %v: want cancelled, wrapping the connection failure, retryable", err)
 	}
 }
+
+// Operations that span two snaps take both snaps' locks in one order, so
+// they neither deadlock against single-snap operations nor conflict.
+func TestMultiSnapOperationsNeitherDeadlockNorConflict(t *testing.T) {
+	etcd := fake.Snap{Name: "etcd", Apps: []fake.App{{Name: "etcd", Daemon: "simple", Enabled: true, Active: true,
+		StartDuration: time.Millisecond, StopDuration: time.Millisecond}}}
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond), etcd))
+	c1, c2 := newClient(t, srv), newClient(t, srv)
+	ctx := ctxT(t)
+	targets := [][]string{{"k8s.kubelet", "etcd.etcd"}, {"etcd.etcd", "k8s.kube-proxy"}, {"etcd"}, {"k8s.kubelet"}}
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := c1
+			if i%2 == 1 {
+				c = c2
+			}
+			if _, err := c.Restart(ctx, targets[i%len(targets)], snapsvc.RestartOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := srv.Counters().Conflicts; n != 0 {
+		t.Errorf("%d conflicts answered", n)
+	}
+	// A two-snap request is one change with one task per snap.
+	twoSnap := 0
+	for _, chg := range srv.Changes() {
+		if len(chg.Tasks) == 2 {
+			twoSnap++
+			if !strings.HasSuffix(chg.Tasks[0].Summary, `of snap "etcd"`) && !strings.HasSuffix(chg.Tasks[0].Summary, `of snap "k8s"`) {
+				t.Errorf("two-snap change tasks: %+v", chg.Tasks)
+			}
+		}
+	}
+	if twoSnap == 0 {
+		t.Error("no change covered two snaps")
+	}
+}
