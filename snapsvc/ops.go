@@ -282,16 +282,22 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 	if err := c.paceRestart(ctx, o); err != nil {
 		return r.fail("", err)
 	}
-	if err := r.lock(ctx); err != nil {
-		return r.fail("", err)
+	for {
+		if err := r.lock(ctx); err != nil {
+			return r.fail("", err)
+		}
+		if !c.mustPace(o) {
+			break
+		}
+		// A restart of the same service went ahead while this one waited
+		// for the lock: pace again, without holding up the snap.
+		r.unlock()
+		if err := c.paceRestart(ctx, o); err != nil {
+			return r.fail("", err)
+		}
 	}
 	defer r.unlock()
 	onLocked(ctx)
-	// Pace again under the lock: a restart of the same service may have
-	// gone ahead while this one waited for the lock.
-	if err := c.paceRestart(ctx, o); err != nil {
-		return r.fail("", err)
-	}
 	if c.hook != "" {
 		r.skip = c.ownHookChange(ctx, o.t.snaps)
 	}

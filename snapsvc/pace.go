@@ -14,10 +14,7 @@ import (
 // start limit. A whole-snap restart counts for each of its services and
 // the other way round.
 func (c *Client) paceRestart(ctx context.Context, o op) error {
-	if o.action != "restart" || c.minRestart <= 0 {
-		return nil
-	}
-	for {
+	for c.mustPace(o) {
 		wait := c.restartWait(o)
 		if wait <= 0 {
 			return nil
@@ -27,6 +24,12 @@ func (c *Client) paceRestart(ctx context.Context, o op) error {
 			return ctxErr(ctx, "waiting for the minimum restart interval")
 		}
 	}
+	return nil
+}
+
+// mustPace reports whether o is a restart that must still wait.
+func (c *Client) mustPace(o op) bool {
+	return o.action == "restart" && c.minRestart > 0 && c.restartWait(o) > 0
 }
 
 func (c *Client) restartWait(o op) time.Duration {
