@@ -150,6 +150,9 @@ func TestClassifyTextForms(t *testing.T) {
 		if got := retry.Classify(err); got != c.class {
 			t.Errorf("%q: class %v, want %v", c.text, got, c.class)
 		}
+		if retry.IsConflict(err) != (c.class == retry.Conflict) || retry.IsRetryable(err) != (c.class != retry.Permanent) {
+			t.Errorf("%q: IsConflict/IsRetryable disagree with class %v", c.text, c.class)
+		}
 		ce, ok := retry.AsConflict(fmt.Errorf("wrapped: %w", err))
 		if ok != (c.class == retry.Conflict) {
 			// AsConflict reads the whole text; a wrapped text carries a

@@ -31,6 +31,7 @@ func TestModeAndHookDetection(t *testing.T) {
 		{name: "explicit hook", env: map[string]string{"SNAP_COOKIE": "c"}, opts: []Option{WithHook("default-configure")}, mode: ModeSnapctl, hook: "default-configure", queueing: true},
 		{name: "fake socket", opts: []Option{WithSocket("/tmp/x/snapd.socket")}, mode: ModeREST, lockDir: "/tmp/x/.snapsvc-lock"},
 		{name: "no file lock", opts: []Option{WithoutFileLock()}, mode: ModeREST, lockDir: ""},
+		{name: "explicit lock dir", opts: []Option{WithLockDir("/srv/locks")}, mode: ModeREST, lockDir: "/srv/locks"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

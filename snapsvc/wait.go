@@ -227,16 +227,13 @@ func (c *Client) findBlockers(ctx context.Context, snaps []string, ce *retry.Con
 	return ids, nil
 }
 
-// changeTouches reports whether a change holds snap the way snapd's
-// conflict check sees it (any task of a non-ready change that affects the
-// snap, even a finished one). snapd >= 2.62 lists affected-snaps on tasks;
-// every version names the snap in task summaries, e.g.
-// `Run service command "stop" for services ["gamma"] of snap "svcdemo"`,
-// `Run configure hook of "svcdemo" snap`, `stop of [svcdemo.gamma]`.
-func changeTouches(chg *Change, snap string) bool {
-	return touches(chg, snap, summaryPattern(snap))
-}
-
+// touches reports whether a change holds snap the way snapd's conflict
+// check sees it (any task of a non-ready change that affects the snap,
+// even a finished one). snapd >= 2.62 lists affected-snaps on tasks; every
+// version names the snap in task summaries, matched by re (summaryPattern),
+// e.g. `Run service command "stop" for services ["gamma"] of snap
+// "svcdemo"`, `Run configure hook of "svcdemo" snap`, `stop of
+// [svcdemo.gamma]`.
 func touches(chg *Change, snap string, re *regexp.Regexp) bool {
 	if re.MatchString(chg.Summary) {
 		return true

@@ -15,9 +15,6 @@ import (
 // Clock is a fake.ManualClock that is also a retry.Clock.
 type Clock struct{ *fake.ManualClock }
 
-// New returns a manual clock set to t0.
-func New(t0 time.Time) Clock { return Clock{fake.NewManualClock(t0)} }
-
 // Of wraps an existing manual clock.
 func Of(mc *fake.ManualClock) Clock { return Clock{mc} }
 
