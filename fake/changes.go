@@ -154,17 +154,23 @@ func (c *Change) Wait() {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range c.c.tasks {
-		if t.run != nil || statusReady(t.status) {
-			continue
-		}
+	if t := c.currentLocked(); t != nil {
 		if t.status == StatusDo {
 			s.setTaskStatusLocked(t, StatusDoing)
 		}
 		s.setTaskStatusLocked(t, StatusWait)
-		break
 	}
 	s.settleLocked()
+}
+
+// currentLocked returns the first non-ready task the test controls, or nil.
+func (c *Change) currentLocked() *task {
+	for _, t := range c.c.tasks {
+		if t.run == nil && !statusReady(t.status) {
+			return t
+		}
+	}
+	return nil
 }
 
 // Next marks the current (first pending, test-controlled) task Done, so
@@ -193,12 +199,8 @@ func (c *Change) Fail(msg string) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range c.c.tasks {
-		if t.run != nil || statusReady(t.status) {
-			continue
-		}
+	if t := c.currentLocked(); t != nil {
 		s.failTaskLocked(t, msg)
-		break
 	}
 	s.settleLocked()
 }
