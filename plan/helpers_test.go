@@ -2,10 +2,8 @@ package plan_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/testnet"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
@@ -71,24 +70,8 @@ func newReadyz(t *testing.T) *readyz {
 // tcpListener accepts and closes connections on 127.0.0.1 until the test
 // ends.
 func tcpListener(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	return ln.Addr().String()
+	addr, _ := testnet.AcceptAndClose(t)
+	return addr
 }
 
 // appsPosts returns the names of each POST /v2/apps, in order.

@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/internal/testclock"
+	"github.com/snapsvc/snapsvc/internal/testnet"
 	"github.com/snapsvc/snapsvc/probe"
 )
 
@@ -152,29 +152,12 @@ func TestWaitContextCancelled(t *testing.T) {
 
 func TestTCPAndUnix(t *testing.T) {
 	ctx := context.Background()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	addr, stop := testnet.AcceptAndClose(t)
 	if err := (probe.TCP{Address: addr}).Check(ctx); err != nil {
 		t.Errorf("TCP %s: %v", addr, err)
 	}
-	ln.Close()
-	wg.Wait()
-	err = (probe.TCP{Address: addr}).Check(ctx)
+	stop()
+	err := (probe.TCP{Address: addr}).Check(ctx)
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("TCP to a closed port: %v, want connection refused", err)
 	}
