@@ -16,13 +16,18 @@ import (
 // sock. terminal says whether stderr counts as a terminal.
 func runWithSocket(ctx context.Context, sock string, terminal bool, args ...string) (int, string, string) {
 	var stdout, stderr lockedBuffer
-	code := run(ctx, args, env{stdout: &stdout, stderr: &stderr, terminal: terminal, getenv: func(k string) string {
+	code := run(ctx, args, env{stdout: &stdout, stderr: &stderr, terminal: terminal, getenv: socketEnv(sock)})
+	return code, stdout.String(), stderr.String()
+}
+
+// socketEnv is an environment with only SNAPSVC_SOCKET set, to sock.
+func socketEnv(sock string) func(string) string {
+	return func(k string) string {
 		if k == "SNAPSVC_SOCKET" {
 			return sock
 		}
 		return ""
-	}})
-	return code, stdout.String(), stderr.String()
+	}
 }
 
 // TestTimeoutAfterCommand checks that --timeout after the command bounds

@@ -79,12 +79,7 @@ func TestWatchRidesOutSnapdRestart(t *testing.T) {
 					}
 				}
 			},
-			getenv: func(k string) string {
-				if k == "SNAPSVC_SOCKET" {
-					return srv.SocketPath()
-				}
-				return ""
-			},
+			getenv: socketEnv(srv.SocketPath()),
 		})
 	}()
 	if !stdout.waitFor(ctx, "change 1 configure-snap Doing") {
@@ -140,12 +135,7 @@ func TestWatchWakesOnNotices(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"watch", "--interval", "1h", "--until-idle", "k8s"}, env{
 			stdout: stdout, stderr: stderr,
-			getenv: func(k string) string {
-				if k == "SNAPSVC_SOCKET" {
-					return srv.SocketPath()
-				}
-				return ""
-			},
+			getenv: socketEnv(srv.SocketPath()),
 		})
 	}()
 	if !stdout.waitFor(ctx, "change 1 configure-snap Doing") {
