@@ -277,11 +277,9 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		rt:    c.policy.NewRetrier(),
 		known: map[string]bool{},
 	}
-	// Pace before taking the lock, so a paced restart does not hold up
-	// other operations on the snap.
-	if err := c.paceRestart(ctx, o); err != nil {
-		return r.fail("", err)
-	}
+	// A restart that must keep its distance from the last one waits with
+	// the snap's locks released, so it holds up no other operation; a
+	// restart of the same service may go ahead meanwhile, hence the loop.
 	for {
 		if err := r.lock(ctx); err != nil {
 			return r.fail("", err)
@@ -289,8 +287,6 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		if !c.mustPace(o) {
 			break
 		}
-		// A restart of the same service went ahead while this one waited
-		// for the lock: pace again, without holding up the snap.
 		r.unlock()
 		if err := c.paceRestart(ctx, o); err != nil {
 			return r.fail("", err)
