@@ -110,9 +110,15 @@
 //     snap until Change.Finish or Change.Fail (Change.Next walks a
 //     multi-task change one task at a time); StartHook runs a hook.
 //   - App.FailStart / SetFailStart make a start fail like systemctl.
-//   - DropNextResponse(method, path): the request is handled (a POST creates
-//     its change) and the connection closed without an answer;
-//     DropConnections cuts every open connection.
+//   - InjectFault(Fault{Kind, Method, Path, Socket, Match, Times}) breaks
+//     the answers of matching requests: FaultDrop (handled, then no
+//     answer), FaultCut (handled, body cut short), FaultGarble (handled,
+//     answered with a body that is not an envelope), FaultReject (not
+//     handled, no answer) and FaultReply (not handled, a canned status
+//     and body such as ErrorBody(500, "", "request canceled") or an
+//     instant empty notices list, SyncBody([]any{})). Request.Fault
+//     records which applied. DropNextResponse(method, path) is the
+//     one-shot FaultDrop; DropConnections cuts every open connection.
 //   - BeginMaintenance/EndMaintenance add/remove "maintenance";
 //     StopListening/StartListening remove/re-create the socket files (a
 //     daemon restart: maintenance, socket gone, back; RestartDaemon(down)

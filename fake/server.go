@@ -48,7 +48,7 @@ type Server struct {
 	counters       Counters
 	maint          *errorResult
 	latency        time.Duration
-	drops          []dropRule
+	faults         []*InjectedFault
 	unsuccessful   map[string]unsuccessfulRule
 	timers         map[int]Timer
 	timerSeq       int
@@ -60,8 +60,6 @@ type Server struct {
 	inflight       int
 	handlers       sync.WaitGroup
 }
-
-type dropRule struct{ method, path string }
 
 type unsuccessfulRule struct {
 	stdout, stderr string
@@ -87,6 +85,9 @@ type Request struct {
 	Change string
 	// Dropped reports that the connection was closed instead of answering.
 	Dropped bool
+	// Fault names the injected fault that applied ("drop", "cut",
+	// "garble", "reject", "reply"), or is empty.
+	Fault string
 }
 
 // Counters are aggregate statistics.
@@ -432,9 +433,7 @@ func (s *Server) SetLatency(d time.Duration) {
 // "POST", "/v2/apps") be handled fully — a POST creates its change — and
 // then have its connection closed without an answer.
 func (s *Server) DropNextResponse(method, path string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.drops = append(s.drops, dropRule{method, path})
+	s.InjectFault(Fault{Kind: FaultDrop, Method: method, Path: path, Times: 1})
 }
 
 // SetFailStart makes starting snap.app fail with systemctl stderr msg
@@ -596,13 +595,9 @@ func (s *Server) handler(sock string) http.Handler {
 		s.inflight++
 		s.wakeLocked()
 		lat := s.latency
-		drop := false
-		for i, d := range s.drops {
-			if d.method == r.Method && d.path == r.URL.Path {
-				s.drops = append(s.drops[:i], s.drops[i+1:]...)
-				drop = true
-				break
-			}
+		fault := s.faultForLocked(req)
+		if fault != nil {
+			req.Fault = fault.Kind.String()
 		}
 		s.mu.Unlock()
 
@@ -629,6 +624,11 @@ func (s *Server) handler(sock string) http.Handler {
 			}
 		}
 
+		if fault != nil && !fault.Kind.handles() {
+			s.answerFault(w, req, fault)
+			return
+		}
+
 		rsp := s.route(sock, r, body, stopping)
 
 		s.mu.Lock()
@@ -638,7 +638,7 @@ func (s *Server) handler(sock string) http.Handler {
 		if er, ok := rsp.result.(*errorResult); ok && rsp.typ == "error" {
 			req.Kind, req.Message = er.Kind, er.Message
 		}
-		req.Dropped = drop
+		req.Dropped = fault != nil && fault.Kind == FaultDrop
 		s.requests = append(s.requests, req)
 		out := respJSON{Type: rsp.typ, StatusCode: rsp.status, Status: http.StatusText(rsp.status), Result: rsp.result, Change: rsp.change}
 		if !rsp.bare {
@@ -651,20 +651,74 @@ func (s *Server) handler(sock string) http.Handler {
 			buf = []byte(`{"type":"error","status-code":500,"status":"Internal Server Error","result":{"message":"internal error"}}`)
 			rsp.status = 500
 		}
-		if drop {
-			if hj, ok := w.(http.Hijacker); ok {
-				if conn, _, err := hj.Hijack(); err == nil {
-					conn.Close()
-					return
+		if fault != nil {
+			switch fault.Kind {
+			case FaultDrop:
+				closeWithoutAnswer(w)
+				return
+			case FaultCut:
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", fmt.Sprint(len(buf)))
+				w.WriteHeader(rsp.status)
+				w.Write(buf[:len(buf)/2])
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
 				}
+				closeWithoutAnswer(w)
+				return
+			case FaultGarble:
+				buf = []byte(garbled)
+				w.Header().Set("Content-Type", "text/html")
 			}
-			panic(http.ErrAbortHandler)
 		}
-		w.Header().Set("Content-Type", "application/json")
+		if w.Header().Get("Content-Type") == "" {
+			w.Header().Set("Content-Type", "application/json")
+		}
 		w.Header().Set("Content-Length", fmt.Sprint(len(buf)))
 		w.WriteHeader(rsp.status)
 		w.Write(buf)
 	})
+}
+
+// answerFault answers a request a FaultReject or FaultReply applies to,
+// without acting on it.
+func (s *Server) answerFault(w http.ResponseWriter, req Request, f *Fault) {
+	s.mu.Lock()
+	req.Done = s.nowLocked()
+	if f.Kind == FaultReply {
+		req.Status = f.Status
+		var env struct {
+			Type   string      `json:"type"`
+			Result errorResult `json:"result"`
+		}
+		if json.Unmarshal(f.Body, &env) == nil && env.Type == "error" {
+			req.Kind, req.Message = env.Result.Kind, env.Result.Message
+		}
+	} else {
+		req.Dropped = true
+	}
+	s.requests = append(s.requests, req)
+	s.mu.Unlock()
+	if f.Kind == FaultReject {
+		closeWithoutAnswer(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(f.Body)))
+	w.WriteHeader(f.Status)
+	w.Write(f.Body)
+}
+
+// closeWithoutAnswer closes the request's connection with nothing more
+// written.
+func closeWithoutAnswer(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
 }
 
 func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-chan struct{}) *response {
