@@ -97,7 +97,7 @@ func (c *Client) Changes(ctx context.Context, selector, forSnap string) ([]Chang
 		q.Set("for", forSnap)
 	}
 	const path = "/v2/changes"
-	rsp, err := c.do(ctx, request{method: http.MethodGet, path: path, query: q})
+	rsp, err := c.do(ctx, request{method: http.MethodGet, path: path, query: q, maxBody: MaxListBody})
 	if err != nil {
 		return nil, err
 	}

@@ -13,10 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"os"
 	"time"
 )
 
@@ -32,9 +34,10 @@ const (
 // Client talks to one snapd socket. The zero value is not usable; build one
 // with New.
 type Client struct {
-	socket string
-	http   *http.Client
-	ua     string
+	socket        string
+	http          *http.Client
+	ua            string
+	longPollGrace time.Duration
 }
 
 // New returns a client for the snapd socket at path (DefaultSocket when
@@ -52,7 +55,7 @@ func New(path string) *Client {
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &Client{socket: path, http: &http.Client{Transport: transport}, ua: "snapsvc"}
+	return &Client{socket: path, http: &http.Client{Transport: transport}, ua: "snapsvc", longPollGrace: LongPollGrace}
 }
 
 // Socket returns the path of the socket this client dials.
@@ -64,25 +67,38 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 // ConnectionError is a failure to reach snapd or to read its answer.
 // Written reports whether the whole request had been written before the
 // failure: for a POST that means snapd may have acted on it (for instance
-// created a change) even though no answer arrived.
+// created a change) even though no answer arrived. Connected is false when
+// no connection was made at all (no socket, nobody listening, not a
+// socket): snapd certainly did nothing and cannot have been loaded by the
+// attempt.
 type ConnectionError struct {
+	Socket       string
 	Method, Path string
 	Written      bool
+	Connected    bool
 	Err          error
 }
 
 func (e *ConnectionError) Error() string {
 	state := "before the request was sent"
-	if e.Written {
+	switch {
+	case e.Written:
 		state = "after the request was sent"
+	case !e.Connected:
+		state = "cannot connect"
 	}
-	return fmt.Sprintf("cannot communicate with snapd (%s %s, %s): %v", e.Method, e.Path, state, e.Err)
+	where := ""
+	if e.Socket != "" {
+		where = " at " + e.Socket
+	}
+	return fmt.Sprintf("cannot communicate with snapd%s (%s %s, %s): %v", where, e.Method, e.Path, state, e.Err)
 }
 
 func (e *ConnectionError) Unwrap() error { return e.Err }
 
 // ResponseError is an answer from snapd that is not a snapd envelope (for
-// example a proxy's page, or a body cut short).
+// example a proxy's page, a body cut short, or one larger than snapd ever
+// sends).
 type ResponseError struct {
 	Method, Path string
 	StatusCode   int
@@ -95,12 +111,31 @@ func (e *ResponseError) Error() string {
 
 func (e *ResponseError) Unwrap() error { return e.Err }
 
+// Bounds on what is read of one answer, so a broken peer cannot make the
+// client buffer without limit. The largest answer snapd sends is a change
+// listing: it keeps at most 500 ready changes between prunings every 10
+// minutes (overlord/overlord.go pruneMaxChanges, pruneInterval) plus those
+// in progress, each a few KB and at most ~60 KB for a large install or
+// refresh (tasks keep their last 10 log lines, overlord/state/task.go), so
+// 32 MiB leaves a wide margin. Every other answer (one change, apps,
+// notices filtered by key or time, snapctl output, system-info) is far
+// below 4 MiB.
+const (
+	MaxListBody = 32 << 20
+	MaxBody     = 4 << 20
+)
+
+// ErrTooLarge is the cause of a ResponseError for an answer over the
+// bound of its request.
+var ErrTooLarge = errors.New("answer larger than snapd ever sends")
+
 // request is one call to snapd.
 type request struct {
-	method string
-	path   string
-	query  url.Values
-	body   any
+	method  string
+	path    string
+	query   url.Values
+	body    any
+	maxBody int64 // 0: MaxBody
 }
 
 // do sends req and decodes the envelope. A "type":"error" envelope comes
@@ -118,12 +153,15 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	if len(req.query) > 0 {
 		u.RawQuery = req.query.Encode()
 	}
-	written := false
-	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
-		if info.Err == nil {
-			written = true
-		}
-	}}
+	var written, connected bool
+	trace := &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected = true },
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				written = true
+			}
+		},
+	}
 	hreq, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), req.method, u.String(), body)
 	if err != nil {
 		return nil, fmt.Errorf("cannot build %s %s request: %w", req.method, req.path, err)
@@ -134,28 +172,108 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	}
 	hrsp, err := c.http.Do(hreq)
 	if err != nil {
-		// The trace callback runs on the transport's goroutine before Do
-		// returns, so reading written here is ordered after it.
-		return nil, &ConnectionError{Method: req.method, Path: req.path, Written: written, Err: err}
+		// The trace callbacks run on the transport's goroutine before Do
+		// returns, so reading them here is ordered after them.
+		if !connected {
+			err = c.explainDial(err)
+		}
+		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: written, Connected: connected, Err: err}
 	}
 	defer hrsp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(hrsp.Body, 64<<20))
-	if err != nil {
-		return nil, &ConnectionError{Method: req.method, Path: req.path, Written: true, Err: err}
+	limit := req.maxBody
+	if limit <= 0 {
+		limit = MaxBody
 	}
-	return decode(req.method, req.path, hrsp.StatusCode, data)
+	lr := &limitedReader{r: hrsp.Body, left: limit}
+	var rsp Response
+	derr := json.NewDecoder(lr).Decode(&rsp)
+	switch {
+	case lr.over:
+		return nil, &ResponseError{Method: req.method, Path: req.path, StatusCode: hrsp.StatusCode, Err: fmt.Errorf("%w (more than %d bytes)", ErrTooLarge, limit)}
+	case lr.err != nil:
+		// The body was cut short: the answer was lost on the way.
+		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: true, Connected: true, Err: lr.err}
+	case derr != nil && errors.Is(derr, io.ErrUnexpectedEOF):
+		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: true, Connected: true, Err: derr}
+	}
+	// Let the connection be reused: drain what a well-formed answer may
+	// still have after its JSON value (a newline), within reason.
+	_, _ = io.Copy(io.Discard, io.LimitReader(hrsp.Body, 4<<10))
+	return envelope(req.method, req.path, hrsp.StatusCode, &rsp, derr)
+}
+
+// limitedReader reads at most left bytes and records whether the body
+// was longer, and the underlying read error (other than io.EOF).
+type limitedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+	err  error
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		// One more byte tells a body of exactly the limit from a longer one.
+		var one [1]byte
+		if n, _ := l.r.Read(one[:]); n > 0 {
+			l.over = true
+			return 0, ErrTooLarge
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if err != nil && err != io.EOF {
+		l.err = err
+	}
+	return n, err
+}
+
+// explainDial says why the socket could not be dialled when the reason is
+// in the file system: no such file, or a file that is not a socket (which
+// connect reports as "connection refused").
+func (c *Client) explainDial(err error) error {
+	fi, serr := os.Stat(c.socket)
+	switch {
+	case errors.Is(serr, fs.ErrNotExist):
+		return fmt.Errorf("socket %s does not exist (is snapd running?): %w", c.socket, err)
+	case serr != nil:
+		return err
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory, not a socket: %w", c.socket, err)
+	case fi.Mode()&fs.ModeSocket == 0:
+		return fmt.Errorf("%s is not a socket (%s): %w", c.socket, fileKind(fi.Mode()), err)
+	}
+	return err
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }
 
 // Decode parses one envelope as snapd sent it in answer to method path
 // with HTTP status. A "type":"error" envelope comes back as *Error.
 func Decode(method, path string, status int, body []byte) (*Response, error) {
-	return decode(method, path, status, body)
+	var rsp Response
+	return envelope(method, path, status, &rsp, json.Unmarshal(body, &rsp))
 }
 
-// decode parses one envelope.
-func decode(method, path string, status int, data []byte) (*Response, error) {
-	var rsp Response
-	if err := json.Unmarshal(data, &rsp); err != nil || rsp.Type == "" {
+// envelope checks a decoded envelope (err is the decoding error).
+func envelope(method, path string, status int, rsp *Response, err error) (*Response, error) {
+	if err != nil || rsp.Type == "" {
 		if err == nil {
 			err = errors.New("no \"type\" in body")
 		}
@@ -163,9 +281,9 @@ func decode(method, path string, status int, data []byte) (*Response, error) {
 	}
 	rsp.HTTPStatus = status
 	if rsp.Type == TypeError {
-		return &rsp, rsp.asError(method, path)
+		return rsp, rsp.asError(method, path)
 	}
-	return &rsp, nil
+	return rsp, nil
 }
 
 // decodeResult unmarshals the envelope's result into v.

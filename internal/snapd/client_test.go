@@ -1,12 +1,15 @@
 package snapd
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -165,5 +168,84 @@ func TestNoticesQueryAndCancel(t *testing.T) {
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled long-poll: %v", err)
+	}
+}
+
+func TestAnswerBounds(t *testing.T) {
+	ctx := context.Background()
+	big := func(n int) []byte {
+		// A valid envelope whose result is one long string.
+		return append(append([]byte(`{"type":"sync","status-code":200,"status":"OK","result":"`), bytes.Repeat([]byte("x"), n)...), `"}`...)
+	}
+	_, err := replay(t, 200, big(MaxBody+1)).SystemInfo(ctx)
+	var re *ResponseError
+	if !errors.As(err, &re) || !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("over the bound: %v", err)
+	}
+	// Listings may be larger: the same body is read (and fails only on
+	// its shape, a string where a list belongs).
+	_, err = replay(t, 200, big(MaxBody+1)).Changes(ctx, SelectAll, "")
+	if !errors.As(err, &re) || errors.Is(err, ErrTooLarge) {
+		t.Fatalf("listing under its bound: %v", err)
+	}
+	_, err = replay(t, 200, big(MaxListBody+1)).Changes(ctx, SelectAll, "")
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("listing over its bound: %v", err)
+	}
+}
+
+func TestCutAndGarbledAnswers(t *testing.T) {
+	ctx := context.Background()
+	body := golden(t, "2.57.6/post-start-alpha.json")
+	cut := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		w.WriteHeader(202)
+		w.Write(body[:len(body)/2])
+	})
+	_, err := cut.PostApps(ctx, AppInstruction{Action: ActionStart, Names: []string{"svcdemo.alpha"}})
+	var ce *ConnectionError
+	if !errors.As(err, &ce) || !ce.Written || !ce.Connected {
+		t.Fatalf("cut body: %#v", err)
+	}
+	_, err = replay(t, 202, []byte("<html>bad gateway</html>")).PostApps(ctx, AppInstruction{Action: ActionStart, Names: []string{"svcdemo.alpha"}})
+	var re *ResponseError
+	if !errors.As(err, &re) || re.StatusCode != 202 || re.Method != "POST" {
+		t.Fatalf("garbled body: %#v", err)
+	}
+}
+
+func TestDialErrorsSayWhatTheSocketIs(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(dir, "absent"): "does not exist",
+		dir:                          "is a directory, not a socket",
+		file:                         "is not a socket (a regular file)",
+	} {
+		_, err := New(path).Apps(context.Background(), nil, true)
+		var ce *ConnectionError
+		if !errors.As(err, &ce) || ce.Connected || ce.Written || ce.Socket != path || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", path, err, want)
+		}
+	}
+}
+
+func TestLongPollOverdueIsGivenUp(t *testing.T) {
+	release := make(chan struct{})
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		select { // hold far past the long-poll's timeout
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	c.longPollGrace = 20 * time.Millisecond
+	_, err := c.Notices(context.Background(), NoticesOptions{Types: []string{NoticeChangeUpdate}, Timeout: time.Millisecond})
+	var ce *ConnectionError
+	if !errors.As(err, &ce) || !errors.Is(err, errLongPollOverdue) || ce.Method != "GET" {
+		t.Fatalf("overdue long-poll: %v", err)
 	}
 }

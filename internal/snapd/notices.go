@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -58,10 +59,20 @@ func (c *Client) Notices(ctx context.Context, opts NoticesOptions) ([]Notice, er
 	}
 	if opts.Timeout > 0 {
 		q.Set("timeout", opts.Timeout.String())
+		// snapd answers a long-poll by its timeout at the latest; one it
+		// holds longer (a snapd stopping behind a socket systemd keeps
+		// open, say) is given up here rather than held forever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, opts.Timeout+c.longPollGrace, errLongPollOverdue)
+		defer cancel()
 	}
 	const path = "/v2/notices"
 	rsp, err := c.do(ctx, request{method: http.MethodGet, path: path, query: q})
 	if err != nil {
+		var ce *ConnectionError
+		if errors.As(err, &ce) && context.Cause(ctx) == errLongPollOverdue {
+			ce.Err = fmt.Errorf("%w (timeout %s)", errLongPollOverdue, opts.Timeout)
+		}
 		return nil, err
 	}
 	var notices []Notice
@@ -70,6 +81,12 @@ func (c *Client) Notices(ctx context.Context, opts NoticesOptions) ([]Notice, er
 	}
 	return notices, nil
 }
+
+// LongPollGrace is how much longer than its timeout a notices long-poll
+// may take before the client gives up on it.
+const LongPollGrace = 5 * time.Second
+
+var errLongPollOverdue = errors.New("snapd held the notices long-poll past its timeout")
 
 // IsNotFound reports whether err is snapd's 404 for an unknown route,
 // which is how snapd older than 2.62 answers GET /v2/notices.
