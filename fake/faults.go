@@ -34,6 +34,8 @@ const (
 
 func (k FaultKind) String() string {
 	switch k {
+	case 0:
+		return "hold"
 	case FaultDrop:
 		return "drop"
 	case FaultCut:
@@ -50,7 +52,9 @@ func (k FaultKind) String() string {
 
 // handles reports whether the request is acted on before the fault
 // applies.
-func (k FaultKind) handles() bool { return k == FaultDrop || k == FaultCut || k == FaultGarble }
+func (k FaultKind) handles() bool {
+	return k == 0 || k == FaultDrop || k == FaultCut || k == FaultGarble
+}
 
 // Fault describes a fault to inject into the answers of matching requests.
 // A request matches when every non-empty selector matches.
@@ -75,6 +79,13 @@ type Fault struct {
 	// build snapd envelopes.
 	Status int
 	Body   []byte
+	// Hold, when set, holds the answer until the channel is closed (or
+	// the client goes away): a request the fault lets be handled (no Kind,
+	// FaultDrop, FaultCut, FaultGarble) is acted on first and its answer
+	// held, so snapd has acted while the client still waits; FaultReject
+	// and FaultReply wait before doing anything. A Fault with Hold and no
+	// Kind only delays the answer.
+	Hold <-chan struct{}
 }
 
 // InjectedFault is a fault in force; Remove ends it.
@@ -88,7 +99,7 @@ type InjectedFault struct {
 // InjectFault adds a fault. Faults are tried in the order they were
 // injected; the first that matches a request applies to it.
 func (s *Server) InjectFault(f Fault) *InjectedFault {
-	if f.Kind < FaultDrop || f.Kind > FaultReply {
+	if f.Kind < 0 || f.Kind > FaultReply || (f.Kind == 0 && f.Hold == nil) {
 		panic(fmt.Sprintf("fake snapd: InjectFault: unknown kind %v", f.Kind))
 	}
 	if f.Kind == FaultReply && f.Status == 0 {
@@ -185,3 +196,8 @@ func SyncBody(result any) []byte {
 
 // garbled is what FaultGarble answers instead of an envelope.
 const garbled = "<html><body>502 Bad Gateway</body></html>\n"
+
+// RequestsTo returns, inside WaitFor, how many requests to route
+// ("METHOD /path" with ids as {id}, as in Counters) were answered or
+// dropped so far.
+func (v View) RequestsTo(route string) int { return v.s.counters.Requests[route] }

@@ -625,6 +625,9 @@ func (s *Server) handler(sock string) http.Handler {
 		}
 
 		if fault != nil && !fault.Kind.handles() {
+			if !holdAnswer(r, fault, stopping, s.closeCh) {
+				return
+			}
 			s.answerFault(w, req, fault)
 			return
 		}
@@ -652,6 +655,9 @@ func (s *Server) handler(sock string) http.Handler {
 			rsp.status = 500
 		}
 		if fault != nil {
+			if !holdAnswer(r, fault, stopping, s.closeCh) {
+				return
+			}
 			switch fault.Kind {
 			case FaultDrop:
 				closeWithoutAnswer(w)
@@ -707,6 +713,22 @@ func (s *Server) answerFault(w http.ResponseWriter, req Request, f *Fault) {
 	w.Header().Set("Content-Length", fmt.Sprint(len(f.Body)))
 	w.WriteHeader(f.Status)
 	w.Write(f.Body)
+}
+
+// holdAnswer waits for a fault's Hold channel, if any. It returns false
+// when the client or the server went away meanwhile.
+func holdAnswer(r *http.Request, f *Fault, stopping, closed <-chan struct{}) bool {
+	if f.Hold == nil {
+		return true
+	}
+	select {
+	case <-f.Hold:
+		return true
+	case <-r.Context().Done():
+	case <-stopping:
+	case <-closed:
+	}
+	return false
 }
 
 // closeWithoutAnswer closes the request's connection with nothing more
