@@ -86,6 +86,17 @@ func Classify(err error) Class {
 	if errors.As(err, &apiErr) {
 		return classifyAPIError(apiErr)
 	}
+	var garbled *snapd.ResponseError
+	if errors.As(err, &garbled) {
+		// An answer that is not an envelope (a proxy's page, a body larger
+		// than snapd sends, an "async" answer without its change): a read
+		// can simply be asked again, but a request to act may have been
+		// accepted — a 202 certainly was — so its change must be looked for.
+		if garbled.Method == http.MethodGet {
+			return Transient
+		}
+		return Indeterminate
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return Permanent
 	}
@@ -145,6 +156,14 @@ func stripPrefixes(msg string) string {
 		msg = strings.TrimPrefix(msg, p)
 	}
 	return msg
+}
+
+// IsUnreachable reports whether err is a failure to connect to snapd at
+// all (no socket, nobody listening, a path that is not a socket): the
+// request never reached snapd.
+func IsUnreachable(err error) bool {
+	var connErr *snapd.ConnectionError
+	return errors.As(err, &connErr) && !connErr.Connected && !connErr.Written
 }
 
 // IsRetryable reports whether retrying the operation that failed with err

@@ -188,6 +188,11 @@ func TestClassifyTransportAndContext(t *testing.T) {
 		{&snapd.Error{StatusCode: 401, Kind: "login-required"}, retry.Permanent},
 		{context.Canceled, retry.Permanent},
 		{fmt.Errorf("op: %w", context.DeadlineExceeded), retry.Permanent},
+		// A garbled answer: a read is asked again, a request to act may
+		// have been accepted (a 202 certainly was).
+		{&snapd.ResponseError{Method: "GET", Path: "/v2/changes/1", StatusCode: 200, Err: errors.New("bad")}, retry.Transient},
+		{&snapd.ResponseError{Method: "POST", Path: "/v2/apps", StatusCode: 202, Err: errors.New("bad")}, retry.Indeterminate},
+		{&snapd.ResponseError{Method: "POST", Path: "/v2/apps", StatusCode: 202, Err: snapd.ErrNoChange}, retry.Indeterminate},
 		{nil, retry.Permanent},
 	} {
 		if got := retry.Classify(c.err); got != c.want {
@@ -196,5 +201,9 @@ func TestClassifyTransportAndContext(t *testing.T) {
 	}
 	if retry.IsRetryable(&snapd.Error{StatusCode: 404, Kind: "app-not-found"}) {
 		t.Error("app-not-found is retryable")
+	}
+	if !retry.IsUnreachable(refused) || retry.IsUnreachable(lostPost) ||
+		retry.IsUnreachable(&snapd.ConnectionError{Method: "GET", Connected: true, Err: errors.New("reset")}) {
+		t.Error("IsUnreachable: only failures to connect count")
 	}
 }

@@ -34,6 +34,18 @@ type Policy struct {
 	// MaxElapsedTime bounds the time spent retrying (default 5m; negative:
 	// no bound other than the context).
 	MaxElapsedTime time.Duration
+	// MaxUnreachable bounds how long snapd may stay unreachable — its
+	// socket missing, nobody listening, no connection made — before an
+	// operation gives up, far below MaxElapsedTime: a snapd that restarts
+	// keeps its socket (systemd holds it) and is back within seconds, so
+	// a socket that stays absent is a misconfiguration or a machine still
+	// booting (default 30s; negative: only MaxElapsedTime bounds it).
+	MaxUnreachable time.Duration
+	// RedialInterval is the pause between attempts while snapd is
+	// unreachable (default 50ms). It is short because such attempts never
+	// reach snapd, so they cost it nothing, and an operation waiting for
+	// a socket that appears late then goes ahead within this interval.
+	RedialInterval time.Duration
 	// Clock drives pauses; nil means the real clock. Tests inject one.
 	Clock Clock
 }
@@ -47,6 +59,8 @@ func DefaultPolicy() Policy {
 		Multiplier:          1.6,
 		RandomizationFactor: 0.5,
 		MaxElapsedTime:      5 * time.Minute,
+		MaxUnreachable:      30 * time.Second,
+		RedialInterval:      50 * time.Millisecond,
 	}
 }
 
@@ -74,6 +88,12 @@ func (p Policy) withDefaults() Policy {
 	if p.MaxElapsedTime == 0 {
 		p.MaxElapsedTime = d.MaxElapsedTime
 	}
+	if p.MaxUnreachable == 0 {
+		p.MaxUnreachable = d.MaxUnreachable
+	}
+	if p.RedialInterval <= 0 {
+		p.RedialInterval = d.RedialInterval
+	}
 	if p.Clock == nil {
 		p.Clock = RealClock()
 	}
@@ -87,6 +107,9 @@ type Retrier struct {
 	backoff  *backoff.ExponentialBackOff
 	start    time.Time
 	attempts int
+	// unreachableSince is when the current run of failures to connect
+	// began (zero while snapd answers).
+	unreachableSince time.Time
 }
 
 // NewRetrier starts a run of the policy now.
@@ -133,7 +156,54 @@ func (r *Retrier) Exhausted() string {
 	if r.policy.MaxElapsedTime > 0 && r.Elapsed() >= r.policy.MaxElapsedTime {
 		return "gave up after " + r.Elapsed().Round(time.Millisecond).String()
 	}
+	if d, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && d >= r.policy.MaxUnreachable {
+		return "gave up: snapd unreachable for " + d.Round(time.Millisecond).String()
+	}
 	return ""
+}
+
+// Observe records the outcome of an attempt or a read: a failure to
+// connect to snapd (see IsUnreachable) starts or continues a run of
+// unreachability, anything else (an answer, even an error one) ends it.
+// It returns true when err starts a new run.
+func (r *Retrier) Observe(err error) (began bool) {
+	if !IsUnreachable(err) {
+		r.unreachableSince = time.Time{}
+		return false
+	}
+	if r.unreachableSince.IsZero() {
+		r.unreachableSince = r.policy.Clock.Now()
+		return true
+	}
+	return false
+}
+
+// Unreachable returns how long snapd has been unreachable, and false when
+// the last observed outcome was an answer.
+func (r *Retrier) Unreachable() (time.Duration, bool) {
+	if r.unreachableSince.IsZero() {
+		return 0, false
+	}
+	return r.policy.Clock.Now().Sub(r.unreachableSince), true
+}
+
+// UnreachableDeadline returns when the run of unreachability gives up
+// (the earlier of MaxUnreachable and MaxElapsedTime), and false when
+// snapd is reachable or neither bound is set.
+func (r *Retrier) UnreachableDeadline() (time.Time, bool) {
+	if r.unreachableSince.IsZero() {
+		return time.Time{}, false
+	}
+	var at time.Time
+	if r.policy.MaxUnreachable > 0 {
+		at = r.unreachableSince.Add(r.policy.MaxUnreachable)
+	}
+	if r.policy.MaxElapsedTime > 0 {
+		if end := r.start.Add(r.policy.MaxElapsedTime); at.IsZero() || end.Before(at) {
+			at = end
+		}
+	}
+	return at, !at.IsZero()
 }
 
 // Remaining returns the time left before MaxElapsedTime, and false when
@@ -171,8 +241,18 @@ func (r *Retrier) NextPause() time.Duration {
 // progress was seen.
 func (r *Retrier) ResetPause() { r.backoff.Reset() }
 
-// Pause waits for the next backoff pause or until ctx is done.
+// Pause waits for the next backoff pause or until ctx is done. While
+// snapd is unreachable (Observe) the pause is RedialInterval instead:
+// re-dialling a missing socket costs snapd nothing, and the operation
+// goes ahead as soon as the socket appears.
 func (r *Retrier) Pause(ctx context.Context) error {
+	if _, ok := r.Unreachable(); ok {
+		d := r.policy.RedialInterval
+		if left, bounded := r.Remaining(); bounded && left < d {
+			d = left
+		}
+		return Sleep(ctx, r.policy.Clock, d)
+	}
 	return Sleep(ctx, r.policy.Clock, r.NextPause())
 }
 

@@ -2,9 +2,12 @@ package retry_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/retry"
 )
 
@@ -76,5 +79,47 @@ func TestSleepHonoursContext(t *testing.T) {
 	cancel()
 	if err := retry.Sleep(ctx, nil, time.Hour); err != context.Canceled {
 		t.Errorf("Sleep on a cancelled context: %v", err)
+	}
+}
+
+func TestUnreachableIsBoundedAndRedialledQuickly(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	rt := retry.Policy{MaxUnreachable: time.Second, RedialInterval: 100 * time.Millisecond, Clock: clock}.NewRetrier()
+	absent := &snapd.ConnectionError{Method: "POST", Path: "/v2/apps", Err: errors.New("no such file")}
+	answered := &snapd.Error{StatusCode: 503, Message: "busy"}
+	ctx := context.Background()
+
+	if !rt.Observe(absent) || rt.Observe(absent) {
+		t.Fatal("Observe must report the start of a run of unreachability once")
+	}
+	if at, ok := rt.UnreachableDeadline(); !ok || !at.Equal(time.Unix(1, 0)) {
+		t.Fatalf("deadline %v %v, want MaxUnreachable after the first failure", at, ok)
+	}
+	for i := 0; i < 3; i++ {
+		if err := rt.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range clock.pauses {
+		if p != 100*time.Millisecond {
+			t.Fatalf("pauses while unreachable %v, want RedialInterval", clock.pauses)
+		}
+	}
+	if rt.Exhausted() != "" {
+		t.Fatal("exhausted before MaxUnreachable")
+	}
+	// An answer (even an error one) ends the run: the backoff applies again.
+	rt.Observe(answered)
+	if _, ok := rt.Unreachable(); ok {
+		t.Fatal("still unreachable after an answer")
+	}
+	clock.now = clock.now.Add(5 * time.Second)
+	if rt.Exhausted() != "" {
+		t.Fatal("exhausted by an unreachability that ended")
+	}
+	rt.Observe(absent)
+	clock.now = clock.now.Add(time.Second)
+	if reason := rt.Exhausted(); !strings.Contains(reason, "snapd unreachable for 1s") {
+		t.Fatalf("exhausted %q", reason)
 	}
 }
