@@ -62,6 +62,7 @@ type Client struct {
 	instance   string // identifies the snapd (for the lock registry)
 	notices    atomic.Int32
 	minRestart time.Duration
+	observer   func(Event)
 }
 
 // notice support states.
@@ -92,6 +93,7 @@ type settings struct {
 	noFileLock         bool
 	env                func(string) string
 	minRestart         time.Duration
+	observer           func(Event)
 }
 
 // WithSocket sets snapd's main socket (default /run/snapd.socket).
@@ -227,6 +229,7 @@ func New(opts ...Option) (*Client, error) {
 		clock:      policy.Clock,
 		poll:       s.poll,
 		minRestart: s.minRestart,
+		observer:   s.observer,
 	}
 	// In snapctl mode changes and notices are read on the snap socket
 	// (snapd allows that to snaps with snap-refresh-observe connected,

@@ -159,3 +159,17 @@ type outcomeUnknownError struct {
 
 func (e *outcomeUnknownError) Error() string   { return e.reason + ": " + e.last.Error() }
 func (e *outcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.last} }
+
+// inFlightError is an operation whose context ended while snapd's answer
+// was pending, after the request had made a change: the action is under
+// way, so retrying would do it twice. It matches the context's error.
+type inFlightError struct {
+	id  string
+	ctx error
+}
+
+func (e *inFlightError) Error() string {
+	return fmt.Sprintf("%v while snapd's answer was pending; the request made change %s, which was not waited for (do not retry: it would act twice)", e.ctx, e.id)
+}
+
+func (e *inFlightError) Unwrap() error { return e.ctx }

@@ -11,24 +11,52 @@ import (
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
-// spawnSlack is how much earlier than our request a change snapd made for
-// it may say it was spawned: snapd and this process read the same clock,
-// so this only absorbs timestamp granularity and test clocks.
-const spawnSlack = time.Second
-
-// recentOwn bounds how many of its own change ids a process remembers per
-// snap, so a lost answer is never matched to an earlier change of ours.
-const recentOwn = 64
+// recentOwn bounds how many change ids a process remembers as claimed per
+// snap: a change is claimed by the operation it was made for (or that
+// adopted it after a lost answer), and a claimed change is never adopted
+// by another operation.
+const recentOwn = 256
 
 // rememberOwn records a change this process made for o.
 func (c *Client) rememberOwn(o op, id string) {
-	for _, s := range o.t.snaps {
-		l := lockFor(c.instance, s)
-		l.mu.Lock()
+	c.claim(o, id)
+}
+
+// claim records id as claimed by an operation on o's snaps. It returns
+// false, and records nothing, when another operation of this process
+// already claimed it. Claims are taken under every snap's registry lock
+// in order, so two operations can never both claim one change.
+func (c *Client) claim(o op, id string) bool {
+	ls := make([]*snapLock, len(o.t.snaps))
+	for i, s := range o.t.snaps {
+		ls[i] = lockFor(c.instance, s)
+		ls[i].mu.Lock()
+	}
+	defer func() {
+		for _, l := range ls {
+			l.mu.Unlock()
+		}
+	}()
+	for _, l := range ls {
+		if slices.Contains(l.own, id) {
+			return false
+		}
+	}
+	for _, l := range ls {
 		l.own = append(l.own, id)
 		if len(l.own) > recentOwn {
 			l.own = l.own[len(l.own)-recentOwn:]
 		}
+	}
+	return true
+}
+
+// unclaim forgets a claim that turned out wrong (see runner.adoptedMatches).
+func (c *Client) unclaim(o op, id string) {
+	for _, s := range o.t.snaps {
+		l := lockFor(c.instance, s)
+		l.mu.Lock()
+		l.own = slices.DeleteFunc(l.own, func(x string) bool { return x == id })
 		l.mu.Unlock()
 	}
 }
@@ -47,38 +75,66 @@ func (c *Client) isOwn(o op, id string) bool {
 }
 
 // findOpChange looks for the change snapd made for request o sent at
-// sentAt: a service-control change whose tasks do exactly what o asks on
-// every snap (same action, same services), spawned since the request, and
-// neither one of this process's earlier changes nor one it waited for
-// (skip). It returns "" when there is none.
+// sentAt, and claims it: the earliest service-control change whose tasks
+// do exactly what o asks on every snap (same action, same services),
+// spawned no earlier than the request, neither claimed by another
+// operation of this process nor one it waited out (skip). It returns ""
+// when there is none.
+//
+// snapd stamps a change with its own clock when it creates it, after the
+// request arrived; the client's clock (WithClock) must read the same time,
+// as it does for a snapd on the same machine. A change spawned before the
+// request cannot be its change, however alike (an identical restart a
+// moment earlier is someone else's). Enable and disable leave no trace in
+// a change (the task summary is the same), so for a start --enable or a
+// stop --disable the caller checks the services' state once the change is
+// done (runner.adoptedMatches).
 func (c *Client) findOpChange(ctx context.Context, o op, sentAt time.Time, skip map[string]bool) (string, error) {
 	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
 	if err != nil {
 		return "", err
 	}
-	return c.pickOpChange(chgs, o, sentAt, time.Time{}, skip), nil
+	return c.claimOpChange(chgs, o, sentAt, time.Time{}, skip), nil
 }
 
-// pickOpChange is findOpChange on a listing; a non-zero answeredAt also
+// claimOpChange is findOpChange on a listing; a non-zero answeredAt also
 // leaves out changes spawned after snapd answered the request.
-func (c *Client) pickOpChange(chgs []Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) string {
-	best := ""
-	for i := range chgs {
-		chg := &chgs[i]
-		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(sentAt.Add(-spawnSlack)) {
-			continue
-		}
-		if !answeredAt.IsZero() && chg.SpawnTime.After(answeredAt.Add(spawnSlack)) {
-			continue
-		}
-		if !matchesOp(chg, o) || c.isOwn(o, chg.ID) {
-			continue
-		}
-		if best == "" || lessID(best, chg.ID) {
-			best = chg.ID
+func (c *Client) claimOpChange(chgs []Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) string {
+	for _, id := range opCandidates(chgs, o, sentAt, answeredAt, skip) {
+		if c.claim(o, id) {
+			return id
 		}
 	}
-	return best
+	return ""
+}
+
+// opCandidates lists, earliest first, the changes in chgs that may have
+// been made for request o sent at sentAt (and answered by answeredAt when
+// it is not zero).
+func opCandidates(chgs []Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) []string {
+	var ids []string
+	for i := range chgs {
+		chg := &chgs[i]
+		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(sentAt) {
+			continue
+		}
+		if !answeredAt.IsZero() && chg.SpawnTime.After(answeredAt) {
+			continue
+		}
+		if matchesOp(chg, o) {
+			ids = append(ids, chg.ID)
+		}
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		switch {
+		case lessID(a, b):
+			return -1
+		case lessID(b, a):
+			return 1
+		}
+		return 0
+	})
+	return ids
 }
 
 // queuedIn returns the running hook change that o's service commands were
@@ -89,7 +145,7 @@ func (c *Client) pickOpChange(chgs []Change, o op, sentAt, answeredAt time.Time,
 func queuedIn(chgs []Change, o op, sentAt, answeredAt time.Time) string {
 	for i := range chgs {
 		chg := &chgs[i]
-		if chg.Ready || chg.SpawnTime.After(answeredAt.Add(spawnSlack)) {
+		if chg.Ready || chg.SpawnTime.After(answeredAt) {
 			continue
 		}
 		hookRunning := false
@@ -102,7 +158,7 @@ func queuedIn(chgs []Change, o op, sentAt, answeredAt time.Time) string {
 			continue
 		}
 		for _, t := range chg.Tasks {
-			if t.Kind == "service-control" && t.Status == snapd.StatusDo && !t.SpawnTime.Before(sentAt.Add(-spawnSlack)) {
+			if t.Kind == "service-control" && t.Status == snapd.StatusDo && !t.SpawnTime.Before(sentAt) {
 				return chg.ID
 			}
 		}

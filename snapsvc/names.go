@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -61,8 +62,10 @@ func validateSnapName(instance string) error {
 	return nil
 }
 
-// target is a validated operation target: the names as given and the
-// snaps they touch, sorted and unique.
+// target is a validated operation target: the names as given, each once
+// (snapd keeps a repeated name in its task summaries, which would then no
+// longer match the change a lost answer is looked up by), and the snaps
+// they touch, sorted and unique.
 type target struct {
 	names []string
 	snaps []string
@@ -78,6 +81,9 @@ func parseTarget(names []string) (target, error) {
 		snap, _, err := ValidateName(n)
 		if err != nil {
 			return target{}, err
+		}
+		if slices.Contains(t.names, n) {
+			continue
 		}
 		t.names = append(t.names, n)
 		if !seen[snap] {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/testclock"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -124,12 +125,13 @@ func TestSnapctlDaemonWaitsForChange(t *testing.T) {
 // on: the client finds that change and reports its real outcome without
 // sending the command again.
 func TestSnapctlTakingTooLong(t *testing.T) {
-	// The fake's clock starts at the wall clock's now: the client tells
-	// the change its lost request made by its spawn time.
+	// The client reads the fake's clock, as it reads the clock of a snapd
+	// on the same machine: it tells the change its lost request made by
+	// its spawn time.
 	clock := fake.NewManualClock(time.Now())
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Minute)), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second))
 	logs := newLogWatch()
-	c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()))
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()), snapsvc.WithClock(testclock.Of(clock)))
 	adopted := logs.seen("adopting the change")
 	done := make(chan error, 1)
 	var res *snapsvc.Result

@@ -29,6 +29,11 @@ type Task = snapd.Task
 // noticeWait is how long one notices long-poll may be held by snapd.
 const noticeWait = 30 * time.Second
 
+// noticeStrikes is how many times, within one wait, the notices API may
+// misbehave (fail, or answer an empty long-poll at once) before the wait
+// stops using it and polls the changes instead.
+const noticeStrikes = 3
+
 // Change returns the change with the given id.
 func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
 	return c.main.Change(ctx, id)
@@ -38,7 +43,11 @@ func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
 // ends in Error, Undone or Hold is returned together with a *ChangeError
 // carrying snapd's err text.
 func (c *Client) WaitChange(ctx context.Context, id string) (*Change, error) {
-	chgs, err := c.waitReady(ctx, []string{id})
+	return c.waitChange(ctx, id, waitOpts{ev: Event{Op: "wait"}})
+}
+
+func (c *Client) waitChange(ctx context.Context, id string, wo waitOpts) (*Change, error) {
+	chgs, err := c.waitChanges(ctx, []string{id}, wo)
 	if err != nil {
 		return nil, err
 	}
@@ -57,65 +66,67 @@ func changeOutcome(chg *Change) error {
 	return &ChangeError{ID: chg.ID, Kind: chg.Kind, Summary: chg.Summary, Status: chg.Status, Err: chg.Err}
 }
 
-// waitReady waits until every change in ids is ready, and returns them
-// (nil for a change snapd no longer knows). It long-polls snapd's notices
-// where snapd has them (>= 2.62) and polls each change at the poll interval
-// otherwise. Failures to reach snapd are retried within the policy.
-func (c *Client) waitReady(ctx context.Context, ids []string) (map[string]*Change, error) {
-	return c.waitChanges(ctx, ids, false)
+// waitOpts modify waitChanges.
+type waitOpts struct {
+	// stallOnWait also gives up on a change in Wait (waiting for a reboot
+	// or a manual step: it will not become ready by itself), returning a
+	// *ChangeError for it.
+	stallOnWait bool
+	// ev is the template of the events the wait emits.
+	ev Event
 }
 
-// waitReadyOrStalled is waitReady that also gives up on a change in Wait
-// (waiting for a reboot or a manual step: it will not become ready by
-// itself), returning a *ChangeError for it.
-func (c *Client) waitReadyOrStalled(ctx context.Context, ids []string) (map[string]*Change, error) {
-	return c.waitChanges(ctx, ids, true)
-}
-
-func (c *Client) waitChanges(ctx context.Context, ids []string, stallOnWait bool) (map[string]*Change, error) {
+// waitChanges waits until every change in ids is ready, and returns them
+// (nil for a change snapd no longer knows).
+//
+// Where snapd has notices (>= 2.62) it long-polls the changes'
+// change-update notices and reads the changes when one arrives; it reads
+// the notices before the changes, so a status change after that read
+// repeats its notice later than the cursor and the next long-poll cannot
+// miss it. A failing notices call never ends the wait and never keeps the
+// changes from being read (the notices are only a wake-up); after
+// noticeStrikes failures or instant empty answers the wait polls instead,
+// and it never reads the changes more often than the poll interval.
+// Without notices it polls each change at the poll interval. Failures to
+// reach snapd are retried within the policy.
+func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (map[string]*Change, error) {
+	w := &changeWait{c: c, rt: c.policy.NewRetrier(), ev: wo.ev}
+	w.reach = &reach{c: c, rt: w.rt}
 	done := map[string]*Change{}
 	remaining := slices.Clone(ids)
-	var after time.Time
-	rt := c.policy.NewRetrier()
-	first := true
-	for {
-		if c.notices.Load() != noticesNo {
-			// Read the notices before the changes: a status change after
-			// this read repeats the notice later than "after", so the
-			// long-poll below cannot miss it.
-			timeout := noticeWait
-			if first {
-				timeout = 0
-			}
-			ns, err := c.main.Notices(ctx, snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, Keys: remaining, After: after, Timeout: timeout})
+	useNotices := c.notices.Load() != noticesNo
+	var cursor time.Time // notices up to this time have been seen
+	strikes := 0
+	for round := 0; ; round++ {
+		if useNotices {
+			misbehaved, err := w.notices(ctx, remaining, &cursor, round == 0)
 			switch {
-			case err == nil:
-				c.notices.Store(noticesYes)
-				for _, n := range ns {
-					if n.LastRepeated.After(after) {
-						after = n.LastRepeated
-					}
+			case err != nil:
+				return nil, err
+			case c.notices.Load() == noticesNo:
+				useNotices = false
+			case misbehaved:
+				strikes++
+				if strikes >= noticeStrikes {
+					c.logger.Info("snapd's notices misbehave; polling the changes instead", "changes", remaining)
+					useNotices = false
 				}
-			case snapd.IsNotFound(err) || isForbidden(err):
-				// snapd < 2.62 has no notices; on the snap socket they need
-				// snap-refresh-observe. Poll the changes instead.
-				c.notices.Store(noticesNo)
-			default:
-				if perr := c.pauseOnWaitError(ctx, rt, err); perr != nil {
-					return nil, perr
+				// Whatever the notices did, read the changes no more
+				// often than the poll interval.
+				if err := w.sleep(ctx, remaining); err != nil {
+					return nil, err
 				}
-				continue
 			}
-		} else if !first {
-			if err := retry.Sleep(ctx, c.clock, c.poll); err != nil {
-				return nil, ctxErr(ctx, "waiting for change "+remaining[0])
+		} else if round > 0 {
+			if err := w.sleep(ctx, remaining); err != nil {
+				return nil, err
 			}
 		}
-		first = false
 		next := remaining[:0]
 		var failed error
 		for _, id := range remaining {
 			chg, err := c.main.Change(ctx, id)
+			w.reach.observe(ctx, w.ev, err)
 			if err != nil {
 				if errors.Is(err, snapd.ErrNotFound) {
 					done[id] = nil
@@ -129,7 +140,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, stallOnWait bool
 				done[id] = chg
 				continue
 			}
-			if stallOnWait && chg.Status == snapd.StatusWait {
+			if wo.stallOnWait && chg.Status == snapd.StatusWait {
 				return nil, &ChangeError{ID: chg.ID, Kind: chg.Kind, Summary: chg.Summary, Status: chg.Status, Err: "waiting"}
 			}
 			next = append(next, id)
@@ -139,29 +150,94 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, stallOnWait bool
 			return done, nil
 		}
 		if failed != nil {
-			if perr := c.pauseOnWaitError(ctx, rt, failed); perr != nil {
-				return nil, perr
+			if err := w.pause(ctx, failed); err != nil {
+				return nil, err
 			}
 		}
 	}
 }
 
-// pauseOnWaitError decides whether a failed read while waiting is worth
-// another try (snapd restarting or unreachable) and pauses if so.
-func (c *Client) pauseOnWaitError(ctx context.Context, rt *retry.Retrier, err error) error {
+// changeWait is the state of one waitChanges.
+type changeWait struct {
+	c     *Client
+	rt    *retry.Retrier
+	reach *reach
+	ev    Event
+}
+
+// notices reads (first: at once) or long-polls the change-update notices
+// of ids after *cursor and moves the cursor on. It reports whether the
+// notices API misbehaved: failed, answered an empty long-poll long before
+// its timeout, or answered nothing newer than the cursor. Its error is
+// only the context's end: every other failure is a misbehaviour.
+func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Time, first bool) (misbehaved bool, err error) {
+	c := w.c
+	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, Keys: ids, After: *cursor}
+	if !first && !cursor.IsZero() {
+		opts.Timeout = noticeWait
+	}
+	asked := c.clock.Now()
+	ns, err := c.main.Notices(ctx, opts)
+	w.reach.observe(ctx, w.ev, err)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return false, ctxErr(ctx, "waiting for change "+ids[0])
+	case snapd.IsNotFound(err) || isForbidden(err):
+		// snapd < 2.62 has no notices; on the snap socket they need
+		// snap-refresh-observe. Poll the changes instead.
+		c.notices.Store(noticesNo)
+		return false, nil
+	default:
+		c.logger.Debug("reading change notices failed; reading the changes", "error", err)
+		return true, nil
+	}
+	c.notices.Store(noticesYes)
+	moved := false
+	for _, n := range ns {
+		if n.LastRepeated.After(*cursor) {
+			*cursor, moved = n.LastRepeated, true
+		}
+	}
+	if opts.Timeout == 0 {
+		if !moved && cursor.IsZero() {
+			// No notice yet: anything from now on is news.
+			*cursor = asked
+		}
+		return false, nil
+	}
+	if moved {
+		return false, nil
+	}
+	// Nothing new: fine if snapd held the long-poll for its timeout, a
+	// misbehaviour if it answered early (that would spin).
+	return c.clock.Now().Sub(asked) < opts.Timeout/2, nil
+}
+
+// sleep waits one poll interval.
+func (w *changeWait) sleep(ctx context.Context, ids []string) error {
+	if err := retry.Sleep(ctx, w.c.clock, w.c.poll); err != nil {
+		return ctxErr(ctx, "waiting for change "+ids[0])
+	}
+	return nil
+}
+
+// pause decides whether a failed read of a change while waiting is worth
+// another try (snapd restarting or unreachable, a garbled answer) and
+// pauses if so.
+func (w *changeWait) pause(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctxErr(ctx, "waiting for changes")
 	}
-	var garbled *snapd.ResponseError
-	if !retry.IsRetryable(err) && !errors.As(err, &garbled) {
+	if !retry.IsRetryable(err) {
 		return err
 	}
-	rt.Attempt()
-	if reason := rt.Exhausted(); reason != "" {
+	w.rt.Attempt()
+	if reason := w.rt.Exhausted(); reason != "" {
 		return &gaveUpError{reason: "waiting for changes: " + reason, last: err}
 	}
-	c.logger.Debug("snapd unreachable while waiting; retrying", "error", err)
-	if perr := rt.Pause(ctx); perr != nil {
+	w.c.logger.Debug("cannot read a change while waiting; retrying", "error", err)
+	if perr := w.rt.Pause(ctx); perr != nil {
 		return ctxErr(ctx, "waiting for changes")
 	}
 	return nil
@@ -188,7 +264,7 @@ func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 			return nil
 		}
 		c.logger.Debug("waiting for changes on snap", "snap", snap, "changes", ids)
-		if _, err := c.waitReady(ctx, ids); err != nil {
+		if _, err := c.waitChanges(ctx, ids, waitOpts{ev: Event{Op: "wait", Names: []string{snap}}}); err != nil {
 			return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
 		}
 	}

@@ -1,0 +1,85 @@
+package snapsvc
+
+import (
+	"strconv"
+	"time"
+)
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// EventUnreachable: snapd could not be reached (no socket, nobody
+	// listening). Sent once at the start of each run of such failures;
+	// Socket and Err say what failed, GiveUpAt when the operation stops
+	// trying (zero: only the context bounds it).
+	EventUnreachable EventKind = iota + 1
+	// EventReachable: snapd answered again after EventUnreachable.
+	EventReachable
+	// EventConflict: snapd refused the request because another change
+	// holds the snap. Blockers lists the changes being waited for (empty
+	// when none could be seen: the operation backs off instead); Err is
+	// the *retry.ConflictError.
+	EventConflict
+	// EventAnswerLost: snapd's answer to a request to act was lost, or
+	// garbled; the operation looks for the change the request may have
+	// made before sending anything again. Err is the failure.
+	EventAnswerLost
+	// EventAccepted: snapd accepted the request; ChangeID is its change
+	// ("" in snapctl mode, where snapd does not say).
+	EventAccepted
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventUnreachable:
+		return "unreachable"
+	case EventReachable:
+		return "reachable"
+	case EventConflict:
+		return "conflict"
+	case EventAnswerLost:
+		return "answer-lost"
+	case EventAccepted:
+		return "accepted"
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is a step of an operation that a user may want to see while it
+// waits: snapd unreachable, a conflict being waited out, a lost answer.
+type Event struct {
+	Kind EventKind
+	// Op is "start", "stop" or "restart" ("wait" while waiting for a
+	// change outside an operation).
+	Op string
+	// Names are the services the operation targets.
+	Names []string
+	// Attempt is the attempt the event belongs to (1-based; 0 outside the
+	// attempts, e.g. while waiting for the change).
+	Attempt int
+	// ChangeID is the accepted change (EventAccepted).
+	ChangeID string
+	// Blockers are the changes waited out (EventConflict).
+	Blockers []string
+	// Socket is the socket that could not be reached (EventUnreachable).
+	Socket string
+	// GiveUpAt is when the operation stops trying to reach snapd
+	// (EventUnreachable; zero when only the context bounds it).
+	GiveUpAt time.Time
+	// Err is the failure behind the event, if any.
+	Err error
+}
+
+// WithObserver sets a function called, in the operation's goroutine, at
+// each Event. It must return quickly and not call the Client. The CLI uses
+// it to say at once, on stderr, that snapd is unreachable and until when
+// it keeps trying.
+func WithObserver(f func(Event)) Option { return func(s *settings) { s.observer = f } }
+
+// emit sends e to the observer, if any.
+func (c *Client) emit(e Event) {
+	if c.observer != nil {
+		c.observer(e)
+	}
+}

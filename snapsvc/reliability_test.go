@@ -1,0 +1,404 @@
+package snapsvc_test
+
+// Regression tests for the defects of issue 11: each failed before the fix
+// it names.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/testclock"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// foreignPost makes a change the way another tool would (a plain POST to
+// /v2/apps) and returns its id.
+func foreignPost(t *testing.T, srv *fake.Server, body string) string {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", srv.SocketPath())
+	}}}
+	defer hc.CloseIdleConnections()
+	rsp, err := hc.Post("http://localhost/v2/apps", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsp.Body.Close()
+	var env struct {
+		Change string `json:"change"`
+	}
+	b, _ := io.ReadAll(rsp.Body)
+	if err := json.Unmarshal(b, &env); err != nil || env.Change == "" {
+		t.Fatalf("foreign POST: %d %s", rsp.StatusCode, b)
+	}
+	return env.Change
+}
+
+// bodyOf returns the body of the request that created change id.
+func bodyOf(srv *fake.Server, id string) string {
+	for _, r := range srv.Requests() {
+		if r.Change == id {
+			return r.Body
+		}
+	}
+	return ""
+}
+
+// arrived returns a fault Match that reports matching requests on ch.
+func arrived(ch chan<- struct{}, want func(fake.Request) bool) func(fake.Request) bool {
+	return func(r fake.Request) bool {
+		if want != nil && !want(r) {
+			return false
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+		return true
+	}
+}
+
+// Defect 1a: after a lost answer, a foreign plain "start" (its change
+// looks exactly like one of "start --enable") was adopted for our start
+// --enable, and the service stayed disabled.
+func TestLostAnswerForeignPlainStartNotTakenForEnable(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	c := newClient(t, srv, snapsvc.WithClock(&instantClock{}))
+	hold := make(chan struct{})
+	seen := make(chan struct{}, 1)
+	srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold,
+		Match: arrived(seen, func(r fake.Request) bool { return strings.Contains(r.Body, `"enable":true`) })})
+	done := make(chan error, 1)
+	var res *snapsvc.Result
+	go func() {
+		var err error
+		res, err = c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{Enable: true})
+		done <- err
+	}()
+	<-seen
+	// While our request hangs, someone else starts kubelet without
+	// enabling it; then our request is lost.
+	foreign := foreignPost(t, srv, `{"action":"start","names":["k8s.kubelet"]}`)
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := srv.Service("k8s", "kubelet"); !st.Enabled || !st.Active {
+		t.Fatalf("kubelet %+v after a successful start --enable", st)
+	}
+	if res.ChangeID == foreign || !strings.Contains(bodyOf(srv, res.ChangeID), `"enable":true`) {
+		t.Fatalf("reported change %s (made by %q); the foreign one is %s", res.ChangeID, bodyOf(srv, res.ChangeID), foreign)
+	}
+}
+
+// Defect 1b: an identical foreign restart that finished just before our
+// call (within the old 1 s slack) was taken as ours: no restart happened.
+func TestLostAnswerEarlierIdenticalRestartNotAdopted(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
+	earlier := foreignPost(t, srv, `{"action":"restart","names":["k8s.kubelet"]}`)
+	if err := srv.AdvanceUntilReady(ctxT(t), earlier); err != nil {
+		t.Fatal(err)
+	}
+	mc.Advance(300 * time.Millisecond)
+	srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Times: 1})
+	errc := make(chan error, 1)
+	var res *snapsvc.Result
+	go func() {
+		var err error
+		res, err = c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
+		t.Fatal(err)
+	}
+	if res.ChangeID == earlier {
+		t.Fatalf("adopted the restart that ended 300ms before the call (%s)", earlier)
+	}
+	if n := srv.Counters().ChangesCreated; n != 2 {
+		t.Fatalf("%d changes, want the earlier restart and ours", n)
+	}
+}
+
+// Defect 1c: two clients that do not share memory (as two processes
+// would) and lose their answers one after the other both adopted the
+// first one's change.
+func TestLostAnswersOfTwoProcessesClaimTwoChanges(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	// A second path to the same socket gives the second client a lock
+	// registry of its own, as in another process.
+	other := filepath.Join(t.TempDir(), "snapd.socket")
+	if err := os.Symlink(srv.SocketPath(), other); err != nil {
+		t.Fatal(err)
+	}
+	a := newClient(t, srv)
+	b, err := snapsvc.New(snapsvc.WithSocket(other), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithClock(&instantClock{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := ctxT(t)
+	srv.InjectFault(fake.Fault{Kind: fake.FaultDrop, Method: "POST", Path: "/v2/apps", Times: 1})
+	ra, err := a.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Times: 1})
+	rb, err := b.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra.ChangeID == rb.ChangeID {
+		t.Fatalf("both calls claim change %s", ra.ChangeID)
+	}
+	if n := srv.Counters().ChangesCreated; n != 2 {
+		t.Fatalf("%d changes for two restarts", n)
+	}
+}
+
+// Defect 2: a context that ended while the POST's answer was pending gave
+// a retryable error; a caller that requeued on it restarted twice.
+func TestContextEndWithAnswerPendingIsNotRetryable(t *testing.T) {
+	t.Run("change made", func(t *testing.T) {
+		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		c := newClient(t, srv)
+		hold := make(chan struct{})
+		defer close(hold)
+		seen := make(chan struct{}, 1)
+		// snapd acts on the request, but its answer hangs.
+		srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold, Match: arrived(seen, nil)})
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+			errc <- err
+		}()
+		<-seen
+		cancel()
+		err := <-errc
+		var opErr *snapsvc.OpError
+		if !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, context.Canceled) || opErr.ChangeID == "" {
+			t.Fatalf("error %v: want cancelled, not retryable, naming the change made", err)
+		}
+		if _, ok := srv.ChangeByID(opErr.ChangeID); !ok || srv.Counters().ChangesCreated != 1 {
+			t.Fatalf("change %s not the one made", opErr.ChangeID)
+		}
+	})
+	t.Run("cannot tell", func(t *testing.T) {
+		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		c := newClient(t, srv)
+		hold := make(chan struct{})
+		seen := make(chan struct{}, 1)
+		// The request hangs before snapd has done anything visible.
+		srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold, Match: arrived(seen, nil)})
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+			errc <- err
+		}()
+		<-seen
+		cancel()
+		err := <-errc
+		close(hold)
+		var opErr *snapsvc.OpError
+		if !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, context.Canceled) {
+			t.Fatalf("error %v: want ErrOutcomeUnknown, cancelled, not retryable", err)
+		}
+	})
+}
+
+// waitCase waits, with c.WaitChange, for a foreign change that stays
+// Doing until the test finishes it: once cond holds (the wait has shown
+// what the test looks for), the change is finished and the wait must end
+// with it.
+func waitCase(t *testing.T, cond func(fake.View) bool, faults ...fake.Fault) (*fake.Server, error) {
+	t.Helper()
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	for _, f := range faults {
+		srv.InjectFault(f)
+	}
+	c := newClient(t, srv, snapsvc.WithPollInterval(5*time.Millisecond))
+	chg := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	ctx := ctxT(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.WaitChange(ctx, chg.ID())
+		errc <- err
+	}()
+	if err := srv.WaitFor(ctx, cond); err != nil {
+		t.Fatalf("the wait never got there: %v (requests %v)", err, srv.Counters().Requests)
+	}
+	chg.Finish()
+	return srv, <-errc
+}
+
+// Defect 3: with every notices call cut, the change was never read and
+// the caller waited out its whole context although the change was done.
+func TestWaitReadsChangeWhenNoticesFail(t *testing.T) {
+	srv, err := waitCase(t, func(v fake.View) bool { return v.RequestsTo("GET /v2/changes/{id}") >= 5 },
+		fake.Fault{Kind: fake.FaultDrop, Method: "GET", Path: "/v2/notices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three failed calls, then polling. (Go's transport sends a GET
+	// again, once, when a reused connection is cut before the answer: up
+	// to two requests per call reach the fake.)
+	if n := srv.Counters().Requests["GET /v2/notices"]; n < 3 || n > 6 {
+		t.Errorf("%d notices requests, want 3 calls (then polling)", n)
+	}
+}
+
+// Defect 4: a long-poll that answered an empty list at once made the wait
+// spin (thousands of calls a second).
+func TestWaitDoesNotSpinOnInstantEmptyLongPoll(t *testing.T) {
+	empty := fake.Fault{Kind: fake.FaultReply, Method: "GET", Path: "/v2/notices", Body: fake.SyncBody([]any{}),
+		Match: func(r fake.Request) bool { return strings.Contains(r.Query, "timeout=") }}
+	srv, err := waitCase(t, func(v fake.View) bool { return v.RequestsTo("GET /v2/changes/{id}") >= 10 }, empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := srv.Counters()
+	if n := cnt.Requests["GET /v2/notices"]; n != 1+3 {
+		t.Errorf("%d notices calls, want the first read and 3 misbehaving long-polls", n)
+	}
+	// Never faster than the poll interval: a pause of at least 5 ms comes
+	// before every read but the first.
+	reqs := srv.Requests()
+	elapsed := reqs[len(reqs)-1].Time.Sub(reqs[0].Time)
+	if n, max := cnt.Requests["GET /v2/changes/{id}"], 1+int(elapsed/(5*time.Millisecond)); n > max {
+		t.Errorf("%d change reads in %v, more than one per poll interval (%d)", n, elapsed, max)
+	}
+}
+
+// Defect 5: one HTTP 500 from the notices API ended the wait with a
+// non-retryable error while the change was still running.
+func TestWaitSurvivesNoticesServerError(t *testing.T) {
+	fault := fake.Fault{Kind: fake.FaultReply, Method: "GET", Path: "/v2/notices", Times: 1,
+		Status: 500, Body: fake.ErrorBody(500, "", "internal error"),
+		Match: func(r fake.Request) bool { return strings.Contains(r.Query, "timeout=") }}
+	srv, err := waitCase(t, func(v fake.View) bool {
+		// The 500 was answered and the wait carried on to a long-poll.
+		return v.RequestsTo("GET /v2/notices") >= 3 && v.InFlight() > 0
+	}, fault)
+	if err != nil {
+		t.Fatalf("wait after one notices 500: %v", err)
+	}
+	if n := srv.Counters().Requests["GET /v2/notices"]; n < 3 {
+		t.Errorf("%d notices calls", n)
+	}
+}
+
+// Defect 6: a garbled body with a 2xx status on POST /v2/apps was a
+// permanent failure, though snapd had accepted the request.
+func TestGarbledAcceptanceAdoptsChange(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv.InjectFault(fake.Fault{Kind: fake.FaultGarble, Method: "POST", Path: "/v2/apps", Times: 1})
+	c := newClient(t, srv)
+	res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := srv.Counters()
+	if cnt.ChangesCreated != 1 || cnt.Requests["POST /v2/apps"] != 1 || res.ChangeID != srv.Requests()[0].Change {
+		t.Fatalf("result %+v, counters %+v", res, cnt)
+	}
+}
+
+// Repeated names are sent once, as the lost-answer matcher expects.
+func TestRepeatedNamesSentOnce(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv)
+	if _, err := c.Restart(ctxT(t), []string{"k8s.kubelet", "k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if body := srv.Requests()[0].Body; !strings.Contains(body, `"names":["k8s.kubelet"]`) {
+		t.Fatalf("sent %s", body)
+	}
+}
+
+// A socket that appears late: the client re-dials quickly (no backoff
+// towards seconds), reports the outage once through the observer, and
+// succeeds within one re-dial interval of the socket appearing.
+func TestLateSocketRedialsAndReports(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	var mu sync.Mutex
+	var events []snapsvc.Event
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithObserver(func(e snapsvc.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{})
+		errc <- err
+	}()
+	start := mc.Now()
+	// Ten seconds without a socket, re-dialled every 50 ms on the clock.
+	for mc.Now().Sub(start) < 10*time.Second {
+		testclock.WaitTimerAt(ctxT(t), t, mc, mc.Now().Add(50*time.Millisecond))
+		mc.AdvanceToNext()
+	}
+	if err := srv.StartListening(); err != nil {
+		t.Fatal(err)
+	}
+	up := mc.Now()
+	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
+		t.Fatal(err)
+	}
+	var post fake.Request
+	for _, r := range srv.Requests() {
+		if r.Method == "POST" {
+			post = r
+		}
+	}
+	if d := post.Time.Sub(up); d > 50*time.Millisecond {
+		t.Errorf("accepted %v after the socket appeared, want within one re-dial interval", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) < 3 || events[0].Kind != snapsvc.EventUnreachable || events[0].Socket != srv.SocketPath() ||
+		!events[0].GiveUpAt.Equal(start.Add(30*time.Second)) || events[1].Kind != snapsvc.EventReachable {
+		t.Fatalf("events %+v: want unreachable (socket, give-up time) once, then reachable", events)
+	}
+}
+
+// A socket that never appears: the operation gives up after
+// MaxUnreachable, far below the conflict budget, with a retryable error
+// that names the socket.
+func TestAbsentSocketBoundedByMaxUnreachable(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
+	errc := make(chan error, 1)
+	start := mc.Now()
+	go func() {
+		_, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	err := testclock.Drive(t, mc, time.Minute, errc)
+	var opErr *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrGaveUp) || !errors.As(err, &opErr) || !opErr.Retryable() ||
+		!strings.Contains(err.Error(), srv.SocketPath()) || !strings.Contains(err.Error(), "unreachable for 30s") {
+		t.Fatalf("error %v", err)
+	}
+	if d := mc.Now().Sub(start); d > 31*time.Second {
+		t.Fatalf("gave up after %v", d)
+	}
+
+}

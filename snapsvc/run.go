@@ -1,0 +1,496 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// interruptGrace bounds the look-up an operation makes after its context
+// ended while snapd's answer to its request was pending: it tells a
+// request that made no change (safe to retry) from one that did (retrying
+// would act twice).
+const interruptGrace = 2 * time.Second
+
+// runner is the state of one operation while it runs.
+type runner struct {
+	c     *Client
+	o     op
+	log   *slog.Logger
+	h     *held // nil while the locks are not held
+	res   *Result
+	rt    *retry.Retrier
+	reach *reach
+	last  error
+	skip  string // the running hook's own change, never a blocker
+	known map[string]bool
+}
+
+// lock takes the snaps' locks (unless snapd only queues the command, in a
+// configure hook: such a call cannot collide with our other operations,
+// and making it wait for them could deadlock the hook), then waits for the
+// changes earlier asynchronous operations of this process left running.
+func (r *runner) lock(ctx context.Context) error {
+	if r.c.queuesInHook() {
+		return nil
+	}
+	h, err := r.c.lockSnaps(ctx, r.o.t.snaps)
+	if err != nil {
+		return err
+	}
+	r.h = h
+	var pending []string
+	for _, l := range h.mem {
+		pending = append(pending, l.takePending()...)
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	r.log.Debug("waiting for this process's earlier changes", "changes", pending)
+	if _, err := r.c.waitChanges(ctx, pending, r.waitOpts(false)); err != nil {
+		for _, l := range h.mem {
+			for _, id := range pending {
+				l.addPending(id)
+			}
+		}
+		r.unlock()
+		return err
+	}
+	return nil
+}
+
+func (r *runner) unlock() {
+	if r.h != nil {
+		r.h.release()
+		r.h = nil
+	}
+}
+
+func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
+	return nil, false, r.c.opError(r.o, changeID, r.res.Attempts, err)
+}
+
+// event is an Event about this operation.
+func (r *runner) event(kind EventKind) Event {
+	return Event{Kind: kind, Op: r.o.action, Names: r.o.t.names, Attempt: r.res.Attempts}
+}
+
+// waitOpts are the options for waiting for changes on behalf of r.
+func (r *runner) waitOpts(stallOnWait bool) waitOpts {
+	return waitOpts{stallOnWait: stallOnWait, ev: r.event(0)}
+}
+
+// run carries out one operation: lock, act, absorb conflicts, and (if
+// wait) wait for the change. done reports whether the outcome is final.
+func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error) {
+	r := &runner{
+		c:     c,
+		o:     o,
+		log:   c.logger.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String()),
+		res:   &Result{},
+		rt:    c.policy.NewRetrier(),
+		known: map[string]bool{},
+	}
+	r.reach = &reach{c: c, rt: r.rt}
+	// A restart that must keep its distance from the last one waits with
+	// the snap's locks released, so it holds up no other operation; a
+	// restart of the same service may go ahead meanwhile, hence the loop.
+	for {
+		if err := r.lock(ctx); err != nil {
+			return r.fail("", err)
+		}
+		if !c.mustPace(o) {
+			break
+		}
+		r.unlock()
+		if err := c.paceRestart(ctx, o); err != nil {
+			return r.fail("", err)
+		}
+	}
+	defer r.unlock()
+	onLocked(ctx)
+	if c.hook != "" {
+		r.skip = c.ownHookChange(ctx, o.t.snaps)
+	}
+
+	unseenConflicts := 0
+	fresh := false // an attempt is owed right after waiting out a blocker
+	for {
+		// Right after a blocker is done one attempt is owed even if the
+		// policy's time ran out while waiting for it; its attempt count
+		// still holds.
+		if r.rt.Attempts() > 0 && (!fresh || r.rt.OutOfAttempts()) {
+			if reason := r.rt.Exhausted(); reason != "" {
+				return r.fail("", &gaveUpError{reason: reason, last: r.last})
+			}
+		}
+		fresh = false
+		r.res.Attempts = r.rt.Attempt()
+		sentAt := c.clock.Now()
+		changeID, err := c.send(ctx, o)
+		r.reach.observe(ctx, r.event(0), err)
+		if err == nil {
+			return r.succeeded(ctx, changeID, sentAt, c.clock.Now(), wait)
+		}
+		r.last = err
+		class := retry.Classify(err)
+		if ctx.Err() != nil {
+			if class == retry.Indeterminate {
+				return r.interruptedInFlight(ctx, sentAt)
+			}
+			return r.fail("", interrupted(ctx, r.last))
+		}
+		switch class {
+		case retry.Permanent:
+			r.log.Info("failed", "attempt", r.res.Attempts, "error", err)
+			return r.fail(c.changeFailure(ctx, o, sentAt, &err), err)
+		case retry.Conflict:
+			r.res.Conflicts++
+			ce, _ := retry.AsConflict(err)
+			r.last = ce
+			ids, ferr := c.findBlockers(ctx, o.t.snaps, ce, r.skip)
+			if ferr != nil {
+				r.log.Debug("cannot list changes to find the blocker", "error", ferr)
+			}
+			ev := r.event(EventConflict)
+			ev.Blockers, ev.Err = ids, ce
+			c.emit(ev)
+			if len(ids) > 0 {
+				unseenConflicts = 0
+				ce.ChangeID = ids[0]
+				for _, id := range ids {
+					r.known[id] = true
+				}
+				r.log.Info("conflict; waiting for blocking changes", "changes", ids, "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+				r.res.WaitedFor = appendNew(r.res.WaitedFor, ids...)
+				if err := r.waitOut(ctx, ids, ce); err != nil {
+					return r.fail("", err)
+				}
+				fresh = true
+				continue // retry at once: the blocker is done
+			}
+			unseenConflicts++
+			if unseenConflicts == 1 && ferr == nil {
+				// The blocker finished between our request and the
+				// listing: try again straight away.
+				r.log.Info("conflict; blocker already gone, retrying", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+				continue
+			}
+			r.log.Info("conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+		case retry.Indeterminate:
+			ev := r.event(EventAnswerLost)
+			ev.Err = err
+			c.emit(ev)
+			res, done, err, resend := r.recoverLost(ctx, sentAt, wait)
+			if !resend {
+				return res, done, err
+			}
+			r.log.Info("the request made no change; sending it again", "attempt", r.res.Attempts, "error", r.last)
+		case retry.Transient:
+			r.log.Info("snapd unavailable; backing off", "attempt", r.res.Attempts, "error", err)
+		}
+		if reason := r.rt.Exhausted(); reason != "" {
+			return r.fail("", &gaveUpError{reason: reason, last: r.last})
+		}
+		pause := r.rt.Pause
+		if retry.Classify(r.last) == retry.Conflict {
+			pause = r.rt.PauseConflict
+		}
+		if perr := pause(ctx); perr != nil {
+			return r.fail("", interrupted(ctx, r.last))
+		}
+	}
+}
+
+// succeeded handles snapd's acceptance of the request.
+func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answeredAt time.Time, wait bool) (*Result, bool, error) {
+	c := r.c
+	c.recordRestart(r.o)
+	if c.queuesInHook() {
+		r.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", r.res.Attempts)
+		r.res.Queued = true
+		return r.res, true, nil
+	}
+	if c.mode == ModeSnapctl {
+		// Outside configure hooks snapctl answers once the change is ready
+		// and Done (ctlcmd runServiceCommand waits for chg.Ready and
+		// returns chg.Err). Where snapd lets us list changes, find the
+		// change, and notice a command queued by a hook snapsvc could not
+		// identify.
+		if chgs, err := c.main.Changes(ctx, snapd.SelectAll, ""); err == nil {
+			if id := queuedIn(chgs, r.o, sentAt, answeredAt); id != "" {
+				r.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
+				r.res.Queued, r.res.ChangeID = true, id
+				return r.res, true, nil
+			}
+			r.res.ChangeID = c.claimOpChange(chgs, r.o, sentAt, answeredAt, r.known)
+		}
+		r.res.Status = snapd.StatusDone
+		ev := r.event(EventAccepted)
+		ev.ChangeID = r.res.ChangeID
+		c.emit(ev)
+		r.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
+		return r.res, true, nil
+	}
+	r.res.ChangeID = changeID
+	c.rememberOwn(r.o, changeID)
+	ev := r.event(EventAccepted)
+	ev.ChangeID = changeID
+	c.emit(ev)
+	r.log.Info("change created", "change", changeID, "attempt", r.res.Attempts)
+	return c.finish(ctx, r.o, r.res, wait, r.waitOpts(false))
+}
+
+// recoverLost handles a request whose answer was lost: it adopts the
+// change the request made, settles the outcome from the services' state,
+// or reports (resend) that the request made no change and may be sent
+// again.
+func (r *runner) recoverLost(ctx context.Context, sentAt time.Time, wait bool) (res *Result, done bool, err error, resend bool) {
+	c := r.c
+	id, settled, err := r.resolveLost(ctx, sentAt)
+	if err != nil {
+		res, done, err = r.fail("", err)
+		return res, done, err, false
+	}
+	if settled {
+		r.log.Info("outcome unknown; the services reached the state asked for", "attempt", r.res.Attempts)
+		r.res.Status = snapd.StatusDone
+		return r.res, true, nil, false
+	}
+	if id == "" {
+		return nil, false, nil, true
+	}
+	r.log.Info("request's answer was lost; adopting the change it made", "change", id, "attempt", r.res.Attempts)
+	if r.o.enable || r.o.disable {
+		// Enable and disable leave no trace in the change: a foreign plain
+		// start looks exactly like our start --enable. Only the services'
+		// state after the change tells them apart.
+		ok, err := r.adoptedMatches(ctx, id)
+		if err != nil {
+			res, done, err = r.fail(id, err)
+			return res, done, err, false
+		}
+		if !ok {
+			r.log.Info("the change found was not this request's (the services are not "+map[bool]string{true: "enabled", false: "disabled"}[r.o.enable]+"); sending it again", "change", id)
+			c.unclaim(r.o, id)
+			r.known[id] = true
+			return nil, false, nil, true
+		}
+		c.recordRestart(r.o)
+		r.res.ChangeID, r.res.Status = id, snapd.StatusDone
+		return r.res, true, nil, false
+	}
+	c.recordRestart(r.o)
+	r.res.ChangeID = id
+	res, done, err = r.adopted(ctx, id, wait)
+	return res, done, err, false
+}
+
+// adoptedMatches waits for change id, found for a start --enable or stop
+// --disable whose answer was lost, and reports whether the services are
+// now in the state the request asks for, enabling and disabling included.
+func (r *runner) adoptedMatches(ctx context.Context, id string) (bool, error) {
+	if _, err := r.c.waitChange(ctx, id, r.waitOpts(false)); err != nil {
+		return false, err
+	}
+	for {
+		svcs, err := r.c.Services(ctx, r.o.t.names...)
+		r.reach.observe(ctx, r.event(0), err)
+		if err == nil {
+			return r.o.reached(svcs), nil
+		}
+		if !retry.IsRetryable(err) {
+			return false, &outcomeUnknownError{reason: fmt.Sprintf("change %s is done but the services' state cannot be read to tell whether it was this request's", id), last: err}
+		}
+		if reason := r.rt.Exhausted(); reason != "" {
+			return false, &outcomeUnknownError{reason: reason + " reading the services' state after change " + id, last: err}
+		}
+		if perr := r.rt.Pause(ctx); perr != nil {
+			return false, &outcomeUnknownError{reason: "interrupted reading the services' state after change " + id, last: interrupted(ctx, err)}
+		}
+	}
+}
+
+// interruptedInFlight ends an operation whose context ended while snapd's
+// answer to its request was pending. The request may have made a change:
+// a short look-up, past the context, finds it (then the error names the
+// change and is not retryable: retrying would act twice); otherwise the
+// outcome is unknown (ErrOutcomeUnknown): snapd may have the request
+// queued and act on it later.
+func (r *runner) interruptedInFlight(ctx context.Context, sentAt time.Time) (*Result, bool, error) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
+	defer cancel()
+	id, err := r.c.findOpChange(lctx, r.o, sentAt, r.known)
+	switch {
+	case err != nil:
+		return r.fail("", &outcomeUnknownError{reason: "interrupted while snapd's answer was pending, and its changes could not be listed to find out whether the request was carried out", last: interrupted(ctx, r.last)})
+	case id == "":
+		// No change yet, but snapd may still be about to make one: the
+		// request reached it and nothing says it was dropped.
+		return r.fail("", &outcomeUnknownError{reason: "interrupted while snapd's answer was pending; no change made for the request was found yet, but snapd may still act on it", last: interrupted(ctx, r.last)})
+	}
+	r.c.recordRestart(r.o)
+	r.c.addPending(r.o, id)
+	r.log.Info("interrupted while snapd's answer was pending; the request made a change", "change", id)
+	return r.fail(id, &inFlightError{id: id, ctx: context.Cause(ctx)})
+}
+
+// adopted finishes an operation whose change was found after its answer
+// was lost.
+func (r *runner) adopted(ctx context.Context, id string, wait bool) (*Result, bool, error) {
+	if r.c.mode == ModeSnapctl {
+		chg, err := r.c.waitChange(ctx, id, r.waitOpts(false))
+		if err != nil {
+			return r.fail(id, err)
+		}
+		r.res.Status = chg.Status
+		return r.res, true, nil
+	}
+	return r.c.finish(ctx, r.o, r.res, wait, r.waitOpts(false))
+}
+
+// waitOut waits for blocking changes of others, bounded by what is left of
+// the policy's time. It lets go of the cross-process locks meanwhile (a
+// hook the blocker runs, a separate process, may need them) but keeps this
+// process's own, so identical requests queued behind it can still merge.
+// A blocker that sits in Wait (for a reboot) cannot be waited out.
+func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictError) error {
+	if r.h != nil {
+		r.h.releaseFiles()
+	}
+	wctx := ctx
+	if left, ok := r.rt.Remaining(); ok {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, left)
+		defer cancel()
+	}
+	_, err := r.c.waitChanges(wctx, ids, r.waitOpts(true))
+	var stalled *ChangeError
+	switch {
+	case errors.As(err, &stalled):
+		ce.ChangeID = stalled.ID
+		return &gaveUpError{reason: fmt.Sprintf("blocking change %s (%s) is waiting, for a reboot or a manual step", stalled.ID, stalled.Kind), last: ce}
+	case err != nil && ctx.Err() != nil:
+		return interrupted(ctx, ce)
+	case err != nil && wctx.Err() != nil:
+		return &gaveUpError{reason: "gave up waiting for blocking change " + ce.ChangeID, last: ce}
+	case err != nil:
+		return err
+	}
+	if r.h != nil {
+		return r.c.lockFiles(ctx, r.h, r.o.t.snaps)
+	}
+	return nil
+}
+
+// resolveLost finds out whether a request whose outcome is unknown made a
+// change. It returns the change's id, or "" when the request certainly
+// made none (so sending it again is safe). It never sends the action
+// again itself: while the lookup fails it retries the lookup within the
+// policy. When snapd refuses the lookup (snapctl without
+// snap-refresh-observe), a start or stop is settled by watching the
+// services reach the state asked for ("snapctl services" needs no
+// interface); a restart cannot be told from the state, so it ends with
+// ErrOutcomeUnknown rather than run twice. Any other way it ends before it
+// knows is ErrOutcomeUnknown too, never a retryable error.
+func (r *runner) resolveLost(ctx context.Context, sentAt time.Time) (id string, settled bool, err error) {
+	for {
+		id, err := r.c.findOpChange(ctx, r.o, sentAt, r.known)
+		r.reach.observe(ctx, r.event(0), err)
+		if err == nil {
+			return id, false, nil
+		}
+		if isForbidden(err) {
+			if r.o.action == "restart" {
+				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.last}
+			}
+			return "", true, r.awaitState(ctx)
+		}
+		r.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
+		if ctx.Err() != nil {
+			return "", false, &outcomeUnknownError{reason: "interrupted looking for the change of a request whose answer was lost", last: interrupted(ctx, r.last)}
+		}
+		if reason := r.rt.Exhausted(); reason != "" {
+			return "", false, &outcomeUnknownError{reason: reason + " looking for the change of a request whose answer was lost", last: r.last}
+		}
+		if perr := r.rt.Pause(ctx); perr != nil {
+			return "", false, &outcomeUnknownError{reason: "interrupted looking for the change of a request whose answer was lost", last: interrupted(ctx, r.last)}
+		}
+	}
+}
+
+// awaitState waits, within the policy, until the services o names are in
+// the state o asks for.
+func (r *runner) awaitState(ctx context.Context) error {
+	for {
+		svcs, err := r.c.Services(ctx, r.o.t.names...)
+		if err == nil && r.o.reached(svcs) {
+			return nil
+		}
+		if err != nil {
+			r.log.Debug("cannot read service state", "error", err)
+		}
+		if reason := r.rt.Exhausted(); reason != "" {
+			return &outcomeUnknownError{reason: reason + " waiting for the services to reach the state asked for", last: r.last}
+		}
+		if perr := r.rt.PauseConflict(ctx); perr != nil {
+			return &outcomeUnknownError{reason: "interrupted waiting for the services to reach the state asked for", last: interrupted(ctx, r.last)}
+		}
+	}
+}
+
+// reached reports whether svcs are in the state o asks for.
+func (o op) reached(svcs []Service) bool {
+	if len(svcs) == 0 {
+		return false
+	}
+	for _, s := range svcs {
+		switch {
+		case o.action == "start" && (!s.Active || (o.enable && !s.Enabled)):
+			return false
+		case o.action == "stop" && (s.Active || (o.disable && s.Enabled)):
+			return false
+		}
+	}
+	return true
+}
+
+// reach turns a Retrier's view of whether snapd can be reached into
+// EventUnreachable and EventReachable.
+type reach struct {
+	c    *Client
+	rt   *retry.Retrier
+	down bool
+}
+
+// observe records the outcome of a request (err nil for an answer).
+func (x *reach) observe(ctx context.Context, ev Event, err error) {
+	if x.rt.Observe(err) {
+		x.down = true
+		ev.Kind, ev.Err = EventUnreachable, err
+		var ce *snapd.ConnectionError
+		if errors.As(err, &ce) {
+			ev.Socket = ce.Socket
+		}
+		ev.GiveUpAt, _ = x.rt.UnreachableDeadline()
+		if dl, ok := ctx.Deadline(); ok && (ev.GiveUpAt.IsZero() || dl.Before(ev.GiveUpAt)) {
+			ev.GiveUpAt = dl
+		}
+		x.c.logger.Info("snapd unreachable; retrying", "socket", ev.Socket, "until", ev.GiveUpAt, "error", err)
+		x.c.emit(ev)
+		return
+	}
+	if x.down {
+		if _, still := x.rt.Unreachable(); !still {
+			x.down = false
+			ev.Kind = EventReachable
+			x.c.emit(ev)
+		}
+	}
+}
