@@ -17,10 +17,12 @@ type svcOp struct {
 }
 
 // summary mirrors serviceControlTs: explicit services are listed, a whole-snap
-// restart says "running services", anything else lists all services.
+// restart (a reload too: snapd tests the request's action, "restart", not
+// the command's, overlord/servicestate/servicestate.go) says "running
+// services", anything else lists all services.
 func (op svcOp) summary() string {
 	names := op.explicit
-	if len(names) == 0 && op.action == "restart" {
+	if len(names) == 0 && (op.action == "restart" || op.action == "reload-or-restart") {
 		return fmt.Sprintf("Run service command %q for running services of snap %q", op.action, op.snap.name)
 	}
 	if len(names) == 0 {

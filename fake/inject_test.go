@@ -125,3 +125,15 @@ func TestInjectFaultSelectorsAndRemove(t *testing.T) {
 		t.Fatal("still rejected after ClearFaults")
 	}
 }
+
+// A whole-snap reload is summarised like a whole-snap restart, with the
+// command's action (overlord/servicestate/servicestate.go tests the
+// request's action, "restart", for the generic wording).
+func TestWholeSnapReloadSummary(t *testing.T) {
+	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"restart","names":["svcdemo"],"reload":true}`)
+	info, ok := s.ChangeByID(e.Change)
+	if !ok || len(info.Tasks) != 1 || info.Tasks[0].Summary != `Run service command "reload-or-restart" for running services of snap "svcdemo"` {
+		t.Fatalf("%+v", info)
+	}
+}
