@@ -74,9 +74,11 @@ type Request struct {
 	Done time.Time
 	// Socket is "main" (snapd.socket) or "snap" (snapd-snap.socket).
 	Socket string
-	// Method, Path, Query and Body are as received.
+	// Method, Path, Query and Body are as received; UserAgent is the
+	// User-Agent header (snapsvc sends "snapsvc", the snap CLI "snapd/VERSION ...").
 	Method, Path, Query string
 	Body                string
+	UserAgent           string
 	// Status is the HTTP status code of the answer, Kind the error kind and
 	// Message the error message (both empty for success).
 	Status        int
@@ -590,7 +592,7 @@ func (s *Server) handler(sock string) http.Handler {
 			return
 		}
 		stopping := s.stopping
-		req := Request{Time: s.nowLocked(), Socket: sock, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body)}
+		req := Request{Time: s.nowLocked(), Socket: sock, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body), UserAgent: r.UserAgent()}
 		s.counters.Requests[routeKey(r.Method, r.URL.Path)]++
 		s.inflight++
 		s.wakeLocked()
