@@ -85,9 +85,16 @@ func (e *OpError) Error() string {
 func (e *OpError) Unwrap() error { return e.Err }
 
 // Retryable reports whether running the same operation again later could
-// succeed (a conflict or an unreachable snapd), as opposed to a failure
-// that retrying cannot fix (unknown service, a change that ended in error).
+// succeed (a conflict or an unreachable snapd, and no change made), as
+// opposed to a failure that retrying cannot fix (unknown service, a change
+// that ended in error) or must not try (a change was made and may still
+// run: ChangeID is set; the outcome is unknown).
 func (e *OpError) Retryable() bool {
+	if e.ChangeID != "" {
+		// A change was made for the operation: the action is under way or
+		// over, and running it again would act twice.
+		return false
+	}
 	if errors.Is(e.Err, ErrInvalidName) || errors.Is(e.Err, ErrNoNames) || errors.Is(e.Err, ErrWrongSnap) || errors.Is(e.Err, ErrOutcomeUnknown) {
 		return false
 	}

@@ -89,12 +89,16 @@ func (c *Client) isOwn(o op, id string) bool {
 // a change (the task summary is the same), so for a start --enable or a
 // stop --disable the caller checks the services' state once the change is
 // done (runner.adoptedMatches).
-func (c *Client) findOpChange(ctx context.Context, o op, sentAt time.Time, skip map[string]bool) (string, error) {
+//
+// until, when not zero, is when the request failed: snapd makes a change
+// before it answers, so a change spawned after the answer was lost is not
+// the request's either.
+func (c *Client) findOpChange(ctx context.Context, o op, sentAt, until time.Time, skip map[string]bool) (string, error) {
 	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
 	if err != nil {
 		return "", err
 	}
-	return c.claimOpChange(chgs, o, sentAt, time.Time{}, skip), nil
+	return c.claimOpChange(chgs, o, sentAt, until, skip), nil
 }
 
 // claimOpChange is findOpChange on a listing; a non-zero answeredAt also
@@ -240,7 +244,7 @@ func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp
 	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
 		return ""
 	}
-	id, _ := c.findOpChange(ctx, o, sentAt, nil)
+	id, _ := c.findOpChange(ctx, o, sentAt, c.clock.Now(), nil)
 	*errp = errors.Join(&ChangeError{ID: id, Kind: "service-control", Status: snapd.StatusError, Err: msg}, *errp)
 	return id
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,14 +27,31 @@ import (
 // /v2/apps) and returns its id.
 func foreignPost(t *testing.T, srv *fake.Server, body string) string {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", srv.SocketPath())
-	}}}
-	defer hc.CloseIdleConnections()
-	rsp, err := hc.Post("http://localhost/v2/apps", "application/json", strings.NewReader(body))
+	id, err := postApps(srv.SocketPath(), body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return id
+}
+
+// foreignAgent is the User-Agent of foreign requests, so the fake's
+// record tells them from snapsvc's even when their answer was lost.
+const foreignAgent = "someone-else/1.0"
+
+// postApps sends one POST /v2/apps on its own connection and returns the
+// change id snapd answered with.
+func postApps(sock, body string) (string, error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest("POST", "http://localhost/v2/apps", strings.NewReader(body))
+	req.Header.Set("User-Agent", foreignAgent)
+	req.Header.Set("Content-Type", "application/json")
+	rsp, err := hc.Do(req)
+	if err != nil {
+		return "", err
 	}
 	defer rsp.Body.Close()
 	var env struct {
@@ -41,9 +59,9 @@ func foreignPost(t *testing.T, srv *fake.Server, body string) string {
 	}
 	b, _ := io.ReadAll(rsp.Body)
 	if err := json.Unmarshal(b, &env); err != nil || env.Change == "" {
-		t.Fatalf("foreign POST: %d %s", rsp.StatusCode, b)
+		return "", fmt.Errorf("foreign POST: %d %s", rsp.StatusCode, b)
 	}
-	return env.Change
+	return env.Change, nil
 }
 
 // bodyOf returns the body of the request that created change id.

@@ -134,6 +134,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		r.res.Attempts = r.rt.Attempt()
 		sentAt := c.clock.Now()
 		changeID, err := c.send(ctx, o)
+		failedAt := c.clock.Now()
 		r.reach.observe(ctx, r.event(0), err)
 		if err == nil {
 			return r.succeeded(ctx, changeID, sentAt, c.clock.Now(), wait)
@@ -187,7 +188,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			ev := r.event(EventAnswerLost)
 			ev.Err = err
 			c.emit(ev)
-			res, done, err, resend := r.recoverLost(ctx, sentAt, wait)
+			res, done, err, resend := r.recoverLost(ctx, sentAt, failedAt, wait)
 			if !resend {
 				return res, done, err
 			}
@@ -251,9 +252,9 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answere
 // change the request made, settles the outcome from the services' state,
 // or reports (resend) that the request made no change and may be sent
 // again.
-func (r *runner) recoverLost(ctx context.Context, sentAt time.Time, wait bool) (res *Result, done bool, err error, resend bool) {
+func (r *runner) recoverLost(ctx context.Context, sentAt, failedAt time.Time, wait bool) (res *Result, done bool, err error, resend bool) {
 	c := r.c
-	id, settled, err := r.resolveLost(ctx, sentAt)
+	id, settled, err := r.resolveLost(ctx, sentAt, failedAt)
 	if err != nil {
 		res, done, err = r.fail("", err)
 		return res, done, err, false
@@ -326,7 +327,7 @@ func (r *runner) adoptedMatches(ctx context.Context, id string) (bool, error) {
 func (r *runner) interruptedInFlight(ctx context.Context, sentAt time.Time) (*Result, bool, error) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
 	defer cancel()
-	id, err := r.c.findOpChange(lctx, r.o, sentAt, r.known)
+	id, err := r.c.findOpChange(lctx, r.o, sentAt, time.Time{}, r.known)
 	switch {
 	case err != nil:
 		return r.fail("", &outcomeUnknownError{reason: "interrupted while snapd's answer was pending, and its changes could not be listed to find out whether the request was carried out", last: interrupted(ctx, r.last)})
@@ -399,9 +400,9 @@ func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictEr
 // interface); a restart cannot be told from the state, so it ends with
 // ErrOutcomeUnknown rather than run twice. Any other way it ends before it
 // knows is ErrOutcomeUnknown too, never a retryable error.
-func (r *runner) resolveLost(ctx context.Context, sentAt time.Time) (id string, settled bool, err error) {
+func (r *runner) resolveLost(ctx context.Context, sentAt, failedAt time.Time) (id string, settled bool, err error) {
 	for {
-		id, err := r.c.findOpChange(ctx, r.o, sentAt, r.known)
+		id, err := r.c.findOpChange(ctx, r.o, sentAt, failedAt, r.known)
 		r.reach.observe(ctx, r.event(0), err)
 		if err == nil {
 			return id, false, nil

@@ -97,9 +97,15 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	useNotices := c.notices.Load() != noticesNo
 	var cursor time.Time // notices up to this time have been seen
 	strikes := 0
+	// A long-poll may only follow a cursor read before every remaining
+	// change was last read successfully (and seen not ready): a change
+	// that became ready before the cursor, unseen because its read failed,
+	// would otherwise be waited for until the long-poll's timeout.
+	needCursor := true
 	for round := 0; ; round++ {
 		if useNotices {
-			misbehaved, err := w.notices(ctx, remaining, &cursor, round == 0)
+			misbehaved, err := w.notices(ctx, remaining, &cursor, needCursor)
+			needCursor = false
 			switch {
 			case err != nil:
 				return nil, err
@@ -150,6 +156,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 			return done, nil
 		}
 		if failed != nil {
+			needCursor = true
 			if err := w.pause(ctx, failed); err != nil {
 				return nil, err
 			}
@@ -175,6 +182,8 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, Keys: ids, After: *cursor}
 	if !first && !cursor.IsZero() {
 		opts.Timeout = noticeWait
+	} else {
+		opts.After = time.Time{} // a fresh cursor: every notice of ids
 	}
 	asked := c.clock.Now()
 	ns, err := c.main.Notices(ctx, opts)

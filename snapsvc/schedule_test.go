@@ -1,0 +1,605 @@
+package snapsvc_test
+
+// The randomized schedule test: seeded schedules of concurrent callers,
+// foreign changes and faults on the fake, with snapsvc's promises checked
+// for every call from the fake's own record of what happened.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// Schedules and the seed of the first; SNAPSVC_SCHEDULES and
+// SNAPSVC_SCHEDULE_SEED change them (a failing seed is printed so it can
+// be replayed alone: SNAPSVC_SCHEDULES=1 SNAPSVC_SCHEDULE_SEED=N).
+func scheduleRange(t *testing.T) (first uint64, n int) {
+	first, n = 1, 1000
+	if testing.Short() {
+		n = 100
+	}
+	if v := os.Getenv("SNAPSVC_SCHEDULES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("SNAPSVC_SCHEDULES: %v", err)
+		}
+	}
+	if v := os.Getenv("SNAPSVC_SCHEDULE_SEED"); v != "" {
+		var err error
+		if first, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("SNAPSVC_SCHEDULE_SEED: %v", err)
+		}
+	}
+	return first, n
+}
+
+// callBound is the most any call may take: the policy's time (2s) or the
+// call's deadline plus the look-up after an interrupted request (2s),
+// with room for a loaded machine. A call past it is a hang.
+const callBound = 20 * time.Second
+
+// scheduleServices are the k8s services schedules act on.
+var scheduleServices = []string{"containerd", "kubelet", "kube-proxy", "kube-apiserver"}
+
+// sig is what a call asks: action, flags and the set of names.
+type sig struct {
+	action                  string
+	enable, disable, reload bool
+	names                   string // sorted, comma-separated
+}
+
+func (s sig) String() string {
+	flags := ""
+	switch {
+	case s.enable:
+		flags = " --enable"
+	case s.disable:
+		flags = " --disable"
+	case s.reload:
+		flags = " --reload"
+	}
+	return s.action + flags + " " + s.names
+}
+
+// sigOf parses the body of a POST /v2/apps.
+func sigOf(body string) (sig, bool) {
+	var inst struct {
+		Action                  string
+		Names                   []string
+		Enable, Disable, Reload bool
+	}
+	if json.Unmarshal([]byte(body), &inst) != nil {
+		return sig{}, false
+	}
+	names := slices.Clone(inst.Names)
+	sort.Strings(names)
+	names = slices.Compact(names)
+	return sig{inst.Action, inst.Enable, inst.Disable, inst.Reload, strings.Join(names, ",")}, true
+}
+
+func (s sig) body() string {
+	b, _ := json.Marshal(map[string]any{"action": s.action, "names": strings.Split(s.names, ","),
+		"enable": s.enable, "disable": s.disable, "reload": s.reload})
+	return string(b)
+}
+
+// call is one operation of a schedule and what came of it.
+type call struct {
+	client   int
+	delay    time.Duration // after the schedule starts
+	timeout  time.Duration // 0: no deadline of its own
+	sig      sig
+	start    time.Time
+	end      time.Time
+	res      *snapsvc.Result
+	err      error
+	overtime bool
+}
+
+// schedule is one seeded run.
+type schedule struct {
+	seed     uint64
+	rng      *rand.Rand
+	version  fake.Version
+	late     time.Duration // the socket appears this late (0: at once)
+	apps     []fake.App
+	clients  int
+	separate []bool // client i has a registry of its own (another "process")
+	calls    []*call
+	faults   []string // what was injected, for the counts and the report
+	holds    []hold
+	mu       sync.Mutex
+}
+
+// hold is an answer held until release after the schedule's start.
+type hold struct {
+	ch      chan struct{}
+	release time.Duration
+}
+
+// scheduleCounts are printed at the end.
+type scheduleCounts struct {
+	schedules, calls, succeeded, failed, faults, checks, foreignIdentical, outcomeUnknown int
+}
+
+func TestRandomizedSchedules(t *testing.T) {
+	first, n := scheduleRange(t)
+	var total scheduleCounts
+	for seed := first; seed < first+uint64(n); seed++ {
+		c, err := runSchedule(t, seed)
+		if err != nil {
+			t.Fatalf("schedule seed %d: %v\nreplay: SNAPSVC_SCHEDULES=1 SNAPSVC_SCHEDULE_SEED=%d go test -race -run TestRandomizedSchedules ./snapsvc", seed, err, seed)
+		}
+		total.schedules++
+		total.calls += c.calls
+		total.succeeded += c.succeeded
+		total.failed += c.failed
+		total.faults += c.faults
+		total.checks += c.checks
+		total.foreignIdentical += c.foreignIdentical
+		total.outcomeUnknown += c.outcomeUnknown
+	}
+	t.Logf("schedules %d, calls %d (%d succeeded, %d failed, %d with an unknown outcome), faults %d, foreign identical changes %d, checks %d",
+		total.schedules, total.calls, total.succeeded, total.failed, total.outcomeUnknown, total.faults, total.foreignIdentical, total.checks)
+	if n >= 100 && (total.succeeded == 0 || total.failed == 0 || total.faults == 0) {
+		t.Fatalf("schedules too tame to show anything: %+v", total)
+	}
+}
+
+func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
+	s := planSchedule(seed)
+	opts := []fake.Option{fake.WithVersion(s.version), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: s.apps})}
+	if s.late > 0 {
+		opts = append(opts, fake.WithoutListening())
+	}
+	srv, err := fake.New(opts...)
+	if err != nil {
+		return scheduleCounts{}, err
+	}
+	defer srv.Close()
+	clients, err := s.newClients(t, srv)
+	if err != nil {
+		return scheduleCounts{}, err
+	}
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	held := s.injectFaults(srv)
+	base := time.Now()
+	var wg sync.WaitGroup
+	// The workload: calls, foreign changes and daemon-level faults, each
+	// at its time after the start.
+	s.plantEvents(srv, base, &wg)
+	for _, cl := range s.calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d := time.Until(base.Add(cl.delay)); d > 0 {
+				time.Sleep(d) // the workload's own timing, not synchronisation
+			}
+			s.run(srv, clients[cl.client], cl)
+		}()
+	}
+	wg.Wait()
+	for _, ch := range held {
+		s.release(ch)
+	}
+	// Let every change end before reading the record.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.ClearFaults()
+	for _, ci := range srv.Changes() {
+		if !ci.Ready {
+			if fc := srv.Change(ci.ID); fc != nil {
+				fc.Finish()
+			}
+		}
+	}
+	if err := srv.WaitIdle(ctx); err != nil {
+		return scheduleCounts{}, fmt.Errorf("snapd never idle: %v", err)
+	}
+	return s.check(srv)
+}
+
+// planSchedule draws a schedule from seed.
+func planSchedule(seed uint64) *schedule {
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	s := &schedule{seed: seed, rng: rng}
+	s.version = []fake.Version{fake.Version257, fake.Version268, fake.Version277}[rng.IntN(3)]
+	if rng.IntN(8) == 0 {
+		s.late = time.Duration(1+rng.IntN(30)) * time.Millisecond
+	}
+	for _, name := range scheduleServices {
+		a := fake.App{Name: name, Daemon: "simple", Enabled: rng.IntN(2) == 0, Active: rng.IntN(2) == 0,
+			StartDuration: time.Duration(rng.IntN(3)) * time.Millisecond, StopDuration: time.Duration(rng.IntN(3)) * time.Millisecond}
+		if rng.IntN(12) == 0 {
+			a.FailStart = fake.SystemctlJobFailed("k8s", name)
+		}
+		s.apps = append(s.apps, a)
+	}
+	s.clients = 1 + rng.IntN(3)
+	for i := 0; i < s.clients; i++ {
+		s.separate = append(s.separate, i > 0 && rng.IntN(2) == 0)
+	}
+	seen := map[sig]bool{}
+	for n := 1 + rng.IntN(5); len(s.calls) < n; {
+		g := s.randomSig()
+		if seen[g] {
+			continue // distinct calls, so the record tells whose change is whose
+		}
+		seen[g] = true
+		cl := &call{client: rng.IntN(s.clients), delay: time.Duration(rng.IntN(20)) * time.Millisecond, sig: g}
+		if rng.IntN(5) == 0 {
+			cl.timeout = time.Duration(1+rng.IntN(40)) * time.Millisecond
+		}
+		s.calls = append(s.calls, cl)
+	}
+	return s
+}
+
+func (s *schedule) randomSig() sig {
+	rng := s.rng
+	var names []string
+	if rng.IntN(6) == 0 {
+		names = []string{"k8s"}
+	} else {
+		for _, n := range scheduleServices {
+			if rng.IntN(3) == 0 {
+				names = append(names, "k8s."+n)
+			}
+		}
+		if len(names) == 0 {
+			names = []string{"k8s." + scheduleServices[rng.IntN(len(scheduleServices))]}
+		}
+	}
+	sort.Strings(names)
+	g := sig{names: strings.Join(names, ",")}
+	switch rng.IntN(6) {
+	case 0:
+		g.action = "start"
+	case 1:
+		g.action, g.enable = "start", true
+	case 2:
+		g.action = "stop"
+	case 3:
+		g.action, g.disable = "stop", true
+	case 4:
+		g.action = "restart"
+	default:
+		g.action, g.reload = "restart", true
+	}
+	return g
+}
+
+// testPolicy keeps schedules short: every bound is small, so a hang shows
+// as a call past callBound.
+func testPolicy() retry.Policy {
+	return retry.Policy{InitialInterval: time.Millisecond, MaxInterval: 10 * time.Millisecond, MaxConflictInterval: 5 * time.Millisecond,
+		MaxElapsedTime: 2 * time.Second, MaxUnreachable: 500 * time.Millisecond, RedialInterval: 2 * time.Millisecond}
+}
+
+func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client, error) {
+	var out []*snapsvc.Client
+	for i := 0; i < s.clients; i++ {
+		sock := srv.SocketPath()
+		if s.separate[i] {
+			// Another path to the same socket: a lock registry of its own,
+			// as another process has, sharing the file locks.
+			dir, err := os.MkdirTemp("", "snapsvc-proc")
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			sock = filepath.Join(dir, "snapd.socket")
+			if err := os.Symlink(srv.SocketPath(), sock); err != nil {
+				return nil, err
+			}
+		}
+		opts := []snapsvc.Option{snapsvc.WithSocket(sock), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithPolicy(testPolicy()),
+			snapsvc.WithPollInterval(2 * time.Millisecond), snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".locks"))}
+		if os.Getenv("SNAPSVC_SCHEDULE_LOG") != "" {
+			// Replaying a seed: the library's log on stderr.
+			opts = append(opts, snapsvc.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i)))
+		}
+		c, err := snapsvc.New(opts...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// injectFaults breaks some answers. It returns the channels holding
+// answers, closed at the end.
+func (s *schedule) injectFaults(srv *fake.Server) []chan struct{} {
+	rng := s.rng
+	var held []chan struct{}
+	nth := func(k int) func(fake.Request) bool {
+		n := 0
+		var mu sync.Mutex
+		return func(fake.Request) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			return n == k
+		}
+	}
+	for i := rng.IntN(4); i > 0; i-- {
+		var f fake.Fault
+		switch rng.IntN(10) {
+		case 0, 1, 2:
+			f = fake.Fault{Method: "POST", Path: "/v2/apps", Kind: []fake.FaultKind{fake.FaultDrop, fake.FaultCut, fake.FaultGarble, fake.FaultReject}[rng.IntN(4)]}
+		case 3:
+			f = fake.Fault{Method: "POST", Path: "/v2/apps", Kind: fake.FaultReply, Status: 500, Body: fake.ErrorBody(500, "", "internal error")}
+		case 4:
+			ch := make(chan struct{})
+			held = append(held, ch)
+			s.holds = append(s.holds, hold{ch, time.Duration(rng.IntN(30)) * time.Millisecond})
+			f = fake.Fault{Method: "POST", Path: "/v2/apps", Hold: ch, Kind: []fake.FaultKind{0, fake.FaultDrop}[rng.IntN(2)]}
+		case 5:
+			f = fake.Fault{Method: "GET", Path: "/v2/changes/", Kind: []fake.FaultKind{fake.FaultDrop, fake.FaultGarble, fake.FaultCut}[rng.IntN(3)]}
+		case 6:
+			f = fake.Fault{Method: "GET", Path: "/v2/changes", Kind: []fake.FaultKind{fake.FaultDrop, fake.FaultGarble}[rng.IntN(2)]}
+		case 7:
+			f = fake.Fault{Method: "GET", Path: "/v2/notices", Kind: fake.FaultReply, Body: fake.SyncBody([]any{})}
+		case 8:
+			f = fake.Fault{Method: "GET", Path: "/v2/notices", Kind: fake.FaultReply, Status: 500,
+				Body: fake.ErrorBody(500, "", []string{"internal error", "request canceled"}[rng.IntN(2)])}
+		default:
+			f = fake.Fault{Method: "GET", Path: "/v2/notices", Kind: fake.FaultDrop}
+		}
+		f.Match = nth(1 + rng.IntN(4))
+		f.Times = 1 + rng.IntN(2)
+		if f.Hold != nil {
+			f.Times = 1
+		}
+		srv.InjectFault(f)
+		s.faults = append(s.faults, f.Kind.String()+" "+f.Method+" "+f.Path)
+	}
+	return held
+}
+
+// release closes a hold channel once (the end of the schedule closes the
+// rest).
+func (s *schedule) release(ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// plantEvents schedules foreign changes and daemon-level faults.
+func (s *schedule) plantEvents(srv *fake.Server, base time.Time, wg *sync.WaitGroup) {
+	rng := s.rng
+	at := func(d time.Duration, f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if w := time.Until(base.Add(d)); w > 0 {
+				time.Sleep(w) // the workload's own timing
+			}
+			f()
+		}()
+	}
+	for _, h := range s.holds {
+		at(h.release, func() { s.release(h.ch) })
+	}
+	if s.late > 0 {
+		s.faults = append(s.faults, "late socket")
+		at(s.late, func() { srv.StartListening() })
+	}
+	for i := rng.IntN(3); i > 0; i-- {
+		d, hold, fail := time.Duration(rng.IntN(25))*time.Millisecond, time.Duration(1+rng.IntN(15))*time.Millisecond, rng.IntN(4) == 0
+		kind := []string{"configure-snap", "auto-refresh", "service-control"}[rng.IntN(3)]
+		s.faults = append(s.faults, "foreign "+kind)
+		at(d, func() {
+			chg := srv.AddChange(fake.ChangeSpec{Kind: kind, Snap: "k8s"})
+			time.Sleep(hold) // the foreign change's own duration
+			if fail {
+				chg.Fail("foreign failure")
+			} else {
+				chg.Finish()
+			}
+		})
+	}
+	// Identical foreign requests just before or just after a call's start.
+	for _, cl := range s.calls {
+		if rng.IntN(4) != 0 {
+			continue
+		}
+		d := cl.delay + time.Duration(rng.IntN(5))*time.Millisecond - 2*time.Millisecond
+		if d < 0 {
+			d = 0
+		}
+		s.faults = append(s.faults, "foreign identical "+cl.sig.String())
+		body := cl.sig.body()
+		at(d, func() { postApps(srv.SocketPath(), body) })
+	}
+	switch rng.IntN(8) {
+	case 0:
+		s.faults = append(s.faults, "connections dropped")
+		at(time.Duration(rng.IntN(25))*time.Millisecond, srv.DropConnections)
+	case 1:
+		s.faults = append(s.faults, "maintenance")
+		kind := []string{"daemon-restart", "system-restart"}[rng.IntN(2)]
+		at(time.Duration(rng.IntN(15))*time.Millisecond, func() { srv.BeginMaintenance(kind, "daemon is restarting") })
+		at(time.Duration(15+rng.IntN(15))*time.Millisecond, srv.EndMaintenance)
+	case 2:
+		if s.late == 0 {
+			s.faults = append(s.faults, "snapd restart")
+			down := time.Duration(1+rng.IntN(20)) * time.Millisecond
+			at(time.Duration(rng.IntN(25))*time.Millisecond, func() { <-srv.RestartDaemon(down) })
+		}
+	}
+}
+
+// run makes one call and records it.
+func (s *schedule) run(srv *fake.Server, c *snapsvc.Client, cl *call) {
+	ctx := context.Background()
+	if cl.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cl.timeout)
+		defer cancel()
+	}
+	names := strings.Split(cl.sig.names, ",")
+	cl.start = srv.Clock().Now()
+	type outcome struct {
+		res *snapsvc.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		switch cl.sig.action {
+		case "start":
+			o.res, o.err = c.Start(ctx, names, snapsvc.StartOptions{Enable: cl.sig.enable})
+		case "stop":
+			o.res, o.err = c.Stop(ctx, names, snapsvc.StopOptions{Disable: cl.sig.disable})
+		default:
+			o.res, o.err = c.Restart(ctx, names, snapsvc.RestartOptions{Reload: cl.sig.reload})
+		}
+		done <- o
+	}()
+	select {
+	case o := <-done:
+		cl.res, cl.err = o.res, o.err
+	case <-time.After(callBound):
+		cl.overtime = true
+		o := <-done
+		cl.res, cl.err = o.res, o.err
+	}
+	cl.end = srv.Clock().Now()
+}
+
+// check verifies every call of the schedule against the fake's record.
+func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
+	counts := scheduleCounts{schedules: 1, faults: len(s.faults)}
+	changes := map[string]fake.ChangeInfo{}
+	for _, ci := range srv.Changes() {
+		changes[ci.ID] = ci
+	}
+	// Which request made each change: snapd makes the change while it
+	// handles the POST, whatever becomes of the answer.
+	creator := map[string]fake.Request{}
+	for _, r := range srv.Requests() {
+		if r.Method == "POST" && r.Path == "/v2/apps" && r.Change != "" {
+			creator[r.Change] = r
+		}
+	}
+	claimed := map[string]int{}
+	fail := func(i int, format string, a ...any) (scheduleCounts, error) {
+		cl := s.calls[i]
+		return counts, fmt.Errorf("call %d (%s, client %d, timeout %v): %s\nresult %+v\nerror %v\nfaults %v",
+			i, cl.sig, cl.client, cl.timeout, fmt.Sprintf(format, a...), cl.res, cl.err, s.faults)
+	}
+	for i, cl := range s.calls {
+		counts.calls++
+		if cl.overtime {
+			return fail(i, "did not return within %v", callBound)
+		}
+		counts.checks++
+		// The changes this call's own requests made: same request, made
+		// while the call ran, not by the foreign requester.
+		var own []string
+		for id, r := range creator {
+			if g, ok := sigOf(r.Body); ok && g == cl.sig && r.UserAgent != foreignAgent && !r.Time.Before(cl.start) && !r.Time.After(cl.end) {
+				own = append(own, id)
+			}
+		}
+		counts.checks++
+		if len(own) > 1 {
+			return fail(i, "made %d changes (%v) for one call", len(own), own)
+		}
+		if cl.err != nil {
+			counts.failed++
+			var opErr *snapsvc.OpError
+			counts.checks++
+			if !errors.As(cl.err, &opErr) {
+				return fail(i, "error is not an *OpError")
+			}
+			if errors.Is(cl.err, snapsvc.ErrOutcomeUnknown) {
+				counts.outcomeUnknown++
+			}
+			if len(own) == 1 {
+				// An action ran: the error must say so and not invite a retry.
+				var ce *snapsvc.ChangeError
+				counts.checks += 2
+				if opErr.Retryable() {
+					return fail(i, "its change %s was made, yet the error is retryable", own[0])
+				}
+				if !errors.As(cl.err, &ce) && !errors.Is(cl.err, snapsvc.ErrOutcomeUnknown) && opErr.ChangeID != own[0] {
+					return fail(i, "its change %s was made, but the error neither names it nor says the outcome is unknown", own[0])
+				}
+			}
+			continue
+		}
+		counts.succeeded++
+		res := cl.res
+		counts.checks += 6
+		if res.Queued || res.ChangeID == "" {
+			return fail(i, "success without a change")
+		}
+		chg, ok := changes[res.ChangeID]
+		if !ok {
+			return fail(i, "reported change %s does not exist", res.ChangeID)
+		}
+		if chg.Kind != "service-control" || chg.Status != "Done" {
+			return fail(i, "reported change %s is %s %s", res.ChangeID, chg.Kind, chg.Status)
+		}
+		if chg.SpawnTime.Before(cl.start) {
+			return fail(i, "reported change %s was spawned %v before the call began", res.ChangeID, cl.start.Sub(chg.SpawnTime))
+		}
+		cr, ok := creator[res.ChangeID]
+		if !ok {
+			return fail(i, "reported change %s was not made by a request to act", res.ChangeID)
+		}
+		g, _ := sigOf(cr.Body)
+		switch {
+		case slices.Contains(own, res.ChangeID):
+		case cr.UserAgent == foreignAgent && sameBut(g, cl.sig):
+			// An identical request of someone else's, made after the call
+			// began, did what the call asked (for --enable/--disable, the
+			// services' state was checked once it was done).
+			counts.foreignIdentical++
+		default:
+			return fail(i, "reported change %s was made by %q (own changes %v)", res.ChangeID, cr.Body, own)
+		}
+		if prev, ok := claimed[res.ChangeID]; ok && !res.Shared {
+			return fail(i, "change %s is claimed by calls %d and %d", res.ChangeID, prev, i)
+		}
+		claimed[res.ChangeID] = i
+	}
+	return counts, nil
+}
+
+// sameBut reports whether a change made by request g does what call c
+// asks, except for enable/disable, which leave no trace in a change.
+func sameBut(g, c sig) bool {
+	if g == c {
+		return true
+	}
+	g.enable, g.disable, c.enable, c.disable = false, false, false, false
+	return g == c
+}
