@@ -28,10 +28,11 @@ type Call struct {
 }
 
 // Recorder implements snapservices.Control in memory. It checks every call
-// as snapservices.Snap does (bare names, flags valid for the action), so a
-// caller's test fails on "--force" or "k8s.kubelet" as the real one would,
-// then records it and answers with the error set for it, if any. It is
-// safe for concurrent use.
+// as snapservices.Snap does in its default REST mode (bare names, flags
+// valid for the action; snapservices.ParseRequest), so a caller's test
+// fails on "--force" or "k8s.kubelet" as the real one would, then records
+// it and answers with the error set for it, if any. It is safe for
+// concurrent use.
 type Recorder struct {
 	instance string
 
