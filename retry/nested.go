@@ -12,6 +12,9 @@ import "time"
 // Around RetryFor(5, 5 s) the worst case is 5 × 30 s + 4 × 5 s = 170 s,
 // against about 25 minutes with DefaultPolicy.
 //
+// MaxUnreachable stays DefaultPolicy's 30 s, so an absent snapd is also
+// given up on within the same bound.
+//
 // A conflict whose blocking change can be seen is still waited out as soon
 // as that change is ready; the 30 seconds only bound how long. When the
 // policy runs out the operation fails with a retryable error (snapsvc's
