@@ -19,8 +19,11 @@ import (
 type Mode int
 
 const (
-	// ModeAuto uses ModeSnapctl inside a snap (SNAP_COOKIE or SNAP_CONTEXT
-	// set) and ModeREST outside.
+	// ModeAuto, the default, uses ModeSnapctl inside a snap (SNAP_COOKIE
+	// or SNAP_CONTEXT set, or WithCookie given) and ModeREST outside. Every
+	// process snapd starts for a snap has SNAP_COOKIE, classic daemons
+	// included, so a daemon that drives its services the way the snap
+	// command does (REST on /run/snapd.socket) must ask for ModeREST.
 	ModeAuto Mode = iota
 	// ModeREST posts to /v2/apps on snapd's main socket (root, or a snap
 	// with snapd-control, or a classic snap).
@@ -55,6 +58,7 @@ type Client struct {
 	ownSnap    string // inside a snap: the snap's instance name
 	hook       string
 	logger     *slog.Logger
+	ctxLogger  func(context.Context) *slog.Logger // WithContextLogger
 	policy     retry.Policy
 	clock      retry.Clock
 	poll       time.Duration
@@ -85,6 +89,7 @@ type settings struct {
 	hook               string
 	hookSet            bool
 	logger             *slog.Logger
+	ctxLogger          func(context.Context) *slog.Logger
 	policy             *retry.Policy
 	clock              retry.Clock
 	poll               time.Duration
@@ -129,7 +134,8 @@ func WithHook(name string) Option {
 }
 
 // WithLogger sets the logger (default: discard). Each line names the snap,
-// action, change id and attempt.
+// action, change id and attempt. A logger carried by a call's context
+// (ContextWithLogger, WithContextLogger) is used instead for that call.
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 
 // WithPolicy sets the retry policy (default retry.DefaultPolicy()).
@@ -166,6 +172,21 @@ func WithMinRestartInterval(d time.Duration) Option {
 func withEnv(f func(string) string) Option { return func(s *settings) { s.env = f } }
 
 // New builds a Client. It sends no request.
+//
+// The mode defaults to ModeAuto: snapctl inside a snap, REST outside.
+// snapctl is the default inside because it is the one path every snap
+// has: a strictly confined snap cannot reach /run/snapd.socket's
+// /v2/apps without snapd-control, and only snapctl carries a hook's
+// context, so that snapd queues a configure hook's commands instead of
+// refusing them as a conflict with the hook's own change. Its costs: it
+// controls only the calling snap's services, snapd answers start, stop
+// and restart only once their change is ready (overlord/hookstate/ctlcmd;
+// the Async forms then return when the change is done), and reading
+// changes and notices needs snap-refresh-observe. A classic or root daemon
+// that runs the snap command today (k8sd is one) should pass
+// WithMode(ModeREST), or use package snapservices, whose default is REST:
+// SNAP_COOKIE is set in every process of a snap, daemons included, so
+// ModeAuto would switch it to snapctl.
 func New(opts ...Option) (*Client, error) {
 	s := settings{env: os.Getenv}
 	for _, o := range opts {
@@ -225,6 +246,7 @@ func New(opts ...Option) (*Client, error) {
 		ownSnap:    s.snapName,
 		hook:       s.hook,
 		logger:     s.logger,
+		ctxLogger:  s.ctxLogger,
 		policy:     policy,
 		clock:      policy.Clock,
 		poll:       s.poll,

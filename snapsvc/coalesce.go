@@ -51,7 +51,7 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 		if errors.Is(f.err, errLeaderGone) {
 			continue
 		}
-		c.logger.Debug("restart merged into an identical request", "snap", o.t.snaps[0], "change", resultChange(f.res))
+		c.log(ctx).Debug("restart merged into an identical request", "snap", o.t.snaps[0], "change", resultChange(f.res))
 		if f.err != nil {
 			return nil, f.err
 		}

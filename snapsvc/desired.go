@@ -66,10 +66,10 @@ func (c *Client) ensure(ctx context.Context, action string, names []string, diff
 	slices.Sort(out.Changed)
 	slices.Sort(out.Unchanged)
 	if len(out.Changed) == 0 {
-		c.logger.Debug("services already in the desired state", "action", action, "names", strings.Join(names, ","))
+		c.log(ctx).Debug("services already in the desired state", "action", action, "names", strings.Join(names, ","))
 		return out, nil
 	}
-	c.logger.Info("bringing services to the desired state", "action", action, "names", strings.Join(out.Changed, ","))
+	c.log(ctx).Info("bringing services to the desired state", "action", action, "names", strings.Join(out.Changed, ","))
 	res, err := act(ctx, out.Changed)
 	if err != nil {
 		return nil, err

@@ -220,11 +220,11 @@ func (c *Client) finish(ctx context.Context, o op, res *Result, wait bool, wo wa
 			// Could not see the end; let the next operation wait for it.
 			c.addPending(o, res.ChangeID)
 		}
-		c.logger.Info("change failed", "change", res.ChangeID, "action", o.action, "error", err)
+		c.log(ctx).Info("change failed", "change", res.ChangeID, "action", o.action, "error", err)
 		return nil, false, c.opError(o, res.ChangeID, res.Attempts, err)
 	}
 	res.Status = chg.Status
-	c.logger.Info("change done", "change", res.ChangeID, "action", o.action, "attempt", res.Attempts)
+	c.log(ctx).Info("change done", "change", res.ChangeID, "action", o.action, "attempt", res.Attempts)
 	return res, true, nil
 }
 

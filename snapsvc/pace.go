@@ -19,7 +19,7 @@ func (c *Client) paceRestart(ctx context.Context, o op) error {
 		if wait <= 0 {
 			return nil
 		}
-		c.logger.Info("pacing restart", "names", o.t.String(), "wait", wait)
+		c.log(ctx).Info("pacing restart", "names", o.t.String(), "wait", wait)
 		if err := retry.Sleep(ctx, c.clock, wait); err != nil {
 			return ctxErr(ctx, "waiting for the minimum restart interval")
 		}

@@ -92,7 +92,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 	r := &runner{
 		c:     c,
 		o:     o,
-		log:   c.logger.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String()),
+		log:   c.log(ctx).With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String()),
 		res:   &Result{},
 		rt:    c.policy.NewRetrier(),
 		known: map[string]bool{},
@@ -483,7 +483,7 @@ func (x *reach) observe(ctx context.Context, ev Event, err error) {
 		if dl, ok := ctx.Deadline(); ok && (ev.GiveUpAt.IsZero() || dl.Before(ev.GiveUpAt)) {
 			ev.GiveUpAt = dl
 		}
-		x.c.logger.Info("snapd unreachable; retrying", "socket", ev.Socket, "until", ev.GiveUpAt, "error", err)
+		x.c.log(ctx).Info("snapd unreachable; retrying", "socket", ev.Socket, "until", ev.GiveUpAt, "error", err)
 		x.c.emit(ev)
 		return
 	}

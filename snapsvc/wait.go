@@ -114,7 +114,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 			case misbehaved:
 				strikes++
 				if strikes >= noticeStrikes {
-					c.logger.Info("snapd's notices misbehave; polling the changes instead", "changes", remaining)
+					c.log(ctx).Info("snapd's notices misbehave; polling the changes instead", "changes", remaining)
 					useNotices = false
 				}
 				// Whatever the notices did, read the changes no more
@@ -198,7 +198,7 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 		c.notices.Store(noticesNo)
 		return false, nil
 	default:
-		c.logger.Debug("reading change notices failed; reading the changes", "error", err)
+		c.log(ctx).Debug("reading change notices failed; reading the changes", "error", err)
 		return true, nil
 	}
 	c.notices.Store(noticesYes)
@@ -245,7 +245,7 @@ func (w *changeWait) pause(ctx context.Context, err error) error {
 	if reason := w.rt.Exhausted(); reason != "" {
 		return &gaveUpError{reason: "waiting for changes: " + reason, last: err}
 	}
-	w.c.logger.Debug("cannot read a change while waiting; retrying", "error", err)
+	w.c.log(ctx).Debug("cannot read a change while waiting; retrying", "error", err)
 	if perr := w.rt.Pause(ctx); perr != nil {
 		return ctxErr(ctx, "waiting for changes")
 	}
@@ -272,7 +272,7 @@ func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 		if len(ids) == 0 {
 			return nil
 		}
-		c.logger.Debug("waiting for changes on snap", "snap", snap, "changes", ids)
+		c.log(ctx).Debug("waiting for changes on snap", "snap", snap, "changes", ids)
 		if _, err := c.waitChanges(ctx, ids, waitOpts{ev: Event{Op: "wait", Names: []string{snap}}}); err != nil {
 			return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
 		}

@@ -1,0 +1,220 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/internal/testclock"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// conflict is the error snapd answers POST /v2/apps with while another
+// change holds the snap (400, no kind; daemon/api_apps.go).
+func conflict() error {
+	return &snapd.Error{StatusCode: 400, Message: `snap "k8s" has "configure-snap" change in progress`}
+}
+
+// verdict is an error that says itself whether retrying helps, as
+// snapsvc's *OpError does.
+type verdict struct {
+	msg string
+	ok  bool
+}
+
+func (v *verdict) Error() string   { return v.msg }
+func (v *verdict) Retryable() bool { return v.ok }
+
+func TestDoStopsAtOnceOnPermanentError(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	notFound := &snapd.Error{StatusCode: 404, Kind: "app-not-found", Message: `snap "k8s" has no service "kubelt"`}
+	calls := 0
+	err := retry.Loop{Attempts: 5, Delay: 5 * time.Second, Clock: clock}.Do(context.Background(), func() error {
+		calls++
+		return notFound
+	})
+	if calls != 1 || err != notFound || len(clock.pauses) != 0 {
+		t.Fatalf("calls %d, err %v, pauses %v: want 1 call, the error as returned, no pause", calls, err, clock.pauses)
+	}
+}
+
+func TestDoRetriesConflictsUntilSuccess(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	calls := 0
+	err := retry.Loop{Attempts: 5, Delay: 5 * time.Second, Clock: clock}.Do(context.Background(), func() error {
+		calls++
+		if calls < 3 {
+			return conflict()
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("err %v after %d calls, want success on the 3rd", err, calls)
+	}
+	if len(clock.pauses) != 2 || clock.pauses[0] != 5*time.Second || clock.pauses[1] != 5*time.Second {
+		t.Fatalf("pauses %v, want two of 5s", clock.pauses)
+	}
+}
+
+func TestDoGivesUpWithoutAFinalPause(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	calls := 0
+	var last error
+	err := retry.Loop{Attempts: 4, Delay: time.Second, Clock: clock}.Do(context.Background(), func() error {
+		calls++
+		last = conflict()
+		return last
+	})
+	var stopped *retry.StoppedError
+	if !errors.As(err, &stopped) || stopped.Attempts != 4 || stopped.Cause != nil || !stopped.Retryable() {
+		t.Fatalf("err %#v, want a retryable StoppedError after 4 attempts", err)
+	}
+	if calls != 4 || len(clock.pauses) != 3 {
+		t.Fatalf("%d calls, pauses %v: want 4 calls and 3 pauses (none after the last)", calls, clock.pauses)
+	}
+	if !errors.Is(err, last) || !retry.IsConflict(err) {
+		t.Fatalf("%v does not keep the last conflict", err)
+	}
+	if got, want := err.Error(), "gave up after 4 attempts; last error: "+last.Error(); got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+}
+
+func TestDoKeepsTheCauseWhenTheContextEnds(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	mc := fake.NewManualClock(time.Unix(1000, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	errc := make(chan error, 1)
+	go func() {
+		errc <- retry.Loop{Attempts: 5, Delay: 5 * time.Second, Clock: testclock.Of(mc)}.Do(ctx, func() error {
+			calls++
+			return conflict()
+		})
+	}()
+	// The loop pauses 5 s after its first failure; cancel in the pause.
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	testclock.WaitTimerAt(wctx, t, mc, time.Unix(1005, 0))
+	cancel()
+	err := <-errc
+	if calls != 1 {
+		t.Fatalf("%d calls, want 1", calls)
+	}
+	if !errors.Is(err, context.Canceled) || !retry.IsConflict(err) {
+		t.Fatalf("%v: want both context.Canceled and the conflict", err)
+	}
+	if err == context.Canceled || err.Error() == context.Canceled.Error() {
+		t.Fatalf("bare %v", err)
+	}
+	var stopped *retry.StoppedError
+	if !errors.As(err, &stopped) || stopped.Retryable() {
+		t.Fatalf("%#v: want a StoppedError that is not retryable (the caller gave up)", err)
+	}
+}
+
+func TestDoKeepsTheContextCause(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	shutdown := errors.New("k8sd shutting down")
+	err := retry.Loop{Attempts: 5, Delay: time.Second, Clock: &recordingClock{}}.Do(ctx, func() error {
+		cancel(shutdown) // the context ends while the attempt runs
+		return conflict()
+	})
+	if !errors.Is(err, shutdown) || !retry.IsConflict(err) {
+		t.Fatalf("%v: want the cancel cause and the conflict", err)
+	}
+}
+
+func TestDoDoesNotStartAfterTheContextEnded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	err := retry.Do(ctx, 5, time.Second, func() error { calls++; return nil })
+	if calls != 0 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("calls %d, err %v", calls, err)
+	}
+}
+
+func TestDoAsksTheErrorFirst(t *testing.T) {
+	clock := &recordingClock{}
+	// Looks like a conflict, but the error itself says retrying won't help
+	// (snapsvc: a change that ended in error carries snapd's text).
+	calls := 0
+	err := retry.Loop{Attempts: 5, Clock: clock}.Do(context.Background(), func() error {
+		calls++
+		return &verdict{msg: `snap "k8s" has changes in progress`, ok: false}
+	})
+	if calls != 1 || err == nil {
+		t.Fatalf("calls %d, err %v: want 1", calls, err)
+	}
+	// Unclassifiable text, but the error says retrying helps.
+	calls = 0
+	_ = retry.Loop{Attempts: 3, Clock: clock}.Do(context.Background(), func() error {
+		calls++
+		return &verdict{msg: "busy", ok: true}
+	})
+	if calls != 3 {
+		t.Fatalf("calls %d, want 3", calls)
+	}
+	// Plain errors nobody classified are not retried, unless the loop says.
+	calls = 0
+	_ = retry.Loop{Attempts: 3, Clock: clock}.Do(context.Background(), func() error { calls++; return errors.New("disk full") })
+	if calls != 1 {
+		t.Fatalf("plain error: calls %d, want 1", calls)
+	}
+	calls = 0
+	always := func(error) bool { return true }
+	_ = retry.Loop{Attempts: 3, Clock: clock, Retryable: always}.Do(context.Background(), func() error { calls++; return errors.New("disk full") })
+	if calls != 3 {
+		t.Fatalf("Retryable override: calls %d, want 3", calls)
+	}
+}
+
+func TestDoNests(t *testing.T) {
+	clock := &recordingClock{}
+	inner := 0
+	outer := 0
+	err := retry.Loop{Attempts: 2, Clock: clock}.Do(context.Background(), func() error {
+		outer++
+		return retry.Loop{Attempts: 3, Clock: clock}.Do(context.Background(), func() error {
+			inner++
+			return conflict()
+		})
+	})
+	if outer != 2 || inner != 6 {
+		t.Fatalf("outer %d inner %d: an exhausted inner loop is retryable for the outer one", outer, inner)
+	}
+	if !retry.IsConflict(err) {
+		t.Fatalf("%v lost the conflict", err)
+	}
+}
+
+func TestNestedPolicyIsShort(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	p := retry.NestedPolicy()
+	p.Clock = clock
+	rt := p.NewRetrier()
+	for rt.Exhausted() == "" {
+		rt.Attempt()
+		if err := rt.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rt.Elapsed(); got != 30*time.Second {
+		t.Fatalf("exhausted after %v, want 30s", got)
+	}
+	for _, d := range clock.pauses {
+		if d > 2*time.Second*3/2 { // MaxInterval 2s, jitter ±50%
+			t.Fatalf("pause %v above 3s", d)
+		}
+	}
+	if d := retry.DefaultPolicy(); p.MaxElapsedTime >= d.MaxElapsedTime || p.MaxConflictInterval != d.MaxConflictInterval {
+		t.Fatalf("NestedPolicy %+v against DefaultPolicy %+v", p, d)
+	}
+}

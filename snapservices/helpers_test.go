@@ -1,0 +1,46 @@
+package snapservices_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/snapservices"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newREST builds a handle for snap k8s on srv in the default (REST) mode.
+func newREST(t *testing.T, srv *fake.Server, opts ...snapservices.Option) *snapservices.Snap {
+	t.Helper()
+	base := []snapservices.Option{snapservices.WithInstance("k8s"),
+		snapservices.WithClientOptions(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithSnapSocket(srv.SnapSocketPath()))}
+	s, err := snapservices.New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// postedNames returns the names of every POST /v2/apps the fake received.
+func postedNames(t *testing.T, srv *fake.Server) [][]string {
+	t.Helper()
+	var out [][]string
+	for _, r := range srv.Requests() {
+		if r.Method != "POST" || r.Path != "/v2/apps" {
+			continue
+		}
+		var body struct {
+			Names []string `json:"names"`
+		}
+		if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
+			t.Fatalf("POST /v2/apps body %q: %v", r.Body, err)
+		}
+		out = append(out, body.Names)
+	}
+	return out
+}

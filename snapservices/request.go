@@ -1,0 +1,143 @@
+package snapservices
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// Errors for extra arguments, returned before any request. They come
+// wrapped in a *snapsvc.OpError that names the action and services.
+var (
+	// ErrUnknownFlag: an extra argument the snap command does not accept
+	// for the action ("--force", "--enable" on stop, a positional
+	// argument).
+	ErrUnknownFlag = errors.New("unknown flag")
+	// ErrUnsupportedFlag: a flag the snap command accepts but this package
+	// cannot honour: the scope flags (--system, --user, --users; snapsvc
+	// acts on system services), or --no-wait in snapctl mode.
+	ErrUnsupportedFlag = errors.New("unsupported flag")
+)
+
+// Control is the service part of k8sd's snap.Snap interface. *Snap
+// implements it against snapd, snapservicestest.Recorder in memory.
+type Control interface {
+	// StartServices starts services (bare names), like "snap start".
+	StartServices(ctx context.Context, services []string, extraSnapArgs ...string) error
+	// StopServices stops services, like "snap stop".
+	StopServices(ctx context.Context, services []string, extraSnapArgs ...string) error
+	// RestartServices restarts services, like "snap restart".
+	RestartServices(ctx context.Context, services []string, extraSnapArgs ...string) error
+}
+
+// Request is one call of StartServices, StopServices or RestartServices,
+// checked and translated.
+type Request struct {
+	// Action is "start", "stop" or "restart".
+	Action string
+	// Names are the services as snapd names them ("k8s.kubelet"), in the
+	// order given.
+	Names []string
+	// Enable (start), Disable (stop) and Reload (restart) are the flags
+	// of the same names.
+	Enable, Disable, Reload bool
+	// NoWait is --no-wait: return once snapd has accepted the change.
+	NoWait bool
+}
+
+// flagsOf lists the flags the snap command accepts for each action besides
+// the scope flags (cmd/snap/cmd_services.go: svcStart, svcStop, svcRestart
+// with waitMixin's --no-wait).
+var flagsOf = map[string][]string{
+	"start":   {"--enable", "--no-wait"},
+	"stop":    {"--disable", "--no-wait"},
+	"restart": {"--reload", "--no-wait"},
+}
+
+// ParseRequest checks a call the way Snap does before sending anything:
+// action is "start", "stop" or "restart", services are bare app names of
+// the snap instance, extraSnapArgs are snap command flags valid for the
+// action. Errors are *snapsvc.OpError wrapping snapsvc.ErrNoNames,
+// snapsvc.ErrInvalidName, snapsvc.ErrWrongSnap, ErrUnknownFlag or
+// ErrUnsupportedFlag.
+func ParseRequest(instance, action string, services []string, extraSnapArgs ...string) (Request, error) {
+	fail := func(names []string, err error) (Request, error) {
+		return Request{}, &snapsvc.OpError{Op: action, Snap: instance, Names: names, Err: err}
+	}
+	allowed, ok := flagsOf[action]
+	if !ok {
+		return fail(services, fmt.Errorf("unknown action %q: want start, stop or restart", action))
+	}
+	if len(services) == 0 {
+		return fail(nil, snapsvc.ErrNoNames)
+	}
+	req := Request{Action: action, Names: make([]string, 0, len(services))}
+	for _, s := range services {
+		full, err := serviceName(instance, s)
+		if err != nil {
+			return fail(services, err)
+		}
+		req.Names = append(req.Names, full)
+	}
+	for _, a := range extraSnapArgs {
+		switch {
+		case slices.Contains(allowed, a):
+			switch a {
+			case "--enable":
+				req.Enable = true
+			case "--disable":
+				req.Disable = true
+			case "--reload":
+				req.Reload = true
+			case "--no-wait":
+				req.NoWait = true
+			}
+		case isScopeFlag(a):
+			return fail(req.Names, fmt.Errorf("%w %s: snapsvc acts on system services only (scope and user flags are not passed on)", ErrUnsupportedFlag, a))
+		case !strings.HasPrefix(a, "-"):
+			return fail(req.Names, fmt.Errorf("%w: unexpected argument %q: services go in the services list, extra arguments are flags (snap %s accepts %s)", ErrUnknownFlag, a, action, strings.Join(allowed, ", ")))
+		case isFlagOfAnotherAction(a):
+			return fail(req.Names, fmt.Errorf("%w %s: not a flag of snap %s (it accepts %s)", ErrUnknownFlag, a, action, strings.Join(allowed, ", ")))
+		default:
+			return fail(req.Names, fmt.Errorf("%w %s: snap %s accepts %s", ErrUnknownFlag, a, action, strings.Join(allowed, ", ")))
+		}
+	}
+	return req, nil
+}
+
+func isScopeFlag(a string) bool {
+	name, _, _ := strings.Cut(a, "=")
+	return name == "--system" || name == "--user" || name == "--users"
+}
+
+func isFlagOfAnotherAction(a string) bool {
+	for _, flags := range flagsOf {
+		if slices.Contains(flags, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// serviceName maps a bare app name of the snap instance to "instance.app".
+func serviceName(instance, name string) (string, error) {
+	snapName, _, _ := strings.Cut(instance, "_")
+	if prefix, app, ok := strings.Cut(name, "."); ok {
+		if prefix == instance {
+			return "", fmt.Errorf("%w %q: give the bare service name %q (services are always of snap %q)", snapsvc.ErrInvalidName, name, app, instance)
+		}
+		return "", fmt.Errorf("%w: %q names a service of snap %q; this handle controls snap %q only, by bare service names", snapsvc.ErrWrongSnap, name, prefix, instance)
+	}
+	if name == instance || name == snapName {
+		return "", fmt.Errorf("%w %q: that is the snap's own name, not one of its services (a bare name means %q)", snapsvc.ErrInvalidName, name, instance+"."+name)
+	}
+	full := instance + "." + name
+	if _, _, err := snapsvc.ValidateName(full); err != nil {
+		return "", err
+	}
+	return full, nil
+}

@@ -1,0 +1,52 @@
+package snapsvc
+
+import (
+	"context"
+	"log/slog"
+)
+
+// loggerKey is the context key ContextWithLogger stores a logger under.
+type loggerKey struct{}
+
+// ContextWithLogger returns a copy of ctx that carries l. Every operation
+// called with that context (or one derived from it) writes its log lines
+// to l instead of the client's own logger, so the values a controller put
+// on its request's logger (the object reconciled, a request id) appear on
+// snapsvc's lines too. A nil l leaves ctx as it is.
+func ContextWithLogger(ctx context.Context, l *slog.Logger) context.Context {
+	if l == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, loggerKey{}, l)
+}
+
+// WithContextLogger sets a function that picks the logger of each call
+// from its context, for programs that already keep a logger in their
+// contexts (logr's logr.NewContext, say). A nil answer falls back to the
+// logger of WithLogger. A logger put in the context with ContextWithLogger
+// takes precedence over the function. With go-logr/logr:
+//
+//	snapsvc.WithContextLogger(func(ctx context.Context) *slog.Logger {
+//		l, err := logr.FromContext(ctx)
+//		if err != nil {
+//			return nil
+//		}
+//		return slog.New(logr.ToSlogHandler(l))
+//	})
+func WithContextLogger(f func(context.Context) *slog.Logger) Option {
+	return func(s *settings) { s.ctxLogger = f }
+}
+
+// log returns the logger for a call made with ctx: the one ContextWithLogger
+// put there, else the WithContextLogger function's, else the client's.
+func (c *Client) log(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
+		return l
+	}
+	if c.ctxLogger != nil {
+		if l := c.ctxLogger(ctx); l != nil {
+			return l
+		}
+	}
+	return c.logger
+}

@@ -1,0 +1,131 @@
+package snapsvc_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// lineSink collects funcr's formatted lines.
+type lineSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (s *lineSink) write(prefix, args string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = append(s.lines, prefix+" "+args)
+}
+
+func (s *lineSink) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.lines...)
+}
+
+// logrLogger is a logr logger writing to sink. logr.ToSlogHandler maps
+// slog's levels to V-levels by negating them, so slog.LevelDebug (-4) is
+// V(4): the verbosity that shows snapsvc's debug lines.
+func logrLogger(sink *lineSink) logr.Logger {
+	return funcr.New(sink.write, funcr.Options{Verbosity: 4})
+}
+
+// fromLogr is the WithContextLogger function a logr user (k8sd) plugs in.
+func fromLogr(ctx context.Context) *slog.Logger {
+	l, err := logr.FromContext(ctx)
+	if err != nil {
+		return nil
+	}
+	return slog.New(logr.ToSlogHandler(l))
+}
+
+func TestContextLoggerCarriesRequestValues(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
+		{Name: "kube-proxy", Daemon: "simple", Enabled: true, Active: true},
+	}}))
+	clientLog := newLogWatch()
+	c := newClient(t, srv, snapsvc.WithLogger(clientLog.logger()), snapsvc.WithContextLogger(fromLogr))
+
+	// Two reconciles with their own request values, concurrently (on
+	// different services, so neither merges into the other's restart).
+	sinks := map[string]*lineSink{"kubelet": {}, "kube-proxy": {}}
+	var wg sync.WaitGroup
+	for name, sink := range sinks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := logr.NewContext(context.Background(), logrLogger(sink).WithValues("controller", name))
+			if _, err := c.Restart(ctx, []string{"k8s." + name}, snapsvc.RestartOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for name, sink := range sinks {
+		lines := sink.all()
+		if len(lines) == 0 {
+			t.Fatalf("%s: no lines through logr", name)
+		}
+		done := false
+		for _, l := range lines {
+			if !strings.Contains(l, fmt.Sprintf(`"controller"=%q`, name)) {
+				t.Errorf("%s: line without the request's value: %s", name, l)
+			}
+			if strings.Contains(l, `"msg"="change done"`) && strings.Contains(l, `"change"=`) {
+				done = true
+			}
+		}
+		if !done {
+			t.Errorf("%s: no 'change done' line naming the change: %q", name, lines)
+		}
+	}
+	if got := clientLog.all(); len(got) != 0 {
+		t.Errorf("the client's own logger got lines meant for the calls' loggers: %q", got)
+	}
+
+	// Without a logger in the context the client's own logger is used.
+	if _, err := c.Restart(context.Background(), []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(clientLog.all()) == 0 {
+		t.Fatal("no line on the client's logger for a context without one")
+	}
+}
+
+func TestContextWithLoggerWins(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+		{Name: "kubelet", Daemon: "simple"},
+	}}))
+	viaFunc := &lineSink{}
+	c := newClient(t, srv, snapsvc.WithContextLogger(func(context.Context) *slog.Logger {
+		return slog.New(logr.ToSlogHandler(logrLogger(viaFunc)))
+	}))
+	explicit := newLogWatch()
+	ctx := snapsvc.ContextWithLogger(context.Background(), explicit.logger().With("request", "r1"))
+	if _, err := c.Start(ctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{Enable: true}); err != nil {
+		t.Fatal(err)
+	}
+	lines := explicit.all()
+	if len(lines) == 0 || len(viaFunc.all()) != 0 {
+		t.Fatalf("ContextWithLogger lines %q, WithContextLogger lines %q: the context's logger must win", lines, viaFunc.all())
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "request=r1") {
+			t.Errorf("line without the logger's attributes: %s", l)
+		}
+	}
+	if snapsvc.ContextWithLogger(ctx, nil) != ctx {
+		t.Error("a nil logger changed the context")
+	}
+}
