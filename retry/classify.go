@@ -150,12 +150,20 @@ func isTakingTooLong(msg string) bool {
 // snapctl: " before 2.70 and "snapctl: " from 2.70 (daemon/api_snapctl.go).
 var messagePrefixes = []string{"error: ", "error running snapctl: ", "snapctl: "}
 
+// stripPrefixes removes those prefixes, in any order and however many
+// layers of them there are ("error: error running snapctl: ...").
 func stripPrefixes(msg string) string {
 	msg = strings.TrimSpace(msg)
-	for _, p := range messagePrefixes {
-		msg = strings.TrimPrefix(msg, p)
+	for {
+		trimmed := msg
+		for _, p := range messagePrefixes {
+			trimmed = strings.TrimPrefix(trimmed, p)
+		}
+		if trimmed == msg {
+			return msg
+		}
+		msg = trimmed
 	}
-	return msg
 }
 
 // IsUnreachable reports whether err is a failure to connect to snapd at
