@@ -90,9 +90,9 @@ func (c *Client) isOwn(o op, id string) bool {
 // stop --disable the caller checks the services' state once the change is
 // done (runner.adoptedMatches).
 //
-// until, when not zero, is when the request failed: snapd makes a change
-// before it answers, so a change spawned after the answer was lost is not
-// the request's either.
+// until, when not zero, also leaves out changes spawned after it: snapd
+// makes a request's change before it answers, so for a request that was
+// answered (snapctl's "taking too long", say) nothing later is its.
 func (c *Client) findOpChange(ctx context.Context, o op, sentAt, until time.Time, skip map[string]bool) (string, error) {
 	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
 	if err != nil {
@@ -244,7 +244,7 @@ func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp
 	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
 		return ""
 	}
-	id, _ := c.findOpChange(ctx, o, sentAt, c.clock.Now(), nil)
+	id, _ := c.findOpChange(ctx, o, sentAt, c.clock.Now(), nil) // snapctl answered: the change predates the answer
 	*errp = errors.Join(&ChangeError{ID: id, Kind: "service-control", Status: snapd.StatusError, Err: msg}, *errp)
 	return id
 }

@@ -134,7 +134,6 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		r.res.Attempts = r.rt.Attempt()
 		sentAt := c.clock.Now()
 		changeID, err := c.send(ctx, o)
-		failedAt := c.clock.Now()
 		r.reach.observe(ctx, r.event(0), err)
 		if err == nil {
 			return r.succeeded(ctx, changeID, sentAt, c.clock.Now(), wait)
@@ -188,7 +187,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			ev := r.event(EventAnswerLost)
 			ev.Err = err
 			c.emit(ev)
-			res, done, err, resend := r.recoverLost(ctx, sentAt, failedAt, wait)
+			res, done, err, resend := r.recoverLost(ctx, sentAt, wait)
 			if !resend {
 				return res, done, err
 			}
@@ -252,9 +251,9 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answere
 // change the request made, settles the outcome from the services' state,
 // or reports (resend) that the request made no change and may be sent
 // again.
-func (r *runner) recoverLost(ctx context.Context, sentAt, failedAt time.Time, wait bool) (res *Result, done bool, err error, resend bool) {
+func (r *runner) recoverLost(ctx context.Context, sentAt time.Time, wait bool) (res *Result, done bool, err error, resend bool) {
 	c := r.c
-	id, settled, err := r.resolveLost(ctx, sentAt, failedAt)
+	id, settled, err := r.resolveLost(ctx, sentAt)
 	if err != nil {
 		res, done, err = r.fail("", err)
 		return res, done, err, false
@@ -391,29 +390,36 @@ func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictEr
 }
 
 // resolveLost finds out whether a request whose outcome is unknown made a
-// change. It returns the change's id, or "" when the request certainly
-// made none (so sending it again is safe). It never sends the action
-// again itself: while the lookup fails it retries the lookup within the
-// policy. When snapd refuses the lookup (snapctl without
+// change. It returns the change's id, or "" when the request made none (so
+// sending it again is safe). A connection can break while snapd is still
+// handling the request, before it has made the change, so one empty
+// look-up is not proof: only a second one, a pause later, is. It never
+// sends the action again itself: while the lookup fails it retries the
+// lookup within the policy. When snapd refuses the lookup (snapctl without
 // snap-refresh-observe), a start or stop is settled by watching the
 // services reach the state asked for ("snapctl services" needs no
 // interface); a restart cannot be told from the state, so it ends with
 // ErrOutcomeUnknown rather than run twice. Any other way it ends before it
 // knows is ErrOutcomeUnknown too, never a retryable error.
-func (r *runner) resolveLost(ctx context.Context, sentAt, failedAt time.Time) (id string, settled bool, err error) {
+func (r *runner) resolveLost(ctx context.Context, sentAt time.Time) (id string, settled bool, err error) {
+	confirming := false
 	for {
-		id, err := r.c.findOpChange(ctx, r.o, sentAt, failedAt, r.known)
+		id, err := r.c.findOpChange(ctx, r.o, sentAt, time.Time{}, r.known)
 		r.reach.observe(ctx, r.event(0), err)
-		if err == nil {
+		switch {
+		case err == nil && (id != "" || confirming):
 			return id, false, nil
-		}
-		if isForbidden(err) {
+		case err == nil:
+			r.log.Debug("no change for the request whose answer was lost yet; looking again before sending it again")
+			confirming = true
+		case isForbidden(err):
 			if r.o.action == "restart" {
 				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.last}
 			}
 			return "", true, r.awaitState(ctx)
+		default:
+			r.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
 		}
-		r.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
 		if ctx.Err() != nil {
 			return "", false, &outcomeUnknownError{reason: "interrupted looking for the change of a request whose answer was lost", last: interrupted(ctx, r.last)}
 		}
