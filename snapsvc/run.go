@@ -271,13 +271,13 @@ func (r *runner) recoverLost(ctx context.Context, sentAt time.Time, wait bool) (
 		// Enable and disable leave no trace in the change: a foreign plain
 		// start looks exactly like our start --enable. Only the services'
 		// state after the change tells them apart.
-		ok, err := r.adoptedMatches(ctx, id)
+		ok, svcs, err := r.adoptedMatches(ctx, id)
 		if err != nil {
 			res, done, err = r.fail(id, err)
 			return res, done, err, false
 		}
 		if !ok {
-			r.log.Info("the change found was not this request's (the services are not "+map[bool]string{true: "enabled", false: "disabled"}[r.o.enable]+"); sending it again", "change", id)
+			r.log.Info("the change found was not this request's (the services are not "+map[bool]string{true: "enabled", false: "disabled"}[r.o.enable]+"); sending it again", "change", id, "services", svcs)
 			c.unclaim(r.o, id)
 			r.known[id] = true
 			return nil, false, nil, true
@@ -294,25 +294,27 @@ func (r *runner) recoverLost(ctx context.Context, sentAt time.Time, wait bool) (
 
 // adoptedMatches waits for change id, found for a start --enable or stop
 // --disable whose answer was lost, and reports whether the services are
-// now in the state the request asks for, enabling and disabling included.
-func (r *runner) adoptedMatches(ctx context.Context, id string) (bool, error) {
+// now enabled (disabled) as the request asks. Only that is read: whether
+// they run is the change's own outcome, and a foreign change (a restart,
+// say) may be moving them at this moment without touching their startup.
+func (r *runner) adoptedMatches(ctx context.Context, id string) (bool, []Service, error) {
 	if _, err := r.c.waitChange(ctx, id, r.waitOpts(false)); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	for {
 		svcs, err := r.c.Services(ctx, r.o.t.names...)
 		r.reach.observe(ctx, r.event(0), err)
 		if err == nil {
-			return r.o.reached(svcs), nil
+			return r.o.flagsApplied(svcs), svcs, nil
 		}
 		if !retry.IsRetryable(err) {
-			return false, &outcomeUnknownError{reason: fmt.Sprintf("change %s is done but the services' state cannot be read to tell whether it was this request's", id), last: err}
+			return false, nil, &outcomeUnknownError{reason: fmt.Sprintf("change %s is done but the services' state cannot be read to tell whether it was this request's", id), last: err}
 		}
 		if reason := r.rt.Exhausted(); reason != "" {
-			return false, &outcomeUnknownError{reason: reason + " reading the services' state after change " + id, last: err}
+			return false, nil, &outcomeUnknownError{reason: reason + " reading the services' state after change " + id, last: err}
 		}
 		if perr := r.rt.Pause(ctx); perr != nil {
-			return false, &outcomeUnknownError{reason: "interrupted reading the services' state after change " + id, last: interrupted(ctx, err)}
+			return false, nil, &outcomeUnknownError{reason: "interrupted reading the services' state after change " + id, last: interrupted(ctx, err)}
 		}
 	}
 }
@@ -450,6 +452,19 @@ func (r *runner) awaitState(ctx context.Context) error {
 			return &outcomeUnknownError{reason: "interrupted waiting for the services to reach the state asked for", last: interrupted(ctx, r.last)}
 		}
 	}
+}
+
+// flagsApplied reports whether svcs are enabled or disabled as o asks.
+func (o op) flagsApplied(svcs []Service) bool {
+	if len(svcs) == 0 {
+		return false
+	}
+	for _, s := range svcs {
+		if (o.enable && !s.Enabled) || (o.disable && s.Enabled) {
+			return false
+		}
+	}
+	return true
 }
 
 // reached reports whether svcs are in the state o asks for.
