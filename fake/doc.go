@@ -6,6 +6,26 @@
 // snapd 2.57.6 against it), so a client that works against the fake reads a
 // real snapd the same way.
 //
+// # Where things are
+//
+// The model (what snapd does): state.go (changes, tasks, statuses,
+// notices, the conflict rule), engine.go (service-control tasks and their
+// systemctl steps), options.go (snaps, apps, version profiles, options).
+//
+// The routes (what snapd serves), one file per family as in snapd's
+// daemon/api_*.go: api_apps.go, api_changes.go, api_notices.go,
+// api_snapctl.go, api_system.go; router.go dispatches them, writes the
+// envelopes and applies injected faults; server.go is the Server's
+// lifecycle (New, listening, Close) and clock.go its Clock.
+//
+// Test controls (what no snapd has; a test or a user of the fake drives
+// the double with them): control_changes.go (AddChange, Change, StartHook),
+// control_faults.go (InjectFault), control_restart.go (maintenance,
+// RestartDaemon, latency, dropped connections), control_state.go
+// (SetFailStart, SetService, ...), control_wait.go (WaitFor, View,
+// WaitIdle, AdvanceUntil*), introspect.go (Requests, Counters, Service,
+// ChangeByID, ...) and clock_manual.go (ManualClock).
+//
 // # Starting
 //
 //	s := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{

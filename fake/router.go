@@ -1,0 +1,344 @@
+package fake
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+)
+
+type errorResult struct {
+	Message string `json:"message"`
+	Kind    string `json:"kind,omitempty"`
+	Value   any    `json:"value,omitempty"`
+}
+
+type response struct {
+	status int
+	typ    string
+	result any
+	change string
+	// bare responses are served before the handler runs (router 404,
+	// 405, access-check 403): daemon/daemon.go Command.ServeHTTP adds
+	// "maintenance" only to what a handler returns.
+	bare bool
+}
+
+// respJSON mirrors daemon/response.go.
+type respJSON struct {
+	Type        string       `json:"type"`
+	StatusCode  int          `json:"status-code"`
+	Status      string       `json:"status"`
+	Result      any          `json:"result"`
+	Change      string       `json:"change,omitempty"`
+	Maintenance *errorResult `json:"maintenance,omitempty"`
+}
+
+func syncResp(result any) *response { return &response{status: 200, typ: "sync", result: result} }
+
+func asyncResp(id string) *response { return &response{status: 202, typ: "async", change: id} }
+
+func errResp(status int, kind string, value any, format string, a ...any) *response {
+	msg := format
+	if len(a) > 0 {
+		msg = fmt.Sprintf(format, a...)
+	}
+	return &response{status: status, typ: "error", result: &errorResult{Message: msg, Kind: kind, Value: value}}
+}
+
+func badRequest(format string, a ...any) *response { return errResp(400, "", nil, format, a...) }
+
+func notFound(format string, a ...any) *response { return errResp(404, "", nil, format, a...) }
+
+// forbidden is an access-check failure (daemon/access.go), served bare.
+func forbidden(msg string) *response {
+	r := errResp(403, "login-required", nil, "%s", msg)
+	r.bare = true
+	return r
+}
+
+// routeNotFound is the router's NotFoundHandler (daemon/daemon.go), bare.
+func routeNotFound() *response {
+	r := notFound("not found")
+	r.bare = true
+	return r
+}
+
+func methodNotAllowed(m string) *response {
+	r := errResp(405, "", nil, "method %q not allowed", m)
+	r.bare = true
+	return r
+}
+
+func routeKey(method, path string) string {
+	parts := strings.Split(path, "/")
+	if len(parts) == 4 && parts[1] == "v2" && (parts[2] == "changes" || parts[2] == "notices") && parts[3] != "" {
+		parts[3] = "{id}"
+	}
+	return method + " " + strings.Join(parts, "/")
+}
+
+func (s *Server) handler(sock string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		stopping := s.stopping
+		req := Request{Time: s.nowLocked(), Socket: sock, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body), UserAgent: r.UserAgent()}
+		s.counters.Requests[routeKey(r.Method, r.URL.Path)]++
+		s.inflight++
+		s.wakeLocked()
+		lat := s.latency
+		fault := s.faultForLocked(req)
+		if fault != nil {
+			req.Fault = fault.Kind.String()
+		}
+		s.mu.Unlock()
+
+		defer func() {
+			s.mu.Lock()
+			s.inflight--
+			s.wakeLocked()
+			s.mu.Unlock()
+		}()
+		if lat > 0 {
+			ch := make(chan struct{})
+			tm := s.clock.AfterFunc(lat, func() { close(ch) })
+			select {
+			case <-ch:
+			case <-r.Context().Done():
+				tm.Stop()
+				return
+			case <-s.closeCh:
+				tm.Stop()
+				return
+			case <-stopping:
+				tm.Stop()
+				return
+			}
+		}
+
+		if fault != nil && !fault.Kind.handles() {
+			if !holdAnswer(r, fault, stopping, s.closeCh) {
+				return
+			}
+			s.answerFault(w, req, fault)
+			return
+		}
+
+		rsp := s.route(sock, r, body, stopping)
+
+		s.mu.Lock()
+		req.Done = s.nowLocked()
+		req.Status = rsp.status
+		req.Change = rsp.change
+		if er, ok := rsp.result.(*errorResult); ok && rsp.typ == "error" {
+			req.Kind, req.Message = er.Kind, er.Message
+		}
+		req.Dropped = fault != nil && fault.Kind == FaultDrop
+		s.requests = append(s.requests, req)
+		out := respJSON{Type: rsp.typ, StatusCode: rsp.status, Status: http.StatusText(rsp.status), Result: rsp.result, Change: rsp.change}
+		if !rsp.bare {
+			out.Maintenance = s.maint
+		}
+		s.mu.Unlock()
+
+		buf, err := json.Marshal(out)
+		if err != nil {
+			buf = []byte(`{"type":"error","status-code":500,"status":"Internal Server Error","result":{"message":"internal error"}}`)
+			rsp.status = 500
+		}
+		if fault != nil {
+			if !holdAnswer(r, fault, stopping, s.closeCh) {
+				return
+			}
+			switch fault.Kind {
+			case FaultDrop:
+				closeWithoutAnswer(w)
+				return
+			case FaultCut:
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", fmt.Sprint(len(buf)))
+				w.WriteHeader(rsp.status)
+				w.Write(buf[:len(buf)/2])
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
+				}
+				closeWithoutAnswer(w)
+				return
+			case FaultGarble:
+				buf = []byte(garbled)
+				w.Header().Set("Content-Type", "text/html")
+			}
+		}
+		if w.Header().Get("Content-Type") == "" {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(buf)))
+		w.WriteHeader(rsp.status)
+		w.Write(buf)
+	})
+}
+
+// answerFault answers a request a FaultReject or FaultReply applies to,
+// without acting on it.
+func (s *Server) answerFault(w http.ResponseWriter, req Request, f *Fault) {
+	s.mu.Lock()
+	req.Done = s.nowLocked()
+	if f.Kind == FaultReply {
+		req.Status = f.Status
+		var env struct {
+			Type   string      `json:"type"`
+			Result errorResult `json:"result"`
+		}
+		if json.Unmarshal(f.Body, &env) == nil && env.Type == "error" {
+			req.Kind, req.Message = env.Result.Kind, env.Result.Message
+		}
+	} else {
+		req.Dropped = true
+	}
+	s.requests = append(s.requests, req)
+	s.mu.Unlock()
+	if f.Kind == FaultReject {
+		closeWithoutAnswer(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(f.Body)))
+	w.WriteHeader(f.Status)
+	w.Write(f.Body)
+}
+
+// holdAnswer waits for a fault's Hold channel, if any. It returns false
+// when the client or the server went away meanwhile.
+func holdAnswer(r *http.Request, f *Fault, stopping, closed <-chan struct{}) bool {
+	if f.Hold == nil {
+		return true
+	}
+	select {
+	case <-f.Hold:
+		return true
+	case <-r.Context().Done():
+	case <-stopping:
+	case <-closed:
+	}
+	return false
+}
+
+// closeWithoutAnswer closes the request's connection with nothing more
+// written.
+func closeWithoutAnswer(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-chan struct{}) *response {
+	p := r.URL.Path
+	switch {
+	case p == "/v2/apps":
+		// daemon/daemon.go checks the method before access; then
+		// daemon/access.go: openAccess/authenticatedAccess require snapd.socket
+		if r.Method != "GET" && r.Method != "POST" {
+			return methodNotAllowed(r.Method)
+		}
+		if sock != "main" {
+			return forbidden("access denied")
+		}
+		if r.Method == "GET" {
+			return s.getApps(r)
+		}
+		return s.postApps(body)
+	case p == "/v2/changes":
+		if r.Method != "GET" {
+			return methodNotAllowed(r.Method)
+		}
+		if rsp := s.observeDenied(sock); rsp != nil {
+			return rsp
+		}
+		return s.getChanges(r)
+	case strings.HasPrefix(p, "/v2/changes/") && len(p) > len("/v2/changes/"):
+		id := strings.TrimPrefix(p, "/v2/changes/")
+		switch r.Method {
+		case "GET":
+			if rsp := s.observeDenied(sock); rsp != nil {
+				return rsp
+			}
+			return s.getChange(id)
+		case "POST":
+			if sock != "main" {
+				return forbidden("access denied")
+			}
+			return s.abortChange(id, body)
+		}
+		return methodNotAllowed(r.Method)
+	case p == "/v2/notices" || strings.HasPrefix(p, "/v2/notices/"):
+		if !s.cfg.version.hasNotices() {
+			return routeNotFound()
+		}
+		if r.Method != "GET" {
+			return methodNotAllowed(r.Method)
+		}
+		if rsp := s.observeDenied(sock); rsp != nil {
+			return rsp
+		}
+		if p == "/v2/notices" {
+			return s.getNotices(r, stopping)
+		}
+		return s.getNotice(strings.TrimPrefix(p, "/v2/notices/"))
+	case p == "/v2/snapctl":
+		if r.Method != "POST" {
+			return methodNotAllowed(r.Method)
+		}
+		// daemon/access.go snapAccess: only snapd-snap.socket
+		if sock != "snap" {
+			return forbidden("access denied")
+		}
+		return s.postSnapctl(r.Context(), body, stopping)
+	case p == "/v2/system-info":
+		if r.Method != "GET" {
+			return methodNotAllowed(r.Method)
+		}
+		if sock != "main" {
+			return forbidden("access denied")
+		}
+		return s.sysInfo()
+	}
+	// daemon/daemon.go: router.NotFoundHandler = NotFound("not found")
+	return routeNotFound()
+}
+
+// observeDenied answers reads of changes/notices on the snap socket when
+// WithSnapSocketObserveDenied is set, as snapd does for a caller it cannot
+// map to a snap plugging snap-refresh-observe: "access denied" before 2.68,
+// "could not determine snap name for pid: ..." from 2.68 on (the pid is the
+// fake's own: the fake does not look up the peer).
+func (s *Server) observeDenied(sock string) *response {
+	if sock == "main" || !s.cfg.snapSocketDenied {
+		return nil
+	}
+	return forbidden(s.cfg.version.observeDeniedMessage(os.Getpid()))
+}
+
+// commaList mirrors strutil.CommaSeparatedList (trimmed, empties dropped)
+// applied to every value of a repeated parameter.
+func commaList(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
