@@ -90,6 +90,14 @@ type appJSON struct {
 	Active      bool   `json:"active,omitempty"`
 }
 
+func appToJSON(a *appState) appJSON {
+	j := appJSON{Snap: a.snap, Name: a.Name}
+	if a.Daemon != "" {
+		j.Daemon, j.DaemonScope, j.Enabled, j.Active = a.Daemon, a.DaemonScope, a.Enabled, a.Active
+	}
+	return j
+}
+
 func (s *Server) getApps(r *http.Request) *response {
 	q := r.URL.Query()
 	sel := q.Get("select")
@@ -111,11 +119,7 @@ func (s *Server) getApps(r *http.Request) *response {
 	}
 	out := []appJSON{}
 	for _, a := range apps {
-		j := appJSON{Snap: a.snap, Name: a.Name}
-		if a.Daemon != "" {
-			j.Daemon, j.DaemonScope, j.Enabled, j.Active = a.Daemon, a.DaemonScope, a.Enabled, a.Active
-		}
-		out = append(out, j)
+		out = append(out, appToJSON(a))
 	}
 	return syncResp(out)
 }

@@ -91,7 +91,7 @@ func (s *Server) postSnapctl(ctx context.Context, body []byte, stopping <-chan s
 	case "unset":
 		s.mu.Lock()
 		for _, k := range args {
-			delete(cctx.snap.config, k)
+			configSet(cctx.snap.config, k, nil)
 		}
 		s.mu.Unlock()
 		return syncResp(snapctlResult{})
@@ -328,11 +328,11 @@ func (s *Server) snapctlGet(cctx *ctlContext, keys []string, fail func(string, .
 		return string(b)
 	}
 	if len(keys) == 1 {
-		return syncResp(snapctlResult{Stdout: format(cctx.snap.config[keys[0]]) + "\n"})
+		return syncResp(snapctlResult{Stdout: format(configValue(cctx.snap.config, keys[0])) + "\n"})
 	}
 	m := map[string]any{}
 	for _, k := range keys {
-		if v, ok := cctx.snap.config[k]; ok {
+		if v, ok := configGet(cctx.snap.config, k); ok {
 			m[k] = v
 		}
 	}
@@ -356,12 +356,19 @@ func (s *Server) snapctlSet(cctx *ctlContext, args []string, fail func(string, .
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, v := range vals {
-		cctx.snap.config[k] = v
+		configSet(cctx.snap.config, k, v)
 	}
 	return syncResp(snapctlResult{})
 }
 
-// Config returns snap's configuration value for key as set through snapctl.
+// configValue is the value at key, or nil.
+func configValue(doc map[string]any, key string) any {
+	v, _ := configGet(doc, key)
+	return v
+}
+
+// Config returns snap's configuration value for a (dotted) key, as set
+// through snapctl set or PUT /v2/snaps/{name}/conf.
 func (s *Server) Config(snap, key string) (any, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -369,6 +376,6 @@ func (s *Server) Config(snap, key string) (any, bool) {
 	if ss == nil {
 		return nil, false
 	}
-	v, ok := ss.config[key]
+	v, ok := configGet(ss.config, key)
 	return v, ok
 }

@@ -150,3 +150,6 @@ func (s *Server) advanceUntil(ctx context.Context, done func() bool, ready <-cha
 	}
 	return nil
 }
+
+// Conflicts returns how many requests were answered with a change conflict.
+func (v View) Conflicts() int { return v.s.counters.Conflicts }

@@ -201,6 +201,9 @@ func (s *Server) runStepsLocked(r *svcRun) {
 		st := r.steps[r.idx]
 		if !st.begun {
 			st.begun = true
+			if st.kind == stepStop && st.app.Active {
+				s.systemdLogLocked(st.app, "Stopping %s - %s...")
+			}
 			if st.kind == stepStop && st.dur > waitingLogDelay {
 				// snapd logs this on the task only once the unit is still
 				// stopping about a second in (measured ~1.03 s on real
@@ -244,17 +247,29 @@ func (s *Server) applyStepLocked(r *svcRun, st *step) string {
 	case stepDisable:
 		a.Enabled = false
 	case stepStop:
-		a.Active = false
+		if a.Active {
+			s.systemdLogLocked(a, "%[1]s: Deactivated successfully.")
+			s.systemdLogLocked(a, "Stopped %s - %s.")
+		}
+		a.Active, a.pid = false, 0
 	case stepReload:
+		if !a.Active {
+			s.startedLocked(a)
+		}
 		a.Active = true
 	case stepStart:
 		if a.FailStart != "" {
-			a.Active = false
+			s.systemdLogLocked(a, "%[1]s: Control process exited, code=exited, status=1/FAILURE")
+			s.systemdLogLocked(a, "Failed to start %s - %s.")
+			a.Active, a.pid = false, 0
 			verb := st.verb
 			if verb == "" {
 				verb = "start"
 			}
 			return s.systemctlError(verb, r.op.snap.name, a.Name, a.FailStart)
+		}
+		if !a.Active {
+			s.startedLocked(a)
 		}
 		a.Active = true
 	}

@@ -5,43 +5,47 @@ import "time"
 // Request is one request the fake answered (or dropped), for assertions.
 type Request struct {
 	// Time is when the request arrived, on the fake's clock.
-	Time time.Time
+	Time time.Time `json:"time"`
 	// Done is when the answer was ready, on the fake's clock.
-	Done time.Time
+	Done time.Time `json:"done"`
 	// Socket is "main" (snapd.socket) or "snap" (snapd-snap.socket).
-	Socket string
+	Socket string `json:"socket"`
 	// Method, Path, Query and Body are as received; UserAgent is the
 	// User-Agent header (snapsvc sends "snapsvc", the snap CLI "snapd/VERSION ...").
-	Method, Path, Query string
-	Body                string
-	UserAgent           string
+	Method    string `json:"method"`
+	Path      string `json:"path"`
+	Query     string `json:"query,omitempty"`
+	Body      string `json:"body,omitempty"`
+	UserAgent string `json:"user-agent,omitempty"`
 	// Status is the HTTP status code of the answer, Kind the error kind and
 	// Message the error message (both empty for success).
-	Status        int
-	Kind, Message string
+	Status  int    `json:"status"`
+	Kind    string `json:"kind,omitempty"`
+	Message string `json:"message,omitempty"`
 	// Change is the change id of an async answer.
-	Change string
+	Change string `json:"change,omitempty"`
 	// Dropped reports that the connection was closed instead of answering.
-	Dropped bool
+	Dropped bool `json:"dropped,omitempty"`
 	// Fault names the injected fault that applied ("drop", "cut",
 	// "garble", "reject", "reply"), or is empty.
-	Fault string
+	Fault string `json:"fault,omitempty"`
 }
 
 // Counters are aggregate statistics.
 type Counters struct {
 	// Requests counts requests per "METHOD /path" with ids replaced by
 	// {id}, e.g. "POST /v2/apps", "GET /v2/changes/{id}".
-	Requests map[string]int
+	Requests map[string]int `json:"requests"`
 	// Conflicts counts requests answered with a change conflict.
-	Conflicts int
+	Conflicts int `json:"conflicts"`
 	// ChangesCreated counts changes created (by requests, hooks or AddChange).
-	ChangesCreated int
+	ChangesCreated int `json:"changes-created"`
 }
 
 // AppState is the current state of one service.
 type AppState struct {
-	Enabled, Active bool
+	Enabled bool `json:"enabled"`
+	Active  bool `json:"active"`
 }
 
 // Service returns the current state of snap.app.
@@ -76,19 +80,26 @@ func (s *Server) Counters() Counters {
 
 // ChangeInfo describes a change, for assertions.
 type ChangeInfo struct {
-	ID, Kind, Summary, Status string
-	Ready                     bool
-	Err                       string
-	SpawnTime, ReadyTime      time.Time
-	SnapNames                 []string
-	Tasks                     []TaskInfo
+	ID        string     `json:"id"`
+	Kind      string     `json:"kind"`
+	Summary   string     `json:"summary"`
+	Status    string     `json:"status"`
+	Ready     bool       `json:"ready"`
+	Err       string     `json:"err,omitempty"`
+	SpawnTime time.Time  `json:"spawn-time"`
+	ReadyTime time.Time  `json:"ready-time"`
+	SnapNames []string   `json:"snap-names,omitempty"`
+	Tasks     []TaskInfo `json:"tasks,omitempty"`
 }
 
 // TaskInfo describes a task of a change.
 type TaskInfo struct {
-	ID, Kind, Summary, Status string
-	Log                       []string
-	AffectedSnaps             []string
+	ID            string   `json:"id"`
+	Kind          string   `json:"kind"`
+	Summary       string   `json:"summary"`
+	Status        string   `json:"status"`
+	Log           []string `json:"log,omitempty"`
+	AffectedSnaps []string `json:"affected-snaps,omitempty"`
 }
 
 func (s *Server) infoLocked(c *change) ChangeInfo {

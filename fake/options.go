@@ -37,6 +37,43 @@ type Snap struct {
 	// Cookie is the snap's ephemeral context id (what snap-confine puts in
 	// SNAP_COOKIE). Empty derives one from the name; see Server.Cookie.
 	Cookie string
+
+	// Version, Revision, Summary, Description, Base, Confinement, Grade,
+	// Type, TrackingChannel and License are what GET /v2/snaps serves (snap list,
+	// snap info). Defaults: version "1", revision "x1" (a sideloaded
+	// snap), confinement "strict", grade "stable", type "app".
+	Version, Revision, Summary, Description string
+	Base, Confinement, Grade, Type          string
+	TrackingChannel, License                string
+
+	// Hooks are the snap's hooks (snap.yaml "hooks:" or meta/hooks/). A
+	// snap without "configure" makes PUT /v2/snaps/{name}/conf fail as
+	// snapd does: the change ends in Error with `snap "x" has no
+	// "configure" hook`.
+	Hooks []string
+	// ConfigureHookDuration is how long the configure hook that PUT
+	// /v2/snaps/{name}/conf runs takes, on the fake's Clock. A negative
+	// duration holds the configure-snap change until the test finishes
+	// it (Change.Finish/Fail).
+	ConfigureHookDuration time.Duration
+	// ConfigureHookSleepKey, when set, names a configuration key whose
+	// integer value (after the patch) is the hook's duration in seconds,
+	// as the integration suite's svcdemo hook sleeps $(snapctl get
+	// hook-sleep); it overrides ConfigureHookDuration when the key is set.
+	ConfigureHookSleepKey string
+	// Config is the snap's initial configuration (nested maps for dotted
+	// keys: {"a": {"b": 1}} is a.b=1).
+	Config map[string]any
+}
+
+// hasHook reports whether the snap declares hook.
+func (sn Snap) hasHook(hook string) bool {
+	for _, h := range sn.Hooks {
+		if h == hook {
+			return true
+		}
+	}
+	return false
 }
 
 // SystemctlJobFailed returns the stderr text systemctl prints when a

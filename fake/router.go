@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 )
 
 type errorResult struct {
@@ -24,16 +25,26 @@ type response struct {
 	// 405, access-check 403): daemon/daemon.go Command.ServeHTTP adds
 	// "maintenance" only to what a handler returns.
 	bare bool
+	// sources is findResponse's "sources" (GET /v2/snaps, /v2/find).
+	sources []string
+	// stream, when set, writes a non-envelope body (GET /v2/logs' json-seq)
+	// after the status line; done is closed when the server stops.
+	stream func(w http.ResponseWriter, r *http.Request, done <-chan struct{})
 }
 
 // respJSON mirrors daemon/response.go.
 type respJSON struct {
-	Type        string       `json:"type"`
-	StatusCode  int          `json:"status-code"`
-	Status      string       `json:"status"`
-	Result      any          `json:"result"`
-	Change      string       `json:"change,omitempty"`
-	Maintenance *errorResult `json:"maintenance,omitempty"`
+	Type       string   `json:"type"`
+	StatusCode int      `json:"status-code"`
+	Status     string   `json:"status"`
+	Result     any      `json:"result"`
+	Change     string   `json:"change,omitempty"`
+	Sources    []string `json:"sources,omitempty"`
+	// WarningTimestamp and WarningCount are added to every non-error
+	// answer while warnings are pending (daemon/daemon.go, addWarningCount).
+	WarningTimestamp *time.Time   `json:"warning-timestamp,omitempty"`
+	WarningCount     int          `json:"warning-count,omitempty"`
+	Maintenance      *errorResult `json:"maintenance,omitempty"`
 }
 
 func syncResp(result any) *response { return &response{status: 200, typ: "sync", result: result} }
@@ -142,9 +153,30 @@ func (s *Server) handler(sock string) http.Handler {
 		}
 		req.Dropped = fault != nil && fault.Kind == FaultDrop
 		s.requests = append(s.requests, req)
-		out := respJSON{Type: rsp.typ, StatusCode: rsp.status, Status: http.StatusText(rsp.status), Result: rsp.result, Change: rsp.change}
+		if rsp.stream != nil {
+			s.mu.Unlock()
+			w.Header().Set("Content-Type", "application/json-seq")
+			w.WriteHeader(rsp.status)
+			done := make(chan struct{})
+			go func() {
+				select {
+				case <-stopping:
+				case <-s.closeCh:
+				case <-r.Context().Done():
+				}
+				close(done)
+			}()
+			rsp.stream(w, r, done)
+			return
+		}
+		out := respJSON{Type: rsp.typ, StatusCode: rsp.status, Status: http.StatusText(rsp.status), Result: rsp.result, Change: rsp.change, Sources: rsp.sources}
 		if !rsp.bare {
 			out.Maintenance = s.maint
+			if rsp.typ != "error" {
+				if n, stamp := s.warningsSummaryLocked(); n > 0 {
+					out.WarningCount, out.WarningTimestamp = n, &stamp
+				}
+			}
 		}
 		s.mu.Unlock()
 
@@ -304,6 +336,35 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 			return forbidden("access denied")
 		}
 		return s.postSnapctl(r.Context(), body, stopping)
+	case p == "/v2/snaps" || strings.HasPrefix(p, "/v2/snaps/"):
+		return s.routeSnaps(sock, r, body)
+	case p == "/v2/find":
+		if r.Method != "GET" {
+			return methodNotAllowed(r.Method)
+		}
+		if sock != "main" {
+			return forbidden("access denied")
+		}
+		return s.findStore(r)
+	case p == "/v2/logs":
+		if r.Method != "GET" {
+			return methodNotAllowed(r.Method)
+		}
+		if sock != "main" {
+			return forbidden("access denied")
+		}
+		return s.getLogs(r)
+	case p == "/v2/warnings":
+		if r.Method != "GET" && r.Method != "POST" {
+			return methodNotAllowed(r.Method)
+		}
+		if sock != "main" {
+			return forbidden("access denied")
+		}
+		if r.Method == "GET" {
+			return s.getWarnings(r)
+		}
+		return s.ackWarnings(body)
 	case p == "/v2/system-info":
 		if r.Method != "GET" {
 			return methodNotAllowed(r.Method)
@@ -315,6 +376,46 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 	}
 	// daemon/daemon.go: router.NotFoundHandler = NotFound("not found")
 	return routeNotFound()
+}
+
+// routeSnaps serves /v2/snaps, /v2/snaps/{name} (read access as
+// /v2/changes: snap-refresh-observe on the snap socket) and
+// /v2/snaps/{name}/conf (main socket only).
+func (s *Server) routeSnaps(sock string, r *http.Request, body []byte) *response {
+	rest := strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v2/snaps"), "/")
+	name, sub, hasSub := strings.Cut(rest, "/")
+	switch {
+	case hasSub && sub == "conf" && name != "":
+		if r.Method != "GET" && r.Method != "PUT" {
+			return methodNotAllowed(r.Method)
+		}
+		if sock != "main" {
+			return forbidden("access denied")
+		}
+		if r.Method == "GET" {
+			return s.getSnapConf(r, name)
+		}
+		return s.putSnapConf(name, body)
+	case hasSub:
+		return routeNotFound()
+	}
+	if r.Method != "GET" && r.Method != "POST" {
+		return methodNotAllowed(r.Method)
+	}
+	if r.Method == "POST" {
+		if sock != "main" {
+			return forbidden("access denied")
+		}
+		// install, remove, refresh, ... are not modelled
+		return badRequest("fake snapd does not install, remove or refresh snaps (POST %s)", r.URL.Path)
+	}
+	if rsp := s.observeDenied(sock); rsp != nil {
+		return rsp
+	}
+	if rest == "" {
+		return s.getSnaps(r)
+	}
+	return s.getSnap(name)
 }
 
 // observeDenied answers reads of changes/notices on the snap socket when

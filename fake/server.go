@@ -55,6 +55,10 @@ type Server struct {
 	conns          map[net.Conn]bool
 	inflight       int
 	handlers       sync.WaitGroup
+	warnings       []*warning
+	logs           []logEntry
+	logWake        chan struct{}
+	lastPID        int
 }
 
 // New starts a fake snapd. The caller must Close it.
@@ -72,6 +76,7 @@ func New(opts ...Option) (*Server, error) {
 		noticeByKey:  map[string]*notice{},
 		noticeWake:   make(chan struct{}),
 		stateWake:    make(chan struct{}),
+		logWake:      make(chan struct{}),
 		hooks:        map[string]*Hook{},
 		unsuccessful: map[string]unsuccessfulRule{},
 		timers:       map[int]Timer{},
@@ -122,7 +127,10 @@ func (s *Server) addSnapLocked(sn Snap) error {
 	if sn.Name == "" {
 		return errors.New("fake snapd: snap without a name")
 	}
-	ss := &snapState{name: sn.Name, cookie: sn.Cookie, apps: map[string]*appState{}, config: map[string]any{}}
+	ss := &snapState{name: sn.Name, cookie: sn.Cookie, apps: map[string]*appState{},
+		config: copyConfig(sn.Config), info: sn, installed: s.nowLocked()}
+	ss.info.Apps = nil
+	ss.info.Hooks = append([]string(nil), sn.Hooks...)
 	if ss.cookie == "" {
 		ss.cookie = cookieFor(sn.Name)
 	}

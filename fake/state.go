@@ -42,13 +42,18 @@ var statusOrder = []string{StatusAbort, StatusUndoing, StatusUndo, StatusDoing, 
 type appState struct {
 	App
 	snap string
+	pid  int // main pid of the running service (journal _PID), 0 when inactive
 }
 
 type snapState struct {
 	name   string
 	cookie string
 	apps   map[string]*appState
-	config map[string]any
+	config map[string]any // nested: "a.b" is config["a"]["b"]
+	info   Snap           // as installed (metadata for /v2/snaps)
+	// installed is when the snap was installed, on the fake's clock
+	// (install-date).
+	installed time.Time
 }
 
 func (ss *snapState) services() []*appState {
@@ -74,6 +79,7 @@ type task struct {
 	waitFor []*task
 	chg     *change
 	run     func() // started when the task becomes Doing; nil: manual (Finish/Fail)
+	onDone  func() // called once when the task ends Done (e.g. committing a configuration patch)
 	// noUndo marks kinds registered without an undo handler
 	// (service-control in overlord/servicestate/servicemgr.go, exec-command
 	// in overlord/cmdstate/cmdmgr.go): when their change is aborted they go
@@ -267,6 +273,11 @@ func (s *Server) setTaskStatusLocked(t *task, st string) {
 	t.status = st
 	if statusReady(st) && t.ready.IsZero() {
 		t.ready = s.nowLocked()
+	}
+	if st == StatusDone && t.onDone != nil {
+		f := t.onDone
+		t.onDone = nil
+		f()
 	}
 	if t.chg != nil {
 		s.taskStatusChangedLocked(t.chg)
