@@ -33,12 +33,18 @@ func (s *Server) getSnapConf(r *http.Request, name string) *response {
 		}
 		v, ok := configGet(doc, k)
 		if !ok {
-			return errResp(400, "option-not-found", map[string]string{"SnapName": name, "Key": k},
+			return errResp(400, "option-not-found", noOptionError{SnapName: name, Key: k},
 				"snap %q has no %q configuration option", name, k)
 		}
 		out[k] = v
 	}
 	return syncResp(copyConfig(out))
+}
+
+// noOptionError is config.NoOptionError as encoding/json writes it.
+type noOptionError struct {
+	SnapName string
+	Key      string
 }
 
 // putSnapConf mirrors daemon/api_snap_conf.go setSnapConf and

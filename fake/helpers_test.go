@@ -1,6 +1,7 @@
 package fake_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -79,3 +80,5 @@ func decode(t testing.TB, raw json.RawMessage, v any) {
 		t.Fatalf("decode %s: %v", raw, err)
 	}
 }
+
+func bufioReader(rsp *http.Response) *bufio.Reader { return bufio.NewReader(rsp.Body) }

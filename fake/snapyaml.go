@@ -14,7 +14,7 @@ import (
 // snapYAML is the part of meta/snap.yaml the fake models (snap/info_snap_yaml.go).
 type snapYAML struct {
 	Name        string                 `yaml:"name"`
-	Version     any                    `yaml:"version"`
+	Version     string                 `yaml:"version"`
 	Summary     string                 `yaml:"summary"`
 	Description string                 `yaml:"description"`
 	Base        string                 `yaml:"base"`
@@ -75,11 +75,8 @@ func SnapFromYAML(data []byte) (Snap, error) {
 	if len(y.Name) > 40 || !snapNameRe.MatchString(y.Name) {
 		return Snap{}, fmt.Errorf("fake snapd: snap.yaml: invalid snap name: %q", y.Name)
 	}
-	sn := Snap{Name: y.Name, Summary: y.Summary, Description: y.Description, Base: y.Base,
+	sn := Snap{Name: y.Name, Version: y.Version, Summary: y.Summary, Description: y.Description, Base: y.Base,
 		Type: y.Type, Confinement: y.Confinement, Grade: y.Grade, License: y.License}
-	if y.Version != nil {
-		sn.Version = fmt.Sprint(y.Version)
-	}
 	var names []string
 	for n := range y.Apps {
 		names = append(names, n)
