@@ -54,24 +54,6 @@ func (s *Server) startedLocked(a *appState) {
 	s.systemdLogLocked(a, "Started %s - %s.")
 }
 
-// AppendLog adds message to snap.app's journal as the service's own output
-// (syslog identifier "snap.app", the service's pid), for GET /v2/logs and
-// `snap logs`.
-func (s *Server) AppendLog(snap, app, message string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.appLocked(snap, app)
-	if a == nil || a.Daemon == "" {
-		return fmt.Errorf("fake snapd: AppendLog: no service %s.%s", snap, app)
-	}
-	pid := "-"
-	if a.pid != 0 {
-		pid = strconv.Itoa(a.pid)
-	}
-	s.addLogLocked(a, snap+"."+app, pid, message)
-	return nil
-}
-
 // getLogs mirrors daemon/api_apps.go getLogs: n (default 10, negative for
 // all) and follow are checked first, then names= as for /v2/apps
 // (services only; none at all is 404 app-not-found "no matching

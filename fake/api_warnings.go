@@ -53,24 +53,6 @@ func (w *warning) showAfter(t time.Time) bool {
 
 func (w *warning) expired(now time.Time) bool { return w.lastAdded.Add(warningExpireAfter).Before(now) }
 
-// AddWarning records a warning, as snapd's state.Warnf does (adding the
-// same message again only updates its last-added time). While it is
-// pending every non-error answer carries warning-count and
-// warning-timestamp, and the snap client prints "WARNING: There is 1 new
-// warning. See 'snap warnings'.".
-func (s *Server) AddWarning(message string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.nowLocked()
-	for _, w := range s.warnings {
-		if w.message == message {
-			w.lastAdded = now
-			return
-		}
-	}
-	s.warnings = append(s.warnings, &warning{message: message, firstAdded: now, lastAdded: now})
-}
-
 func (s *Server) liveWarningsLocked() []*warning {
 	now := s.nowLocked()
 	var out []*warning

@@ -1,6 +1,10 @@
 package fake
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
 
 // SetFailStart makes starting snap.app fail with systemctl stderr msg
 // (empty msg: starts succeed again).
@@ -46,4 +50,40 @@ func (s *Server) SetSnapctlUnsuccessful(command, stdout, stderr string, code int
 type unsuccessfulRule struct {
 	stdout, stderr string
 	code           int
+}
+
+// AddWarning records a warning, as snapd's state.Warnf does (adding the
+// same message again only updates its last-added time). While it is
+// pending every non-error answer carries warning-count and
+// warning-timestamp, and the snap client prints "WARNING: There is 1 new
+// warning. See 'snap warnings'.".
+func (s *Server) AddWarning(message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.nowLocked()
+	for _, w := range s.warnings {
+		if w.message == message {
+			w.lastAdded = now
+			return
+		}
+	}
+	s.warnings = append(s.warnings, &warning{message: message, firstAdded: now, lastAdded: now})
+}
+
+// AppendLog adds message to snap.app's journal as the service's own output
+// (syslog identifier "snap.app", the service's pid), for GET /v2/logs and
+// `snap logs`.
+func (s *Server) AppendLog(snap, app, message string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.appLocked(snap, app)
+	if a == nil || a.Daemon == "" {
+		return fmt.Errorf("fake snapd: AppendLog: no service %s.%s", snap, app)
+	}
+	pid := "-"
+	if a.pid != 0 {
+		pid = strconv.Itoa(a.pid)
+	}
+	s.addLogLocked(a, snap+"."+app, pid, message)
+	return nil
 }

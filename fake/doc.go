@@ -13,17 +13,21 @@
 // systemctl steps), options.go (snaps, apps, version profiles, options).
 //
 // The routes (what snapd serves), one file per family as in snapd's
-// daemon/api_*.go: api_apps.go, api_changes.go, api_notices.go,
-// api_snapctl.go, api_system.go; router.go dispatches them, writes the
-// envelopes and applies injected faults; server.go is the Server's
-// lifecycle (New, listening, Close) and clock.go its Clock.
+// daemon/api_*.go: api_apps.go, api_changes.go, api_conf.go (with the
+// configuration model, config.go), api_logs.go, api_notices.go,
+// api_snapctl.go, api_snaps.go, api_system.go, api_warnings.go;
+// snapyaml.go and snapsfile.go read snap descriptions; router.go
+// dispatches the routes, writes the envelopes and applies injected
+// faults; server.go is the Server's lifecycle (New, listening, Close) and
+// clock.go its Clock.
 //
 // Test controls (what no snapd has; a test or a user of the fake drives
 // the double with them): control_changes.go (AddChange, Change, StartHook),
 // control_faults.go (InjectFault), control_restart.go (maintenance,
 // RestartDaemon, latency, dropped connections), control_state.go
-// (SetFailStart, SetService, ...), control_wait.go (WaitFor, View,
-// WaitIdle, AdvanceUntil*), introspect.go (Requests, Counters, Service,
+// (SetFailStart, SetService, AddWarning, AppendLog, ...), control_http.go
+// (ControlHandler, the controls over HTTP), control_wait.go (WaitFor,
+// View, WaitIdle, AdvanceUntil*), introspect.go (Requests, Counters, Service,
 // ChangeByID, ...) and clock_manual.go (ManualClock).
 //
 // # Starting
@@ -73,7 +77,43 @@
 //     (one per change, counting spawn, each status change and ready), types,
 //     keys, after (strictly after last-repeated), timeout long-poll that
 //     wakes as soon as a matching notice is recorded. GET /v2/notices/{id}.
-//   - GET /v2/system-info (version = the profile).
+//   - GET /v2/snaps/{name}/conf (keys=, dotted keys, whole document;
+//     missing key 400 option-not-found with value {SnapName, Key}) and
+//     PUT (daemon/api_snap_conf.go): a "configure-snap" change with
+//     snap-names and one run-hook task "Run configure hook of %q snap"
+//     (" if present" for an empty patch) that runs the snap's configure
+//     hook for Snap.ConfigureHookDuration on the Clock (or the seconds in
+//     the config key Snap.ConfigureHookSleepKey, like the integration
+//     snap's hook-sleep; negative: held until Change.Finish) and commits
+//     the patch when it ends Done. A snap without "configure" in
+//     Snap.Hooks fails a non-empty patch with snapd's `snap %q has no
+//     "configure" hook`. While any change holds the snap, PUT answers 409
+//     snap-change-conflict {change-kind, snap-name}; /v2/apps answers its
+//     400 without kind. snapctl get/set/unset read and write the same
+//     configuration. Unknown snap: 404 snap-not-found.
+//   - GET /v2/snaps (select=, snaps=, "sources":["local"]) and
+//     GET /v2/snaps/{name} (404 snap-not-found "snap not installed"): the
+//     fields mapLocal fills for a sideloaded local snap (daemon/snap.go,
+//     client/packages.go), apps with daemon fields, per profile ("links"
+//     null from 2.62 to 2.68, "grade" from 2.77). GET /v2/find, which
+//     `snap info` also asks, is an empty store: name= 404 snap-not-found
+//     "snap not found", a search []. POST /v2/snaps and /v2/snaps/{name}
+//     (install, remove, refresh, ...) are refused with a 400 saying so.
+//   - GET /v2/logs (daemon/api_apps.go getLogs: names=, n= default 10,
+//     negative for all, follow=): an application/json-seq stream of
+//     client.Log records ("\x1e{...}\n") from the services' journal: the
+//     lines systemd logs as the fake starts and stops them (Started,
+//     Stopping, Deactivated successfully, Stopped, Failed to start; systemd
+//     252's wording) and lines added with AppendLog. No service at all: 404
+//     app-not-found "no matching services".
+//   - GET /v2/warnings (select=pending|all) and POST {"action":"okay",
+//     "timestamp":T}; while a warning (AddWarning) is pending every
+//     non-error answer carries warning-count and warning-timestamp.
+//   - GET /v2/system-info per profile: the version string Debian's build
+//     reports ("2.57.6-1+deb12u1+b2", "2.68.3-3+deb13u1+b7", "2.77.1-2";
+//     other profiles their number), os-release Debian 12 for 2.57 and 13
+//     after, "features" from 2.62, "snapd-bin-from" from 2.77, the
+//     captured feature lists; no "virtualization" and no refresh hold.
 //   - Unknown routes: 404 {"message":"not found"}.
 //
 // The conflict rule is snapd's CheckChangeConflictMany: any change that is
@@ -113,6 +153,14 @@
 //   - snapctl: only services, start, stop, restart, get, set, unset; no
 //     --help text, no "Notes" other than "-".
 //   - The caller is always root: no polkit, no 401, user-id filters allowed.
+//   - Snaps cannot be installed, removed or refreshed through the API; the
+//     store is empty. Every snap is active, sideloaded-looking (revision
+//     x1 unless set, no publisher) with installed-size 4096 and its
+//     install date when the Server learnt of it.
+//   - A configure hook started by PUT conf has no cookie of its own, so
+//     snapctl from inside it cannot be scripted (StartHook can).
+//   - /v2/logs has no injected faults or latency, and reads no real
+//     journal: only the modelled lines.
 //
 // # Time
 //
@@ -145,6 +193,14 @@
 //     does the whole sequence on the clock); WithoutListening for a socket
 //     that appears late.
 //   - SetLatency delays every answer (on the fake's clock).
+//   - AddWarning adds a snapd warning; AppendLog a journal line.
+//
+// # Outside Go
+//
+// ControlHandler serves the test controls as a JSON HTTP API (fakesnapd,
+// cmd/fakesnapd, serves it on D/control.socket). SnapFromYAML and
+// SnapFromDir build a Snap from a snap.yaml; ParseSnaps reads a small
+// YAML/JSON snaps file with durations and failing starts.
 //
 // # Introspection
 //
