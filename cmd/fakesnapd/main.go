@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+)
+
+//go:embed k8s-snap.yaml
+var k8sSnapYAML []byte
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: fakesnapd (--dir D | --root R) [--version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--json]
+       fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]   (fakesnapd ctl -h lists the commands)
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "ctl" {
+		return runCtl(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("fakesnapd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	dir := fs.String("dir", "", "directory for snapd.socket, snapd-snap.socket and control.socket")
+	root := fs.String("root", "", "a SNAPPY_GLOBAL_ROOT for the real snap client: sockets in R/run/")
+	version := fs.String("version", "2.77", "snapd release to imitate: 2.57, 2.62, 2.68, 2.70, 2.77 (or a full version)")
+	snapsFile := fs.String("snaps", "", "YAML or JSON file describing the snaps (see go doc ./fake ParseSnaps)")
+	var snapYAMLs multiFlag
+	fs.Var(&snapYAMLs, "snap-yaml", "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
+	asJSON := fs.Bool("json", false, "print one JSON line describing the sockets instead of the text help")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fakesnapd: unexpected argument %q\n%s", fs.Arg(0), usage)
+		return 2
+	}
+	d, err := socketDir(*dir, *root)
+	if err != nil {
+		fmt.Fprintf(stderr, "fakesnapd: %v\n%s", err, usage)
+		return 2
+	}
+	v, err := parseVersion(*version)
+	if err != nil {
+		fmt.Fprintf(stderr, "fakesnapd: %v\n", err)
+		return 2
+	}
+	if *snapsFile != "" && len(snapYAMLs) > 0 {
+		fmt.Fprintf(stderr, "fakesnapd: --snaps and --snap-yaml do not go together\n")
+		return 2
+	}
+	snaps, err := loadSnaps(*snapsFile, snapYAMLs)
+	if err != nil {
+		fmt.Fprintf(stderr, "fakesnapd: %v\n", err)
+		return 2
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		fmt.Fprintf(stderr, "fakesnapd: %v\n", err)
+		return 1
+	}
+	srv, err := fake.New(fake.WithDir(d), fake.WithVersion(v), fake.WithSnaps(snaps...))
+	if err != nil {
+		fmt.Fprintf(stderr, "fakesnapd: %v\n", err)
+		return 1
+	}
+	defer srv.Close()
+	ctlPath := filepath.Join(d, "control.socket")
+	os.Remove(ctlPath)
+	ln, err := net.Listen("unix", ctlPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "fakesnapd: cannot listen on %s: %v\n", ctlPath, err)
+		return 1
+	}
+	ctlSrv := &http.Server{Handler: srv.ControlHandler(), ReadHeaderTimeout: time.Minute}
+	served := make(chan struct{})
+	go func() { defer close(served); ctlSrv.Serve(ln) }()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	announce(stdout, *asJSON, srv, ctlPath, *root, snaps)
+	<-ctx.Done()
+
+	shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ctlSrv.Shutdown(shut)
+	ctlSrv.Close()
+	<-served
+	os.Remove(ctlPath)
+	srv.Close() // removes snapd.socket and snapd-snap.socket
+	fmt.Fprintln(stderr, "fakesnapd: stopped, sockets removed")
+	return 0
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func socketDir(dir, root string) (string, error) {
+	switch {
+	case dir != "" && root != "":
+		return "", errors.New("give --dir or --root, not both")
+	case root != "":
+		return filepath.Join(root, "run"), nil
+	case dir != "":
+		return dir, nil
+	}
+	return "", errors.New("--dir or --root is required")
+}
+
+// parseVersion maps the short profile names to the fake's profiles.
+func parseVersion(s string) (fake.Version, error) {
+	switch s {
+	case "2.57", "2.57.6":
+		return fake.Version257, nil
+	case "2.62":
+		return fake.Version262, nil
+	case "2.68", "2.68.3":
+		return fake.Version268, nil
+	case "2.70":
+		return fake.Version270, nil
+	case "2.77", "2.77.1":
+		return fake.Version277, nil
+	}
+	var a, b int
+	if n, _ := fmt.Sscanf(s, "%d.%d", &a, &b); n != 2 || a != 2 {
+		return "", fmt.Errorf("--version %q: want 2.57, 2.62, 2.68, 2.70, 2.77 or a 2.x version", s)
+	}
+	return fake.Version(s), nil
+}
+
+// defaultSnap is the k8s snap of k8s-snap.yaml, with its configure hook
+// (k8s-snap ships it in meta/hooks/) and durations that make its changes
+// visible: starts take 300ms, stops 200ms, the configure hook 2s.
+func defaultSnap() (fake.Snap, error) {
+	sn, err := fake.SnapFromYAML(k8sSnapYAML)
+	if err != nil {
+		return fake.Snap{}, err
+	}
+	sn.Hooks = append(sn.Hooks, "configure")
+	sn.ConfigureHookDuration = 2 * time.Second
+	for i := range sn.Apps {
+		if sn.Apps[i].Daemon != "" {
+			sn.Apps[i].StartDuration = 300 * time.Millisecond
+			sn.Apps[i].StopDuration = 200 * time.Millisecond
+		}
+	}
+	return sn, nil
+}
+
+func loadSnaps(file string, yamls []string) ([]fake.Snap, error) {
+	switch {
+	case file != "":
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		return fake.ParseSnaps(data)
+	case len(yamls) > 0:
+		var out []fake.Snap
+		for _, p := range yamls {
+			var sn fake.Snap
+			fi, err := os.Stat(p)
+			if err != nil {
+				return nil, err
+			}
+			if fi.IsDir() {
+				sn, err = fake.SnapFromDir(p)
+			} else {
+				var data []byte
+				if data, err = os.ReadFile(p); err == nil {
+					sn, err = fake.SnapFromYAML(data)
+				}
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			out = append(out, sn)
+		}
+		return out, nil
+	}
+	sn, err := defaultSnap()
+	if err != nil {
+		return nil, err
+	}
+	return []fake.Snap{sn}, nil
+}
+
+// Announcement is the --json line fakesnapd prints once it listens.
+type Announcement struct {
+	Version       string   `json:"version"`
+	Socket        string   `json:"socket"`
+	SnapSocket    string   `json:"snap-socket"`
+	ControlSocket string   `json:"control-socket"`
+	Root          string   `json:"root,omitempty"`
+	Snaps         []string `json:"snaps"`
+	PID           int      `json:"pid"`
+}
+
+func announce(w io.Writer, asJSON bool, srv *fake.Server, ctlPath, root string, snaps []fake.Snap) {
+	a := Announcement{Version: string(srv.Version()), Socket: srv.SocketPath(), SnapSocket: srv.SnapSocketPath(),
+		ControlSocket: ctlPath, Root: root, PID: os.Getpid()}
+	for _, sn := range snaps {
+		a.Snaps = append(a.Snaps, sn.Name)
+	}
+	if asJSON {
+		json.NewEncoder(w).Encode(a)
+		return
+	}
+	d := srv.Dir()
+	first := a.Snaps[0]
+	svc := first
+	for _, app := range snaps[0].Apps {
+		if app.Daemon != "" && (svc == first || app.Active) {
+			svc = first + "." + app.Name
+			if app.Active {
+				break
+			}
+		}
+	}
+	fmt.Fprintf(w, "fakesnapd: fake snapd %s serving snap(s) %s (pid %d)\n", a.Version, strings.Join(a.Snaps, ", "), a.PID)
+	fmt.Fprintf(w, "  snapd.socket       %s\n  snapd-snap.socket  %s\n  control            %s\n", a.Socket, a.SnapSocket, ctlPath)
+	fmt.Fprintf(w, "try:\n")
+	fmt.Fprintf(w, "  curl -sS --unix-socket %s http://localhost/v2/apps\n", a.Socket)
+	fmt.Fprintf(w, "  snapsvc --socket %s status %s\n", a.Socket, first)
+	if root != "" {
+		fmt.Fprintf(w, "  SNAPPY_GLOBAL_ROOT=%s SNAP_REEXEC=0 snap services %s\n", root, first)
+		fmt.Fprintf(w, "  fakesnapd ctl --root %s hold configure-snap %s     # a foreign change; then: finish ID\n", root, first)
+	} else {
+		fmt.Fprintf(w, "  fakesnapd ctl --dir %s hold configure-snap %s     # a foreign change; then: finish ID\n", d, first)
+	}
+	fmt.Fprintf(w, "  (a service to restart: %s)  Ctrl-C stops and removes the sockets.\n", svc)
+}
