@@ -382,9 +382,11 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 // /v2/changes: snap-refresh-observe on the snap socket) and
 // /v2/snaps/{name}/conf (main socket only).
 func (s *Server) routeSnaps(sock string, r *http.Request, body []byte) *response {
-	rest := strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v2/snaps"), "/")
+	rest, slash := strings.CutPrefix(strings.TrimPrefix(r.URL.Path, "/v2/snaps"), "/")
 	name, sub, hasSub := strings.Cut(rest, "/")
 	switch {
+	case slash && name == "":
+		return routeNotFound() // "/v2/snaps/" matches no route
 	case hasSub && sub == "conf" && name != "":
 		if r.Method != "GET" && r.Method != "PUT" {
 			return methodNotAllowed(r.Method)

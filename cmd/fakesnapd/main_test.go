@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // bins holds the fakesnapd and snapsvc binaries TestMain builds.
@@ -44,6 +46,10 @@ func TestMain(m *testing.M) {
 	}
 	bins = dir
 	code := m.Run()
+	if err := goleak.Find(); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
