@@ -9,9 +9,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sync v0.19.0
+	golang.org/x/sys v0.26.0
 )
 
-require (
-	golang.org/x/sys v0.26.0 // indirect
-	golang.org/x/tools v0.26.0 // indirect
-)
+require golang.org/x/tools v0.26.0 // indirect

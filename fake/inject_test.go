@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -135,5 +136,30 @@ func TestWholeSnapReloadSummary(t *testing.T) {
 	info, ok := s.ChangeByID(e.Change)
 	if !ok || len(info.Tasks) != 1 || info.Tasks[0].Summary != `Run service command "reload-or-restart" for running services of snap "svcdemo"` {
 		t.Fatalf("%+v", info)
+	}
+}
+
+// WithStateFile: the state file is rewritten (by rename) as the state
+// changes, and already says a change is done when the change reads ready.
+func TestStateFile(t *testing.T) {
+	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithStateFile())
+	if s.StateFile() == "" || fake.NewServer(t).StateFile() != "" {
+		t.Fatal("StateFile only with WithStateFile")
+	}
+	chg := s.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "svcdemo"})
+	read := func() string {
+		b, err := os.ReadFile(s.StateFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if before := read(); !strings.Contains(before, `"id":"`+chg.ID()+`","status":"Doing"`) {
+		t.Fatalf("state file %s", before)
+	}
+	chg.Finish()
+	<-chg.Ready()
+	if after := read(); !strings.Contains(after, `"id":"`+chg.ID()+`","status":"Done"`) {
+		t.Fatalf("state file after the change %s", after)
 	}
 }

@@ -192,6 +192,7 @@ type config struct {
 	snapctlTimeout   time.Duration
 	notListening     bool
 	snapSocketDenied bool
+	stateFile        bool
 }
 
 // Option configures a Server.

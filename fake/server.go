@@ -59,6 +59,7 @@ type Server struct {
 	logs           []logEntry
 	logWake        chan struct{}
 	lastPID        int
+	stateDirty     bool
 }
 
 // New starts a fake snapd. The caller must Close it.

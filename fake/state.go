@@ -234,6 +234,7 @@ func (s *Server) newChangeLocked(kind, summary string) *change {
 	}
 	s.changes = append(s.changes, c)
 	s.changeByID[c.id] = c
+	s.stateChangedLocked()
 	s.counters.ChangesCreated++
 	// State.NewChange records the first change-update notice at spawn.
 	s.addChangeNoticeLocked(c)
@@ -256,6 +257,7 @@ func (s *Server) newTaskLocked(c *change, kind, summary string, affects ...strin
 }
 
 func (s *Server) logLocked(t *task, level, msg string) {
+	s.stateChangedLocked()
 	t.log = append(t.log, s.nowLocked().Format(time.RFC3339)+" "+level+" "+msg)
 	if len(t.log) > 10 { // overlord/state/task.go keeps the last 10
 		t.log = t.log[len(t.log)-10:]
@@ -270,6 +272,7 @@ func (s *Server) setTaskStatusLocked(t *task, st string) {
 	if t.status == st {
 		return
 	}
+	s.stateChangedLocked()
 	t.status = st
 	if statusReady(st) && t.ready.IsZero() {
 		t.ready = s.nowLocked()
@@ -455,6 +458,7 @@ func (s *Server) noticesChanged() {
 
 // wakeLocked wakes every waiter on state changes (WaitIdle etc.).
 func (s *Server) wakeLocked() {
+	s.checkpointLocked()
 	close(s.stateWake)
 	s.stateWake = make(chan struct{})
 }

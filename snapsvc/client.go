@@ -67,6 +67,7 @@ type Client struct {
 	notices    atomic.Int32
 	minRestart time.Duration
 	observer   func(Event)
+	stateFile  string
 }
 
 // notice support states.
@@ -99,6 +100,8 @@ type settings struct {
 	env                func(string) string
 	minRestart         time.Duration
 	observer           func(Event)
+	stateFile          string
+	stateFileSet       bool
 }
 
 // WithSocket sets snapd's main socket (default /run/snapd.socket).
@@ -144,8 +147,11 @@ func WithPolicy(p retry.Policy) Option { return func(s *settings) { s.policy = &
 // WithClock sets the clock used for pauses and polling (tests).
 func WithClock(c retry.Clock) Option { return func(s *settings) { s.clock = c } }
 
-// WithPollInterval sets how often a change is polled when snapd has no
-// notices API (snapd < 2.62); default 100ms, like the snap command.
+// WithPollInterval sets how often, at most, a change is polled when snapd
+// has no notices API (snapd < 2.62); default 100ms, like the snap command.
+// A wait polls faster at first, when most service changes end: every 20ms
+// for its first 100ms, every 50ms until 1s, then at this interval (never
+// slower than it; the state file, WithStateFile, wakes it earlier).
 func WithPollInterval(d time.Duration) Option { return func(s *settings) { s.poll = d } }
 
 // WithLockDir sets the directory of the cross-process lock files. The
@@ -252,6 +258,10 @@ func New(opts ...Option) (*Client, error) {
 		poll:       s.poll,
 		minRestart: s.minRestart,
 		observer:   s.observer,
+		stateFile:  s.stateFile,
+	}
+	if !s.stateFileSet && s.socket == snapd.DefaultSocket && mode == ModeREST {
+		c.stateFile = DefaultStateFile
 	}
 	// In snapctl mode changes and notices are read on the snap socket
 	// (snapd allows that to snaps with snap-refresh-observe connected,

@@ -420,3 +420,25 @@ func TestAbsentSocketBoundedByMaxUnreachable(t *testing.T) {
 	}
 
 }
+
+// Without notices (snapd 2.57) a wait watches snapd's state file: with the
+// poll interval set to an hour, a restart that meets a foreign change still
+// goes ahead as soon as that change is done, woken by the file's rewrite.
+func TestStateFileWakesPollingWait(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
+	logs := newLogWatch()
+	c := newClient(t, srv, snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithPollInterval(time.Hour), snapsvc.WithLogger(logs.logger()))
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	res, err := whenBlocked(t, logs, func() (*snapsvc.Result, error) {
+		return c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	}, foreign.Finish)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Conflicts != 1 || res.Status != "Done" {
+		t.Fatalf("result %+v", res)
+	}
+	if n := srv.Counters().Requests["GET /v2/changes/{id}"]; n > 4 {
+		t.Errorf("%d change reads: the wait polled instead of watching", n)
+	}
+}

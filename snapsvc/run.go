@@ -293,19 +293,29 @@ func (r *runner) recoverLost(ctx context.Context, sentAt time.Time, wait bool) (
 }
 
 // adoptedMatches waits for change id, found for a start --enable or stop
-// --disable whose answer was lost, and reports whether the services are
-// now enabled (disabled) as the request asks. Only that is read: whether
-// they run is the change's own outcome, and a foreign change (a restart,
-// say) may be moving them at this moment without touching their startup.
+// --disable whose answer was lost, and reports whether it was the
+// request's: the services are now enabled (disabled) as the request asks,
+// or another change has touched the snap since, so the state cannot tell.
+// Only the startup is read: whether they run is the change's own outcome,
+// and a foreign change (a restart, say) may be moving them at this moment.
 func (r *runner) adoptedMatches(ctx context.Context, id string) (bool, []Service, error) {
-	if _, err := r.c.waitChange(ctx, id, r.waitOpts(false)); err != nil {
+	chg, err := r.c.waitChange(ctx, id, r.waitOpts(false))
+	if err != nil {
 		return false, nil, err
 	}
 	for {
 		svcs, err := r.c.Services(ctx, r.o.t.names...)
 		r.reach.observe(ctx, r.event(0), err)
 		if err == nil {
-			return r.o.flagsApplied(svcs), svcs, nil
+			if r.o.flagsApplied(svcs) {
+				return true, svcs, nil
+			}
+			// Not enabled (disabled) as asked: the change was not ours —
+			// unless another change touched the snap since, which may have
+			// changed the startup again; then the state says nothing and
+			// the change found stands.
+			later, err := r.c.touchedSince(ctx, r.o.t.snaps, chg)
+			return later || err != nil, svcs, nil
 		}
 		if !retry.IsRetryable(err) {
 			return false, nil, &outcomeUnknownError{reason: fmt.Sprintf("change %s is done but the services' state cannot be read to tell whether it was this request's", id), last: err}
@@ -317,6 +327,27 @@ func (r *runner) adoptedMatches(ctx context.Context, id string) (bool, []Service
 			return false, nil, &outcomeUnknownError{reason: "interrupted reading the services' state after change " + id, last: interrupted(ctx, err)}
 		}
 	}
+}
+
+// touchedSince reports whether a change other than chg, spawned after it,
+// touches one of snaps.
+func (c *Client) touchedSince(ctx context.Context, snaps []string, chg *Change) (bool, error) {
+	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
+	if err != nil {
+		return false, err
+	}
+	for i := range chgs {
+		other := &chgs[i]
+		if other.ID == chg.ID || !other.SpawnTime.After(chg.SpawnTime) {
+			continue
+		}
+		for _, s := range snaps {
+			if touches(other, s, summaryPattern(s)) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // interruptedInFlight ends an operation whose context ended while snapd's

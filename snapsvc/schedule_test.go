@@ -114,17 +114,18 @@ type call struct {
 
 // schedule is one seeded run.
 type schedule struct {
-	seed     uint64
-	rng      *rand.Rand
-	version  fake.Version
-	late     time.Duration // the socket appears this late (0: at once)
-	apps     []fake.App
-	clients  int
-	separate []bool // client i has a registry of its own (another "process")
-	calls    []*call
-	faults   []string // what was injected, for the counts and the report
-	holds    []hold
-	mu       sync.Mutex
+	seed      uint64
+	rng       *rand.Rand
+	version   fake.Version
+	late      time.Duration // the socket appears this late (0: at once)
+	stateFile bool          // the fake keeps a state file the clients watch
+	apps      []fake.App
+	clients   int
+	separate  []bool // client i has a registry of its own (another "process")
+	calls     []*call
+	faults    []string // what was injected, for the counts and the report
+	holds     []hold
+	mu        sync.Mutex
 }
 
 // hold is an answer held until release after the schedule's start.
@@ -165,6 +166,9 @@ func TestRandomizedSchedules(t *testing.T) {
 func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	s := planSchedule(seed)
 	opts := []fake.Option{fake.WithVersion(s.version), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: s.apps})}
+	if s.stateFile {
+		opts = append(opts, fake.WithStateFile())
+	}
 	if s.late > 0 {
 		opts = append(opts, fake.WithoutListening())
 	}
@@ -224,6 +228,7 @@ func planSchedule(seed uint64) *schedule {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	s := &schedule{seed: seed, rng: rng}
 	s.version = []fake.Version{fake.Version257, fake.Version268, fake.Version277}[rng.IntN(3)]
+	s.stateFile = rng.IntN(2) == 0
 	if rng.IntN(8) == 0 {
 		s.late = time.Duration(1+rng.IntN(30)) * time.Millisecond
 	}
@@ -314,7 +319,8 @@ func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client
 			}
 		}
 		opts := []snapsvc.Option{snapsvc.WithSocket(sock), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithPolicy(testPolicy()),
-			snapsvc.WithPollInterval(2 * time.Millisecond), snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".locks"))}
+			snapsvc.WithPollInterval(2 * time.Millisecond), snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".locks")),
+			snapsvc.WithStateFile(srv.StateFile())}
 		if os.Getenv("SNAPSVC_SCHEDULE_LOG") != "" {
 			// Replaying a seed: the library's log on stderr.
 			opts = append(opts, snapsvc.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i)))

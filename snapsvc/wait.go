@@ -102,6 +102,13 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	// that became ready before the cursor, unseen because its read failed,
 	// would otherwise be waited for until the long-poll's timeout.
 	needCursor := true
+	started := c.clock.Now()
+	var sw *stateWatch // where snapd has no notices: its state file wakes us
+	defer func() { sw.close() }()
+	if !useNotices {
+		sw = watchState(c.stateFile)
+	}
+	var lastRead time.Time
 	for round := 0; ; round++ {
 		if useNotices {
 			misbehaved, err := w.notices(ctx, remaining, &cursor, needCursor)
@@ -111,11 +118,13 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				return nil, err
 			case c.notices.Load() == noticesNo:
 				useNotices = false
+				sw = watchState(c.stateFile)
 			case misbehaved:
 				strikes++
 				if strikes >= noticeStrikes {
 					c.log(ctx).Info("snapd's notices misbehave; polling the changes instead", "changes", remaining)
 					useNotices = false
+					sw = watchState(c.stateFile)
 				}
 				// Whatever the notices did, read the changes no more
 				// often than the poll interval.
@@ -124,10 +133,11 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				}
 			}
 		} else if round > 0 {
-			if err := w.sleep(ctx, remaining); err != nil {
+			if err := w.idle(ctx, remaining, sw, started, lastRead); err != nil {
 				return nil, err
 			}
 		}
+		lastRead = c.clock.Now()
 		next := remaining[:0]
 		var failed error
 		for _, id := range remaining {
@@ -221,6 +231,59 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 	// Nothing new: fine if snapd held the long-poll for its timeout, a
 	// misbehaviour if it answered early (that would spin).
 	return c.clock.Now().Sub(asked) < opts.Timeout/2, nil
+}
+
+// Polling without notices: the interval ramps up from pollFast, and a
+// state-file wake-up never reads sooner than pollGap after the last read.
+const (
+	pollFast    = 20 * time.Millisecond  // for a wait's first pollFastFor
+	pollFastFor = 100 * time.Millisecond //
+	pollMid     = 50 * time.Millisecond  // until pollMidFor
+	pollMidFor  = time.Second            //
+	pollGap     = 25 * time.Millisecond  // between reads woken by the state file
+)
+
+// pollInterval is the pause before the next read of a wait that started
+// at started: short at first, when most service changes end, then the
+// client's poll interval (and never longer than it).
+func (c *Client) pollInterval(started time.Time) time.Duration {
+	d := c.poll
+	switch since := c.clock.Now().Sub(started); {
+	case since < pollFastFor:
+		d = min(d, pollFast)
+	case since < pollMidFor:
+		d = min(d, pollMid)
+	}
+	return d
+}
+
+// idle waits before the next read of a polling wait: until snapd rewrites
+// its state file (sw) or, at the latest, the poll interval.
+func (w *changeWait) idle(ctx context.Context, ids []string, sw *stateWatch, started, lastRead time.Time) error {
+	c := w.c
+	if sw == nil {
+		if err := retry.Sleep(ctx, c.clock, c.pollInterval(started)); err != nil {
+			return ctxErr(ctx, "waiting for change "+ids[0])
+		}
+		return nil
+	}
+	woke, err := sw.wait(ctx, c.poll)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctxErr(ctx, "waiting for change "+ids[0])
+		}
+		// The watch broke: poll from now on (sw is closed by the caller).
+		c.log(ctx).Debug("cannot watch snapd's state file; polling", "error", err)
+		return retry.Sleep(ctx, c.clock, c.pollInterval(started))
+	}
+	if woke {
+		if gap := pollGap - c.clock.Now().Sub(lastRead); gap > 0 {
+			if err := retry.Sleep(ctx, c.clock, gap); err != nil {
+				return ctxErr(ctx, "waiting for change "+ids[0])
+			}
+		}
+	}
+	return nil
 }
 
 // sleep waits one poll interval.
