@@ -244,7 +244,9 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answere
 	ev.ChangeID = changeID
 	c.emit(ev)
 	r.log.Info("change created", "change", changeID, "attempt", r.res.Attempts)
-	return c.finish(ctx, r.o, r.res, wait, r.waitOpts(false))
+	wo := r.waitOpts(false)
+	wo.fresh = true
+	return c.finish(ctx, r.o, r.res, wait, wo)
 }
 
 // recoverLost handles a request whose answer was lost: it adopts the

@@ -68,6 +68,9 @@ func changeOutcome(chg *Change) error {
 
 // waitOpts modify waitChanges.
 type waitOpts struct {
+	// fresh says ids is the operation's own change, just made: a notice
+	// with one or two occurrences (spawn, Doing) means it is not ready.
+	fresh bool
 	// stallOnWait also gives up on a change in Wait (waiting for a reboot
 	// or a manual step: it will not become ready by itself), returning a
 	// *ChangeError for it.
@@ -110,8 +113,11 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	}
 	var lastRead time.Time
 	for round := 0; ; round++ {
+		// With notices, only the changes whose notice moved are read: a
+		// change becomes ready only with a new change-update occurrence.
+		toRead := remaining
 		if useNotices {
-			misbehaved, err := w.notices(ctx, remaining, &cursor, needCursor)
+			news, misbehaved, err := w.notices(ctx, remaining, &cursor, needCursor)
 			needCursor = false
 			switch {
 			case err != nil:
@@ -119,6 +125,20 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 			case c.notices.Load() == noticesNo:
 				useNotices = false
 				sw = watchState(c.stateFile)
+			case news != nil:
+				toRead = slices.DeleteFunc(slices.Clone(remaining), func(id string) bool {
+					occ, moved := news[id]
+					// The operation's own change, just made: with one
+					// occurrence (spawn) or two (spawn, Doing) it is not
+					// ready yet (snapd records one per status change:
+					// overlord/state/change.go notifyStatusChange). Only
+					// an abort before it started (Do -> Hold) would be
+					// missed until the long-poll's timeout.
+					return !moved || (wo.fresh && occ >= 1 && occ <= 2)
+				})
+				if len(toRead) == 0 {
+					continue
+				}
 			case misbehaved:
 				strikes++
 				if strikes >= noticeStrikes {
@@ -138,9 +158,9 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 			}
 		}
 		lastRead = c.clock.Now()
-		next := remaining[:0]
+		next := slices.DeleteFunc(slices.Clone(remaining), func(id string) bool { return slices.Contains(toRead, id) })
 		var failed error
-		for _, id := range remaining {
+		for _, id := range toRead {
 			chg, err := c.main.Change(ctx, id)
 			w.reach.observe(ctx, w.ev, err)
 			if err != nil {
@@ -183,11 +203,14 @@ type changeWait struct {
 }
 
 // notices reads (first: at once) or long-polls the change-update notices
-// of ids after *cursor and moves the cursor on. It reports whether the
-// notices API misbehaved: failed, answered an empty long-poll long before
-// its timeout, or answered nothing newer than the cursor. Its error is
+// of ids after *cursor and moves the cursor on. news maps each change whose
+// notice moved (every notice returned, on a first read) to its
+// occurrences; it is nil when the changes must all be read: the notices
+// misbehaved (failed, answered an empty long-poll long before its timeout,
+// or answered nothing newer than the cursor: misbehaved is then true), or
+// the long-poll ran out with nothing new (a safety read). Its error is
 // only the context's end: every other failure is a misbehaviour.
-func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Time, first bool) (misbehaved bool, err error) {
+func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Time, first bool) (news map[string]int, misbehaved bool, err error) {
 	c := w.c
 	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, Keys: ids, After: *cursor}
 	if !first && !cursor.IsZero() {
@@ -201,36 +224,47 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
-		return false, ctxErr(ctx, "waiting for change "+ids[0])
+		return nil, false, ctxErr(ctx, "waiting for change "+ids[0])
 	case snapd.IsNotFound(err) || isForbidden(err):
 		// snapd < 2.62 has no notices; on the snap socket they need
 		// snap-refresh-observe. Poll the changes instead.
 		c.notices.Store(noticesNo)
-		return false, nil
+		return nil, false, nil
 	default:
 		c.log(ctx).Debug("reading change notices failed; reading the changes", "error", err)
-		return true, nil
+		return nil, true, nil
 	}
 	c.notices.Store(noticesYes)
-	moved := false
+	news = map[string]int{}
+	prev := *cursor
 	for _, n := range ns {
+		if opts.Timeout == 0 || n.LastRepeated.After(prev) {
+			news[n.Key] = n.Occurrences
+		}
 		if n.LastRepeated.After(*cursor) {
-			*cursor, moved = n.LastRepeated, true
+			*cursor = n.LastRepeated
 		}
 	}
 	if opts.Timeout == 0 {
-		if !moved && cursor.IsZero() {
+		if len(ns) == 0 && cursor.IsZero() {
 			// No notice yet: anything from now on is news.
 			*cursor = asked
 		}
-		return false, nil
+		// A first read: every change without a notice must be read too.
+		for _, id := range ids {
+			if _, ok := news[id]; !ok {
+				news[id] = -1 // no notice: unknown
+			}
+		}
+		return news, false, nil
 	}
-	if moved {
-		return false, nil
+	if len(news) > 0 {
+		return news, false, nil
 	}
-	// Nothing new: fine if snapd held the long-poll for its timeout, a
-	// misbehaviour if it answered early (that would spin).
-	return c.clock.Now().Sub(asked) < opts.Timeout/2, nil
+	// Nothing new: fine if snapd held the long-poll for its timeout (then
+	// read everything once, in case a notice was lost), a misbehaviour if
+	// it answered early (that would spin).
+	return nil, c.clock.Now().Sub(asked) < opts.Timeout/2, nil
 }
 
 // Polling without notices: the interval ramps up from pollFast, and a
