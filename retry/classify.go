@@ -157,7 +157,7 @@ func stripPrefixes(msg string) string {
 	for {
 		trimmed := msg
 		for _, p := range messagePrefixes {
-			trimmed = strings.TrimPrefix(trimmed, p)
+			trimmed = strings.TrimSpace(strings.TrimPrefix(trimmed, p))
 		}
 		if trimmed == msg {
 			return msg

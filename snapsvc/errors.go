@@ -168,15 +168,18 @@ func (e *outcomeUnknownError) Error() string   { return e.reason + ": " + e.last
 func (e *outcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.last} }
 
 // inFlightError is an operation whose context ended while snapd's answer
-// was pending, after the request had made a change: the action is under
-// way, so retrying would do it twice. It matches the context's error.
+// was pending, with a change found that does what the request asked,
+// spawned since it was sent: most likely the request's own (the action is
+// under way, so retrying would do it twice), though an identical request
+// of someone else's cannot be told from it. It matches the context's
+// error and ErrOutcomeUnknown.
 type inFlightError struct {
 	id  string
 	ctx error
 }
 
 func (e *inFlightError) Error() string {
-	return fmt.Sprintf("%v while snapd's answer was pending; the request made change %s, which was not waited for (do not retry: it would act twice)", e.ctx, e.id)
+	return fmt.Sprintf("%v while snapd's answer was pending; change %s, made since the request was sent, does what it asked (most likely the request's own; not waited for: do not retry, it would act twice)", e.ctx, e.id)
 }
 
-func (e *inFlightError) Unwrap() error { return e.ctx }
+func (e *inFlightError) Unwrap() []error { return []error{e.ctx, ErrOutcomeUnknown} }

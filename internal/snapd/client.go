@@ -281,7 +281,12 @@ func envelope(method, path string, status int, rsp *Response, err error) (*Respo
 	}
 	rsp.HTTPStatus = status
 	if rsp.Type == TypeError {
-		return rsp, rsp.asError(method, path)
+		err := rsp.asError(method, path)
+		var apiErr *Error
+		if !errors.As(err, &apiErr) {
+			return nil, err // an error envelope whose result is not snapd's shape
+		}
+		return rsp, err
 	}
 	return rsp, nil
 }
