@@ -286,7 +286,7 @@ fetch_snap_client() {
 	# From 2.7x usr/bin/snap links to the multicall snapd binary, which
 	# acts as the snap client when called as "snap".
 	install -m 755 "$(realpath "$tmp/x/usr/bin/snap")" "$tmp/snap"
-	rm -rf "$dir" "$tmp/x" "$tmp"/snapd_*.deb
+	rm -rf "$dir" "$tmp/x" "$tmp"/snapd_*.deb "$apt_dir/lists-$from" "$apt_dir/cache"
 	mv "$tmp" "$dir"
 }
 
