@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -197,5 +199,82 @@ func TestRawNoticesLongPoll(t *testing.T) {
 	t.Logf("snapd %s: long-poll woke %v after change %s was ready", e.Version, lag.Round(100*time.Microsecond), c.ID)
 	if lag < 0 || lag > time.Second {
 		t.Errorf("long-poll woke %v after the change's ready-time, want within a second", lag)
+	}
+}
+
+// Tasks carry data.affected-snaps from 2.68 on (2.68.3 and 2.77.1; 2.57.6
+// has none), except the exec-command task of a snapctl-made change; a
+// service-control change itself carries no data on any version.
+func TestRawTaskData(t *testing.T) {
+	e := loadEnv(t)
+	w := newWire(t, e.Socket)
+	ctl := newWire(t, e.SnapSocket)
+	w.ensureBaseline(t)
+	t.Cleanup(func() { w.ensureBaseline(t) })
+	want := "null"
+	if versionAtLeast(e.Version, 2, 68) {
+		want = `{"affected-snaps":["svcdemo"]}`
+	}
+
+	rest := w.serviceOp(t, "restart", []string{"svcdemo.alpha"}, nil, "Done")
+	if r := ctl.snapctl(t, e.cookie(t), "restart", "svcdemo.beta"); r.StatusCode != 200 {
+		t.Fatalf("snapctl restart: %s", r.Raw)
+	}
+	// The newest snapctl-made change (snapctl answered once it was ready).
+	var snapctlMade string
+	newest := 0
+	r := w.do(t, "GET", "/v2/changes?select=all", nil)
+	var all []change
+	decode(t, r, &all)
+	for _, c := range all {
+		if n, _ := strconv.Atoi(c.ID); n > newest && c.Summary == `Running service command for snap "svcdemo"` {
+			snapctlMade, newest = c.ID, n
+		}
+	}
+	if snapctlMade == "" {
+		t.Fatalf("no snapctl-made change among %s", r.Raw)
+	}
+
+	type rawTask struct {
+		Kind string          `json:"kind"`
+		Data json.RawMessage `json:"data"`
+	}
+	type rawChange struct {
+		Data  json.RawMessage `json:"data"`
+		Tasks []rawTask       `json:"tasks"`
+	}
+	read := func(id string) rawChange {
+		r := w.do(t, "GET", "/v2/changes/"+id, nil)
+		var c rawChange
+		decode(t, r, &c)
+		return c
+	}
+	data := func(m json.RawMessage) string {
+		if len(m) == 0 {
+			return "null"
+		}
+		return string(m)
+	}
+	for _, id := range []string{rest.ID, snapctlMade} {
+		c := read(id)
+		if data(c.Data) != "null" {
+			t.Errorf("snapd %s: change %s has data %s, want none", e.Version, id, c.Data)
+		}
+		for _, tk := range c.Tasks {
+			exp := want
+			if tk.Kind == "exec-command" {
+				exp = "null"
+			}
+			if got := data(tk.Data); got != exp {
+				t.Errorf("snapd %s: change %s task %s: data %s, want %s", e.Version, id, tk.Kind, got, exp)
+			}
+		}
+	}
+	var kinds []string
+	for _, tk := range read(snapctlMade).Tasks {
+		kinds = append(kinds, tk.Kind)
+	}
+	if got := strings.Join(kinds, ","); got != "exec-command,service-control" {
+		t.Errorf("snapctl-made change %s has tasks %s, want exec-command,service-control", snapctlMade, got)
 	}
 }

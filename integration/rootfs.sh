@@ -1,17 +1,31 @@
 #!/bin/bash
-# rootfs.sh SUITE MIRROR DEST
+# rootfs.sh SUITE MIRROR DEST [SNAP_CONFINE]
 #
 # Builds a Debian root filesystem that boots under systemd-nspawn (without a
 # host systemd) and runs a real snapd. The result is written to DEST, which
-# must not exist yet. run.sh caches DEST keyed by a hash of this file, so any
-# change here rebuilds the cache.
+# must not exist yet. run.sh caches DEST keyed by a hash of this file, the
+# arguments and the architecture, so any change here rebuilds the cache.
+#
+# SUITE: bookworm (snapd 2.57.6), trixie (2.68.3), or sid: a trixie root
+# filesystem with only snapd from sid (2.77.1 as of 2026-12), sid pinned low.
+# SNAP_CONFINE (sid only): "packaged" keeps sid's snap-confine; "setuid"
+# (for machines whose capability bounding set lacks cap_sys_resource, which
+# sid's file-capability snap-confine demands) puts trixie's setuid
+# snap-confine in its place. snapd, snap and snapctl stay sid's.
 #
 # Each step below answers a blocker measured on these machines; see
 # integration/README.md ("Why each step").
 set -euo pipefail
 
-suite=$1 mirror=$2 dest=$3
+suite=$1 mirror=$2 dest=$3 confine=${4:-packaged}
 [ ! -e "$dest" ] || { echo "rootfs.sh: $dest already exists" >&2; exit 1; }
+base=$suite
+case "$suite" in
+bookworm | trixie) ;;
+sid) base=trixie ;;
+*) echo "rootfs.sh: unknown suite $suite" >&2; exit 2 ;;
+esac
+case "$confine" in packaged | setuid) ;; *) echo "rootfs.sh: bad SNAP_CONFINE $confine" >&2; exit 2 ;; esac
 
 log() { printf '[rootfs %s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -26,12 +40,12 @@ trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-log "debootstrap $suite (minbase) from the host's apt mirror"
+log "debootstrap $base (minbase) from the host's apt mirror"
 # snapd cannot go into --include: debootstrap's resolver fails on its
 # "default-dbus-session-bus | dbus-session-bus" dependency.
 debootstrap --variant=minbase \
 	--include=systemd,systemd-sysv,dbus,dbus-user-session,udev,ca-certificates \
-	"$suite" "$dest" "$mirror" >"$dest.debootstrap.log" 2>&1 || {
+	"$base" "$dest" "$mirror" >"$dest.debootstrap.log" 2>&1 || {
 	tail -n 30 "$dest.debootstrap.log" >&2
 	exit 1
 }
@@ -44,13 +58,38 @@ mount --bind /dev "$dest/dev" && mounted+=("$dest/dev")
 printf '#!/bin/sh\nexit 101\n' >"$dest/usr/sbin/policy-rc.d"
 chmod 755 "$dest/usr/sbin/policy-rc.d"
 
-log "apt-get install snapd (no recommends)"
-chroot "$dest" env DEBIAN_FRONTEND=noninteractive apt-get \
-	-o Acquire::Languages=none -o Acquire::Retries=3 -qq update
-chroot "$dest" env DEBIAN_FRONTEND=noninteractive apt-get \
-	-o Acquire::Retries=3 -qq -y install --no-install-recommends \
-	snapd squashfs-tools squashfuse fuse3 busybox-static >/dev/null
-chroot "$dest" apt-get clean
+apt=(chroot "$dest" env DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Languages=none -o Acquire::Retries=3)
+snapd=snapd
+if [ "$suite" = sid ]; then
+	# sid next to trixie, pinned below trixie (500) so that only what is
+	# asked for by name comes from it. The mirror may be a snapshot whose
+	# sid Release file has expired: do not check Valid-Until.
+	echo "deb $mirror sid main" >"$dest/etc/apt/sources.list.d/sid.list"
+	printf 'Package: *\nPin: release n=sid\nPin-Priority: 100\n' >"$dest/etc/apt/preferences.d/sid-low"
+	apt+=(-o Acquire::Check-Valid-Until=false)
+	snapd=snapd/sid
+fi
+log "apt-get install $snapd (no recommends)"
+"${apt[@]}" -qq update
+"${apt[@]}" -qq -y install --no-install-recommends \
+	"$snapd" squashfs-tools squashfuse fuse3 busybox-static >/dev/null
+if [ "$confine" = setuid ]; then
+	# sid's snap-confine carries file capabilities (cap_sys_resource among
+	# them) instead of the setuid bit; where the bounding set lacks one,
+	# every service fails "snap-confine is packaged without necessary
+	# permissions". trixie's snap-confine is setuid root and works with
+	# sid's snapd.
+	log "swap in trixie's setuid snap-confine"
+	mkdir -p "$dest/root/snapd-trixie"
+	chroot "$dest" sh -c 'cd /root/snapd-trixie &&
+		apt-get -o Acquire::Retries=3 -o APT::Sandbox::User=root -qq download snapd/trixie'
+	chroot "$dest" sh -c 'dpkg-deb -x /root/snapd-trixie/snapd_*.deb /root/snapd-trixie/x &&
+		install -m 4755 -o root -g root /root/snapd-trixie/x/usr/lib/snapd/snap-confine /usr/lib/snapd/snap-confine'
+	sed -n 's/^VERSION=/snap-confine from snapd /p' "$dest/root/snapd-trixie/x/usr/lib/snapd/info" \
+		>"$dest/usr/lib/snapd/snap-confine.snapsvc"
+	rm -rf "$dest/root/snapd-trixie"
+fi
+"${apt[@]}" clean
 rm -f "$dest/usr/sbin/policy-rc.d"
 
 # systemd-udevd cannot run in the container (read-only /sys), so snapd's

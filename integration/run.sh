@@ -7,13 +7,15 @@
 # namespace. Always tears the container down (trap on EXIT/INT/TERM).
 #
 # Needs root. Environment:
-#   SNAPSVC_REALSNAPD        Debian suite for the rootfs: bookworm (snapd 2.57.6, default)
-#                            or trixie (snapd 2.68.3, has notices); "all" runs both in turn.
+#   SNAPSVC_REALSNAPD        Debian suite: bookworm (snapd 2.57.6, default), trixie
+#                            (snapd 2.68.3, has notices) or sid (a trixie rootfs with
+#                            sid's snapd, 2.77.1); "all" runs the three in turn.
 #   SNAPSVC_SLOW_SECONDS     how long gamma's stop, slowstart's start take (default 3)
 #   SNAPSVC_REALSNAPD_CACHE  rootfs cache (default /var/cache/snapsvc-realsnapd)
 #   SNAPSVC_REALSNAPD_LOGS   where logs go (default /var/tmp/snapsvc-realsnapd-logs/SUITE)
 #   SNAPSVC_REALSNAPD_RUN    passed to -test.run (default: all tests)
 #   SNAPSVC_REALSNAPD_KEEP=1 after the tests, keep the container up until Enter is pressed
+#   SNAPSVC_REALSNAPD_LOCK_WAIT  seconds to wait for another run to finish (default 7200)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,17 +25,23 @@ slow=${SNAPSVC_SLOW_SECONDS:-3}
 cache=${SNAPSVC_REALSNAPD_CACHE:-/var/cache/snapsvc-realsnapd}
 state=/run/snapsvc-realsnapd
 
+suites='bookworm trixie sid'
 if [ "$suite" = all ]; then
-	failed=''
-	for s in bookworm trixie; do
-		SNAPSVC_REALSNAPD=$s "$0" "$@" || failed="$failed $s"
+	failed='' passed=''
+	for s in $suites; do
+		s0=$(date +%s)
+		if SNAPSVC_REALSNAPD=$s "$0" "$@"; then
+			passed="$passed $s($(($(date +%s) - s0))s)"
+		else
+			failed="$failed $s"
+		fi
 	done
-	[ -z "$failed" ] || { echo "run.sh: real-snapd suite failed on:$failed" >&2; exit 1; }
-	echo "run.sh: real-snapd suite passed on bookworm and trixie"
+	[ -z "$failed" ] || { echo "run.sh: real-snapd suite failed on:$failed (passed:${passed:- none})" >&2; exit 1; }
+	echo "run.sh: real-snapd suite passed on:$passed"
 	exit 0
 fi
-case "$suite" in bookworm | trixie) ;; *)
-	echo "run.sh: SNAPSVC_REALSNAPD must be bookworm, trixie or all (got $suite)" >&2
+case " $suites " in *" $suite "*) ;; *)
+	echo "run.sh: SNAPSVC_REALSNAPD must be one of $suites or all (got $suite)" >&2
 	exit 2
 	;;
 esac
@@ -56,9 +64,18 @@ until_ok() {
 	done
 }
 
+# One container at a time on the machine. Runs queued behind this lock (or
+# behind /run/snapsvc-integration.queue, which people take around run.sh)
+# wait for it: a whole three-suite run takes minutes.
 mkdir -p "$state"
 exec 9>"$state/lock"
-flock -w 60 9 || die "another real-snapd run holds $state/lock"
+if ! flock -n 9; then
+	lockwait=${SNAPSVC_REALSNAPD_LOCK_WAIT:-7200}
+	say "another real-snapd run holds $state/lock; waiting for it (at most ${lockwait}s)"
+	flock -w "$lockwait" 9 || die "another real-snapd run still holds $state/lock after ${lockwait}s"
+	t0=$(date +%s)
+	say "got the lock"
+fi
 
 # ---- leftovers of an interrupted earlier run (only what run.sh itself recorded)
 stop_nspawn() { # pid
@@ -198,8 +215,20 @@ codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 mirror=${SNAPSVC_DEBIAN_MIRROR:-$(host_mirror "$codename")}
 [ -n "$mirror" ] || die "cannot find the Debian mirror in /etc/apt/sources.list* (set SNAPSVC_DEBIAN_MIRROR)"
 
+# ---- snap-confine for sid: its packaged snap-confine has file capabilities
+# and needs cap_sys_resource (bit 24) in the capability bounding set, which
+# some machines drop from every process (this one's container gets the same).
+confine=packaged
+if [ "$suite" = sid ]; then
+	capbnd=$(awk '$1 == "CapBnd:" { print $2 }' /proc/self/status)
+	if [ $(((0x$capbnd >> 24) & 1)) -eq 0 ]; then
+		confine=setuid
+		say "the capability bounding set ($capbnd) lacks cap_sys_resource: using trixie's setuid snap-confine"
+	fi
+fi
+
 # ---- root filesystem, cached by a hash of the recipe
-key=$( (cat "$here/rootfs.sh"; echo "$suite $(uname -m)") | sha256sum | cut -c1-16)
+key=$( (cat "$here/rootfs.sh"; echo "$suite $(uname -m) $confine") | sha256sum | cut -c1-16)
 rootfs=$cache/$suite-$key
 if [ -f "$rootfs/.snapsvc-ready" ]; then
 	say "using cached rootfs $rootfs"
@@ -210,7 +239,7 @@ else
 		safe_rm "$old" || die "cannot remove $old"
 	done
 	building=$rootfs.tmp
-	setsid "$here/rootfs.sh" "$suite" "$mirror" "$rootfs.tmp" &
+	setsid "$here/rootfs.sh" "$suite" "$mirror" "$rootfs.tmp" "$confine" &
 	wait_child $! || die "building the rootfs"
 	building=
 	touch "$rootfs.tmp/.snapsvc-ready"
@@ -227,6 +256,38 @@ gobuild() {
 buildhelper() {
 	cd "$repo"
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/snapsvc-helper" ./integration/insnap
+}
+
+# ---- Debian's snap client on the host, for the snap-client differential
+# (the same snapd package version as the container's): apt-get download
+# with a private apt state under the cache, unpacked with dpkg-deb -x, never
+# installed. Cached per version in $cache/snap-client/VERSION/snap.
+snapd_deb=$(dpkg-query --admindir="$rootfs/var/lib/dpkg" -W -f='${Version}' snapd)
+snap_client=$cache/snap-client/$snapd_deb/snap
+fetch_snap_client() {
+	local from=$1 dir=$cache/snap-client/$snapd_deb apt_dir=$cache/apt-host tmp keyring opts
+	[ ! -x "$dir/snap" ] || return 0
+	rm -rf "$cache/snap-client/.tmp."* # a fetch cut short
+	keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+	mkdir -p "$apt_dir/lists-$from/partial" "$apt_dir/cache/archives/partial" "$cache/snap-client"
+	if [ -r "$keyring" ]; then
+		echo "deb [signed-by=$keyring] $mirror $from main" >"$apt_dir/$from.list"
+	else
+		echo "deb $mirror $from main" >"$apt_dir/$from.list"
+	fi
+	opts=(-o "Dir::Etc::SourceList=$apt_dir/$from.list" -o Dir::Etc::SourceParts=/nonexistent
+		-o "Dir::State::Lists=$apt_dir/lists-$from" -o "Dir::Cache=$apt_dir/cache"
+		-o Acquire::Check-Valid-Until=false -o Acquire::Languages=none -o Acquire::Retries=3
+		-o APT::Sandbox::User=root)
+	apt-get "${opts[@]}" -qq update
+	tmp=$(mktemp -d "$cache/snap-client/.tmp.XXXXXX")
+	(cd "$tmp" && apt-get "${opts[@]}" -qq download "snapd=$snapd_deb")
+	dpkg-deb -x "$tmp"/snapd_*.deb "$tmp/x"
+	# From 2.7x usr/bin/snap links to the multicall snapd binary, which
+	# acts as the snap client when called as "snap".
+	install -m 755 "$(realpath "$tmp/x/usr/bin/snap")" "$tmp/snap"
+	rm -rf "$dir" "$tmp/x" "$tmp"/snapd_*.deb "$apt_dir/lists-$from" "$apt_dir/cache"
+	mv "$tmp" "$dir"
 }
 
 # ---- a throwaway writable layer over the cached rootfs
@@ -267,6 +328,8 @@ gobuild >"$logs/go-build.txt" 2>&1 &
 gobuild_pid=$!
 buildhelper >"$logs/go-build-helper.txt" 2>&1 &
 helper_pid=$!
+fetch_snap_client "$suite" >"$logs/snap-client.txt" 2>&1 &
+client_pid=$!
 
 # The container's PID 1 (a host pid): nspawn's child whose pid in its own namespace is 1.
 find_leader() {
@@ -327,13 +390,17 @@ inside env SNAPPY_GLOBAL_ROOT=/nonexistent snap pack --compression=lzo /root/svc
 # Named as the golden capture had it (the install change's summary shows the path).
 inside sh -c "mv /root/snaps/svcdemo_*.snap /root/snaps/svcdemo_1_$(dpkg --print-architecture).snap"
 install_snap "/root/snaps/svcdemo_1_$(dpkg --print-architecture).snap"
-if [ "$observe" = 1 ]; then
+# The connection is a change of svcdemo; the captures' change histories
+# have none, so the conformance replay runs before it (see below).
+connect_observe() {
+	[ "$observe" = 1 ] || return 0
 	inside snap connect svcdemo:snap-refresh-observe >>"$logs/snap-install.txt" 2>&1 || die "snap connect svcdemo:snap-refresh-observe"
-fi
+}
 inside snap services svcdemo | tee "$logs/services-at-start.txt"
 say "snaps installed"
 
 wait "$gobuild_pid" || { cat "$logs/go-build.txt"; die "go test -c -tags realsnapd ./integration"; }
+wait "$client_pid" || { cat "$logs/snap-client.txt"; die "fetching Debian's snap client (snapd $snapd_deb from $suite)"; }
 
 # ---- run the suite inside snapd's PID namespace (snapd checks the peer's pid)
 say "running the realsnapd Go tests"
@@ -352,17 +419,21 @@ run_tests() { # go test flags...
 		SNAPSVC_REALSNAPD_CPU="$cpu" \
 		SNAPSVC_SLOW_SECONDS="$slow" \
 		SNAPSVC_REALSNAPD_CAPTURE="$logs/responses" \
+		SNAPSVC_REALSNAPD_SNAP_CLIENT="$snap_client" \
+		SNAPSVC_REALSNAPD_TRANSCRIPTS="$logs/snap-client" \
 		"$work/integration.test" -test.v -test.count=1 -test.timeout=8m "$@" >>"$logs/go-test.txt" 2>&1) &
 	stream=$logs/go-test.txt
 	wait_child $!
 }
 rc=0
 if [ -n "${SNAPSVC_REALSNAPD_RUN:-}" ]; then
+	connect_observe
 	run_tests -test.run "$SNAPSVC_REALSNAPD_RUN" || rc=$?
 else
 	# The conformance replay compares change histories with the capture's,
 	# so it goes first, on the freshly installed snap.
 	run_tests -test.run '^TestConformanceRealSnapd$' || rc=$?
+	connect_observe
 	run_tests -test.skip '^TestConformanceRealSnapd$' || rc=$?
 fi
 stream=''
