@@ -148,10 +148,13 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.
 	}
 	s, err := b.wait(ctx, sess, key, progress)
 	if err != nil {
-		b.revoke(ctx, sess)
 		if ctx.Err() == nil && errors.Is(err, snapsvc.ErrBudgetUnavailable) {
+			// A revoke would only wait for the same outage: stop the
+			// keep-alives and let the lease, and the entry, expire.
+			sess.Orphan()
 			return b.unreachable(ctx, key, err)
 		}
+		b.revoke(ctx, sess)
 		return nil, err
 	}
 	return s, nil
@@ -201,10 +204,12 @@ type outage struct {
 	since time.Time
 }
 
-// failed records a failure and says whether the bound has run out.
-func (o *outage) failed() bool {
+// failed records a failure of a request sent at sent and says whether
+// the bound has run out. The outage counts from the first failed
+// request's start, so the bound holds across retries.
+func (o *outage) failed(sent time.Time) bool {
 	if o.since.IsZero() {
-		o.since = time.Now()
+		o.since = sent
 	}
 	return time.Since(o.since) >= o.bound
 }
@@ -228,10 +233,19 @@ func (b *Budget) wait(ctx context.Context, sess *concurrency.Session, key string
 	if err != nil {
 		return nil, err
 	}
+	// Requests end with the caller's context and with the session: a
+	// waiter whose keep-alives go unanswered for TTL is told at once.
+	caller := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(sess.Ctx(), cancel)()
 	out := &outage{bound: b.cfg.Unreachable}
 	unavailable := func(what string, err error) error {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
+		if caller.Err() != nil {
+			return context.Cause(caller)
+		}
+		if sess.Ctx().Err() != nil {
+			what, err = "waiting", errSessionDone
 		}
 		return fmt.Errorf("%w: %s for %s (etcd unreachable or without quorum): %w", snapsvc.ErrBudgetUnavailable, what, b.cfg.Unreachable, err)
 	}
@@ -239,6 +253,7 @@ func (b *Budget) wait(ctx context.Context, sess *concurrency.Session, key string
 	// Enqueue. A retry after a lost answer finds the entry it made.
 	var myRev int64
 	for {
+		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, out.remaining())
 		resp, err := cli.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)).
@@ -253,7 +268,7 @@ func (b *Budget) wait(ctx context.Context, sess *concurrency.Session, key string
 			out.ok()
 			break
 		}
-		if ctx.Err() != nil || out.failed() {
+		if ctx.Err() != nil || out.failed(sent) {
 			return nil, unavailable("enqueuing", err)
 		}
 	}
@@ -262,11 +277,12 @@ func (b *Budget) wait(ctx context.Context, sess *concurrency.Session, key string
 	reported := false
 	for {
 		// Who is ahead (a linearizable read: it needs a quorum).
+		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, out.remaining())
 		resp, err := cli.Get(rctx, dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil || out.failed() {
+			if ctx.Err() != nil || out.failed(sent) {
 				return nil, unavailable("reading the queue", err)
 			}
 			continue
@@ -297,19 +313,18 @@ func (b *Budget) wait(ctx context.Context, sess *concurrency.Session, key string
 			last, reported = w, true
 		}
 		if err := b.watchDeletes(ctx, sess, dir, resp.Header.Revision+1); err != nil {
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
-			if errors.Is(err, errSessionDone) {
+			if ctx.Err() != nil || errors.Is(err, errSessionDone) {
 				return nil, unavailable("waiting", err)
 			}
-			if out.failed() {
+			// A watch may fail long after it started: the outage
+			// counts from its failure.
+			if out.failed(time.Now()) {
 				return nil, unavailable("watching the queue", err)
 			}
 			// Do not spin on a watch that fails at once (no leader).
 			select {
 			case <-ctx.Done():
-				return nil, context.Cause(ctx)
+				return nil, unavailable("waiting", err)
 			case <-time.After(100 * time.Millisecond):
 			}
 		}

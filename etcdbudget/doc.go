@@ -58,12 +58,13 @@
 // Config.Unreachable (default 15s) while etcd cannot be reached or has no
 // quorum, then returns an error wrapping snapsvc.ErrBudgetUnavailable,
 // which snapsvc reports as retryable, and nothing is restarted. A waiter
-// that is already queued notices the outage when its watch is cancelled
-// for lack of a leader (etcd cancels require-leader watches after about
-// three election timeouts) or when its own lease's keep-alive gives up
-// (TTL): it then returns the same error, at most Unreachable after
-// noticing. Config.FailOpen opts into granting an unbudgeted slot instead,
-// logged as a warning: availability of the restart over the budget.
+// already queued is told within max(TTL, Unreachable) of the outage: its
+// lease's keep-alive gives up once TTL passed unanswered, or its watch is
+// cancelled for lack of a leader and its reads fail for Unreachable,
+// whichever comes first. Its entry then expires with its lease (no revoke
+// is attempted against an etcd that cannot answer). Config.FailOpen opts
+// into granting an unbudgeted slot instead, logged as a warning:
+// availability of the restart over the budget.
 //
 // # First bootstrap
 //
