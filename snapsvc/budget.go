@@ -146,7 +146,8 @@ type BudgetOptions struct {
 type BudgetEvent struct {
 	// Time is when it happened, on the client's clock.
 	Time time.Time
-	// Kind is "waiting", "acquired", "ready", "released" or "lost".
+	// Kind is "waiting", "acquired", "ready" (the checks passed; the
+	// settle time starts), "released" or "lost".
 	Kind string
 	// Key is the budget's key.
 	Key string
@@ -434,13 +435,13 @@ func (h *hold) ready(ctx context.Context, o op) error {
 			return h.errFor(n, err)
 		}
 	}
+	for _, s := range h.slots {
+		b.emit(h.c, BudgetEvent{Kind: "ready", Key: s.key, Holder: s.slot.Holder()})
+	}
 	if b.opts.Settle > 0 {
 		if err := retry.Sleep(ctx, h.c.clock, b.opts.Settle); err != nil {
 			return h.errFor(names[0], ctxErr(ctx, "settling after the services became ready"))
 		}
-	}
-	for _, s := range h.slots {
-		b.emit(h.c, BudgetEvent{Kind: "ready", Key: s.key, Holder: s.slot.Holder()})
 	}
 	return nil
 }
