@@ -182,9 +182,9 @@ type budgetRunner struct {
 	b    RestartBudget
 	opts BudgetOptions
 
-	mu      sync.Mutex
-	slots   map[string]*sharedSlot // key -> slot held or being taken
-	stopped map[string]*sharedSlot // kept by a budgeted Stop until a Start
+	mu         sync.Mutex
+	slots      map[string]*sharedSlot // key -> slot held or being taken
+	stopped    map[string]*sharedSlot // kept by a budgeted Stop until a Start
 	bg         sync.WaitGroup
 	base       context.Context // ends when the Client is closed
 	cancelBase context.CancelFunc
