@@ -58,8 +58,9 @@
 // Config.Unreachable (default 15s) while etcd cannot be reached or has no
 // quorum, then returns an error wrapping snapsvc.ErrBudgetUnavailable,
 // which snapsvc reports as retryable, and nothing is restarted. A waiter
-// already queued is told within max(TTL, Unreachable) of the outage: its
-// lease's keep-alive gives up once TTL passed unanswered, or its watch is
+// already queued is told within max(TTL, Unreachable) of the outage (plus
+// the client's 500 ms keep-alive deadline check): its lease's keep-alive
+// gives up once TTL passed unanswered, or its watch is
 // cancelled for lack of a leader and its reads fail for Unreachable,
 // whichever comes first. Its entry then expires with its lease (no revoke
 // is attempted against an etcd that cannot answer). Config.FailOpen opts

@@ -187,7 +187,7 @@ func TestRolloutEtcdMembersKilled(t *testing.T) {
 	})
 
 	t.Run("quorum", func(t *testing.T) {
-		const ttl, unreachable = 3 * time.Second, 2 * time.Second
+		const ttl, unreachable = 4 * time.Second, 2 * time.Second
 		cfg := machineConfig{Endpoints: p.Endpoints(), Key: uniqueKey(t), Max: 1, TTL: ttl, Unreachable: unreachable,
 			Restarts: 6, StepDur: 20 * time.Millisecond, ReadyDelay: 300 * time.Millisecond}
 		ms := rollout(t, 3, cfg)
@@ -220,9 +220,10 @@ func TestRolloutEtcdMembersKilled(t *testing.T) {
 		}
 		timelines := waitAll(t, ctx, ms)
 		// A queued waiter is told within max(TTL, Unreachable) (its
-		// keep-alive gives up after TTL; a read or watch fails after
-		// Unreachable), plus a second of margin for a loaded machine.
-		bound := max(ttl, unreachable) + time.Second
+		// keep-alive gives up after TTL, checked every 500ms by the
+		// client; a read or watch fails after Unreachable), plus a second
+		// of margin for a loaded machine.
+		bound := max(ttl, unreachable) + 1500*time.Millisecond
 		waiters := 0
 		for name, evs := range timelines {
 			if !waitedThrough(evs, lost, firstErr[name]) {
@@ -237,8 +238,23 @@ func TestRolloutEtcdMembersKilled(t *testing.T) {
 			t.Error("no machine was waiting when quorum was lost")
 		}
 		ivs := restartIntervals(t, timelines)
+		for name, evs := range timelines {
+			for _, ev := range evs {
+				if ev.Ev == "lost" {
+					t.Logf("%s was told its slot was lost at +%s: %s", name, ev.T.Sub(lost), ev.Err)
+				}
+			}
+		}
 		if peak := maxConcurrent(ivs); len(ivs) != 18 || peak > 1 {
 			t.Errorf("%d restarts (want 18), %d at once", len(ivs), peak)
+			for _, iv := range ivs {
+				t.Logf("%s change %s +%s .. +%s", iv.machine, iv.change, iv.from.Sub(lost), iv.to.Sub(lost))
+			}
+			for name, evs := range timelines {
+				for _, ev := range evs {
+					t.Logf("%s +%s %s %s %s %v", name, ev.T.Sub(lost), ev.Ev, ev.Change, ev.Err, ev.Holders)
+				}
+			}
 		}
 		grace := 500 * time.Millisecond // answers already on the wire at the kill
 		for _, iv := range ivs {
