@@ -68,6 +68,7 @@ type Client struct {
 	minRestart time.Duration
 	observer   func(Event)
 	stateFile  string
+	budget     *budgetRunner // WithRestartBudget; nil: none
 }
 
 // notice support states.
@@ -102,6 +103,7 @@ type settings struct {
 	observer           func(Event)
 	stateFile          string
 	stateFileSet       bool
+	budget             *budgetRunner
 }
 
 // WithSocket sets snapd's main socket (default /run/snapd.socket).
@@ -259,6 +261,10 @@ func New(opts ...Option) (*Client, error) {
 		minRestart: s.minRestart,
 		observer:   s.observer,
 		stateFile:  s.stateFile,
+		budget:     s.budget,
+	}
+	if c.budget != nil {
+		c.budget.init(c)
 	}
 	if !s.stateFileSet && s.socket == snapd.DefaultSocket && mode == ModeREST {
 		c.stateFile = DefaultStateFile
@@ -398,8 +404,12 @@ func (c *Client) queuesInHook() bool {
 	return c.mode == ModeSnapctl && (c.hook == "configure" || c.hook == "default-configure")
 }
 
-// Close releases idle connections.
+// Close releases idle connections (and, with WithRestartBudget, the
+// slots the Client still holds).
 func (c *Client) Close() error {
+	if c.budget != nil {
+		c.budget.close()
+	}
 	c.main.CloseIdleConnections()
 	if c.ctl != nil {
 		c.ctl.CloseIdleConnections()

@@ -102,6 +102,10 @@ func (e *OpError) Retryable() bool {
 	if errors.As(e.Err, &ce) {
 		return false
 	}
+	var be *BudgetError
+	if errors.As(e.Err, &be) {
+		return be.Retryable()
+	}
 	return retry.IsRetryable(e.Err)
 }
 

@@ -125,6 +125,7 @@ type Operation struct {
 	mu     sync.Mutex
 	result Result
 	done   bool
+	budget *asyncHold // WithRestartBudget: readiness and slot release
 }
 
 // ChangeID returns the change snapd made ("" when snapd did not say, in
@@ -150,7 +151,7 @@ func (o *Operation) Wait(ctx context.Context) (*Result, error) {
 	done := o.done
 	o.mu.Unlock()
 	if done {
-		return &res, nil
+		return &res, o.budgetWait(ctx)
 	}
 	chg, err := o.c.waitChange(ctx, res.ChangeID, waitOpts{ev: Event{Op: o.op.action, Names: o.op.t.names}})
 	if err != nil {
@@ -161,7 +162,7 @@ func (o *Operation) Wait(ctx context.Context) (*Result, error) {
 	o.done = true
 	o.mu.Unlock()
 	res.Status = chg.Status
-	return &res, nil
+	return &res, o.budgetWait(ctx)
 }
 
 func (c *Client) prepare(action string, names []string, set func(*op)) (op, error) {
@@ -187,6 +188,9 @@ func (c *Client) runSync(ctx context.Context, action string, names []string, set
 	if err != nil {
 		return nil, err
 	}
+	if c.budget != nil {
+		return c.runBudgeted(ctx, o)
+	}
 	return c.coalesce(ctx, o)
 }
 
@@ -194,6 +198,9 @@ func (c *Client) runAsync(ctx context.Context, action string, names []string, se
 	o, err := c.prepare(action, names, set)
 	if err != nil {
 		return nil, err
+	}
+	if c.budget != nil {
+		return c.runAsyncBudgeted(ctx, o)
 	}
 	res, done, err := c.run(ctx, o, false)
 	if err != nil {

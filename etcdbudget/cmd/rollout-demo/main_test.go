@@ -1,0 +1,24 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"--machines", "3", "--ready-after", "50ms", "--settle", "10ms"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"waits: slot held by machine-", "acquired the slot", "kube-apiserver ready", "released the slot",
+		"at most 1 machine(s) restarting or not yet ready at once (budget 1)"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if n := strings.Count(s, "released the slot"); n != 3 {
+		t.Errorf("%d releases, want 3:\n%s", n, s)
+	}
+}

@@ -1,0 +1,293 @@
+package etcdbudget_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rollout starts n machine processes with cfg (Name set per machine) and
+// returns them.
+func rollout(t *testing.T, n int, cfg machineConfig) []*machine {
+	t.Helper()
+	var ms []*machine
+	for i := range n {
+		c := cfg
+		c.Name = fmt.Sprintf("machine-%d", i+1)
+		ms = append(ms, startMachine(t, c))
+	}
+	return ms
+}
+
+func waitAll(t *testing.T, ctx context.Context, ms []*machine) map[string][]event {
+	t.Helper()
+	out := map[string][]event{}
+	for _, m := range ms {
+		out[m.name] = m.wait(t, ctx)
+	}
+	return out
+}
+
+func count(evs []event, kind string) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Ev == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// Five machines restart the same service twenty times each: with budget 1
+// never more than one is restarting or not yet ready, with budget 2 never
+// more than two, and the rollout takes about half as long.
+func TestRolloutFiveMachines(t *testing.T) {
+	p := cluster(t)
+	ctx := ctxT(t, 3*time.Minute)
+	makespans := map[int]time.Duration{}
+	for _, max := range []int{1, 2} {
+		cfg := machineConfig{Endpoints: p.Endpoints(), Key: uniqueKey(t), Max: max, TTL: 5 * time.Second,
+			Unreachable: 10 * time.Second, Restarts: 20, StepDur: 10 * time.Millisecond, ReadyDelay: 30 * time.Millisecond}
+		timelines := waitAll(t, ctx, rollout(t, 5, cfg))
+		ivs := restartIntervals(t, timelines)
+		for name, evs := range timelines {
+			if n := count(evs, "error"); n != 0 {
+				t.Errorf("budget %d: %s had %d errors", max, name, n)
+			}
+		}
+		if len(ivs) != 100 {
+			t.Fatalf("budget %d: %d restarts completed, want 100", max, len(ivs))
+		}
+		peak := maxConcurrent(ivs)
+		makespans[max] = makespan(ivs)
+		t.Logf("budget %d: 100 restarts, at most %d restarting or not yet ready at once, makespan %s",
+			max, peak, makespans[max].Round(time.Millisecond))
+		if peak > max {
+			t.Errorf("budget %d: %d machines restarting or not ready at once", max, peak)
+		}
+		if max == 2 && peak < 2 {
+			t.Errorf("budget 2 never used its second slot")
+		}
+	}
+	ratio := float64(makespans[2]) / float64(makespans[1])
+	t.Logf("makespan budget 2 / budget 1 = %.2f", ratio)
+	// Two slots cut the serial rollout; a loose bound, since etcd's own
+	// latency is part of both.
+	if ratio > 0.8 {
+		t.Errorf("budget 2 took %.0f%% of budget 1's makespan; two slots should cut it well below", ratio*100)
+	}
+}
+
+// kill -9 of the machine holding the slot, mid-restart: the next machine
+// gets the slot once the killed one's lease expired (within TTL + 1s of
+// the kill, and not before the lease could have expired), and no two
+// holders overlap.
+func TestRolloutHolderKilled(t *testing.T) {
+	p := cluster(t)
+	ctx := ctxT(t, 2*time.Minute)
+	const ttl = 3 * time.Second
+	key := uniqueKey(t)
+	victimCfg := machineConfig{Name: "victim", Endpoints: p.Endpoints(), Key: key, Max: 1, TTL: ttl, Unreachable: 10 * time.Second,
+		Restarts: 1, StepDur: 10 * time.Millisecond, ReadyDelay: time.Hour} // never ready: holds until killed
+	victim := startMachine(t, victimCfg)
+	victim.waitFor(t, ctx, "acquired")
+	cfg := victimCfg
+	cfg.ReadyDelay, cfg.Restarts = 20*time.Millisecond, 2
+	others := rollout(t, 2, cfg)
+	for _, m := range others {
+		m.waitFor(t, ctx, "waiting") // both queued behind the victim
+	}
+	killed := time.Now()
+	victim.kill()
+	timelines := waitAll(t, ctx, others)
+
+	var nextAcquire time.Time
+	for _, evs := range timelines {
+		for _, ev := range evs {
+			if ev.Ev == "acquired" && (nextAcquire.IsZero() || ev.T.Before(nextAcquire)) {
+				nextAcquire = ev.T
+			}
+		}
+	}
+	handover := nextAcquire.Sub(killed)
+	t.Logf("holder killed; next holder after %s (TTL %s)", handover.Round(time.Millisecond), ttl)
+	if handover > ttl+time.Second {
+		t.Errorf("next holder after %s, want within TTL+1s = %s", handover, ttl+time.Second)
+	}
+	// The victim's last keep-alive was at most TTL/3 before the kill, so
+	// its lease cannot have expired sooner than 2/3 TTL after it.
+	if handover < ttl*2/3 {
+		t.Errorf("next holder after only %s: before the killed holder's lease could expire", handover)
+	}
+	ivs := restartIntervals(t, timelines)
+	if peak := maxConcurrent(ivs); peak > 1 || len(ivs) != 4 {
+		t.Errorf("after the kill: %d restarts, %d at once", len(ivs), peak)
+	}
+	for _, iv := range ivs {
+		if iv.from.Before(killed) {
+			t.Errorf("%s restarted at %s, while the killed holder still held the slot", iv.machine, iv.from)
+		}
+	}
+}
+
+// One etcd member of three killed mid-rollout (the leader): no restart
+// fails. Then quorum is lost (two of three killed): waiters get
+// ErrBudgetUnavailable within their bound, nothing restarts, and the
+// rollout resumes when quorum returns.
+func TestRolloutEtcdMembersKilled(t *testing.T) {
+	p := newCluster(t)
+	ctx := ctxT(t, 3*time.Minute)
+	cli := client(t, p.Endpoints()...)
+	leader := func() int {
+		for i := range 3 {
+			if p.Pid(i) == 0 {
+				continue
+			}
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := cli.Status(sctx, p.Endpoint(i))
+			cancel()
+			if err == nil && st.Leader == st.Header.MemberId {
+				return i
+			}
+		}
+		return -1
+	}
+
+	t.Run("one member", func(t *testing.T) {
+		cfg := machineConfig{Endpoints: p.Endpoints(), Key: uniqueKey(t), Max: 1, TTL: 5 * time.Second, Unreachable: 10 * time.Second,
+			Restarts: 8, StepDur: 20 * time.Millisecond, ReadyDelay: 50 * time.Millisecond}
+		ms := rollout(t, 3, cfg)
+		ms[0].waitFor(t, ctx, "change") // mid-rollout
+		l := leader()
+		if l < 0 {
+			t.Fatal("no leader")
+		}
+		p.Kill(l)
+		t.Logf("killed leader m%d", l)
+		timelines := waitAll(t, ctx, ms)
+		for name, evs := range timelines {
+			for _, ev := range evs {
+				if ev.Ev == "error" || ev.Ev == "lost" {
+					t.Errorf("%s: %s %s", name, ev.Ev, ev.Err)
+				}
+			}
+		}
+		ivs := restartIntervals(t, timelines)
+		if peak := maxConcurrent(ivs); len(ivs) != 24 || peak > 1 {
+			t.Errorf("%d restarts (want 24), %d at once", len(ivs), peak)
+		}
+		if err := p.Restart(l); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WaitServing(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("quorum", func(t *testing.T) {
+		const ttl, unreachable = 4 * time.Second, 2 * time.Second
+		cfg := machineConfig{Endpoints: p.Endpoints(), Key: uniqueKey(t), Max: 1, TTL: ttl, Unreachable: unreachable,
+			Restarts: 6, StepDur: 20 * time.Millisecond, ReadyDelay: 300 * time.Millisecond}
+		ms := rollout(t, 3, cfg)
+		ms[0].waitFor(t, ctx, "change")
+		lost := time.Now()
+		p.Kill(0)
+		p.Kill(1)
+		// Every machine reports the outage: the queued waiters within
+		// their bound, the holder (if any) once its restart is ready and
+		// its next Acquire ran out of Unreachable.
+		firstErr := map[string]time.Time{}
+		for _, m := range ms {
+			ev := m.waitFor(t, ctx, "error")
+			firstErr[m.name] = ev.T
+			t.Logf("%s after %s: %s", m.name, ev.T.Sub(lost).Round(time.Millisecond), ev.Err)
+			if !strings.Contains(ev.Err, "restart budget") || !strings.Contains(ev.Err, "[retryable]") {
+				t.Errorf("%s: error does not name the budget or is not retryable: %s", m.name, ev.Err)
+			}
+		}
+		// Stay down a while longer, so retries meet the outage too.
+		var restored time.Time
+		for _, m := range ms {
+			m.waitFor(t, ctx, "error")
+		}
+		restored = time.Now()
+		for _, i := range []int{0, 1} {
+			if err := p.Restart(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		timelines := waitAll(t, ctx, ms)
+		// A queued waiter is told within max(TTL, Unreachable) (its
+		// keep-alive gives up after TTL, checked every 500ms by the
+		// client; a read or watch fails after Unreachable), plus a second
+		// of margin for a loaded machine.
+		bound := max(ttl, unreachable) + 1500*time.Millisecond
+		waiters := 0
+		for name, evs := range timelines {
+			if !waitedThrough(evs, lost, firstErr[name]) {
+				continue
+			}
+			waiters++
+			if d := firstErr[name].Sub(lost); d > bound {
+				t.Errorf("waiter %s told of the outage after %s, bound %s", name, d, bound)
+			}
+		}
+		if waiters == 0 {
+			t.Error("no machine was waiting when quorum was lost")
+		}
+		ivs := restartIntervals(t, timelines)
+		for name, evs := range timelines {
+			for _, ev := range evs {
+				if ev.Ev == "lost" {
+					t.Logf("%s was told its slot was lost at +%s: %s", name, ev.T.Sub(lost), ev.Err)
+				}
+			}
+		}
+		if peak := maxConcurrent(ivs); len(ivs) != 18 || peak > 1 {
+			t.Errorf("%d restarts (want 18), %d at once", len(ivs), peak)
+			for _, iv := range ivs {
+				t.Logf("%s change %s +%s .. +%s", iv.machine, iv.change, iv.from.Sub(lost), iv.to.Sub(lost))
+			}
+			for name, evs := range timelines {
+				for _, ev := range evs {
+					t.Logf("%s +%s %s %s %s %v", name, ev.T.Sub(lost), ev.Ev, ev.Change, ev.Err, ev.Holders)
+				}
+			}
+		}
+		grace := 500 * time.Millisecond // answers already on the wire at the kill
+		for _, iv := range ivs {
+			if iv.from.After(lost.Add(grace)) && iv.from.Before(restored) {
+				t.Errorf("%s restarted at +%s, during the outage (until +%s)", iv.machine, iv.from.Sub(lost), restored.Sub(lost))
+			}
+		}
+		for name, evs := range timelines {
+			for _, ev := range evs {
+				if ev.Ev == "acquired" && ev.T.After(lost.Add(grace)) && ev.T.Before(restored) {
+					t.Errorf("%s acquired a slot during the outage", name)
+				}
+			}
+		}
+		t.Logf("outage %s; rollout completed after quorum returned", restored.Sub(lost).Round(time.Millisecond))
+	})
+}
+
+// waitedThrough reports whether a machine was queued at t and still had
+// no slot when it reported its error at errAt (an acquire that committed
+// just before t may be reported just after it: that machine held).
+func waitedThrough(evs []event, t, errAt time.Time) bool {
+	last := ""
+	for _, ev := range evs {
+		switch {
+		case !ev.T.After(t):
+			switch ev.Ev {
+			case "waiting", "acquired", "released":
+				last = ev.Ev
+			}
+		case ev.T.Before(errAt) && ev.Ev == "acquired":
+			return false
+		}
+	}
+	return last == "waiting"
+}

@@ -1,0 +1,689 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/snapsvc/snapsvc/probe"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// RestartBudget bounds how many machines of a cluster disrupt the same
+// service at once: a restart takes a slot for the service's key (for
+// example "k8s.kube-apiserver") and gives it back only once the service is
+// ready again. The etcd implementation lives in its own module,
+// github.com/snapsvc/snapsvc/etcdbudget, so users of this package never
+// pull in etcd.
+//
+// Implementations must be safe for concurrent use.
+type RestartBudget interface {
+	// Acquire waits until a slot of key is free and takes it. While it
+	// waits it calls progress (when not nil) whenever what it waits behind
+	// changes. It returns promptly once ctx ends, leaving no trace of the
+	// waiter behind. Errors that a later attempt could overcome (the
+	// coordination service is unreachable) wrap ErrBudgetUnavailable.
+	Acquire(ctx context.Context, key string, progress func(BudgetWait)) (BudgetSlot, error)
+}
+
+// BudgetSlot is a slot taken from a RestartBudget.
+type BudgetSlot interface {
+	// Key is the key the slot was taken for.
+	Key() string
+	// Holder identifies this holder, as others waiting see it (for
+	// example "node-1 pid 4242").
+	Holder() string
+	// Lost is closed when the slot was lost before Release: its session
+	// expired (the machine was cut off from the coordination service for
+	// longer than its lease), so another machine may hold it now.
+	Lost() <-chan struct{}
+	// Err says why the slot was lost (it wraps ErrSlotLost), nil while the
+	// slot is held.
+	Err() error
+	// Release gives the slot back. It may be called more than once.
+	Release(ctx context.Context) error
+}
+
+// BudgetWait describes a wait for a slot, as Acquire reports it.
+type BudgetWait struct {
+	// Key is the budget's key.
+	Key string
+	// Holders identify who holds the key's slots now.
+	Holders []string
+	// Ahead is how many other waiters are served before this one.
+	Ahead int
+	// Max is the number of slots of the key.
+	Max int
+}
+
+// Errors of a restart budget; match them with errors.Is.
+var (
+	// ErrBudgetUnavailable: the budget's coordination service could not be
+	// reached (or has no quorum) within the budget's bound. Retryable.
+	ErrBudgetUnavailable = errors.New("restart budget unavailable")
+	// ErrSlotLost: the slot was lost while the operation held it, so
+	// another machine may have restarted the service at the same time.
+	// The operation itself may have succeeded; not retryable (running it
+	// again restarts the services again).
+	ErrSlotLost = errors.New("restart budget slot lost")
+	// ErrBudgetWait: no slot became free within BudgetOptions.MaxWait.
+	// Retryable.
+	ErrBudgetWait = errors.New("no restart budget slot became free in time")
+)
+
+// BudgetError is a failure of a budgeted operation that concerns its slot:
+// it could not be had, it was lost, or the service did not become ready
+// while the slot was held. It names the key, the holders when known, and
+// how long the operation waited for the slot.
+type BudgetError struct {
+	// Key is the budget's key.
+	Key string
+	// Holders are who held the key's slots when last seen (empty if not
+	// known).
+	Holders []string
+	// Waited is how long the operation waited for the slot.
+	Waited time.Duration
+	// Err is the cause: ErrBudgetUnavailable, ErrBudgetWait, ErrSlotLost,
+	// a *probe.NotReadyError, or the context's error.
+	Err error
+}
+
+func (e *BudgetError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "restart budget %s", e.Key)
+	if e.Waited > 0 {
+		fmt.Fprintf(&b, ": waited %s", e.Waited.Round(time.Millisecond))
+	}
+	if len(e.Holders) > 0 {
+		fmt.Fprintf(&b, " (slot held by %s)", strings.Join(e.Holders, ", "))
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *BudgetError) Unwrap() error { return e.Err }
+
+// Retryable reports whether a later attempt could succeed: the budget was
+// unreachable or no slot came free in time. A lost slot, a service that
+// did not become ready and a cancelled context are not.
+func (e *BudgetError) Retryable() bool {
+	return errors.Is(e.Err, ErrBudgetUnavailable) || errors.Is(e.Err, ErrBudgetWait)
+}
+
+// BudgetOptions configure WithRestartBudget.
+type BudgetOptions struct {
+	// Key maps a name as given to an operation ("snap.app" or "snap") to
+	// its budget key. Default: the name itself.
+	Key func(name string) string
+	// Ready returns the readiness check of a name, or nil when the
+	// change being Done is enough. The slot is held until every check of
+	// the operation passed.
+	Ready func(name string) probe.Probe
+	// Probe sets how Ready's checks are repeated (interval, timeout,
+	// successes in a row, MaxWait). Its Clock defaults to the client's.
+	Probe probe.Options
+	// Settle is how long the slot is still held after the checks passed.
+	Settle time.Duration
+	// MaxWait bounds the wait for a slot (0: only the context bounds it);
+	// past it the operation fails with ErrBudgetWait, retryable.
+	MaxWait time.Duration
+	// StopsAndStarts also budgets stops: a Stop of a service that is
+	// running takes its slot and keeps it after the Stop returns, until a
+	// Start of that service through this Client made it ready again (or
+	// the Client is closed). Starts of services whose slot this Client
+	// does not hold take none: starting takes nothing down.
+	StopsAndStarts bool
+	// Progress, when set, receives what the budget does.
+	Progress func(BudgetEvent)
+}
+
+// BudgetEvent reports a step of a budgeted operation.
+type BudgetEvent struct {
+	// Time is when it happened, on the client's clock.
+	Time time.Time
+	// Kind is "waiting", "acquired", "ready" (the checks passed; the
+	// settle time starts), "released" or "lost".
+	Kind string
+	// Key is the budget's key.
+	Key string
+	// Holder is this holder ("acquired", "ready", "released", "lost").
+	Holder string
+	// Wait is what the operation waits behind ("waiting").
+	Wait BudgetWait
+	// Waited is how long the operation has waited for the slot.
+	Waited time.Duration
+	// Err is why the slot was lost ("lost").
+	Err error
+}
+
+// WithRestartBudget makes restarts take a slot of b for each name they
+// restart, sorted by key (so two operations cannot deadlock), and hold it
+// through the restart until the service is ready again (opts.Ready, then
+// opts.Settle). With opts.StopsAndStarts it also applies to stops of
+// running services. Without this option no budget is consulted, which is
+// what a first bootstrap, before any cluster exists, needs.
+//
+// Calls that snapd only queues (inside a configure hook) take no slot: the
+// restart happens after the hook, out of the operation's sight. A restart
+// paced by WithMinRestartInterval waits out its interval before taking a
+// slot. Operations of one Client on the same key share one slot, so
+// identical restarts still merge into one change.
+func WithRestartBudget(b RestartBudget, opts BudgetOptions) Option {
+	return func(s *settings) { s.budget = &budgetRunner{b: b, opts: opts} }
+}
+
+// budgetRunner is a Client's restart budget and the slots it holds.
+type budgetRunner struct {
+	b    RestartBudget
+	opts BudgetOptions
+
+	mu         sync.Mutex
+	slots      map[string]*sharedSlot // key -> slot held or being taken
+	stopped    map[string]*sharedSlot // kept by a budgeted Stop until a Start
+	bg         sync.WaitGroup
+	base       context.Context // ends when the Client is closed
+	cancelBase context.CancelFunc
+	closed     bool
+}
+
+// sharedSlot is one slot used by every operation of the Client on its key.
+type sharedSlot struct {
+	key     string
+	done    chan struct{} // closed once Acquire returned
+	slot    BudgetSlot
+	err     error
+	refs    int
+	holders []string // last seen while waiting
+	waited  time.Duration
+}
+
+// init completes the runner once the Client is built.
+func (b *budgetRunner) init(c *Client) {
+	b.slots = map[string]*sharedSlot{}
+	b.stopped = map[string]*sharedSlot{}
+	b.base, b.cancelBase = context.WithCancel(context.Background())
+	if b.opts.Probe.Clock == nil {
+		b.opts.Probe.Clock = c.clock
+	}
+}
+
+func (b *budgetRunner) key(name string) string {
+	if b.opts.Key != nil {
+		return b.opts.Key(name)
+	}
+	return name
+}
+
+func (b *budgetRunner) emit(c *Client, ev BudgetEvent) {
+	if b.opts.Progress != nil {
+		ev.Time = c.clock.Now()
+		b.opts.Progress(ev)
+	}
+}
+
+// keysOf returns the sorted, unique keys of names.
+func (b *budgetRunner) keysOf(names []string) []string {
+	var keys []string
+	for _, n := range names {
+		if k := b.key(n); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// take gets the Client's slot of key: it joins one the Client already
+// holds, waits for one being taken, or takes one itself.
+func (b *budgetRunner) take(ctx context.Context, c *Client, key string) (*sharedSlot, error) {
+	start := c.clock.Now()
+	for {
+		b.mu.Lock()
+		s := b.slots[key]
+		if s != nil && s.done != nil {
+			select {
+			case <-s.done:
+				if s.err != nil || s.slot.Err() != nil {
+					s = nil // failed or lost: take a fresh one
+				}
+			default:
+			}
+		}
+		if s == nil {
+			s = &sharedSlot{key: key, done: make(chan struct{}), refs: 1}
+			b.slots[key] = s
+			b.mu.Unlock()
+			return b.acquire(ctx, c, s, start)
+		}
+		s.refs++
+		b.mu.Unlock()
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			b.drop(ctx, s)
+			return nil, &BudgetError{Key: key, Waited: c.clock.Now().Sub(start), Err: context.Cause(ctx)}
+		}
+		if s.err == nil {
+			return s, nil
+		}
+		b.mu.Lock()
+		s.refs--
+		b.mu.Unlock()
+		// The one taking it failed (perhaps only its context ended): try
+		// again ourselves.
+		if ctx.Err() != nil {
+			return nil, &BudgetError{Key: key, Waited: c.clock.Now().Sub(start), Err: context.Cause(ctx)}
+		}
+	}
+}
+
+// acquire takes s's slot from the budget, bounded by MaxWait.
+func (b *budgetRunner) acquire(ctx context.Context, c *Client, s *sharedSlot, start time.Time) (*sharedSlot, error) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if b.opts.MaxWait > 0 {
+		t := c.clock.NewTimer(b.opts.MaxWait)
+		defer t.Stop()
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-t.C():
+				cancel(ErrBudgetWait)
+			case <-stop:
+			}
+		}()
+	}
+	var holders []string
+	slot, err := b.b.Acquire(actx, s.key, func(w BudgetWait) {
+		holders = slices.Clone(w.Holders)
+		b.emit(c, BudgetEvent{Kind: "waiting", Key: s.key, Wait: w, Waited: c.clock.Now().Sub(start)})
+	})
+	waited := c.clock.Now().Sub(start)
+	if err == nil && slot == nil {
+		err = fmt.Errorf("%w: the budget returned no slot", ErrBudgetUnavailable)
+	}
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), ErrBudgetWait) {
+		err = fmt.Errorf("%w (%s): %w", ErrBudgetWait, b.opts.MaxWait, err)
+	}
+	b.mu.Lock()
+	s.slot, s.holders, s.waited = slot, holders, waited
+	if err != nil {
+		s.err = &BudgetError{Key: s.key, Holders: holders, Waited: waited, Err: err}
+		if b.slots[s.key] == s {
+			delete(b.slots, s.key)
+		}
+	}
+	close(s.done)
+	b.mu.Unlock()
+	if err != nil {
+		return nil, s.err
+	}
+	b.emit(c, BudgetEvent{Kind: "acquired", Key: s.key, Holder: slot.Holder(), Waited: waited})
+	return s, nil
+}
+
+// drop gives up one use of s; the last use releases the slot.
+func (b *budgetRunner) drop(ctx context.Context, s *sharedSlot) {
+	b.mu.Lock()
+	s.refs--
+	last := s.refs == 0
+	if last && b.slots[s.key] == s {
+		delete(b.slots, s.key)
+	}
+	b.mu.Unlock()
+	if !last {
+		return
+	}
+	<-s.done
+	if s.slot != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_ = s.slot.Release(rctx)
+		cancel()
+	}
+}
+
+// hold is the slots one operation holds, sorted by key.
+type hold struct {
+	b     *budgetRunner
+	c     *Client
+	slots []*sharedSlot
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// takeAll takes the slots of keys in order; on failure it gives back those
+// it took.
+func (b *budgetRunner) takeAll(ctx context.Context, c *Client, keys []string) (*hold, error) {
+	h := &hold{b: b, c: c, stop: make(chan struct{})}
+	for _, k := range keys {
+		s, err := b.take(ctx, c, k)
+		if err != nil {
+			h.release(ctx)
+			return nil, err
+		}
+		h.slots = append(h.slots, s)
+	}
+	// Tell the caller at once when a slot is lost mid-operation.
+	for _, s := range h.slots {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			select {
+			case <-s.slot.Lost():
+				b.emit(c, BudgetEvent{Kind: "lost", Key: s.key, Holder: s.slot.Holder(), Err: s.slot.Err()})
+			case <-h.stop:
+			}
+		}()
+	}
+	return h, nil
+}
+
+// lost returns the error of the first slot lost, or nil.
+func (h *hold) lost() error {
+	for _, s := range h.slots {
+		if err := s.slot.Err(); err != nil {
+			if !errors.Is(err, ErrSlotLost) {
+				err = fmt.Errorf("%w: %w", ErrSlotLost, err)
+			}
+			return &BudgetError{Key: s.key, Holders: []string{s.slot.Holder()}, Waited: s.waited, Err: err}
+		}
+	}
+	return nil
+}
+
+// stopWatching ends the watch for lost slots.
+func (h *hold) stopWatching() {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	h.wg.Wait()
+}
+
+// release gives back every slot, in reverse order.
+func (h *hold) release(ctx context.Context) {
+	h.stopWatching()
+	for i := len(h.slots) - 1; i >= 0; i-- {
+		s := h.slots[i]
+		h.b.drop(ctx, s)
+		h.b.emit(h.c, BudgetEvent{Kind: "released", Key: s.key, Holder: s.slot.Holder()})
+	}
+	h.slots = nil
+}
+
+// ready waits until the services o names pass their checks, then settles.
+func (h *hold) ready(ctx context.Context, o op) error {
+	b := h.b
+	names := slices.Clone(o.t.names)
+	slices.Sort(names)
+	for _, n := range names {
+		p := (probe.Probe)(nil)
+		if b.opts.Ready != nil {
+			p = b.opts.Ready(n)
+		}
+		if p == nil {
+			continue
+		}
+		if err := probe.Wait(ctx, p, b.opts.Probe); err != nil {
+			return h.errFor(n, err)
+		}
+	}
+	for _, s := range h.slots {
+		b.emit(h.c, BudgetEvent{Kind: "ready", Key: s.key, Holder: s.slot.Holder()})
+	}
+	if b.opts.Settle > 0 {
+		if err := retry.Sleep(ctx, h.c.clock, b.opts.Settle); err != nil {
+			return h.errFor(names[0], ctxErr(ctx, "settling after the services became ready"))
+		}
+	}
+	return nil
+}
+
+func (h *hold) errFor(name string, err error) error {
+	key := h.b.key(name)
+	for _, s := range h.slots {
+		if s.key == key {
+			return &BudgetError{Key: key, Holders: []string{s.slot.Holder()}, Waited: s.waited, Err: err}
+		}
+	}
+	return &BudgetError{Key: key, Err: err}
+}
+
+// applies reports whether o takes slots.
+func (b *budgetRunner) applies(c *Client, o op) bool {
+	if c.queuesInHook() {
+		return false
+	}
+	switch o.action {
+	case "restart":
+		return true
+	case "stop", "start":
+		return b.opts.StopsAndStarts
+	}
+	return false
+}
+
+// begin takes (or, for a Start, finds) the slots o needs. A nil hold means
+// o runs unbudgeted.
+func (c *Client) budgetBegin(ctx context.Context, o op) (*hold, error) {
+	b := c.budget
+	if !b.applies(c, o) {
+		return nil, nil
+	}
+	if o.action == "start" {
+		return b.kept(c, b.keysOf(o.t.names)), nil
+	}
+	names := o.t.names
+	if o.action == "stop" {
+		running, err := c.running(ctx, o)
+		if err != nil {
+			return nil, c.opError(o, "", 0, err)
+		}
+		names = running
+	}
+	keys := b.keysOf(names)
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if o.action == "restart" && c.minRestart > 0 {
+		// Pace before taking slots, so none is held while pacing.
+		if err := c.paceRestart(ctx, o); err != nil {
+			return nil, c.opError(o, "", 0, err)
+		}
+	}
+	h, err := b.takeAll(ctx, c, keys)
+	if err != nil {
+		return nil, c.opError(o, "", 0, err)
+	}
+	return h, nil
+}
+
+// budgetEnd ends a budgeted operation whose change is done: a Stop keeps
+// its slots for the Start that follows; anything else waits until ready
+// and gives them back. A failed operation gives its slots back at once.
+func (c *Client) budgetEnd(ctx context.Context, o op, h *hold, res *Result, err error) error {
+	if err != nil {
+		h.release(ctx)
+		return err
+	}
+	if o.action == "stop" {
+		c.budget.keep(h)
+		return nil
+	}
+	err = h.ready(ctx, o)
+	if err == nil {
+		err = h.lost()
+	}
+	h.release(ctx)
+	if err != nil {
+		return c.opError(o, res.ChangeID, res.Attempts, err)
+	}
+	return nil
+}
+
+// runBudgeted is runSync with a restart budget.
+func (c *Client) runBudgeted(ctx context.Context, o op) (*Result, error) {
+	h, err := c.budgetBegin(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.coalesce(ctx, o)
+	if h == nil {
+		return res, err
+	}
+	if err := c.budgetEnd(ctx, o, h, res, err); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// asyncHold finishes a budgeted asynchronous operation in the background:
+// it waits for the change and the services' readiness, then gives the
+// slots back, whether or not anyone calls Operation.Wait.
+type asyncHold struct {
+	done chan struct{}
+	err  error
+}
+
+// wait returns the background's outcome, or ctx's end.
+func (a *asyncHold) wait(ctx context.Context) error {
+	select {
+	case <-a.done:
+		return a.err
+	case <-ctx.Done():
+		return ctxErr(ctx, "waiting for the services to be ready before giving back the restart budget slot")
+	}
+}
+
+// budgetWait waits, under WithRestartBudget, until the operation's
+// services are ready and its slots given back (nil without a budget).
+func (o *Operation) budgetWait(ctx context.Context) error {
+	if o.budget == nil {
+		return nil
+	}
+	return o.budget.wait(ctx)
+}
+
+// runAsyncBudgeted is runAsync with a restart budget.
+func (c *Client) runAsyncBudgeted(ctx context.Context, o op) (*Operation, error) {
+	h, err := c.budgetBegin(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	res, done, err := c.run(ctx, o, false)
+	if err != nil {
+		if h != nil {
+			h.release(ctx)
+		}
+		return nil, err
+	}
+	op := &Operation{c: c, op: o, result: *res, done: done}
+	if h == nil {
+		return op, nil
+	}
+	if o.action == "stop" {
+		c.budget.keep(h)
+		return op, nil
+	}
+	b := c.budget
+	a := &asyncHold{done: make(chan struct{})}
+	op.budget = a
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		defer close(a.done)
+		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stop := context.AfterFunc(b.base, cancel)
+		defer stop()
+		var werr error
+		if !done && res.ChangeID != "" {
+			if _, err := c.WaitChange(bctx, res.ChangeID); err != nil {
+				werr = c.opError(o, res.ChangeID, res.Attempts, err)
+			}
+		}
+		a.err = c.budgetEnd(bctx, o, h, res, werr)
+	}()
+	return op, nil
+}
+
+// running returns the names of o that name a running service (or a snap
+// with one).
+func (c *Client) running(ctx context.Context, o op) ([]string, error) {
+	svcs, err := c.Services(ctx, o.t.names...)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range o.t.names {
+		for _, s := range svcs {
+			if s.Active && (s.FullName() == n || s.Snap == n) {
+				out = append(out, n)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// keep moves a Stop's slots to the kept set, where the Start that follows
+// finds them.
+func (b *budgetRunner) keep(h *hold) {
+	h.stopWatching()
+	var extra []*sharedSlot
+	b.mu.Lock()
+	for _, s := range h.slots {
+		if b.stopped[s.key] != nil {
+			extra = append(extra, s) // an earlier Stop already keeps it
+			continue
+		}
+		b.stopped[s.key] = s
+	}
+	b.mu.Unlock()
+	for _, s := range extra {
+		b.drop(context.Background(), s)
+	}
+	h.slots = nil
+}
+
+// kept returns a hold of the slots a Stop kept for keys (nil: none).
+func (b *budgetRunner) kept(c *Client, keys []string) *hold {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var h *hold
+	for _, k := range keys {
+		if s := b.stopped[k]; s != nil {
+			delete(b.stopped, k)
+			if h == nil {
+				h = &hold{b: b, c: c, stop: make(chan struct{})}
+			}
+			h.slots = append(h.slots, s)
+		}
+	}
+	return h
+}
+
+// close gives back every slot the Client still holds.
+func (b *budgetRunner) close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	kept := b.stopped
+	b.stopped = map[string]*sharedSlot{}
+	b.mu.Unlock()
+	b.cancelBase()
+	b.bg.Wait()
+	for _, s := range kept {
+		b.drop(context.Background(), s)
+	}
+}
