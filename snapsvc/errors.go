@@ -10,13 +10,6 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// APIError is an error answered by snapd. Fields: Method and Path (the
-// request), StatusCode (HTTP), Kind (snapd's error kind, often empty: a
-// /v2/apps conflict has none), Value (raw JSON; ValueMap decodes it),
-// Message, and Maintenance (set while snapd is about to restart). Use
-// errors.As to get it from any error snapsvc returns.
-type APIError = snapd.Error
-
 // ConnectionError is a failure to reach snapd or to read its answer.
 // Fields: Method, Path, Written (whether the whole request was sent, so
 // snapd may have acted on it) and Err (the transport's error).

@@ -103,7 +103,7 @@ func (c *Client) findOpChange(ctx context.Context, o op, sentAt, until time.Time
 
 // claimOpChange is findOpChange on a listing; a non-zero answeredAt also
 // leaves out changes spawned after snapd answered the request.
-func (c *Client) claimOpChange(chgs []Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) string {
+func (c *Client) claimOpChange(chgs []snapd.Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) string {
 	for _, id := range opCandidates(chgs, o, sentAt, answeredAt, skip) {
 		if c.claim(o, id) {
 			return id
@@ -115,7 +115,7 @@ func (c *Client) claimOpChange(chgs []Change, o op, sentAt, answeredAt time.Time
 // opCandidates lists, earliest first, the changes in chgs that may have
 // been made for request o sent at sentAt (and answered by answeredAt when
 // it is not zero).
-func opCandidates(chgs []Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) []string {
+func opCandidates(chgs []snapd.Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) []string {
 	var ids []string
 	for i := range chgs {
 		chg := &chgs[i]
@@ -146,7 +146,7 @@ func opCandidates(chgs []Change, o op, sentAt, answeredAt time.Time, skip map[st
 // ctlcmd queueCommand adds the tasks to the hook's change, to run after
 // the hook), or "". The hook's change must predate snapd's answer and the
 // queued task must have been added while the request was handled.
-func queuedIn(chgs []Change, o op, sentAt, answeredAt time.Time) string {
+func queuedIn(chgs []snapd.Change, o op, sentAt, answeredAt time.Time) string {
 	for i := range chgs {
 		chg := &chgs[i]
 		if chg.Ready || chg.SpawnTime.After(answeredAt) {
@@ -175,7 +175,7 @@ func queuedIn(chgs []Change, o op, sentAt, answeredAt time.Time) string {
 // serviceControlTs): `Run service command "restart" for services
 // ["kubelet"] of snap "k8s"` (names sorted), `... for running services of
 // snap "k8s"` for a whole-snap restart.
-func matchesOp(chg *Change, o op) bool {
+func matchesOp(chg *snapd.Change, o op) bool {
 	for _, snap := range o.t.snaps {
 		want, prefix := expectedSummary(o, snap)
 		found := false

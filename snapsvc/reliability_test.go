@@ -20,6 +20,7 @@ import (
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/internal/testclock"
+	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
@@ -440,5 +441,33 @@ func TestStateFileWakesPollingWait(t *testing.T) {
 	}
 	if n := srv.Counters().Requests["GET /v2/changes/{id}"]; n > 4 {
 		t.Errorf("%d change reads: the wait polled instead of watching", n)
+	}
+}
+
+// APIError, Change and Task are snapsvc's own types (their fields show in
+// go doc): errors.As finds an APIError in what the client returns, a hand-
+// made one classifies like snapd's, and changes keep snapd's JSON.
+func TestPublicWireTypes(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv)
+	_, err := c.Restart(ctxT(t), []string{"k8s.nosuch"}, snapsvc.RestartOptions{})
+	var apiErr *snapsvc.APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != "app-not-found" || apiErr.StatusCode != 404 || !errors.Is(err, snapsvc.ErrNotFound) {
+		t.Fatalf("errors.As: %v %+v", err, apiErr)
+	}
+	if retry.Classify(&snapsvc.APIError{StatusCode: 400, Message: `snap "k8s" has "service-control" change in progress`}) != retry.Conflict {
+		t.Fatal("a hand-made APIError does not classify")
+	}
+	res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chg, err := c.Change(ctxT(t), res.ChangeID)
+	if err != nil || len(chg.Tasks) != 1 || chg.Tasks[0].Data.AffectedSnaps[0] != "k8s" || chg.ReadyTime == nil {
+		t.Fatalf("change %+v %v", chg, err)
+	}
+	b, _ := json.Marshal(chg)
+	if !strings.Contains(string(b), `"spawn-time":`) || !strings.Contains(string(b), `"affected-snaps":["k8s"]`) {
+		t.Fatalf("JSON %s", b)
 	}
 }

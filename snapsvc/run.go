@@ -333,7 +333,7 @@ func (r *runner) adoptedMatches(ctx context.Context, id string) (bool, []Service
 
 // touchedSince reports whether a change other than chg, spawned after it,
 // touches one of snaps.
-func (c *Client) touchedSince(ctx context.Context, snaps []string, chg *Change) (bool, error) {
+func (c *Client) touchedSince(ctx context.Context, snaps []string, chg *snapd.Change) (bool, error) {
 	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
 	if err != nil {
 		return false, err

@@ -3,6 +3,7 @@ package snapsvc
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
@@ -69,14 +70,14 @@ func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, er
 	if err != nil {
 		return nil, fmt.Errorf("snapsvc: listing changes: %w", err)
 	}
-	if opts.Snap == "" {
-		return chgs, nil
+	out := make([]Change, 0, len(chgs))
+	var re *regexp.Regexp
+	if opts.Snap != "" {
+		re = summaryPattern(opts.Snap)
 	}
-	out := chgs[:0]
-	re := summaryPattern(opts.Snap)
 	for i := range chgs {
-		if touches(&chgs[i], opts.Snap, re) {
-			out = append(out, chgs[i])
+		if re == nil || touches(&chgs[i], opts.Snap, re) {
+			out = append(out, *changeOf(&chgs[i]))
 		}
 	}
 	return out, nil

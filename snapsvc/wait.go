@@ -13,19 +13,6 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// Change is a snapd change as GET /v2/changes/{id} reports it. Fields: ID,
-// Kind ("service-control", "configure-snap", ...), Summary, Status (Do,
-// Doing, Wait, Done, Error, Undone, Hold, ...), Ready, Err (snapd's error
-// text when it failed), SpawnTime, ReadyTime (nil until ready), Data and
-// Tasks.
-type Change = snapd.Change
-
-// Task is one task of a Change. Fields: ID, Kind, Summary, Status, Log (at
-// most snapd's last 10 entries, "<time> INFO|ERROR <text>"), Progress
-// (Label, Done, Total), SpawnTime, ReadyTime and Data.AffectedSnaps (snapd
-// >= 2.62).
-type Task = snapd.Task
-
 // noticeWait is how long one notices long-poll may be held by snapd.
 const noticeWait = 30 * time.Second
 
@@ -36,17 +23,22 @@ const noticeStrikes = 3
 
 // Change returns the change with the given id.
 func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
-	return c.main.Change(ctx, id)
+	chg, err := c.main.Change(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return changeOf(chg), nil
 }
 
 // WaitChange waits until the change is ready and returns it. A change that
 // ends in Error, Undone or Hold is returned together with a *ChangeError
 // carrying snapd's err text.
 func (c *Client) WaitChange(ctx context.Context, id string) (*Change, error) {
-	return c.waitChange(ctx, id, waitOpts{ev: Event{Op: "wait"}})
+	chg, err := c.waitChange(ctx, id, waitOpts{ev: Event{Op: "wait"}})
+	return changeOf(chg), err
 }
 
-func (c *Client) waitChange(ctx context.Context, id string, wo waitOpts) (*Change, error) {
+func (c *Client) waitChange(ctx context.Context, id string, wo waitOpts) (*snapd.Change, error) {
 	chgs, err := c.waitChanges(ctx, []string{id}, wo)
 	if err != nil {
 		return nil, err
@@ -59,7 +51,7 @@ func (c *Client) waitChange(ctx context.Context, id string, wo waitOpts) (*Chang
 }
 
 // changeOutcome returns nil for a change that is Done, else a *ChangeError.
-func changeOutcome(chg *Change) error {
+func changeOutcome(chg *snapd.Change) error {
 	if chg.Status == snapd.StatusDone {
 		return nil
 	}
@@ -92,10 +84,10 @@ type waitOpts struct {
 // and it never reads the changes more often than the poll interval.
 // Without notices it polls each change at the poll interval. Failures to
 // reach snapd are retried within the policy.
-func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (map[string]*Change, error) {
+func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
 	w := &changeWait{c: c, rt: c.policy.NewRetrier(), ev: wo.ev}
 	w.reach = &reach{c: c, rt: w.rt}
-	done := map[string]*Change{}
+	done := map[string]*snapd.Change{}
 	remaining := slices.Clone(ids)
 	useNotices := c.notices.Load() != noticesNo
 	var cursor time.Time // notices up to this time have been seen
@@ -416,7 +408,7 @@ func (c *Client) findBlockers(ctx context.Context, snaps []string, ce *retry.Con
 // e.g. `Run service command "stop" for services ["gamma"] of snap
 // "svcdemo"`, `Run configure hook of "svcdemo" snap`, `stop of
 // [svcdemo.gamma]`.
-func touches(chg *Change, snap string, re *regexp.Regexp) bool {
+func touches(chg *snapd.Change, snap string, re *regexp.Regexp) bool {
 	if re.MatchString(chg.Summary) {
 		return true
 	}

@@ -113,6 +113,14 @@ func (r *Response) asError(method, path string) error {
 	}
 }
 
+// AsPublic, when set, lets errors.As turn an *Error into the public type
+// that mirrors it (snapsvc.APIError); package snapsvc sets it. It reports
+// whether target was such a type and filled in.
+var AsPublic func(e *Error, target any) bool
+
+// As implements errors.As for the public mirror of Error.
+func (e *Error) As(target any) bool { return AsPublic != nil && AsPublic(e, target) }
+
 // ErrNotFound matches (with errors.Is) snapd's answers that a snap, an app
 // or a change does not exist.
 var ErrNotFound = errors.New("not found")
