@@ -44,9 +44,6 @@ type app struct {
 	helpOut io.Writer
 
 	prog *progress
-	// lastNote is the last conflict note printed, so that a conflict
-	// retried many times is told once.
-	lastNote string
 }
 
 // command is one subcommand. parse reads its flags and arguments (global

@@ -69,8 +69,7 @@
 // Whatever stderr is, a command that keeps trying (start, stop, restart, a
 // wait for a change) says there at once when it cannot reach snapd (which
 // socket, why, and until when it keeps trying) and when snapd answers
-// again; without the terminal line or -v it also says which change it
-// waits for when another change holds the snap.
+// again.
 //
 // # Exit codes
 //

@@ -221,31 +221,6 @@ func TestUnreachableToldAtOnce(t *testing.T) {
 	}
 }
 
-// TestConflictToldOnce checks that without a terminal or -v a restart that
-// waits for another change says so once, on stderr, naming the change.
-func TestConflictToldOnce(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
-	ctx := safetyNet(t)
-	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"restart", "k8s.kubelet"}, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
-	}()
-	want := `restart k8s.kubelet: change conflict: snap "k8s" has a "configure-snap" change in progress; waiting for change ` + held.ID()
-	if !stderr.waitFor(ctx, want) {
-		t.Fatalf("the wait for change %s not told: %q", held.ID(), stderr.String())
-	}
-	held.Finish()
-	if code := <-done; code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
-	if n := strings.Count(stderr.String(), "change conflict"); n != 1 {
-		t.Errorf("told %d times: %q", n, stderr.String())
-	}
-}
-
 // TestWaitSnapd checks that --wait-snapd bounds how long an absent snapd
 // is waited for (30s by default, far below the 5 min conflict budget), and
 // that 0 gives up at the first failed connection.

@@ -11,10 +11,10 @@ import (
 )
 
 // observe is the library's observer (snapsvc.WithObserver): it says on
-// stderr, as it happens, what an operation is waiting for. snapd being
-// unreachable, and back, is always told (a command that would otherwise
-// print nothing until it gives up looks hung); conflicts and lost answers
-// are told when neither the progress line nor -v shows them already.
+// stderr, as it happens, that snapd cannot be reached (which socket, why,
+// until when the operation keeps trying) and when it answers again,
+// whatever stderr is: a command that printed nothing until it gave up
+// would look hung.
 func (a *app) observe(ev snapsvc.Event) {
 	who := ev.Op
 	if len(ev.Names) > 0 {
@@ -25,25 +25,6 @@ func (a *app) observe(ev snapsvc.Event) {
 		a.note("%s: cannot reach snapd at %s: %v; %s", who, a.eventSocket(ev), connectionCause(ev.Err), retryingUntil(ev.GiveUpAt))
 	case snapsvc.EventReachable:
 		a.note("%s: snapd answers again at %s", who, a.eventSocket(ev))
-	case snapsvc.EventConflict:
-		if a.prog.enabled() || a.verbose {
-			return
-		}
-		what := "retrying"
-		if len(ev.Blockers) > 0 {
-			what = "waiting for change " + strings.Join(ev.Blockers, ", ")
-		}
-		line := fmt.Sprintf("%s: %v; %s", who, ev.Err, what)
-		if line == a.lastNote {
-			return
-		}
-		a.lastNote = line
-		a.note("%s", line)
-	case snapsvc.EventAnswerLost:
-		if a.prog.enabled() || a.verbose {
-			return
-		}
-		a.note("%s: snapd's answer was lost (%v); looking for the change the request made before sending it again", who, ev.Err)
 	}
 }
 
