@@ -42,7 +42,7 @@ func (e *ConflictError) Error() string {
 	if e.ChangeID != "" {
 		what += fmt.Sprintf(" (change %s)", e.ChangeID)
 	}
-	return "change conflict: " + what + " (retryable)"
+	return "change conflict: " + what
 }
 
 // Unwrap returns the underlying error.

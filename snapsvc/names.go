@@ -39,6 +39,9 @@ func ValidateName(name string) (snap, app string, err error) {
 	if hasApp && app == "" {
 		return "", "", fmt.Errorf("%w %q: empty app name after the dot", ErrInvalidName, name)
 	}
+	if hasApp && snap == "" {
+		return "", "", fmt.Errorf("%w %q: no snap name before the dot (want \"snap\" or \"snap.app\")", ErrInvalidName, name)
+	}
 	if err := validateSnapName(snap); err != nil {
 		return "", "", fmt.Errorf("%w %q: %v", ErrInvalidName, name, err)
 	}

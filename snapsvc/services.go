@@ -39,7 +39,7 @@ func (c *Client) Services(ctx context.Context, names ...string) ([]Service, erro
 	}
 	apps, err := c.main.Apps(ctx, names, true)
 	if err != nil {
-		return nil, fmt.Errorf("snapsvc: reading services %v: %w", names, err)
+		return nil, fmt.Errorf("snapsvc: reading %s: %w", strings.Join(append([]string{"services"}, names...), " "), err)
 	}
 	out := make([]Service, 0, len(apps))
 	for _, a := range apps {
@@ -91,7 +91,7 @@ func (c *Client) snapctlServices(ctx context.Context, names []string) ([]Service
 	args := append([]string{"services"}, names...)
 	out, err := c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: args})
 	if err != nil {
-		return nil, fmt.Errorf("snapsvc: reading services %v with snapctl: %w", names, err)
+		return nil, fmt.Errorf("snapsvc: reading %s with snapctl: %w", strings.Join(append([]string{"services"}, names...), " "), err)
 	}
 	return parseServicesTable(out.Stdout)
 }

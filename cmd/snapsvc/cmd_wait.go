@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -78,6 +79,9 @@ func cmdWaitIdle(a *app, args []string) (action, error) {
 			return err
 		}
 		defer c.Close()
+		if err := checkSnapKnown(ctx, c, snap); err != nil {
+			return err
+		}
 		a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
 			chgs, err := c.Changes(ctx, snapsvc.ChangesOptions{Snap: snap})
 			if err != nil || len(chgs) == 0 {
@@ -101,4 +105,36 @@ func cmdWaitIdle(a *app, args []string) (action, error) {
 		}
 		return nil
 	}, nil
+}
+
+// checkSnapKnown fails, matching snapsvc.ErrNotFound, when snapd knows no
+// snap by that name and no change in progress touches one: waiting for
+// such a snap to be idle would succeed whatever the name, typos included.
+// A snap being installed is not listed by snapd until its install change
+// links it, so a change in progress that touches the name counts as the
+// snap being known (wait-idle then waits for that change); the services
+// are read again after an empty listing, in case the install finished in
+// between. Only snapd's own "snap-not-found" says a snap is unknown: a
+// snap without services ("app-not-found") exists, and any other failure
+// is left to the wait itself.
+func checkSnapKnown(ctx context.Context, c *snapsvc.Client, snap string) error {
+	unknown := func() (bool, error) {
+		_, err := c.Services(ctx, snap)
+		var ae *snapsvc.APIError
+		if errors.As(err, &ae) && ae.Kind == "snap-not-found" {
+			return true, err
+		}
+		return false, nil
+	}
+	if gone, _ := unknown(); !gone {
+		return nil
+	}
+	chgs, err := c.Changes(ctx, snapsvc.ChangesOptions{Snap: snap})
+	if err != nil || len(chgs) > 0 {
+		return nil
+	}
+	if gone, err := unknown(); gone {
+		return fmt.Errorf("snap %q is not installed and no change in progress touches it: %w", snap, err)
+	}
+	return nil
 }

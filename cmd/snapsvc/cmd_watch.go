@@ -40,7 +40,9 @@ type watchState struct {
 
 func cmdWatch(a *app, args []string) (action, error) {
 	fs := a.flagSet("watch")
-	interval := fs.Duration("interval", 500*time.Millisecond, "how often to read snapd's changes")
+	interval := new(time.Duration)
+	*interval = 500 * time.Millisecond
+	fs.Var(&durationFlag{interval}, "interval", "read snapd's changes every `D`")
 	untilIdle := fs.Bool("until-idle", false, "exit once no change (touching SNAP) is in progress")
 	pos, err := a.parseCommand(fs, "watch", args)
 	if err != nil {

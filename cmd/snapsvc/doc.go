@@ -33,48 +33,86 @@
 //	                            foreign change holds the snap; it checks its
 //	                            own outcome (exit 1 if wrong). Under --json
 //	                            its "at" and "elapsed" are seconds (numbers)
+//	version                     snapsvc's module version (from the binary's
+//	                            build information) and, when snapd answers
+//	                            within 5s, snapd's; exit 0 either way
+//	help [COMMAND]              the usage, or a command's, on stdout
+//
+// "COMMAND -h" prints the command's usage on stderr: its own flags with
+// their defaults, then the global flags.
 //
 // Global flags (before or after the command):
 //
-//	--socket PATH   snapd's socket (default $SNAPSVC_SOCKET, else /run/snapd.socket)
-//	--json          print results as JSON on stdout
-//	--timeout D     give up after D (e.g. 30s; default: no limit beyond the
-//	                library's retry policy, 5m of conflict retries)
-//	-v              log what the library does (slog text on stderr)
+//	--socket PATH    snapd's socket (default $SNAPSVC_SOCKET, else /run/snapd.socket)
+//	--json           print the result, or the error, as JSON on stdout
+//	--timeout D      give up after D (e.g. 30s; default 0: no limit beyond
+//	                 the library's retry policy, 5m of conflict retries)
+//	--wait-snapd D   how long to keep trying while snapd is unreachable: its
+//	                 socket missing, nobody listening, a path that is not a
+//	                 socket (default 30s; 0: give up at the first failed
+//	                 connection). start, stop and restart keep trying to
+//	                 reach snapd this long, and a wait for a change keeps
+//	                 waiting through an outage this long; the other reads
+//	                 fail at once when snapd is unreachable, and watch
+//	                 rides out outages until it ends
+//	-v               log what the library does (slog text on stderr)
+//	--version        the same as the version command (before the command only)
+//
+// Durations are Go durations (30s, 5m, 1h30m), never negative; a value that
+// is not one is a usage error saying why.
 //
 // Inside a snap (SNAP_COOKIE set) the library acts through snapctl on the
 // snap socket, and only on the snap's own services.
 //
 // On a terminal, long waits show on stderr which change and task snapd is
 // working on; otherwise only the result is printed, one plain line per item.
+// Whatever stderr is, a command that keeps trying (start, stop, restart, a
+// wait for a change) says there at once when it cannot reach snapd (which
+// socket, why, and until when it keeps trying) and when snapd answers
+// again.
 //
 // # Exit codes
 //
 //	0    success
 //	1    the operation failed: a change ended in Error/Undone/Hold, or snapd
 //	     refused the request
-//	2    usage error: unknown command or flag, missing or malformed name
-//	     (names are checked before any request)
-//	3    timed out (--timeout), gave up retrying a conflict (the library's
-//	     policy ran out), or snapd is unreachable or restarting (the
-//	     message names the socket): retrying later may help
-//	4    not found: unknown snap, service or change
+//	2    usage error: unknown command or flag, missing or malformed name or
+//	     value (everything on the command line is checked before any request)
+//	3    nothing was done and retrying later may help: timed out (--timeout)
+//	     or gave up (the library's policy ran out) while waiting for another
+//	     change or for snapd; snapd is unreachable or restarting (the
+//	     message names the socket); a read or a wait (wait, wait-idle,
+//	     watch) ended early, which is always safe to run again
+//	4    not found: unknown snap, service or change (wait-idle: a snap snapd
+//	     does not know and no change in progress touches)
+//	5    the request was, or may have been, carried out, but its outcome is
+//	     not known: --timeout ended the wait for its change, snapd stayed
+//	     unreachable while it waited, or snapd's answer was lost and the
+//	     change could not be found. Running the command again would act
+//	     again (a second restart): the message names the change when there
+//	     is one, for "snapsvc wait ID"
 //	130  interrupted (SIGINT/SIGTERM); watch exits 0 when interrupted
 //
 // # JSON output
 //
-// With --json, stdout carries exactly one JSON document: the command's
-// result, or, when it fails for any reason (usage errors included, wherever
-// --json is on the command line), an error object instead:
+// With --json, every command but watch prints exactly one JSON document on
+// stdout: the command's result, or, when it fails for any reason (usage
+// errors included, wherever --json is on the command line), an error
+// object instead:
 //
 //	{"error":{"message":...,"exit-code":N,"change":ID,"status":S,
 //	          "retryable":bool,"detail":...}}
 //
-// change, status, retryable and detail appear when known; detail is what
-// the command found before failing (wait: the change, with its tasks and
-// error; demo: its report). The message is printed on stderr too. watch
-// --json prints JSON lines, one event per line, and a failure as a last
-// {"error":...} line. Help (-h, help) is always text.
+// retryable is always there and agrees with the exit code: true exactly
+// when running the same command again later may succeed (exit 3; an
+// interrupted command, exit 130, says which it would have been). change,
+// status and detail appear when known; detail is what the command found
+// before failing (wait: the change, with its tasks and error; demo: its
+// report). The message is printed on stderr too.
+//
+// watch --json prints JSON Lines (https://jsonlines.org): one JSON object
+// per line, one line per event, and a failure as a last {"error":...}
+// line. Help (-h, help) is always text.
 //
 // # Watching
 //

@@ -17,35 +17,81 @@ const (
 	exitUsage       = 2
 	exitTimeout     = 3
 	exitNotFound    = 4
+	exitUnknown     = 5
 	exitInterrupted = 130
 )
 
-// exitCode maps an error to the documented exit code.
-func exitCode(err error) int {
+// verdict is what the command line tells of an outcome: the exit code,
+// and whether running the same command again later may succeed (the
+// "retryable" of --json). Both come from judge, so they always agree:
+// retryable is true for exit 3, false for 1, 2, 4 and 5, and either for
+// 130 (an interrupted command tells which it would have been).
+type verdict struct {
+	code      int
+	retryable bool
+}
+
+// judge is the one rule from an error to its verdict.
+//
+// A request to act that snapd carried out, or may have, is never
+// retryable: its change may still be running, and the same command again
+// would act again (restart twice). That is exit 5 unless the change is
+// known to have failed (1). Otherwise a failure is retryable when nothing
+// was done and the cause can pass: the time ran out (--timeout, or the
+// library gave up) while waiting for another change or for snapd, snapd
+// is unreachable or restarting, or a read or a wait ended early (reading
+// or waiting again is harmless).
+func judge(err error) verdict {
 	var ue *usageError
 	var ce *snapsvc.ChangeError
 	switch {
 	case err == nil, errors.Is(err, errHelp):
-		return exitOK
+		return verdict{code: exitOK}
 	case errors.As(err, &ue),
 		errors.Is(err, snapsvc.ErrInvalidName),
 		errors.Is(err, snapsvc.ErrNoNames),
 		errors.Is(err, snapsvc.ErrWrongSnap):
-		return exitUsage
+		return verdict{code: exitUsage}
 	case errors.As(err, &ce):
 		// The change ran and failed: waiting longer would not help.
-		return exitFailed
-	case errors.Is(err, snapsvc.ErrGaveUp), errors.Is(err, context.DeadlineExceeded):
-		return exitTimeout
-	case errors.Is(err, context.Canceled):
-		return exitInterrupted
-	case unreachable(err):
-		// Nothing was done; the same command may work once snapd is back.
-		return exitTimeout
+		return verdict{code: exitFailed}
 	case errors.Is(err, snapsvc.ErrNotFound):
-		return exitNotFound
+		return verdict{code: exitNotFound}
 	}
-	return exitFailed
+	acted := actedOn(err)
+	retryable := !acted && mayPass(err)
+	switch {
+	case errors.Is(err, context.Canceled):
+		return verdict{code: exitInterrupted, retryable: retryable}
+	case acted:
+		return verdict{code: exitUnknown}
+	case retryable:
+		return verdict{code: exitTimeout, retryable: true}
+	}
+	return verdict{code: exitFailed}
+}
+
+// exitCode is judge's exit code.
+func exitCode(err error) int { return judge(err).code }
+
+// actedOn reports whether err ends a request to act that snapd carried
+// out, or may have: one that made a change (named by the OpError), or
+// whose outcome is unknown.
+func actedOn(err error) bool {
+	var oe *snapsvc.OpError
+	return errors.Is(err, snapsvc.ErrOutcomeUnknown) ||
+		(errors.As(err, &oe) && oe.ChangeID != "") ||
+		retry.Classify(err) == retry.Indeterminate
+}
+
+// mayPass reports whether the cause of err can go away by itself: time
+// that ran out, a conflict, an unreachable or restarting snapd.
+func mayPass(err error) bool {
+	return errors.Is(err, snapsvc.ErrGaveUp) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) ||
+		retry.IsRetryable(err) ||
+		unreachable(err)
 }
 
 // unreachable reports whether err means snapd could not be reached (or
@@ -73,7 +119,7 @@ type jsonError struct {
 		ExitCode  int    `json:"exit-code"`
 		Change    string `json:"change,omitempty"`
 		Status    string `json:"status,omitempty"`
-		Retryable *bool  `json:"retryable,omitempty"`
+		Retryable bool   `json:"retryable"`
 		// Detail is what the command found before failing: the change
 		// for wait, the report for demo.
 		Detail any `json:"detail,omitempty"`
@@ -94,11 +140,20 @@ func (e *detailError) Unwrap() error { return e.err }
 // stdout gets exactly one document for a failure, usage errors included:
 // the error object (commands print nothing on stdout when they fail).
 func (a *app) report(cmd string, err error) int {
-	code := exitCode(err)
-	if code == exitOK {
-		return code
+	v := judge(err)
+	if v.code == exitOK {
+		return v.code
 	}
 	var ue *usageError
+	var oe *snapsvc.OpError
+	var ce *snapsvc.ChangeError
+	change := ""
+	if errors.As(err, &oe) {
+		change = oe.ChangeID
+	}
+	if errors.As(err, &ce) && ce.ID != "" {
+		change = ce.ID
+	}
 	if errors.As(err, &ue) {
 		if !ue.printed {
 			fmt.Fprintf(a.stderr, "error: %s\n", ue.msg)
@@ -109,44 +164,38 @@ func (a *app) report(cmd string, err error) int {
 			}
 		}
 	} else {
-		if code == exitTimeout && unreachable(err) {
+		if v.code == exitTimeout && unreachable(err) {
 			err = fmt.Errorf("snapd is unreachable at %s (is it running? retrying later may help): %w", a.socketPath(), err)
 		}
 		fmt.Fprintf(a.stderr, "error: %v\n", err)
+		switch {
+		case v.code == exitUnknown && change != "":
+			fmt.Fprintf(a.stderr, "Change %s was made and may still be running: 'snapsvc wait %s' waits for it; running %s again would act again.\n", change, change, cmd)
+		case v.code == exitUnknown:
+			fmt.Fprintf(a.stderr, "snapd may have acted on the request: check with 'snapsvc status' and 'snapsvc changes' before running %s again.\n", cmd)
+		}
 	}
 	if !a.json {
-		return code
+		return v.code
 	}
 	var je jsonError
 	je.Error.Message = err.Error()
-	je.Error.ExitCode = code
-	var oe *snapsvc.OpError
-	if errors.As(err, &oe) {
-		je.Error.Change = oe.ChangeID
-		r := oe.Retryable()
-		je.Error.Retryable = &r
-	}
-	var ce *snapsvc.ChangeError
-	if errors.As(err, &ce) {
-		if ce.ID != "" {
-			je.Error.Change = ce.ID
-		}
+	je.Error.ExitCode = v.code
+	je.Error.Change = change
+	if ce != nil {
 		je.Error.Status = ce.Status
 	}
-	if je.Error.Retryable == nil && unreachable(err) {
-		r := true
-		je.Error.Retryable = &r
-	}
+	je.Error.Retryable = v.retryable
 	var de *detailError
 	if errors.As(err, &de) {
 		je.Error.Detail = de.detail
 	}
 	if cmd == "watch" {
-		// watch prints JSON lines: the error is the last line.
+		// watch prints JSON Lines: the error is the last line.
 		b, _ := json.Marshal(je)
 		fmt.Fprintf(a.stdout, "%s\n", b)
-		return code
+		return v.code
 	}
 	a.printJSON(je)
-	return code
+	return v.code
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // TestMain lets the test binary act as the snapsvc command inside scripts.
@@ -274,28 +272,5 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if got != want {
 		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
-	}
-}
-
-// TestExitCodes checks the mapping from errors to exit codes on its own.
-func TestExitCodes(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want int
-	}{
-		{nil, exitOK},
-		{errHelp, exitOK},
-		{usagef("bad"), exitUsage},
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), exitTimeout},
-		{fmt.Errorf("x: %w", context.Canceled), exitInterrupted},
-		{errors.New("boom"), exitFailed},
-		{&snapsvc.ConnectionError{Method: "GET", Path: "/v2/apps", Err: errors.New("dial unix: no such file")}, exitTimeout},
-		{&snapsvc.ConnectionError{Method: "POST", Path: "/v2/apps", Written: true, Err: errors.New("EOF")}, exitTimeout},
-		{&snapsvc.ConnectionError{Method: "GET", Path: "/v2/changes", Err: context.Canceled}, exitInterrupted},
-		{&snapsvc.APIError{StatusCode: 503, Message: "snapd is restarting"}, exitTimeout},
-	} {
-		if got := exitCode(tc.err); got != tc.want {
-			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
-		}
 	}
 }

@@ -101,6 +101,23 @@ func (p *progress) set(text string) {
 	p.drawLocked()
 }
 
+// println prints a line; on a terminal above the progress line, which is
+// erased first and drawn again after.
+func (p *progress) println(line string) {
+	if !p.enabled() {
+		fmt.Fprintln(p.w, line)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
+	}
+	fmt.Fprintln(p.w, line)
+	p.drawLocked()
+}
+
 // follow shows what describe returns, re-evaluated at every tick.
 func (p *progress) follow(describe func() string) {
 	if !p.enabled() {

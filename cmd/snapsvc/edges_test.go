@@ -1,0 +1,487 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// errorDoc is the --json error object, as a test reads it.
+type errorDoc struct {
+	Error struct {
+		Message   string `json:"message"`
+		ExitCode  int    `json:"exit-code"`
+		Change    string `json:"change"`
+		Status    string `json:"status"`
+		Retryable *bool  `json:"retryable"`
+	} `json:"error"`
+}
+
+// decodeError decodes out as exactly one --json error object and checks
+// that it agrees with the exit code.
+func decodeError(t *testing.T, code int, out string) errorDoc {
+	t.Helper()
+	var doc errorDoc
+	decodeOne(t, out, &doc)
+	if doc.Error.ExitCode != code {
+		t.Errorf("JSON exit-code %d, the process exited %d", doc.Error.ExitCode, code)
+	}
+	if doc.Error.Retryable == nil {
+		t.Fatalf("JSON error has no retryable:\n%s", out)
+	}
+	return doc
+}
+
+// safetyNet bounds a test that drives the CLI in this process; never a
+// synchronisation.
+func safetyNet(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestVerdicts checks the one rule from an error to the exit code and to
+// --json's retryable across every kind of error the CLI meets: they agree
+// (retryable exactly for exit 3; 130 tells either way), and a request that
+// acted, or may have, is never retryable.
+func TestVerdicts(t *testing.T) {
+	conflict := &retry.ConflictError{Snap: "k8s", ChangeKind: "configure-snap", Message: `snap "k8s" has "configure-snap" change in progress`}
+	unreachableGET := &snapsvc.ConnectionError{Socket: "/run/snapd.socket", Method: "GET", Path: "/v2/apps", Err: errors.New("socket /run/snapd.socket does not exist")}
+	unreachablePOST := &snapsvc.ConnectionError{Socket: "/run/snapd.socket", Method: "POST", Path: "/v2/apps", Err: errors.New("socket /run/snapd.socket does not exist")}
+	lostPOST := &snapsvc.ConnectionError{Method: "POST", Path: "/v2/apps", Connected: true, Written: true, Err: errors.New("EOF")}
+	timedOut := fmt.Errorf("timed out after 1s (--timeout): %w", context.DeadlineExceeded)
+	op := func(change string, err error) error {
+		return &snapsvc.OpError{Op: "restart", Snap: "k8s", Names: []string{"k8s.kubelet"}, ChangeID: change, Attempts: 1, Err: err}
+	}
+	for _, tc := range []struct {
+		name      string
+		err       error
+		code      int
+		retryable bool
+	}{
+		{"success", nil, exitOK, false},
+		{"help", errHelp, exitOK, false},
+		{"usage", usagef("bad"), exitUsage, false},
+		{"invalid name", op("", fmt.Errorf("%w %q", snapsvc.ErrInvalidName, "K8S")), exitUsage, false},
+		{"unknown service", op("", &snapsvc.APIError{StatusCode: 404, Kind: "app-not-found", Message: `snap "k8s" has no service "x"`}), exitNotFound, false},
+		{"unknown change", fmt.Errorf("reading change 9: %w", &snapsvc.APIError{StatusCode: 404, Message: `cannot find change with id "9"`}), exitNotFound, false},
+		{"change failed", op("2", &snapsvc.ChangeError{ID: "2", Kind: "service-control", Status: "Error", Err: "boom"}), exitFailed, false},
+		{"wait on a failed change", fmt.Errorf("waiting for change 2: %w", &snapsvc.ChangeError{ID: "2", Status: "Error"}), exitFailed, false},
+		{"snapd refused", op("", &snapsvc.APIError{StatusCode: 400, Message: "cannot perform operation on services"}), exitFailed, false},
+		{"snapctl failed", op("", &snapsvc.SnapctlError{ExitCode: 1}), exitFailed, false},
+		{"plain failure", errors.New("boom"), exitFailed, false},
+		{"gave up on a conflict", op("", fmt.Errorf("gave up after 5m: %w", errors.Join(snapsvc.ErrGaveUp, conflict))), exitTimeout, true},
+		{"gave up on an absent snapd", op("", fmt.Errorf("gave up: %w", errors.Join(snapsvc.ErrGaveUp, unreachablePOST))), exitTimeout, true},
+		{"timed out in a conflict", op("", errors.Join(timedOut, conflict)), exitTimeout, true},
+		{"timed out before any request", op("", timedOut), exitTimeout, true},
+		{"read: snapd unreachable", fmt.Errorf("snapsvc: reading services: %w", unreachableGET), exitTimeout, true},
+		{"read: snapd restarting", &snapsvc.APIError{StatusCode: 503, Kind: "daemon-restart", Message: "daemon is restarting"}, exitTimeout, true},
+		{"wait timed out", fmt.Errorf("waiting for change 1: %w", timedOut), exitTimeout, true},
+		{"timed out waiting for its own change", op("2", fmt.Errorf("waiting for change 2: %w", timedOut)), exitUnknown, false},
+		{"snapd gone while waiting for its own change", op("2", errors.Join(snapsvc.ErrGaveUp, unreachableGET)), exitUnknown, false},
+		{"outcome unknown", op("", errors.Join(snapsvc.ErrOutcomeUnknown, lostPOST)), exitUnknown, false},
+		{"answer lost", lostPOST, exitUnknown, false},
+		{"interrupted in a conflict", op("", errors.Join(context.Canceled, conflict)), exitInterrupted, true},
+		{"interrupted after its change was made", op("2", fmt.Errorf("waiting for change 2: %w", context.Canceled)), exitInterrupted, false},
+		{"interrupted read", &snapsvc.ConnectionError{Method: "GET", Path: "/v2/changes", Err: context.Canceled}, exitInterrupted, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judge(tc.err)
+			if v.code != tc.code || v.retryable != tc.retryable {
+				t.Fatalf("judge(%v) = exit %d retryable %t, want exit %d retryable %t", tc.err, v.code, v.retryable, tc.code, tc.retryable)
+			}
+			if v.code != exitInterrupted && v.retryable != (v.code == exitTimeout) {
+				t.Errorf("exit %d with retryable %t: they disagree", v.code, v.retryable)
+			}
+			if tc.code == exitOK {
+				return
+			}
+			var stdout, stderr lockedBuffer
+			a := &app{env: env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, json: true}
+			if got := a.report("restart", tc.err); got != tc.code {
+				t.Errorf("report returned %d, want %d", got, tc.code)
+			}
+			doc := decodeError(t, tc.code, stdout.String())
+			if *doc.Error.Retryable != tc.retryable {
+				t.Errorf("JSON retryable %t, want %t", *doc.Error.Retryable, tc.retryable)
+			}
+			if strings.Contains(doc.Error.Message, "(retryable)") {
+				t.Errorf("doubled retryable marker: %s", doc.Error.Message)
+			}
+		})
+	}
+}
+
+// TestTimedOutOperations runs each way a start/stop/restart can run out of
+// time against the fake and checks exit code, stderr and --json together:
+// only a restart that did nothing is retryable.
+func TestTimedOutOperations(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fakes' own cleanup
+	for _, tc := range []struct {
+		name       string
+		setup      func(t *testing.T) *fake.Server
+		code       int
+		retryable  bool
+		change     bool
+		stderrWant string
+	}{
+		{"blocked by a foreign change", func(t *testing.T) *fake.Server {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
+			t.Cleanup(held.Finish)
+			return srv
+		}, exitTimeout, true, false, "[retryable]"},
+		{"its change still running", func(t *testing.T) *fake.Server {
+			// Nothing moves on a manual clock: the restart's change stays Doing.
+			return fake.NewServer(t, fake.WithClock(fake.NewManualClock(time.Now())), fake.WithSnaps(k8sSnap(1)))
+		}, exitUnknown, false, true, "'snapsvc wait 1' waits for it"},
+		{"snapd acted, its answer pending", func(t *testing.T) *fake.Server {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			hold := make(chan struct{})
+			t.Cleanup(func() { close(hold) })
+			srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Hold: hold})
+			return srv
+		}, exitUnknown, false, true, "running restart again would act again"},
+		{"snapd silent, outcome unknown", func(t *testing.T) *fake.Server {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			hold := make(chan struct{})
+			t.Cleanup(func() { close(hold) })
+			srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Hold: hold})
+			return srv
+		}, exitUnknown, false, false, "check with 'snapsvc status'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := tc.setup(t)
+			code, out, errOut := runWithSocket(safetyNet(t), srv.SocketPath(), false, "-v", "--json", "restart", "k8s.kubelet", "--timeout", "200ms")
+			if code != tc.code || !strings.Contains(errOut, tc.stderrWant) {
+				t.Fatalf("exit %d, want %d; stderr lacks %q:\n%s", code, tc.code, tc.stderrWant, errOut)
+			}
+			doc := decodeError(t, code, out)
+			if *doc.Error.Retryable != tc.retryable || (doc.Error.Change != "") != tc.change {
+				t.Errorf("JSON retryable %t change %q, want retryable %t, a change %t", *doc.Error.Retryable, doc.Error.Change, tc.retryable, tc.change)
+			}
+			if strings.Contains(errOut, "(retryable)") || strings.Count(doc.Error.Message, "retryable]") != 1 {
+				t.Errorf("retryable marker not said exactly once:\n%s", errOut)
+			}
+			if !tc.retryable && strings.Contains(errOut, "retrying later may help") {
+				t.Errorf("a request that acted is said to be worth retrying:\n%s", errOut)
+			}
+		})
+	}
+}
+
+// TestUnreachableToldAtOnce checks that, with stderr not a terminal and
+// snapd's socket missing, restart says at once which socket it cannot
+// reach, why and until when it keeps trying, then that snapd answers
+// again once the socket appears, and succeeds.
+func TestUnreachableToldAtOnce(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := fake.NewServer(t, fake.WithoutListening(), fake.WithSnaps(k8sSnap(0)))
+	ctx := safetyNet(t)
+	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"restart", "k8s.kubelet"}, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
+	}()
+	want := "restart k8s.kubelet: cannot reach snapd at " + srv.SocketPath() + ": socket " + srv.SocketPath() + " does not exist"
+	if !stderr.waitFor(ctx, want) {
+		t.Fatalf("nothing said while snapd is unreachable; stderr %q", stderr.String())
+	}
+	if !stderr.waitFor(ctx, "; retrying until ") || !stderr.waitFor(ctx, "see --wait-snapd") {
+		t.Fatalf("not said until when it retries: %q", stderr.String())
+	}
+	if err := srv.StartListening(); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d once snapd was back: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "restart k8s.kubelet: snapd answers again at "+srv.SocketPath()) {
+		t.Errorf("snapd's return not told: %q", stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "cannot reach snapd"); n != 1 {
+		t.Errorf("%d outage lines, want 1: %q", n, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "restart k8s.kubelet: change 1 Done") {
+		t.Errorf("stdout %q", stdout.String())
+	}
+}
+
+// TestWaitSnapd checks that --wait-snapd bounds how long an absent snapd
+// is waited for (30s by default, far below the 5 min conflict budget), and
+// that 0 gives up at the first failed connection.
+func TestWaitSnapd(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	a := &app{env: env{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, getenv: func(string) string { return "" }}, waitSnapd: retry.DefaultPolicy().MaxUnreachable}
+	if p := a.policy(); p.MaxUnreachable != 30*time.Second || p.MaxElapsedTime != 5*time.Minute {
+		t.Errorf("default policy: unreachable %v, elapsed %v", p.MaxUnreachable, p.MaxElapsedTime)
+	}
+	for flagValue, want := range map[string]time.Duration{"2s": 2 * time.Second, "0": time.Nanosecond} {
+		fs := a.flagSet("restart")
+		if _, err := a.parseCommand(fs, "restart", []string{"--wait-snapd", flagValue, "k8s"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.policy().MaxUnreachable; got != want {
+			t.Errorf("--wait-snapd %s: MaxUnreachable %v, want %v", flagValue, got, want)
+		}
+	}
+
+	sock := filepath.Join(t.TempDir(), "nosuch.socket")
+	for _, wait := range []string{"100ms", "0"} {
+		code, out, errOut := runWithSocket(safetyNet(t), sock, false, "--json", "--wait-snapd", wait, "restart", "k8s.kubelet")
+		if code != exitTimeout || !strings.Contains(errOut, "gave up: snapd unreachable for") || !strings.Contains(errOut, "snapd is unreachable at "+sock) {
+			t.Errorf("--wait-snapd %s: exit %d, stderr %q; want exit 3, giving up on the absent snapd", wait, code, errOut)
+			continue
+		}
+		if doc := decodeError(t, code, out); !*doc.Error.Retryable {
+			t.Errorf("--wait-snapd %s: not retryable: %s", wait, out)
+		}
+	}
+}
+
+// TestSocketNotASocket checks that a --socket that is a directory or a
+// regular file is said to be one, not "connection refused", and that the
+// unreachable message names the services it read properly.
+func TestSocketNotASocket(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{dir: dir + " is a directory, not a socket", file: file + " is not a socket (a regular file)"} {
+		code, _, errOut := runWithSocket(safetyNet(t), path, false, "status")
+		if code != exitTimeout || !strings.Contains(errOut, want) || !strings.Contains(errOut, "snapsvc: reading services: ") || strings.Contains(errOut, "[]") {
+			t.Errorf("status --socket %s: exit %d, stderr %q; want exit 3 saying %q", path, code, errOut, want)
+		}
+		code, _, errOut = runWithSocket(safetyNet(t), path, false, "--wait-snapd", "0", "restart", "k8s.kubelet")
+		if code != exitTimeout || !strings.Contains(errOut, "restart k8s.kubelet: cannot reach snapd at "+path+": "+want) {
+			t.Errorf("restart --socket %s: exit %d, stderr %q; want the first failure told as %q", path, code, errOut, want)
+		}
+	}
+}
+
+// TestWaitIdleUnknownSnap checks that wait-idle, like every other command,
+// exits 4 for a snap snapd does not know, but waits for a snap that is
+// being installed and accepts a snap without services.
+func TestWaitIdleUnknownSnap(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0), fake.Snap{Name: "hello", Apps: []fake.App{{Name: "hello"}}}))
+	ctx := safetyNet(t)
+
+	code, _, errOut := runWithSocket(ctx, srv.SocketPath(), false, "wait-idle", "nosuch")
+	if code != exitNotFound || !strings.Contains(errOut, `snap "nosuch" is not installed and no change in progress touches it`) {
+		t.Errorf("wait-idle nosuch: exit %d, stderr %q; want exit 4", code, errOut)
+	}
+	code, out, _ := runWithSocket(ctx, srv.SocketPath(), false, "--json", "wait-idle", "nosuch")
+	if doc := decodeError(t, code, out); code != exitNotFound || *doc.Error.Retryable {
+		t.Errorf("--json wait-idle nosuch: exit %d: %s", code, out)
+	}
+	if code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "wait-idle", "hello"); code != exitOK || !strings.Contains(out, `snap "hello" is idle`) {
+		t.Errorf("wait-idle of a snap without services: exit %d %q %q", code, out, errOut)
+	}
+
+	// A snap being installed is not listed yet, but its install change
+	// touches it: wait-idle waits for that change.
+	install := srv.AddChange(fake.ChangeSpec{Kind: "install-snap", Snap: "newsnap", WithSnapNames: true})
+	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"wait-idle", "newsnap"}, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
+	}()
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.InFlight() > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		t.Fatalf("wait-idle ended (exit %d) while the install was in progress: %s", code, stderr.String())
+	default:
+	}
+	install.Finish()
+	if code := <-done; code != exitOK || !strings.Contains(stdout.String(), `snap "newsnap" is idle`) {
+		t.Errorf("wait-idle newsnap after its install: exit %d %q %q", code, stdout.String(), stderr.String())
+	}
+}
+
+// TestCommandHelp checks every command's usage, from -h (stderr) and from
+// "help COMMAND" (stdout): the same text, the command's own flags once
+// with their real defaults, the global flags once, and never the values
+// given on the command line.
+func TestCommandHelp(t *testing.T) {
+	const sock = "/given/by/the/env.socket"
+	for _, c := range commands {
+		if c.parse == nil {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			code, _, viaFlag := runWithSocket(context.Background(), sock, false, "--timeout", "7s", "--wait-snapd", "9s", c.name, "-h")
+			if code != exitOK {
+				t.Fatalf("%s -h exited %d", c.name, code)
+			}
+			code, viaHelp, errOut := runWithSocket(context.Background(), sock, false, "help", c.name)
+			if code != exitOK || errOut != "" {
+				t.Fatalf("help %s: exit %d, stderr %q", c.name, code, errOut)
+			}
+			if viaFlag != viaHelp {
+				t.Errorf("-h and help differ:\n%s\n---\n%s", viaFlag, viaHelp)
+			}
+			if !strings.HasPrefix(viaHelp, "Usage: snapsvc "+c.name) || strings.Contains(viaHelp, "Commands:") {
+				t.Errorf("not %s's usage:\n%s", c.name, viaHelp)
+			}
+			for _, g := range []string{"--socket", "--json", "--timeout", "--wait-snapd", "-v"} {
+				if n := len(regexp.MustCompile(`(?m)^ +`+g+`\b`).FindAllString(viaHelp, -1)); n != 1 {
+					t.Errorf("global flag %s listed %d times:\n%s", g, n, viaHelp)
+				}
+			}
+			for _, given := range []string{"7s", "9s", sock} {
+				if strings.Contains(viaHelp, given) {
+					t.Errorf("the value given, %s, shown as a default:\n%s", given, viaHelp)
+				}
+			}
+		})
+	}
+	_, _, watch := runWithSocket(context.Background(), sock, false, "watch", "--interval", "3s", "-h")
+	if !strings.Contains(watch, "--interval D") || !strings.Contains(watch, "(default 500ms)") || strings.Contains(watch, "3s") {
+		t.Errorf("watch -h does not show --interval's own default:\n%s", watch)
+	}
+}
+
+// TestVersion checks version and --version: the module's version and Go's,
+// snapd's version when it answers, and exit 0 when it does not.
+func TestVersion(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version268), fake.WithSnaps(k8sSnap(0)))
+	ctx := safetyNet(t)
+	for _, args := range [][]string{{"--json", "version"}, {"--version", "--json"}} {
+		code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, args...)
+		var v versionOutput
+		decodeOne(t, out, &v)
+		if code != exitOK || v.Snapsvc.Module != "github.com/snapsvc/snapsvc" || v.Snapsvc.Version == "" || v.Snapsvc.Go != runtime.Version() ||
+			!strings.HasPrefix(v.Snapd.Version, string(fake.Version268)) || v.Snapd.Socket != srv.SocketPath() || v.Snapd.Error != "" {
+			t.Errorf("%q: exit %d %+v %s", args, code, v, errOut)
+		}
+	}
+	sock := filepath.Join(t.TempDir(), "nosuch.socket")
+	code, out, _ := runWithSocket(ctx, sock, false, "version")
+	if code != exitOK || !strings.Contains(out, "snapsvc ") || !strings.Contains(out, "snapd: unknown (") || !strings.Contains(out, sock+" does not exist") {
+		t.Errorf("version without snapd: exit %d %q", code, out)
+	}
+}
+
+// TestJSONDocuments checks what the documentation says of --json: every
+// command but watch prints exactly one JSON document, watch prints JSON
+// Lines (every line one object, a failure as the last line), and both the
+// README and the package documentation say so.
+func TestJSONDocuments(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	ctx := safetyNet(t)
+	for _, args := range [][]string{
+		{"status"}, {"start", "k8s.kubelet"}, {"restart", "k8s"}, {"stop", "--no-wait", "k8s.kubelet"}, {"changes", "--all"},
+		{"change", "1"}, {"wait", "1"}, {"wait-idle", "k8s"}, {"version"}, {"change", "99"}, {"restart", "k8s.nosuch"},
+	} {
+		code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, append([]string{"--json"}, args...)...)
+		var doc any
+		decodeOne(t, out, &doc)
+		if code != exitOK {
+			decodeError(t, code, out)
+		}
+		if code != exitOK && code != exitNotFound {
+			t.Errorf("%q: exit %d: %s", args, code, errOut)
+		}
+	}
+
+	// watch: a change comes and goes while it watches until idle; then a
+	// watch that --timeout ends, its error the last line.
+	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
+	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--json", "watch", "--until-idle", "--interval", "5ms"}, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
+	}()
+	if !stdout.waitFor(ctx, `"status":"Doing"`) {
+		t.Fatalf("watch did not show the change: %q %q", stdout.String(), stderr.String())
+	}
+	held.Finish()
+	if code := <-done; code != exitOK {
+		t.Fatalf("watch exited %d: %s", code, stderr.String())
+	}
+	checkJSONLines(t, stdout.String(), false)
+	if n := strings.Count(stdout.String(), "\n"); n < 2 {
+		t.Errorf("watch printed %d lines, want the change's and its task's", n)
+	}
+	srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
+	code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "--json", "watch", "--interval", "5ms", "--timeout", "300ms", "k8s")
+	if code != exitTimeout {
+		t.Fatalf("watch --timeout: exit %d: %s", code, errOut)
+	}
+	checkJSONLines(t, out, true)
+
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgdoc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := string(readme)[strings.Index(string(readme), "## The CLI"):]
+	cli = cli[:strings.Index(cli, "\n## ")]
+	for name, text := range map[string]string{"README's CLI section": strings.Join(strings.Fields(cli), " "), "doc.go": strings.Join(strings.Fields(strings.ReplaceAll(string(pkgdoc), "//", "")), " ")} {
+		if !strings.Contains(text, "JSON Lines") || !strings.Contains(text, "except `watch --json`") && !strings.Contains(text, "every command but watch") {
+			t.Errorf("%s does not say that watch --json prints JSON Lines and every other command one document", name)
+		}
+	}
+}
+
+// checkJSONLines checks that out is JSON Lines: every line one JSON
+// object, and an error object only as the last line when lastErr.
+func checkJSONLines(t *testing.T, out string, lastErr bool) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	for i, l := range lines {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatalf("line %d is not one JSON object: %v\n%s", i+1, err, out)
+		}
+		if _, isErr := obj["error"]; isErr != (lastErr && i == len(lines)-1) {
+			t.Errorf("line %d: an error object where none belongs, or none where one does:\n%s", i+1, out)
+		}
+	}
+}
+
+// TestNotesAboveProgress checks that a note printed while the terminal
+// progress line is drawn goes above it, and the line is drawn again.
+func TestNotesAboveProgress(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var buf lockedBuffer
+	p := newProgress(&buf, true)
+	p.set("restart k8s.kubelet: asking snapd")
+	p.println("restart k8s.kubelet: cannot reach snapd")
+	p.close()
+	got := buf.String()
+	i := strings.Index(got, "\r\033[Krestart k8s.kubelet: cannot reach snapd\n")
+	if i < 0 || !strings.Contains(got[i:], "asking snapd") {
+		t.Errorf("note not printed above a redrawn progress line: %q", got)
+	}
+	var plain lockedBuffer
+	off := newProgress(&plain, false)
+	off.println("a note")
+	if plain.String() != "a note\n" {
+		t.Errorf("off: %q", plain.String())
+	}
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// observe is the library's observer (snapsvc.WithObserver): it says on
+// stderr, as it happens, that snapd cannot be reached (which socket, why,
+// until when the operation keeps trying) and when it answers again,
+// whatever stderr is: a command that printed nothing until it gave up
+// would look hung.
+func (a *app) observe(ev snapsvc.Event) {
+	who := ev.Op
+	if len(ev.Names) > 0 {
+		who += " " + strings.Join(ev.Names, " ")
+	}
+	switch ev.Kind {
+	case snapsvc.EventUnreachable:
+		a.note("%s: cannot reach snapd at %s: %v; %s", who, a.eventSocket(ev), connectionCause(ev.Err), retryingUntil(ev.GiveUpAt))
+	case snapsvc.EventReachable:
+		a.note("%s: snapd answers again at %s", who, a.eventSocket(ev))
+	}
+}
+
+// note prints one line on stderr, above the progress line if one is drawn.
+func (a *app) note(format string, args ...any) {
+	a.prog.println(fmt.Sprintf(format, args...))
+}
+
+// eventSocket is the socket an event names, else the one the command uses.
+func (a *app) eventSocket(ev snapsvc.Event) string {
+	if ev.Socket != "" {
+		return ev.Socket
+	}
+	return a.socketPath()
+}
+
+// connectionCause is what made a connection fail, without the request's
+// description the ConnectionError wraps around it.
+func connectionCause(err error) error {
+	var ce *snapsvc.ConnectionError
+	if errors.As(err, &ce) && ce.Err != nil && retry.IsUnreachable(err) {
+		return ce.Err
+	}
+	return err
+}
+
+// retryingUntil says until when an operation keeps trying.
+func retryingUntil(at time.Time) string {
+	if at.IsZero() {
+		return "retrying until interrupted"
+	}
+	left := time.Until(at).Round(100 * time.Millisecond)
+	return fmt.Sprintf("retrying until %s (in %v; see --wait-snapd)", at.Local().Format("15:04:05"), left)
+}
