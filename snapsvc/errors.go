@@ -99,6 +99,12 @@ func (e *OpError) Retryable() bool {
 	if errors.As(e.Err, &be) {
 		return be.Retryable()
 	}
+	if errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded) {
+		// The caller's context ended before anything was done (a change
+		// made, or an unknown outcome, is answered above): a later call
+		// may well succeed.
+		return true
+	}
 	return retry.IsRetryable(e.Err)
 }
 

@@ -471,3 +471,33 @@ func TestPublicWireTypes(t *testing.T) {
 		t.Fatalf("JSON %s", b)
 	}
 }
+
+// A context that ends before anything was done (here, while the call waits
+// for the snap's lock) leaves a retryable error: nothing ran.
+func TestInterruptedBeforeActingIsRetryable(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv)
+	hold := make(chan struct{})
+	seen := make(chan struct{}, 1)
+	srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold, Match: arrived(seen, nil)})
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Restart(context.Background(), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		first <- err
+	}()
+	<-seen // the first call holds the snap's lock, its answer pending
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{})
+	var opErr *snapsvc.OpError
+	if !errors.As(err, &opErr) || !opErr.Retryable() || !errors.Is(err, context.Canceled) || opErr.ChangeID != "" {
+		t.Fatalf("error %v: want cancelled, retryable, no change", err)
+	}
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 {
+		t.Fatalf("%d POSTs: the cancelled call acted", n)
+	}
+}
