@@ -18,6 +18,8 @@ import (
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/plan"
 	"github.com/snapsvc/snapsvc/probe"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapservices"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
@@ -59,6 +61,21 @@ func readmeController(ctx context.Context, c *snapsvc.Client) error {
 	log.Printf("kubelet restarted by change %s after absorbing %d conflicts", res.ChangeID, res.Conflicts)
 	// readme:end
 	return nil
+}
+
+func readmeSnapservices(ctx context.Context) error {
+	// readme:begin
+	svc, err := snapservices.New() // instance from $SNAP_INSTANCE_NAME; REST on /run/snapd.socket
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	// k8sd's bootstrap with its RetryFor loop replaced: stops at once when retrying cannot help.
+	err = retry.Do(ctx, 5, 5*time.Second, func() error {
+		return svc.StartServices(ctx, []string{"containerd", "k8s-dqlite", "kube-apiserver"}, "--enable")
+	})
+	// readme:end
+	return err
 }
 
 func readmePlan(ctx context.Context, client *snapsvc.Client, ca string) error {
