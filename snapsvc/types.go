@@ -2,8 +2,6 @@ package snapsvc
 
 import (
 	"encoding/json"
-	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
@@ -110,25 +108,10 @@ type Maintenance struct {
 	Value json.RawMessage
 }
 
-func (e *APIError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = fmt.Sprintf("server error: %q", http.StatusText(e.StatusCode))
-	}
-	if e.Kind != "" {
-		return fmt.Sprintf("snapd: %s (%s %s: HTTP %d, kind %s)", msg, e.Method, e.Path, e.StatusCode, e.Kind)
-	}
-	return fmt.Sprintf("snapd: %s (%s %s: HTTP %d)", msg, e.Method, e.Path, e.StatusCode)
-}
+func (e *APIError) Error() string { return e.wire().Error() }
 
 // ValueMap decodes Value as a JSON object, or returns nil.
-func (e *APIError) ValueMap() map[string]any {
-	var m map[string]any
-	if len(e.Value) == 0 || json.Unmarshal(e.Value, &m) != nil {
-		return nil
-	}
-	return m
-}
+func (e *APIError) ValueMap() map[string]any { return e.wire().ValueMap() }
 
 // Is lets errors.Is(err, ErrNotFound) match snapd's answers that a snap,
 // an app or a change does not exist.
