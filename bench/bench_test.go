@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/benchkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// tiny is a configuration that runs every scenario and strategy in
+// seconds: short changes, fixed's pause divided by 1000.
+func tiny(t *testing.T) config {
+	t.Helper()
+	c, err := parseFlags([]string{"--samples", "2", "--runs", "1", "--durations", "20ms", "--scale", "1000",
+		"--start", "2ms", "--stop", "2ms", "--hold", "60ms", "--socket-delay", "60ms", "--parallel", "4"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// callsPer is how many calls one sample of each scenario makes.
+var callsPer = map[string]int{
+	scForeign: 1, scBootstrap: len(hookServices) + bootstrapRestarts,
+	scStorm: len(stormServices) * stormRestarts, scLateSocket: 1, scUncontended: 1,
+}
+
+// TestEveryScenarioAndStrategy runs a tiny configuration of everything
+// and checks the samples' and the table's bookkeeping (not timings).
+func TestEveryScenarioAndStrategy(t *testing.T) {
+	c := tiny(t)
+	var rows []row
+	for _, sc := range c.scenarios {
+		samples := c.runAll(c.jobs(sc))
+		for _, s := range samples {
+			checkSample(t, s)
+		}
+		rows = append(rows, aggregate(samples)...)
+	}
+	if want := (len(allScenarios) + len(c.durations) - 1) * len(benchkit.Names) * len(c.versions); len(rows) != want {
+		t.Fatalf("%d rows, want %d", len(rows), want)
+	}
+	for _, r := range rows {
+		n := c.samples
+		if r.Scenario == scBootstrap || r.Scenario == scStorm {
+			n = c.runs
+		}
+		if r.Samples != n || r.Calls != n*callsPer[r.Scenario] || r.Failed > r.Calls || len(r.Errors) > 0 {
+			t.Errorf("row %+v: want %d samples of %d calls, no harness error", r, n, callsPer[r.Scenario])
+		}
+		if r.Strategy == benchkit.Snapsvc && r.Failed != 0 {
+			t.Errorf("%s on %s: snapsvc failed %d calls", r.Scenario, r.Version, r.Failed)
+		}
+		if r.Makespan <= 0 || r.Ideal <= 0 || r.Ratio <= 0 {
+			t.Errorf("row %s %s %s: makespan %v, ideal %v, ratio %v", r.Scenario, r.Version, r.Strategy, r.Makespan, r.Ideal, r.Ratio)
+		}
+		if float64(r.WaitedRequests) > r.Requests*float64(r.Samples) {
+			t.Errorf("row %s %s %s: %d requests while waiting of %v in all", r.Scenario, r.Version, r.Strategy, r.WaitedRequests, r.Requests*float64(r.Samples))
+		}
+	}
+
+	var table, doc bytes.Buffer
+	if err := c.writeTable(&table, rows); err != nil {
+		t.Fatal(err)
+	}
+	out := table.String()
+	for _, want := range []string{"scale 1000 = 5ms", "wake p50", "target bootstrap (2.57.6)", "target no conflict (2.77.1)", "target storm", "target late-socket", "target foreign 20ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if got := strings.Count(out, "\n"); got < len(rows)+len(c.header()) {
+		t.Errorf("table has %d lines for %d rows:\n%s", got, len(rows), out)
+	}
+	if err := c.writeJSON(&doc, rows); err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Rows []struct {
+			Scenario, Strategy string
+			Calls              int     `json:"calls"`
+			MakespanMs         float64 `json:"makespan_p50_ms"`
+		} `json:"rows"`
+		Targets []target `json:"targets"`
+	}
+	if err := json.Unmarshal(doc.Bytes(), &parsed); err != nil {
+		t.Fatalf("JSON output: %v\n%s", err, doc.String())
+	}
+	if len(parsed.Rows) != len(rows) || len(parsed.Targets) == 0 || parsed.Rows[0].MakespanMs <= 0 || parsed.Rows[0].Calls != rows[0].Calls {
+		t.Errorf("JSON has %d rows (want %d), %d targets, first %+v", len(parsed.Rows), len(rows), len(parsed.Targets), parsed.Rows[0])
+	}
+}
+
+// checkSample checks what must hold of any sample, whatever the timing.
+func checkSample(t *testing.T, s sample) {
+	t.Helper()
+	j := s.job
+	where := j.scenario + " " + string(j.version) + " " + j.strategy
+	if s.err != nil {
+		t.Errorf("%s: %v", where, s.err)
+		return
+	}
+	if len(s.outs) != callsPer[j.scenario] {
+		t.Errorf("%s: %d outcomes, want %d", where, len(s.outs), callsPer[j.scenario])
+	}
+	m := measure(s)
+	attempts, shared := 0, 0
+	for _, o := range s.outs {
+		attempts += o.Attempts
+		if o.Shared {
+			shared++
+		}
+		if errors.Is(o.Err, benchkit.ErrSkipped) != (o.Attempts == 0 && !o.Shared) {
+			t.Errorf("%s: %+v: skipped calls, and only they, make no attempt", where, o)
+		}
+		if o.Conflicts > o.Attempts {
+			t.Errorf("%s: %+v: more conflicts than attempts", where, o)
+		}
+		if max := map[string]int{benchkit.Naive: 1, benchkit.Fixed: benchkit.FixedAttempts}[j.strategy]; max > 0 && o.Attempts > max {
+			t.Errorf("%s: %+v: more than %d attempts", where, o, max)
+		}
+		if !o.Failed() && !o.Shared && j.strategy != benchkit.Naive && o.ChangeID == "" {
+			t.Errorf("%s: %+v: done without a change", where, o)
+		}
+	}
+	own := len(benchkit.OwnChanges(s.outs))
+	switch {
+	case j.strategy == benchkit.Snapsvc && m.changes != own:
+		// snapsvc makes one change per call that did not merge.
+		t.Errorf("%s: %d changes created, %d distinct changes reported", where, m.changes, own)
+	case j.strategy == benchkit.Snapsvc && own+shared != len(s.outs):
+		t.Errorf("%s: %d own changes and %d merged calls for %d calls", where, own, shared, len(s.outs))
+	case m.changes < own:
+		t.Errorf("%s: %d changes created but %d reported", where, m.changes, own)
+	}
+	// Every attempt reaches snapd, except those made before the socket
+	// appeared.
+	if j.scenario != scLateSocket && m.requests < attempts {
+		t.Errorf("%s: %d requests for %d attempts", where, m.requests, attempts)
+	}
+	if m.failed > m.calls || m.makespan <= 0 || m.waited < 0 {
+		t.Errorf("%s: metrics %+v", where, m)
+	}
+	for _, w := range m.wakes {
+		if w < 0 {
+			t.Errorf("%s: negative wake latency %v", where, w)
+		}
+	}
+}
+
+// TestMeasure checks the metrics on a hand-made request log: a caller
+// refused at 1 ms, the blocker ready at 30 ms, our request at 32 ms.
+func TestMeasure(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	conflict := `snap "k8s" has "service-control" change in progress`
+	s := sample{
+		job: job{scenario: scForeign, strategy: benchkit.Snapsvc},
+		t0:  t0,
+		outs: []benchkit.Outcome{{Call: benchkit.Call{Action: "restart"}, Start: at(0), End: at(110),
+			Attempts: 2, Conflicts: 1, ChangeID: "2"}},
+		requests: []fake.Request{
+			{Time: at(1), Method: "POST", Path: "/v2/apps", Status: 400, Message: conflict},
+			{Time: at(2), Method: "GET", Path: "/v2/changes", Status: 200},
+			{Time: at(3), Method: "GET", Path: "/v2/notices", Status: 200},
+			{Time: at(31), Method: "GET", Path: "/v2/changes/1", Status: 200},
+			{Time: at(32), Method: "POST", Path: "/v2/apps", Status: 202, Change: "2"},
+			{Time: at(33), Method: "GET", Path: "/v2/changes/2", Status: 200},
+		},
+		changes: []fake.ChangeInfo{
+			{ID: "1", Ready: true, SpawnTime: at(-20), ReadyTime: at(30)},
+			{ID: "2", Ready: true, SpawnTime: at(32.1), ReadyTime: at(105)},
+		},
+		counters: fake.Counters{Requests: map[string]int{"POST /v2/apps": 2, "GET /v2/changes": 1, "GET /v2/notices": 1, "GET /v2/changes/{id}": 2}, ChangesCreated: 2},
+		base:     fake.Counters{Requests: map[string]int{}, ChangesCreated: 1},
+	}
+	m := measure(s)
+	want := metrics{makespan: 110 * time.Millisecond, calls: 1, requests: 6, changes: 1,
+		waited: 31 * time.Millisecond, waitedReq: 4, wakes: []time.Duration{2 * time.Millisecond}}
+	if m.makespan != want.makespan || m.calls != 1 || m.failed != 0 || m.requests != want.requests || m.changes != want.changes ||
+		m.waited != want.waited || m.waitedReq != want.waitedReq || !slices.Equal(m.wakes, want.wakes) {
+		t.Errorf("measure = %+v, want %+v", m, want)
+	}
+
+	// A caller that gives up opens no window; a merged call has no wake.
+	s.outs[0].Err, s.requests = errors.New("gave up"), s.requests[:1]
+	if m := measure(s); m.failed != 1 || m.waited != 0 || m.waitedReq != 0 || len(m.wakes) != 0 {
+		t.Errorf("measure of a caller that gave up = %+v", m)
+	}
+
+	// late-socket: the wait runs from t0, the wake from the socket.
+	ls := sample{
+		job:      job{scenario: scLateSocket, strategy: benchkit.Snapsvc},
+		t0:       t0,
+		socketUp: at(1000),
+		outs:     []benchkit.Outcome{{Start: at(0), End: at(1100), Attempts: 1, ChangeID: "1"}},
+		requests: []fake.Request{{Time: at(1020), Method: "POST", Path: "/v2/apps", Status: 202, Change: "1"}},
+		counters: fake.Counters{Requests: map[string]int{"POST /v2/apps": 1}, ChangesCreated: 1},
+	}
+	if m := measure(ls); m.waited != 1020*time.Millisecond || m.waitedReq != 1 || !slices.Equal(m.wakes, []time.Duration{20 * time.Millisecond}) {
+		t.Errorf("measure of late-socket = %+v", m)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	c, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.scenarios, allScenarios) || !slices.Equal(c.strategies, benchkit.Names) ||
+		!slices.Equal(c.versions, []fake.Version{fake.Version257, fake.Version277}) || c.samples < 20 || c.scale != 1 {
+		t.Errorf("defaults: %+v", c)
+	}
+	if c, err := parseFlags([]string{"--version", "2.68.3,2.62", "--durations", "1s,30ms"}, io.Discard); err != nil ||
+		!slices.Equal(c.versions, []fake.Version{fake.Version268, fake.Version262}) || !slices.Equal(c.durations, []time.Duration{time.Second, 30 * time.Millisecond}) {
+		t.Errorf("parsed %+v, %v", c, err)
+	}
+	for _, bad := range [][]string{
+		{"--scenario", "rush"}, {"--strategy", "hope"}, {"--version", "1.0"}, {"--durations", "soon"},
+		{"--scale", "0.5"}, {"--samples", "0"}, {"--hold", "0s"}, {"extra"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+	var stderr bytes.Buffer
+	if code := run([]string{"--scenario", "rush"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown scenario "rush"`) {
+		t.Errorf("run with a bad scenario: exit %d, %q", code, stderr.String())
+	}
+	if code := run([]string{"-h"}, io.Discard, io.Discard); code != 0 {
+		t.Errorf("run -h: exit %d", code)
+	}
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/benchkit"
+)
+
+// Scenario names, in the order they run.
+const (
+	scForeign     = "foreign"
+	scBootstrap   = "bootstrap"
+	scStorm       = "storm"
+	scLateSocket  = "late-socket"
+	scUncontended = "uncontended"
+)
+
+var allScenarios = []string{scForeign, scBootstrap, scStorm, scLateSocket, scUncontended}
+
+// Default change durations, from real snapd on the CI machine type:
+//
+//   - a simple daemon's start: 31.9–53.2 ms (testdata/snapd-golden/2.57.6
+//     and 2.77.1/change-start-alpha-done.json: 34.5 and 31.9 ms;
+//     integration/testdata/captured/2.57.6 and 2.68.3/change-start-alpha.json:
+//     53.2 and 38.9 ms);
+//   - its stop: 27.0–100.5 ms, median 37 ms (captured 2.57.6 and 2.68.3
+//     change-stop-alpha.json: 27.0, 36.1 ms; golden 2.77.1 and 2.57.6
+//     change-stop-alpha-done.json: 39.1, 100.5 ms); a restart is a stop and
+//     a start (a reload-or-restart measured 37–109 ms);
+//   - the foreign changes, 30 ms to 3 s: a fast service-control change
+//     (start or stop of alpha: 27–53 ms), a slower one (stop of alpha on
+//     2.57.6: 100.5 ms; reload-or-restart 83–109 ms), a stop --disable or
+//     start --enable (128–260 ms), a configure hook sleeping 1 s (the
+//     hook's time plus ~60 ms: change-cfg6-done.json took 6.06 s for a
+//     6 s hook on 2.68.3, 6.12 s on 2.77.1) and the harness's slow stop of
+//     gamma (3.08 s: captured change-stop-gamma-done.json, SLOW_SECONDS=3,
+//     integration/README.md);
+//   - bootstrap's configure-snap hold of 2 s is issue 12's.
+//
+// The socket delay of late-socket has no measurement behind it: what the
+// scenario measures is the time from the socket's appearance to the
+// accepted request, which does not depend on it as long as it is longer
+// than the strategies' first pauses.
+const (
+	defaultStart       = 35 * time.Millisecond
+	defaultStop        = 35 * time.Millisecond
+	defaultHold        = 2 * time.Second
+	defaultSocketDelay = time.Second
+)
+
+var defaultDurations = []time.Duration{30 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second}
+
+// config is one run of the command.
+type config struct {
+	scenarios   []string
+	strategies  []string
+	versions    []fake.Version
+	samples     int // per cell of foreign, late-socket and uncontended
+	runs        int // per cell of bootstrap and storm
+	durations   []time.Duration
+	scale       float64
+	start, stop time.Duration
+	hold        time.Duration
+	socketDelay time.Duration
+	parallel    int
+	json        bool
+	markdown    bool
+}
+
+// restart is how long a restart of an active service takes on the fake.
+func (c config) restart() time.Duration { return c.start + c.stop }
+
+// versionNames maps the short forms the flag takes to the fake's profiles.
+var versionNames = map[string]fake.Version{
+	"2.57": fake.Version257, "2.62": fake.Version262, "2.68": fake.Version268,
+	"2.70": fake.Version270, "2.77": fake.Version277,
+}
+
+func parseVersion(s string) (fake.Version, error) {
+	if v, ok := versionNames[s]; ok {
+		return v, nil
+	}
+	for _, v := range versionNames {
+		if string(v) == s {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("unknown snapd version %q (want 2.57, 2.62, 2.68, 2.70 or 2.77)", s)
+}
+
+// hasNotices reports whether the profile serves notices (>= 2.62).
+func hasNotices(v fake.Version) bool { return v != fake.Version257 }
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseFlags reads the command line; errors are usage errors.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scenarios := fs.String("scenario", strings.Join(allScenarios, ","), "scenarios to run: "+strings.Join(allScenarios, ", "))
+	strategies := fs.String("strategy", strings.Join(benchkit.Names, ","), "strategies to compare: "+strings.Join(benchkit.Names, ", "))
+	versions := fs.String("version", "2.57,2.77", "snapd versions the fake imitates (2.57: no notices; 2.62+: notices)")
+	samples := fs.Int("samples", 20, "samples per cell of foreign, late-socket and uncontended")
+	runs := fs.Int("runs", 5, "runs per cell of bootstrap and storm")
+	durs := fs.String("durations", joinDurations(defaultDurations), "how long the foreign change holds the snap in foreign")
+	scale := fs.Float64("scale", 1, "divide the fixed loop's 5 s pause by this (1: the real pause)")
+	start := fs.Duration("start", defaultStart, "how long a service's start takes")
+	stop := fs.Duration("stop", defaultStop, "how long a service's stop takes")
+	hold := fs.Duration("hold", defaultHold, "how long bootstrap's foreign configure-snap change holds the snap")
+	delay := fs.Duration("socket-delay", defaultSocketDelay, "how long after the caller started snapd's socket appears (late-socket)")
+	parallel := fs.Int("parallel", 8, "samples run at the same time, each on its own fake")
+	asJSON := fs.Bool("json", false, "print one JSON document instead of the table")
+	markdown := fs.Bool("markdown", false, "print the table as markdown")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c := config{
+		samples: *samples, runs: *runs, scale: *scale, start: *start, stop: *stop,
+		hold: *hold, socketDelay: *delay, parallel: *parallel, json: *asJSON, markdown: *markdown,
+	}
+	for _, s := range splitList(*scenarios) {
+		if !slices.Contains(allScenarios, s) {
+			return config{}, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(allScenarios, ", "))
+		}
+		if !slices.Contains(c.scenarios, s) {
+			c.scenarios = append(c.scenarios, s)
+		}
+	}
+	for _, s := range splitList(*strategies) {
+		if !slices.Contains(benchkit.Names, s) {
+			return config{}, fmt.Errorf("unknown strategy %q (want %s)", s, strings.Join(benchkit.Names, ", "))
+		}
+		if !slices.Contains(c.strategies, s) {
+			c.strategies = append(c.strategies, s)
+		}
+	}
+	for _, s := range splitList(*versions) {
+		v, err := parseVersion(s)
+		if err != nil {
+			return config{}, err
+		}
+		if !slices.Contains(c.versions, v) {
+			c.versions = append(c.versions, v)
+		}
+	}
+	for _, s := range splitList(*durs) {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return config{}, fmt.Errorf("bad duration %q in --durations", s)
+		}
+		c.durations = append(c.durations, d)
+	}
+	switch {
+	case len(c.scenarios) == 0 || len(c.strategies) == 0 || len(c.versions) == 0:
+		return config{}, errors.New("--scenario, --strategy and --version each need at least one value")
+	case slices.Contains(c.scenarios, scForeign) && len(c.durations) == 0:
+		return config{}, errors.New("--durations needs at least one duration")
+	case c.samples < 1 || c.runs < 1 || c.parallel < 1:
+		return config{}, errors.New("--samples, --runs and --parallel must be at least 1")
+	case c.scale < 1:
+		return config{}, errors.New("--scale must be at least 1")
+	case c.start < 0 || c.stop < 0 || c.hold <= 0 || c.socketDelay <= 0:
+		return config{}, errors.New("--start and --stop must not be negative, --hold and --socket-delay must be positive")
+	}
+	return c, nil
+}
+
+func joinDurations(ds []time.Duration) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = d.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// scaleString prints a scale without useless decimals.
+func scaleString(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

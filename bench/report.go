@@ -1,0 +1,228 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/benchkit"
+)
+
+// row is one cell of the table: a scenario (and foreign's hold) on one
+// snapd version with one strategy, over its samples.
+type row struct {
+	Scenario string        `json:"scenario"`
+	Hold     time.Duration `json:"-"`
+	Version  fake.Version  `json:"snapd"`
+	Notices  bool          `json:"notices"`
+	Strategy string        `json:"strategy"`
+	Samples  int           `json:"samples"`
+	// Calls and Failed are totals over the samples.
+	Calls  int `json:"calls"`
+	Failed int `json:"failed_calls"`
+	// Makespan and Ideal (the change durations snapd must serialise
+	// anyway) are medians over the samples, Ratio the median of each
+	// sample's makespan over its ideal.
+	Makespan time.Duration `json:"-"`
+	Ideal    time.Duration `json:"-"`
+	Ratio    float64       `json:"ratio_to_ideal"`
+	// Requests and Changes are means per sample.
+	Requests float64 `json:"requests_per_sample"`
+	Changes  float64 `json:"changes_per_sample"`
+	// Waited and WaitedRequests are totals over the samples.
+	Waited         time.Duration `json:"-"`
+	WaitedRequests int           `json:"requests_while_waiting"`
+	Wakes          []time.Duration `json:"-"`
+	Errors         []string `json:"harness_errors,omitempty"`
+}
+
+// WaitRate is snapd requests per second while calls waited, and false
+// when no call waited.
+func (r row) WaitRate() (float64, bool) {
+	if r.Waited <= 0 {
+		return 0, false
+	}
+	return float64(r.WaitedRequests) / r.Waited.Seconds(), true
+}
+
+// Wake returns the p-th percentile of the wake latencies.
+func (r row) Wake(p float64) (time.Duration, bool) { return benchkit.Percentile(r.Wakes, p) }
+
+// RequestsPerCall is the mean number of snapd requests per call.
+func (r row) RequestsPerCall() float64 {
+	return r.Requests * float64(r.Samples) / float64(r.Calls)
+}
+
+// param is what distinguishes cells of one scenario: foreign's hold.
+func (r row) param() string {
+	if r.Scenario == scForeign {
+		return benchkit.FormatDuration(r.Hold, true)
+	}
+	return ""
+}
+
+// aggregate folds samples (in cell order) into rows.
+func aggregate(samples []sample) []row {
+	var rows []row
+	var makespans, ideals []time.Duration
+	var ratios []float64
+	flush := func() {
+		if n := len(rows); n > 0 {
+			r := &rows[n-1]
+			r.Makespan, _ = benchkit.Percentile(makespans, 50)
+			r.Ideal, _ = benchkit.Percentile(ideals, 50)
+			slices.Sort(ratios)
+			r.Ratio = ratios[(len(ratios)-1)/2]
+			r.Requests /= float64(r.Samples)
+			r.Changes /= float64(r.Samples)
+		}
+		makespans, ideals, ratios = nil, nil, nil
+	}
+	for _, s := range samples {
+		j := s.job
+		if n := len(rows); n == 0 || rows[n-1].Scenario != j.scenario || rows[n-1].Hold != j.param ||
+			rows[n-1].Version != j.version || rows[n-1].Strategy != j.strategy {
+			flush()
+			rows = append(rows, row{Scenario: j.scenario, Hold: j.param, Version: j.version, Notices: hasNotices(j.version), Strategy: j.strategy})
+		}
+		r := &rows[len(rows)-1]
+		if s.err != nil {
+			r.Errors = append(r.Errors, s.err.Error())
+		}
+		m := measure(s)
+		r.Samples++
+		r.Calls += m.calls
+		r.Failed += m.failed
+		r.Requests += float64(m.requests)
+		r.Changes += float64(m.changes)
+		r.Waited += m.waited
+		r.WaitedRequests += m.waitedReq
+		r.Wakes = append(r.Wakes, m.wakes...)
+		makespans = append(makespans, m.makespan)
+		ideals = append(ideals, s.ideal)
+		ratios = append(ratios, float64(m.makespan)/float64(s.ideal))
+	}
+	flush()
+	return rows
+}
+
+// header says what the table measured and where its durations come from.
+func (c config) header() []string {
+	return []string{
+		"snapsvc bench: real time, each sample on its own in-process fake snapd (github.com/snapsvc/snapsvc/fake)",
+		fmt.Sprintf("services: start %v, stop %v (restart %v); foreign holds %s; bootstrap hold %v; late-socket delay %v",
+			c.start, c.stop, c.restart(), joinDurations(c.durations), c.hold, c.socketDelay),
+		"  (durations from real snapd: testdata/snapd-golden/*/change-*.json, integration/testdata/captured/*/change-*.json, integration/README.md; see bench/config.go)",
+		fmt.Sprintf("strategies: naive = one snapctl call; fixed = k8sd's RetryFor(5, 5s) around the snap command (100ms polls), pause 5s / scale %s = %v; backoff = backoff/v4 defaults around the snap command; snapsvc = the library (REST, file lock)",
+			scaleString(c.scale), benchkit.FixedPauseAt(c.scale)),
+		"snapd: 2.57.6 has no notices (snapsvc polls); 2.62+ has the notices long-poll",
+		fmt.Sprintf("samples: %d per cell (foreign, late-socket, uncontended), %d runs per cell (bootstrap, storm); makespan = median; wake = snap free (or socket up) -> our accepted request's arrival", c.samples, c.runs),
+	}
+}
+
+var columns = []string{"scenario", "hold", "snapd", "strategy", "n", "calls", "makespan", "xideal", "failed", "reqs", "reqs/call", "req/s waiting", "changes", "wake p50", "wake p99"}
+
+func (r row) cells() []string {
+	rate, ok := r.WaitRate()
+	rateS := "–"
+	if ok {
+		rateS = fmt.Sprintf("%.1f", rate)
+	}
+	p50, ok50 := r.Wake(50)
+	p99, ok99 := r.Wake(99)
+	return []string{
+		r.Scenario, r.param(), string(r.Version), r.Strategy,
+		fmt.Sprint(r.Samples), fmt.Sprint(r.Calls),
+		benchkit.FormatDuration(r.Makespan, true), fmt.Sprintf("%.2f", r.Ratio),
+		fmt.Sprint(r.Failed), fmt.Sprintf("%.1f", r.Requests), fmt.Sprintf("%.1f", r.RequestsPerCall()), rateS,
+		fmt.Sprintf("%.1f", r.Changes), benchkit.FormatDuration(p50, ok50), benchkit.FormatDuration(p99, ok99),
+	}
+}
+
+// writeTable prints the rows as aligned text, or markdown.
+func (c config) writeTable(w io.Writer, rows []row) error {
+	for _, l := range c.header() {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w)
+	if c.markdown {
+		fmt.Fprintf(w, "| %s |\n", strings.Join(columns, " | "))
+		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(columns)))
+		for _, r := range rows {
+			fmt.Fprintf(w, "| %s |\n", strings.Join(r.cells(), " | "))
+		}
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, strings.Join(columns, "\t")+"\t")
+		for _, r := range rows {
+			fmt.Fprintln(tw, strings.Join(r.cells(), "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	for _, r := range rows {
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "harness error (%s %s %s): %s\n", r.Scenario, r.Version, r.Strategy, e)
+		}
+	}
+	fmt.Fprintln(w)
+	for _, t := range checkTargets(rows) {
+		fmt.Fprintln(w, t)
+	}
+	return nil
+}
+
+// jsonRow is a row with durations in milliseconds.
+type jsonRow struct {
+	row
+	HoldMs       float64  `json:"hold_ms,omitempty"`
+	MakespanMs   float64  `json:"makespan_p50_ms"`
+	IdealMs      float64  `json:"ideal_ms"`
+	WaitedMs     float64  `json:"waited_ms"`
+	WaitRate     *float64 `json:"requests_per_second_waiting"`
+	ReqsPerCall  float64  `json:"requests_per_call"`
+	WakeP50Ms    *float64 `json:"wake_p50_ms"`
+	WakeP99Ms    *float64 `json:"wake_p99_ms"`
+	WakesMs      []float64 `json:"wakes_ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// writeJSON prints one JSON document: the configuration, the rows and the
+// targets.
+func (c config) writeJSON(w io.Writer, rows []row) error {
+	doc := struct {
+		Header  []string  `json:"about"`
+		Scale   float64   `json:"fixed_scale"`
+		Rows    []jsonRow `json:"rows"`
+		Targets []target  `json:"targets"`
+	}{Header: c.header(), Scale: c.scale, Targets: checkTargets(rows)}
+	for _, r := range rows {
+		jr := jsonRow{row: r, HoldMs: ms(r.Hold), MakespanMs: ms(r.Makespan), IdealMs: ms(r.Ideal), WaitedMs: ms(r.Waited), ReqsPerCall: r.RequestsPerCall()}
+		if rate, ok := r.WaitRate(); ok {
+			jr.WaitRate = &rate
+		}
+		if p, ok := r.Wake(50); ok {
+			v := ms(p)
+			jr.WakeP50Ms = &v
+		}
+		if p, ok := r.Wake(99); ok {
+			v := ms(p)
+			jr.WakeP99Ms = &v
+		}
+		jr.WakesMs = make([]float64, len(r.Wakes))
+		for i, d := range r.Wakes {
+			jr.WakesMs[i] = ms(d)
+		}
+		doc.Rows = append(doc.Rows, jr)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
