@@ -35,10 +35,10 @@ type row struct {
 	Requests float64 `json:"requests_per_sample"`
 	Changes  float64 `json:"changes_per_sample"`
 	// Waited and WaitedRequests are totals over the samples.
-	Waited         time.Duration `json:"-"`
-	WaitedRequests int           `json:"requests_while_waiting"`
+	Waited         time.Duration   `json:"-"`
+	WaitedRequests int             `json:"requests_while_waiting"`
 	Wakes          []time.Duration `json:"-"`
-	Errors         []string `json:"harness_errors,omitempty"`
+	Errors         []string        `json:"harness_errors,omitempty"`
 }
 
 // WaitRate is snapd requests per second while calls waited, and false
@@ -181,15 +181,15 @@ func (c config) writeTable(w io.Writer, rows []row) error {
 // jsonRow is a row with durations in milliseconds.
 type jsonRow struct {
 	row
-	HoldMs       float64  `json:"hold_ms,omitempty"`
-	MakespanMs   float64  `json:"makespan_p50_ms"`
-	IdealMs      float64  `json:"ideal_ms"`
-	WaitedMs     float64  `json:"waited_ms"`
-	WaitRate     *float64 `json:"requests_per_second_waiting"`
-	ReqsPerCall  float64  `json:"requests_per_call"`
-	WakeP50Ms    *float64 `json:"wake_p50_ms"`
-	WakeP99Ms    *float64 `json:"wake_p99_ms"`
-	WakesMs      []float64 `json:"wakes_ms"`
+	HoldMs      float64   `json:"hold_ms,omitempty"`
+	MakespanMs  float64   `json:"makespan_p50_ms"`
+	IdealMs     float64   `json:"ideal_ms"`
+	WaitedMs    float64   `json:"waited_ms"`
+	WaitRate    *float64  `json:"requests_per_second_waiting"`
+	ReqsPerCall float64   `json:"requests_per_call"`
+	WakeP50Ms   *float64  `json:"wake_p50_ms"`
+	WakeP99Ms   *float64  `json:"wake_p99_ms"`
+	WakesMs     []float64 `json:"wakes_ms"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
