@@ -67,9 +67,18 @@ func refused(r fake.Request) bool {
 // from each refusal of an action (a change conflict) to the arrival of
 // the next action snapd accepted; in late-socket, from t0 (nothing
 // reaches a socket that is not there) to the first accepted action. A
-// refusal that no accepted action follows opens no window: whoever was
-// refused gave up, and a caller that gave up is not waiting.
+// refusal that no accepted action follows opens no window (whoever was
+// refused gave up, and a caller that gave up is not waiting), and when no
+// call waited a conflict out (naive's refused calls all fail) nobody
+// waited at all.
 func waitWindows(s sample) []benchkit.Interval {
+	waitedOut := s.job.scenario == scLateSocket
+	for _, o := range s.outs {
+		waitedOut = waitedOut || (o.Conflicts > 0 && !o.Failed())
+	}
+	if !waitedOut {
+		return nil
+	}
 	var acts []fake.Request
 	for _, r := range s.requests {
 		if isAction(r) {
