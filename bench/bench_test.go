@@ -219,10 +219,10 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.scenarios, allScenarios) || !slices.Equal(c.strategies, benchkit.Names) ||
-		!slices.Equal(c.versions, []fake.Version{fake.Version257, fake.Version277}) || c.samples < 20 || c.scale != 1 {
+		!slices.Equal(c.versions, []fake.Version{fake.Version257, fake.Version277}) || c.samples < 20 || c.scale != 1 || !c.stateFile {
 		t.Errorf("defaults: %+v", c)
 	}
-	if c, err := parseFlags([]string{"--version", "2.68.3,2.62", "--durations", "1s,30ms"}, io.Discard); err != nil ||
+	if c, err := parseFlags([]string{"--version", "2.68.3,2.62", "--durations", "1s,30ms", "--state-file=false"}, io.Discard); err != nil || c.stateFile ||
 		!slices.Equal(c.versions, []fake.Version{fake.Version268, fake.Version262}) || !slices.Equal(c.durations, []time.Duration{time.Second, 30 * time.Millisecond}) {
 		t.Errorf("parsed %+v, %v", c, err)
 	}

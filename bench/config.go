@@ -71,6 +71,7 @@ type config struct {
 	hold        time.Duration
 	socketDelay time.Duration
 	parallel    int
+	stateFile   bool
 	json        bool
 	markdown    bool
 }
@@ -125,6 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	hold := fs.Duration("hold", defaultHold, "how long bootstrap's foreign configure-snap change holds the snap")
 	delay := fs.Duration("socket-delay", defaultSocketDelay, "how long after the caller started snapd's socket appears (late-socket)")
 	parallel := fs.Int("parallel", 8, "samples run at the same time, each on its own fake")
+	stateFile := fs.Bool("state-file", true, "let snapsvc watch snapd's state file, as it does by default on a host (false: polling alone without notices)")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of the table")
 	markdown := fs.Bool("markdown", false, "print the table as markdown")
 	if err := fs.Parse(args); err != nil {
@@ -135,7 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c := config{
 		samples: *samples, runs: *runs, scale: *scale, start: *start, stop: *stop,
-		hold: *hold, socketDelay: *delay, parallel: *parallel, json: *asJSON, markdown: *markdown,
+		hold: *hold, socketDelay: *delay, parallel: *parallel, stateFile: *stateFile, json: *asJSON, markdown: *markdown,
 	}
 	for _, s := range splitList(*scenarios) {
 		if !slices.Contains(allScenarios, s) {

@@ -120,7 +120,7 @@ func (c config) header() []string {
 		"  (durations from real snapd: testdata/snapd-golden/*/change-*.json, integration/testdata/captured/*/change-*.json, integration/README.md; see bench/config.go)",
 		fmt.Sprintf("strategies: naive = one snapctl call; fixed = k8sd's RetryFor(5, 5s) around the snap command (100ms polls), pause 5s / scale %s = %v; backoff = backoff/v4 defaults around the snap command; snapsvc = the library (REST, file lock)",
 			scaleString(c.scale), benchkit.FixedPauseAt(c.scale)),
-		"snapd: 2.57.6 has no notices (snapsvc polls); 2.62+ has the notices long-poll",
+		fmt.Sprintf("snapd: 2.57.6 has no notices (snapsvc polls%s); 2.62+ has the notices long-poll", map[bool]string{true: " and watches the state file", false: ", state file not watched"}[c.stateFile]),
 		fmt.Sprintf("samples: %d per cell (foreign, late-socket, uncontended), %d runs per cell (bootstrap, storm); makespan = median; wake = snap free (or socket up) -> our accepted request's arrival", c.samples, c.runs),
 	}
 }

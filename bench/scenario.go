@@ -81,13 +81,16 @@ func (c config) run(j job) (s sample) {
 	if j.scenario == scLateSocket {
 		opts = append(opts, fake.WithoutListening())
 	}
+	if c.stateFile {
+		opts = append(opts, fake.WithStateFile())
+	}
 	srv, err := fake.New(opts...)
 	if err != nil {
 		s.err = err
 		return s
 	}
 	defer srv.Close()
-	target := benchkit.Target{Socket: srv.SocketPath(), SnapSocket: srv.SnapSocketPath(), Cookie: srv.Cookie(snapName)}
+	target := benchkit.Target{Socket: srv.SocketPath(), SnapSocket: srv.SnapSocketPath(), Cookie: srv.Cookie(snapName), StateFile: srv.StateFile()}
 	newStrategy := func() benchkit.Strategy {
 		st, err := benchkit.New(j.strategy, target, benchkit.Config{Scale: c.scale})
 		if err != nil {

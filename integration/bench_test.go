@@ -5,6 +5,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -38,6 +40,14 @@ func TestBenchRealSnapd(t *testing.T) {
 	notices := "no notices: snapsvc polls"
 	if versionAtLeast(e.Version, 2, 62) {
 		notices = "notices long-poll"
+	}
+	// snapd's state file as the host sees it, watched by snapsvc as it
+	// watches /var/lib/snapd/state.json by default.
+	if state := filepath.Join("/proc", e.Leader, "root/var/lib/snapd/state.json"); e.Leader != "" {
+		if _, err := os.Stat(state); err == nil {
+			target.StateFile = state
+			notices += ", state file watched"
+		}
 	}
 	var rows []benchRow
 	t.Run("foreign", func(t *testing.T) { rows = append(rows, benchForeign(t, e, w, target)...) })

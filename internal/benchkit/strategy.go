@@ -61,6 +61,10 @@ type Target struct {
 	// LockDir is snapsvc's cross-process lock directory ("" for the
 	// library's default).
 	LockDir string
+	// StateFile is snapd's state file, which snapsvc watches to wake
+	// early when snapd has no notices ("" for the library's default:
+	// /var/lib/snapd/state.json with snapd's default socket, else none).
+	StateFile string
 }
 
 // Config tunes the strategies.
@@ -319,6 +323,9 @@ func newLibrary(t Target) (*library, error) {
 	}
 	if t.LockDir != "" {
 		opts = append(opts, snapsvc.WithLockDir(t.LockDir))
+	}
+	if t.StateFile != "" {
+		opts = append(opts, snapsvc.WithStateFile(t.StateFile))
 	}
 	c, err := snapsvc.New(opts...)
 	if err != nil {
