@@ -16,7 +16,9 @@
 //     retried, no lock; --scale divides its 5 s pause;
 //   - backoff: backoff/v4's defaults (backoff.NewExponentialBackOff) around
 //     the same snap command: no lock, no wake-up;
-//   - snapsvc: the library (REST mode, its default policy and file lock).
+//   - snapsvc: the library (REST mode, its default policy and file lock;
+//     it watches the fake's state file as it watches
+//     /var/lib/snapd/state.json on a host, unless --state-file=false).
 //
 // Scenarios:
 //
@@ -30,7 +32,9 @@
 //     started;
 //   - uncontended: one restart with nothing in the way.
 //
-// Every sample runs on its own fake; each scenario runs on snapd 2.57
+// Every sample runs on its own fake, --parallel of them at a time (a
+// default run takes about 5 minutes, most of it fixed's 5 s pauses); each
+// scenario runs on snapd 2.57
 // (no notices: snapsvc polls) and 2.77 (notices long-poll) unless
 // --version says otherwise. Per cell it prints the median makespan and
 // its ratio to the ideal (the change durations snapd must serialise
