@@ -134,8 +134,13 @@ func TestWaitingOut(t *testing.T) {
 			st := newFor(t, name, srv)
 			done := make(chan []Outcome, 1)
 			go func() { done <- st.Sequence(ctx, restartKubelet) }()
-			if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.RequestsTo("POST /v2/apps") >= 1 }); err != nil {
+			// The first request is the POST; once it is answered (the
+			// log holds it), snapd has refused it.
+			if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Requests() >= 1 }); err != nil {
 				t.Fatal(err)
+			}
+			if n := srv.Counters().Conflicts; n != 1 {
+				t.Fatalf("%d conflicts answered before the blocker ends, want 1", n)
 			}
 			blk.Finish()
 			o := (<-done)[0]
