@@ -67,7 +67,7 @@ type Client struct {
 	notices    atomic.Int32
 	minRestart time.Duration
 	observer   func(Event)
-	stateFile  string
+	state      *stateWatch   // snapd's state file (WithStateFile); nil: none
 	budget     *budgetRunner // WithRestartBudget; nil: none
 }
 
@@ -260,15 +260,15 @@ func New(opts ...Option) (*Client, error) {
 		poll:       s.poll,
 		minRestart: s.minRestart,
 		observer:   s.observer,
-		stateFile:  s.stateFile,
 		budget:     s.budget,
 	}
 	if c.budget != nil {
 		c.budget.init(c)
 	}
 	if !s.stateFileSet && s.socket == snapd.DefaultSocket && mode == ModeREST {
-		c.stateFile = DefaultStateFile
+		s.stateFile = DefaultStateFile
 	}
+	c.state = newStateWatch(s.stateFile)
 	// In snapctl mode changes and notices are read on the snap socket
 	// (snapd allows that to snaps with snap-refresh-observe connected,
 	// daemon/api_general.go), unless WithSocket named a main socket the
@@ -414,6 +414,7 @@ func (c *Client) Close() error {
 	if c.ctl != nil {
 		c.ctl.CloseIdleConnections()
 	}
+	c.state.close()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -29,44 +30,112 @@ func WithStateFile(path string) Option {
 	return func(s *settings) { s.stateFile, s.stateFileSet = path, true }
 }
 
-// stateWatch reports rewrites of snapd's state file.
+// stateWatch reports rewrites of snapd's state file. One per Client,
+// opened at the first wait that needs it and kept until Client.Close
+// (closing an inotify instance takes the kernel milliseconds, too long to
+// pay at every wait). Waits share it: one reads the inotify descriptor at
+// a time and tells the others, so an event wakes every waiter.
 type stateWatch struct {
-	f    *os.File
+	path string
+	once sync.Once
+	f    *os.File // nil: no watch (no such directory, no inotify, no permission)
 	name string
+
+	mu      sync.Mutex
+	reading bool
+	events  uint64        // rewrites seen so far
+	turn    chan struct{} // closed when the reader stops (an event or not)
 }
 
-// watchState starts watching path's directory, or returns nil when it
-// cannot (no such directory, no inotify, no permission).
-func watchState(path string) *stateWatch {
+func newStateWatch(path string) *stateWatch {
 	if path == "" {
 		return nil
 	}
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		return nil
+	return &stateWatch{path: path, name: filepath.Base(path), turn: make(chan struct{})}
+}
+
+// open starts watching the state file's directory, once; it reports
+// whether the watch works.
+func (w *stateWatch) open() bool {
+	if w == nil {
+		return false
 	}
-	// A rename over the file (snapd's atomic write) or a write in place.
-	if _, err := unix.InotifyAddWatch(fd, filepath.Dir(path), unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
-		unix.Close(fd)
-		return nil
-	}
-	// Non-blocking, so the runtime's poller serves reads with deadlines.
-	return &stateWatch{f: os.NewFile(uintptr(fd), "inotify:"+path), name: filepath.Base(path)}
+	w.once.Do(func() {
+		fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+		if err != nil {
+			return
+		}
+		// A rename over the file (snapd's atomic write) or a write in place.
+		if _, err := unix.InotifyAddWatch(fd, filepath.Dir(w.path), unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
+			unix.Close(fd)
+			return
+		}
+		// Non-blocking, so the runtime's poller serves reads with deadlines.
+		w.f = os.NewFile(uintptr(fd), "inotify:"+w.path)
+	})
+	return w.f != nil
 }
 
 func (w *stateWatch) close() {
-	if w != nil {
+	if w != nil && w.f != nil {
 		w.f.Close()
 	}
 }
 
 // wait blocks until the state file is rewritten (true), d passes (false)
-// or ctx ends (its error).
+// or ctx ends (its error). An error other than the context's means the
+// watch is broken.
 func (w *stateWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
+	deadline := time.Now().Add(d)
+	w.mu.Lock()
+	seen := w.events
+	w.mu.Unlock()
+	for {
+		w.mu.Lock()
+		if w.events != seen {
+			w.mu.Unlock()
+			return true, nil
+		}
+		if !w.reading {
+			w.reading = true
+			w.mu.Unlock()
+			woke, err := w.read(ctx, deadline)
+			w.mu.Lock()
+			w.reading = false
+			if woke {
+				w.events++
+			}
+			close(w.turn) // the others: an event, or their turn to read
+			w.turn = make(chan struct{})
+			w.mu.Unlock()
+			return woke, err
+		}
+		turn := w.turn
+		w.mu.Unlock()
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, nil
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-turn:
+			t.Stop()
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		}
+	}
+}
+
+// read reads the inotify descriptor until the state file's event, the
+// deadline or ctx's end.
+func (w *stateWatch) read(ctx context.Context, deadline time.Time) (bool, error) {
 	stop := context.AfterFunc(ctx, func() { w.f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := w.f.SetReadDeadline(time.Now().Add(d)); err != nil {
-		return false, nil
+	if err := w.f.SetReadDeadline(deadline); err != nil {
+		return false, err
 	}
 	var buf [4096]byte
 	for {

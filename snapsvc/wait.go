@@ -98,10 +98,16 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	// would otherwise be waited for until the long-poll's timeout.
 	needCursor := true
 	started := c.clock.Now()
-	var sw *stateWatch // where snapd has no notices: its state file wakes us
-	defer func() { sw.close() }()
+	// Where snapd has no notices its state file wakes us (the watch is
+	// opened before the first read, so no rewrite after it is missed).
+	var sw *stateWatch
+	watch := func() {
+		if c.state.open() {
+			sw = c.state
+		}
+	}
 	if !useNotices {
-		sw = watchState(c.stateFile)
+		watch()
 	}
 	var lastRead time.Time
 	for round := 0; ; round++ {
@@ -116,7 +122,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				return nil, err
 			case c.notices.Load() == noticesNo:
 				useNotices = false
-				sw = watchState(c.stateFile)
+				watch()
 			case news != nil:
 				toRead = slices.DeleteFunc(slices.Clone(remaining), func(id string) bool {
 					occ, moved := news[id]
@@ -136,7 +142,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				if strikes >= noticeStrikes {
 					c.log(ctx).Info("snapd's notices misbehave; polling the changes instead", "changes", remaining)
 					useNotices = false
-					sw = watchState(c.stateFile)
+					watch()
 				}
 				// Whatever the notices did, read the changes no more
 				// often than the poll interval.
@@ -298,7 +304,7 @@ func (w *changeWait) idle(ctx context.Context, ids []string, sw *stateWatch, sta
 		if ctx.Err() != nil {
 			return ctxErr(ctx, "waiting for change "+ids[0])
 		}
-		// The watch broke: poll from now on (sw is closed by the caller).
+		// The watch broke (the Client is closing, say): poll.
 		c.log(ctx).Debug("cannot watch snapd's state file; polling", "error", err)
 		return retry.Sleep(ctx, c.clock, c.pollInterval(started))
 	}

@@ -1,0 +1,64 @@
+package snapsvc
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// One rewrite of the state file wakes every wait sharing the watch,
+// whichever of them was reading, and a wait that times out hands the
+// reading over.
+func TestStateWatchWakesEveryWaiter(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	w := newStateWatch(path)
+	if !w.open() {
+		t.Skip("no inotify here")
+	}
+	defer w.close()
+	ctx := context.Background()
+	// A short wait that times out with nothing: the next ones read.
+	if woke, err := w.wait(ctx, time.Millisecond); woke || err != nil {
+		t.Fatalf("nothing happened, yet %v %v", woke, err)
+	}
+	const n = 4
+	var started, done sync.WaitGroup
+	woke := make([]bool, n)
+	for i := 0; i < n; i++ {
+		started.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			started.Done()
+			woke[i], _ = w.wait(ctx, time.Minute)
+		}()
+	}
+	started.Wait()
+	// Rewrite until every waiter has woken (one rewrite may come before
+	// some of them are waiting; any later one wakes them).
+	end := make(chan struct{})
+	go func() { done.Wait(); close(end) }()
+	for i := 0; ; i++ {
+		tmp := filepath.Join(dir, "state.json.tmp")
+		if err := os.WriteFile(tmp, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-end:
+			for i, ok := range woke {
+				if !ok {
+					t.Fatalf("waiter %d timed out", i)
+				}
+			}
+			return
+		case <-time.After(10 * time.Millisecond): // the next rewrite, not a synchronisation
+		}
+	}
+}
