@@ -153,6 +153,7 @@ func (s *Server) handler(sock string) http.Handler {
 		}
 		req.Dropped = fault != nil && fault.Kind == FaultDrop
 		s.requests = append(s.requests, req)
+		s.wakeLocked() // WaitFor conditions on the request log
 		if rsp.stream != nil {
 			s.mu.Unlock()
 			w.Header().Set("Content-Type", "application/json-seq")
@@ -235,6 +236,7 @@ func (s *Server) answerFault(w http.ResponseWriter, req Request, f *Fault) {
 		req.Dropped = true
 	}
 	s.requests = append(s.requests, req)
+	s.wakeLocked() // WaitFor conditions on the request log
 	s.mu.Unlock()
 	if f.Kind == FaultReject {
 		closeWithoutAnswer(w)

@@ -196,16 +196,19 @@ func TestContextEndWithAnswerPendingIsNotRetryable(t *testing.T) {
 		c := newClient(t, srv)
 		hold := make(chan struct{})
 		defer close(hold)
-		seen := make(chan struct{}, 1)
 		// snapd acts on the request, but its answer hangs.
-		srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold, Match: arrived(seen, nil)})
+		srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
 			_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 			errc <- err
 		}()
-		<-seen
+		// The request is logged once handled (its change made), before
+		// its answer is held.
+		if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Requests() > 0 }); err != nil {
+			t.Fatal(err)
+		}
 		cancel()
 		err := <-errc
 		var opErr *snapsvc.OpError
