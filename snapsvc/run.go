@@ -154,6 +154,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			r.res.Conflicts++
 			ce, _ := retry.AsConflict(err)
 			r.last = ce
+			watched := c.notices.Load() == noticesNo && c.state.open()
 			ids, ferr := c.findBlockers(ctx, o.t.snaps, ce, r.skip)
 			if ferr != nil {
 				r.log.Debug("cannot list changes to find the blocker", "error", ferr)
@@ -169,7 +170,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 				}
 				r.log.Info("conflict; waiting for blocking changes", "changes", ids, "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 				r.res.WaitedFor = appendNew(r.res.WaitedFor, ids...)
-				if err := r.waitOut(ctx, ids, ce); err != nil {
+				if err := r.waitOut(ctx, ids, ce, watched); err != nil {
 					return r.fail("", err)
 				}
 				fresh = true
@@ -395,7 +396,7 @@ func (r *runner) adopted(ctx context.Context, id string, wait bool) (*Result, bo
 // hook the blocker runs, a separate process, may need them) but keeps this
 // process's own, so identical requests queued behind it can still merge.
 // A blocker that sits in Wait (for a reboot) cannot be waited out.
-func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictError) error {
+func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictError, listed bool) error {
 	if r.h != nil {
 		r.h.releaseFiles()
 	}
@@ -405,7 +406,9 @@ func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictEr
 		wctx, cancel = context.WithTimeout(ctx, left)
 		defer cancel()
 	}
-	_, err := r.c.waitChanges(wctx, ids, r.waitOpts(true))
+	wo := r.waitOpts(true)
+	wo.listed = listed
+	_, err := r.c.waitChanges(wctx, ids, wo)
 	var stalled *ChangeError
 	switch {
 	case errors.As(err, &stalled):

@@ -60,6 +60,10 @@ func changeOutcome(chg *snapd.Change) error {
 
 // waitOpts modify waitChanges.
 type waitOpts struct {
+	// listed says ids were just seen in progress in a listing made while
+	// snapd's state file was watched (no notices): the first read is
+	// skipped.
+	listed bool
 	// fresh says ids is the operation's own change, just made: a notice
 	// with one or two occurrences (spawn, Doing) means it is not ready.
 	fresh bool
@@ -150,7 +154,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 					return nil, err
 				}
 			}
-		} else if round > 0 {
+		} else if round > 0 || (wo.listed && sw != nil) {
 			if err := w.idle(ctx, remaining, sw, started, lastRead); err != nil {
 				return nil, err
 			}
@@ -378,6 +382,11 @@ func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 // for a conflict with an exclusive change, every change of that kind).
 // skip is a change to ignore (the caller's own).
 func (c *Client) findBlockers(ctx context.Context, snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
+	if c.notices.Load() == noticesNo {
+		// Watch the state file from before the listing: a wait for the
+		// blockers may then take the listing as its first read.
+		c.state.open()
+	}
 	chgs, err := c.main.Changes(ctx, snapd.SelectInProgress, "")
 	if err != nil {
 		return nil, err
