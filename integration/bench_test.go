@@ -51,7 +51,7 @@ func TestBenchRealSnapd(t *testing.T) {
 	}
 	var rows []benchRow
 	t.Run("foreign", func(t *testing.T) { rows = append(rows, benchForeign(t, e, w, target)...) })
-	t.Run("bootstrap", func(t *testing.T) { rows = append(rows, benchBootstrap(t, w, target)...) })
+	t.Run("bootstrap", func(t *testing.T) { rows = append(rows, benchBootstrap(t, e, w, target)...) })
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "real snapd %s (%s); fixed = k8sd's RetryFor(5, %v), unscaled\n", e.Version, notices, benchkit.FixedPause)
@@ -132,6 +132,7 @@ func benchForeign(t *testing.T, e env, w *wire, target benchkit.Target) []benchR
 			n := samples[name]
 			for i := range n {
 				w.waitIdle(t)
+				e.resetStartLimits(t)
 				id := b.start()
 				// Not synchronisation: when, in the blocker's life, the
 				// caller arrives.
@@ -170,7 +171,7 @@ func benchForeign(t *testing.T, e env, w *wire, target benchkit.Target) []benchR
 // sleeping 2 s) holds the snap. The ideal is the sum of the durations of
 // the changes snapd had to run anyway: the configure change and the
 // change that did each call.
-func benchBootstrap(t *testing.T, w *wire, target benchkit.Target) []benchRow {
+func benchBootstrap(t *testing.T, e env, w *wire, target benchkit.Target) []benchRow {
 	runs := map[string]int{benchkit.Snapsvc: 3, benchkit.Naive: 1, benchkit.Fixed: 1, benchkit.Backoff: 1}
 	hookCalls := []benchkit.Call{
 		{Action: "start", Names: []string{"svcdemo.alpha"}, Enable: true},
@@ -183,6 +184,7 @@ func benchBootstrap(t *testing.T, w *wire, target benchkit.Target) []benchRow {
 		var ratios []float64
 		for range runs[name] {
 			w.waitIdle(t)
+			e.resetStartLimits(t)
 			w.serviceOp(t, "stop", []string{"svcdemo.alpha", "svcdemo.beta"}, map[string]any{"disable": true}, "Done")
 			hook, err := benchkit.New(name, target, benchkit.Config{Scale: 1})
 			if err != nil {
