@@ -58,8 +58,10 @@
 // Config.Unreachable (default 15s) while etcd cannot be reached or has no
 // quorum, then returns an error wrapping snapsvc.ErrBudgetUnavailable,
 // which snapsvc reports as retryable, and nothing is restarted. A waiter
-// already queued is told within max(TTL, Unreachable) of the outage (plus
-// the client's 500 ms keep-alive deadline check): its lease's keep-alive
+// already queued is told within max(TTL, Unreachable) of the outage, plus
+// the time the etcd client takes to notice (its keep-alive deadline is
+// checked every 500 ms, then gRPC calls time out): about 2 s more, longer
+// on a heavily loaded machine. Its lease's keep-alive
 // gives up once TTL passed unanswered, or its watch is
 // cancelled for lack of a leader and its reads fail for Unreachable,
 // whichever comes first. Its entry then expires with its lease (no revoke
