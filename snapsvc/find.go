@@ -61,19 +61,6 @@ func (c *Client) unclaim(o op, id string) {
 	}
 }
 
-func (c *Client) isOwn(o op, id string) bool {
-	for _, s := range o.t.snaps {
-		l := lockFor(c.instance, s)
-		l.mu.Lock()
-		own := slices.Contains(l.own, id)
-		l.mu.Unlock()
-		if own {
-			return true
-		}
-	}
-	return false
-}
-
 // findOpChange looks for the change snapd made for request o sent at
 // sentAt, and claims it: the earliest service-control change whose tasks
 // do exactly what o asks on every snap (same action, same services),
