@@ -186,3 +186,32 @@ func (e *inFlightError) Error() string {
 }
 
 func (e *inFlightError) Unwrap() []error { return []error{e.ctx, ErrOutcomeUnknown} }
+
+// adoptedError is a wait, for a change found after the request's answer
+// was lost, that ended before the change was ready. The change does what
+// the request asked and was spawned since it was sent, so it is most
+// likely the request's own, but an identical request of someone else's
+// cannot be told from it: the request's own change may be another one,
+// so the outcome is unknown. It matches the wait's error and
+// ErrOutcomeUnknown.
+type adoptedError struct {
+	id  string
+	err error
+}
+
+func (e *adoptedError) Error() string {
+	return fmt.Sprintf("snapd's answer was lost; change %s, found as the request's (most likely its own, though an identical change of someone else's cannot be told from it), was not seen to end: %v", e.id, e.err)
+}
+
+func (e *adoptedError) Unwrap() []error { return []error{e.err, ErrOutcomeUnknown} }
+
+// adoptedWaitError is err, from waiting for change id found after a lost
+// answer, as an adoptedError unless the change itself failed (a
+// *ChangeError: its outcome is known).
+func adoptedWaitError(id string, err error) error {
+	var ce *ChangeError
+	if errors.As(err, &ce) {
+		return err
+	}
+	return &adoptedError{id: id, err: err}
+}

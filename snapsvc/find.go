@@ -81,17 +81,22 @@ func (c *Client) unclaim(o op, id string) {
 // makes a request's change before it answers, so for a request that was
 // answered (snapctl's "taking too long", say) nothing later is its.
 func (c *Client) findOpChange(ctx context.Context, o op, sentAt, until time.Time, skip map[string]bool) (string, error) {
+	all, err := c.wholeSnapServices(ctx, o)
+	if err != nil {
+		return "", err
+	}
 	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
 	if err != nil {
 		return "", err
 	}
-	return c.claimOpChange(chgs, o, sentAt, until, skip), nil
+	return c.claimOpChange(chgs, o, all, sentAt, until, skip), nil
 }
 
-// claimOpChange is findOpChange on a listing; a non-zero answeredAt also
-// leaves out changes spawned after snapd answered the request.
-func (c *Client) claimOpChange(chgs []snapd.Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) string {
-	for _, id := range opCandidates(chgs, o, sentAt, answeredAt, skip) {
+// claimOpChange is findOpChange on a listing, with all from
+// wholeSnapServices; a non-zero answeredAt also leaves out changes
+// spawned after snapd answered the request.
+func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, sentAt, answeredAt time.Time, skip map[string]bool) string {
+	for _, id := range opCandidates(chgs, o, all, sentAt, answeredAt, skip) {
 		if c.claim(o, id) {
 			return id
 		}
@@ -99,10 +104,58 @@ func (c *Client) claimOpChange(chgs []snapd.Change, o op, sentAt, answeredAt tim
 	return ""
 }
 
+// wholeSnapServices returns, for each snap o names as a whole in a start
+// or stop (and no service of it explicitly), the sorted names of all its
+// services: snapd's task summary lists them (serviceControlTs), so only
+// with them can a change be told to be o's. A foreign start of one
+// service of the snap must not pass for a start of all of them. It
+// returns nil when o needs none.
+func (c *Client) wholeSnapServices(ctx context.Context, o op) (map[string][]string, error) {
+	var snaps []string
+	for _, snap := range o.t.snaps {
+		if o.action != "restart" && namesWholeOnly(o, snap) {
+			snaps = append(snaps, snap)
+		}
+	}
+	if len(snaps) == 0 {
+		return nil, nil
+	}
+	svcs, err := c.Services(ctx, snaps...)
+	if err != nil {
+		return nil, err
+	}
+	all := make(map[string][]string, len(snaps))
+	for _, s := range svcs {
+		all[s.Snap] = append(all[s.Snap], s.Name)
+	}
+	for _, snap := range snaps {
+		slices.Sort(all[snap])
+		all[snap] = slices.Compact(all[snap])
+	}
+	return all, nil
+}
+
+// namesWholeOnly reports whether o names snap as a whole and none of its
+// services explicitly.
+func namesWholeOnly(o op, snap string) bool {
+	whole := false
+	for _, n := range o.t.names {
+		s, app, _ := strings.Cut(n, ".")
+		if s != snap {
+			continue
+		}
+		if app != "" {
+			return false
+		}
+		whole = true
+	}
+	return whole
+}
+
 // opCandidates lists, earliest first, the changes in chgs that may have
 // been made for request o sent at sentAt (and answered by answeredAt when
 // it is not zero).
-func opCandidates(chgs []snapd.Change, o op, sentAt, answeredAt time.Time, skip map[string]bool) []string {
+func opCandidates(chgs []snapd.Change, o op, all map[string][]string, sentAt, answeredAt time.Time, skip map[string]bool) []string {
 	var ids []string
 	for i := range chgs {
 		chg := &chgs[i]
@@ -112,7 +165,7 @@ func opCandidates(chgs []snapd.Change, o op, sentAt, answeredAt time.Time, skip 
 		if !answeredAt.IsZero() && chg.SpawnTime.After(answeredAt) {
 			continue
 		}
-		if matchesOp(chg, o) {
+		if matchesOp(chg, o, all) {
 			ids = append(ids, chg.ID)
 		}
 	}
@@ -133,7 +186,7 @@ func opCandidates(chgs []snapd.Change, o op, sentAt, answeredAt time.Time, skip 
 // ctlcmd queueCommand adds the tasks to the hook's change, to run after
 // the hook), or "". The hook's change must predate snapd's answer and the
 // queued task must have been added while the request was handled.
-func queuedIn(chgs []snapd.Change, o op, sentAt, answeredAt time.Time) string {
+func queuedIn(chgs []snapd.Change, o op, all map[string][]string, sentAt, answeredAt time.Time) string {
 	for i := range chgs {
 		chg := &chgs[i]
 		if chg.Ready || chg.SpawnTime.After(answeredAt) {
@@ -145,7 +198,7 @@ func queuedIn(chgs []snapd.Change, o op, sentAt, answeredAt time.Time) string {
 				hookRunning = true
 			}
 		}
-		if !hookRunning || !matchesOp(chg, o) {
+		if !hookRunning || !matchesOp(chg, o, all) {
 			continue
 		}
 		for _, t := range chg.Tasks {
@@ -160,59 +213,44 @@ func queuedIn(chgs []snapd.Change, o op, sentAt, answeredAt time.Time) string {
 // matchesOp reports whether a service-control change does what o asks, by
 // the task summaries snapd writes (overlord/servicestate/servicestate.go
 // serviceControlTs): `Run service command "restart" for services
-// ["kubelet"] of snap "k8s"` (names sorted), `... for running services of
-// snap "k8s"` for a whole-snap restart.
-func matchesOp(chg *snapd.Change, o op) bool {
+// ["kubelet"] of snap "k8s"`, naming the services named explicitly
+// (sorted), or every service of a snap named as a whole (all, from
+// wholeSnapServices), except that a whole-snap restart says `... for
+// running services of snap "k8s"`.
+func matchesOp(chg *snapd.Change, o op, all map[string][]string) bool {
 	for _, snap := range o.t.snaps {
-		want, prefix := expectedSummary(o, snap)
-		found := false
-		for _, t := range chg.Tasks {
-			if t.Kind != "service-control" {
-				continue
-			}
-			if t.Summary == want || (prefix != "" && strings.HasPrefix(t.Summary, prefix) && strings.HasSuffix(t.Summary, fmt.Sprintf(" of snap %q", snap))) {
-				found = true
-				break
-			}
-		}
-		if !found {
+		want := expectedSummary(o, snap, all[snap])
+		if !slices.ContainsFunc(chg.Tasks, func(t snapd.Task) bool { return t.Kind == "service-control" && t.Summary == want }) {
 			return false
 		}
 	}
 	return true
 }
 
-// expectedSummary returns the summary snapd gives o's task on snap, or,
-// for a whole-snap start or stop (whose service list snapd fills in), a
-// prefix to match.
-func expectedSummary(o op, snap string) (exact, prefix string) {
+// expectedSummary returns the summary snapd gives o's task on snap; all
+// lists the snap's services, for a start or stop of the whole snap.
+func expectedSummary(o op, snap string, all []string) string {
 	action := o.action
 	if o.reload {
 		action = "reload-or-restart"
 	}
 	var apps []string
-	whole := false
 	for _, n := range o.t.names {
 		s, app, _ := strings.Cut(n, ".")
-		if s != snap {
-			continue
-		}
-		if app == "" {
-			whole = true
-			break
-		}
-		if !slices.Contains(apps, app) {
+		if s == snap && app != "" && !slices.Contains(apps, app) {
 			apps = append(apps, app)
 		}
 	}
 	switch {
-	case whole && o.action == "restart":
-		return fmt.Sprintf("Run service command %q for running services of snap %q", action, snap), ""
-	case whole:
-		return "", fmt.Sprintf("Run service command %q for services [", action)
+	case len(apps) == 0 && o.action == "restart":
+		// serviceControlTs tests the request's action: a reload of the
+		// whole snap says so too.
+		return fmt.Sprintf("Run service command %q for running services of snap %q", action, snap)
+	case len(apps) == 0:
+		apps = all
 	}
 	slices.Sort(apps)
-	return fmt.Sprintf("Run service command %q for services %q of snap %q", action, apps, snap), ""
+	return fmt.Sprintf("Run service command %q for services %q of snap %q", action, apps, snap)
 }
 
 // changeFailure recognises snapctl's report of a failed change ("cannot

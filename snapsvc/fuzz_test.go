@@ -2,6 +2,7 @@ package snapsvc
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,7 +83,9 @@ func FuzzChangeMatching(f *testing.F) {
 				chgs[i].SpawnTime = sentAt.Add(-time.Nanosecond)
 			}
 		}
-		for _, id := range opCandidates(chgs, o, sentAt, time.Time{}, nil) {
+		// svcdemo's services, as a whole-snap start or stop lists them.
+		all := map[string][]string{"svcdemo": {"alpha", "beta", "gamma"}}
+		for _, id := range opCandidates(chgs, o, all, sentAt, time.Time{}, nil) {
 			i := slices.IndexFunc(chgs, func(c snapd.Change) bool { return c.ID == id })
 			chg := chgs[i]
 			if chg.Kind != "service-control" || chg.SpawnTime.Before(sentAt) {
@@ -98,6 +101,12 @@ func FuzzChangeMatching(f *testing.F) {
 				})
 				if !ok {
 					t.Fatalf("candidate %s does not %s snap %s: %+v", id, word, snap, chg.Tasks)
+				}
+				if action != "restart" && namesWholeOnly(o, snap) {
+					list := fmt.Sprintf(" for services %q of snap %q", all[snap], snap)
+					if !slices.ContainsFunc(chg.Tasks, func(tk snapd.Task) bool { return strings.HasSuffix(tk.Summary, list) }) {
+						t.Fatalf("candidate %s for a %s of the whole snap %s does not list all its services: %+v", id, action, snap, chg.Tasks)
+					}
 				}
 			}
 		}

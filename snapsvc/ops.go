@@ -226,6 +226,9 @@ func (c *Client) finish(ctx context.Context, o op, res *Result, wait bool, wo wa
 		if !errors.As(err, &ce) {
 			// Could not see the end; let the next operation wait for it.
 			c.addPending(o, res.ChangeID)
+			if wo.found {
+				err = adoptedWaitError(res.ChangeID, err)
+			}
 		}
 		c.log(ctx).Info("change failed", "change", res.ChangeID, "action", o.action, "error", err)
 		return nil, false, c.opError(o, res.ChangeID, res.Attempts, err)

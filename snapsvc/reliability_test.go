@@ -122,6 +122,54 @@ func TestLostAnswerForeignPlainStartNotTakenForEnable(t *testing.T) {
 	}
 }
 
+// Found by TestRandomizedSchedules (seeds 102384 and 111681, under
+// load): after a lost answer to a start of the whole snap, a foreign
+// start of one of its services was adopted, because the match took any
+// service list for a whole-snap start. snapd lists every service of the
+// snap in that task's summary, so only that list matches.
+func TestLostAnswerWholeSnapStartNotTakenFromOneService(t *testing.T) {
+	for _, action := range []string{"start", "stop"} {
+		t.Run(action, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			c := newClient(t, srv, snapsvc.WithClock(&instantClock{}))
+			hold := make(chan struct{})
+			seen := make(chan struct{}, 1)
+			srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold,
+				Match: arrived(seen, func(r fake.Request) bool { return r.UserAgent != foreignAgent })})
+			done := make(chan error, 1)
+			var res *snapsvc.Result
+			go func() {
+				var err error
+				if action == "start" {
+					res, err = c.Start(ctxT(t), []string{"k8s"}, snapsvc.StartOptions{})
+				} else {
+					res, err = c.Stop(ctxT(t), []string{"k8s"}, snapsvc.StopOptions{})
+				}
+				done <- err
+			}()
+			<-seen
+			// While our request hangs, someone else acts on one service
+			// of the snap; then our request is lost.
+			foreign := foreignPost(t, srv, `{"action":"`+action+`","names":["k8s.kubelet"]}`)
+			if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return len(v.InProgress()) == 0 }); err != nil {
+				t.Fatal(err)
+			}
+			close(hold)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if res.ChangeID == foreign || !strings.Contains(bodyOf(srv, res.ChangeID), `"names":["k8s"]`) {
+				t.Fatalf("reported change %s (made by %q); the foreign one is %s", res.ChangeID, bodyOf(srv, res.ChangeID), foreign)
+			}
+			for _, app := range []string{"containerd", "kube-apiserver", "kubelet"} {
+				if st, _ := srv.Service("k8s", app); st.Active != (action == "start") {
+					t.Fatalf("%s %+v after a successful %s of the snap", app, st, action)
+				}
+			}
+		})
+	}
+}
+
 // Defect 1b: an identical foreign restart that finished just before our
 // call (within the old 1 s slack) was taken as ours: no restart happened.
 func TestLostAnswerEarlierIdenticalRestartNotAdopted(t *testing.T) {
@@ -337,6 +385,41 @@ func TestGarbledAcceptanceAdoptsChange(t *testing.T) {
 	cnt := srv.Counters()
 	if cnt.ChangesCreated != 1 || cnt.Requests["POST /v2/apps"] != 1 || res.ChangeID != srv.Requests()[0].Change {
 		t.Fatalf("result %+v, counters %+v", res, cnt)
+	}
+}
+
+// Found by TestRandomizedSchedules (seed 182, under load): after a lost
+// answer the client adopts the change that does what it asked, but an
+// identical foreign change spawned after the request cannot be told from
+// the request's own. When the context ended while the adopted change was
+// still running, the error named the adopted change as if it were
+// certainly the request's and did not say the outcome was unknown, while
+// the request's own change was another one.
+func TestAdoptedChangeUnfinishedIsOutcomeUnknown(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Hour)))
+	srv.InjectFault(fake.Fault{Kind: fake.FaultGarble, Method: "POST", Path: "/v2/apps", Times: 1})
+	c := newClient(t, srv)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	// The change was adopted once the client waits for it.
+	if err := srv.WaitFor(ctx, func(v fake.View) bool {
+		return v.RequestsTo("GET /v2/changes/{id}")+v.RequestsTo("GET /v2/notices") > 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	err := <-errc
+	var opErr *snapsvc.OpError
+	if !errors.As(err, &opErr) || !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) || opErr.Retryable() {
+		t.Fatalf("error %v: want ErrOutcomeUnknown, cancelled, not retryable", err)
+	}
+	if made := srv.Requests()[0].Change; opErr.ChangeID != made || srv.Counters().ChangesCreated != 1 {
+		t.Fatalf("error names change %q, the request made %q", opErr.ChangeID, made)
 	}
 }
 

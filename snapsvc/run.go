@@ -224,13 +224,18 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answere
 		// returns chg.Err). Where snapd lets us list changes, find the
 		// change, and notice a command queued by a hook snapsvc could not
 		// identify.
-		if chgs, err := c.main.Changes(ctx, snapd.SelectAll, ""); err == nil {
-			if id := queuedIn(chgs, r.o, sentAt, answeredAt); id != "" {
+		all, err := c.wholeSnapServices(ctx, r.o)
+		var chgs []snapd.Change
+		if err == nil {
+			chgs, err = c.main.Changes(ctx, snapd.SelectAll, "")
+		}
+		if err == nil {
+			if id := queuedIn(chgs, r.o, all, sentAt, answeredAt); id != "" {
 				r.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
 				r.res.Queued, r.res.ChangeID = true, id
 				return r.res, true, nil
 			}
-			r.res.ChangeID = c.claimOpChange(chgs, r.o, sentAt, answeredAt, r.known)
+			r.res.ChangeID = c.claimOpChange(chgs, r.o, all, sentAt, answeredAt, r.known)
 		}
 		r.res.Status = snapd.StatusDone
 		ev := r.event(EventAccepted)
@@ -304,7 +309,7 @@ func (r *runner) recoverLost(ctx context.Context, sentAt time.Time, wait bool) (
 func (r *runner) adoptedMatches(ctx context.Context, id string) (bool, []Service, error) {
 	chg, err := r.c.waitChange(ctx, id, r.waitOpts(false))
 	if err != nil {
-		return false, nil, err
+		return false, nil, adoptedWaitError(id, err)
 	}
 	for {
 		svcs, err := r.c.Services(ctx, r.o.t.names...)
@@ -380,15 +385,17 @@ func (r *runner) interruptedInFlight(ctx context.Context, sentAt time.Time) (*Re
 // adopted finishes an operation whose change was found after its answer
 // was lost.
 func (r *runner) adopted(ctx context.Context, id string, wait bool) (*Result, bool, error) {
+	wo := r.waitOpts(false)
+	wo.found = true
 	if r.c.mode == ModeSnapctl {
-		chg, err := r.c.waitChange(ctx, id, r.waitOpts(false))
+		chg, err := r.c.waitChange(ctx, id, wo)
 		if err != nil {
-			return r.fail(id, err)
+			return r.fail(id, adoptedWaitError(id, err))
 		}
 		r.res.Status = chg.Status
 		return r.res, true, nil
 	}
-	return r.c.finish(ctx, r.o, r.res, wait, r.waitOpts(false))
+	return r.c.finish(ctx, r.o, r.res, wait, wo)
 }
 
 // waitOut waits for blocking changes of others, bounded by what is left of

@@ -71,6 +71,11 @@ type waitOpts struct {
 	// or a manual step: it will not become ready by itself), returning a
 	// *ChangeError for it.
 	stallOnWait bool
+	// found says the change was found after the request's answer was
+	// lost, not named by snapd: an identical change of someone else's
+	// cannot be told from it, so a wait that ends before the change is
+	// ready leaves the outcome unknown (see adoptedError).
+	found bool
 	// ev is the template of the events the wait emits.
 	ev Event
 }
