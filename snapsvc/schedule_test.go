@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -577,20 +578,25 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 		if chg.SpawnTime.Before(cl.start) {
 			return fail(i, "reported change %s was spawned %v before the call began", res.ChangeID, cl.start.Sub(chg.SpawnTime))
 		}
-		cr, ok := creator[res.ChangeID]
-		if !ok {
+		var g sig
+		foreign := false
+		if cr, ok := creator[res.ChangeID]; ok {
+			g, _ = sigOf(cr.Body)
+			foreign = cr.UserAgent == foreignAgent
+		} else if g, ok = sigOfTasks(chg); ok {
+			foreign = true // a foreign service-control change (AddChange)
+		} else {
 			return fail(i, "reported change %s was not made by a request to act", res.ChangeID)
 		}
-		g, _ := sigOf(cr.Body)
 		switch {
 		case slices.Contains(own, res.ChangeID):
-		case cr.UserAgent == foreignAgent && sameBut(g, cl.sig):
+		case foreign && sameBut(g, cl.sig):
 			// An identical request of someone else's, made after the call
 			// began, did what the call asked (for --enable/--disable, the
 			// services' state was checked once it was done).
 			counts.foreignIdentical++
 		default:
-			return fail(i, "reported change %s was made by %q (own changes %v)", res.ChangeID, cr.Body, own)
+			return fail(i, "reported change %s does %s (own changes %v)", res.ChangeID, g, own)
 		}
 		if prev, ok := claimed[res.ChangeID]; ok && !res.Shared {
 			return fail(i, "change %s is claimed by calls %d and %d", res.ChangeID, prev, i)
@@ -598,6 +604,22 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 		claimed[res.ChangeID] = i
 	}
 	return counts, nil
+}
+
+var wholeRestartSummary = regexp.MustCompile(`^Run service command "restart" for running services of snap "([^"]+)"$`)
+
+// sigOfTasks returns what a service-control change that no request made
+// does: the fake's foreign service-control change (Server.AddChange) is a
+// restart of the snap's running services, as snapd summarises one.
+func sigOfTasks(chg fake.ChangeInfo) (sig, bool) {
+	if chg.Kind != "service-control" || len(chg.Tasks) != 1 {
+		return sig{}, false
+	}
+	m := wholeRestartSummary.FindStringSubmatch(chg.Tasks[0].Summary)
+	if m == nil {
+		return sig{}, false
+	}
+	return sig{action: "restart", names: m[1]}, true
 }
 
 // sameBut reports whether a change made by request g does what call c
