@@ -153,7 +153,9 @@ func WithClock(c retry.Clock) Option { return func(s *settings) { s.clock = c } 
 // has no notices API (snapd < 2.62); default 100ms, like the snap command.
 // A wait polls faster at first, when most service changes end: every 20ms
 // for its first 100ms, every 50ms until 1s, then at this interval (never
-// slower than it; the state file, WithStateFile, wakes it earlier).
+// slower than it). Where snapd's state file is watched (WithStateFile) a
+// wait reads the changes when snapd rewrites it instead, and otherwise
+// only every 500ms, or at this interval if it is longer, as a safety net.
 func WithPollInterval(d time.Duration) Option { return func(s *settings) { s.poll = d } }
 
 // WithLockDir sets the directory of the cross-process lock files. The

@@ -530,6 +530,46 @@ func TestStateFileWakesPollingWait(t *testing.T) {
 	}
 }
 
+// Without notices, a wait for a blocker the client has just listed in
+// progress takes the listing for its first read and idles first; before,
+// it read the blocker again at once: one request more per conflict
+// against the 20 requests/s budget for short waits. (With the
+// state file watched, the idle ends at the rewrite that finishes the
+// blocker: TestStateFileWakesPollingWait.)
+func TestPollingWaitTakesListingForFirstRead(t *testing.T) {
+	t0 := time.Now()
+	mc := fake.NewManualClock(t0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	// The wait's first pause (20ms: the fast start of the poll ramp).
+	testclock.WaitTimerAt(ctxT(t), t, mc, t0.Add(20*time.Millisecond))
+	reads := func() int {
+		n := 0
+		for _, r := range srv.Requests() {
+			if r.Path == "/v2/changes/"+foreign.ID() {
+				n++
+			}
+		}
+		return n
+	}
+	if n := reads(); n != 0 || srv.Counters().Requests["GET /v2/changes"] != 1 {
+		t.Fatalf("blocker read %d times after the listing, before the first pause; want 0", n)
+	}
+	foreign.Finish()
+	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads(); n != 1 {
+		t.Errorf("blocker read %d times; want once, after the pause", n)
+	}
+}
+
 // APIError, Change and Task are snapsvc's own types (their fields show in
 // go doc): errors.As finds an APIError in what the client returns, a hand-
 // made one classifies like snapd's, and changes keep snapd's JSON.

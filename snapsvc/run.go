@@ -154,7 +154,14 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			r.res.Conflicts++
 			ce, _ := retry.AsConflict(err)
 			r.last = ce
-			watched := c.notices.Load() == noticesNo && c.state.open()
+			// Where notices are absent (or not known yet) the wait may
+			// poll: the state watch is marked before the listing, so the
+			// wait can take the listing for its first read.
+			var mark uint64
+			watched := c.notices.Load() != noticesYes && c.state.open()
+			if watched {
+				mark = c.state.mark()
+			}
 			ids, ferr := c.findBlockers(ctx, o.t.snaps, ce, r.skip)
 			if ferr != nil {
 				r.log.Debug("cannot list changes to find the blocker", "error", ferr)
@@ -170,7 +177,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 				}
 				r.log.Info("conflict; waiting for blocking changes", "changes", ids, "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 				r.res.WaitedFor = appendNew(r.res.WaitedFor, ids...)
-				if err := r.waitOut(ctx, ids, ce, watched); err != nil {
+				if err := r.waitOut(ctx, ids, ce, watched, mark); err != nil {
 					return r.fail("", err)
 				}
 				fresh = true
@@ -403,7 +410,7 @@ func (r *runner) adopted(ctx context.Context, id string, wait bool) (*Result, bo
 // hook the blocker runs, a separate process, may need them) but keeps this
 // process's own, so identical requests queued behind it can still merge.
 // A blocker that sits in Wait (for a reboot) cannot be waited out.
-func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictError, listed bool) error {
+func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictError, watched bool, mark uint64) error {
 	if r.h != nil {
 		r.h.releaseFiles()
 	}
@@ -414,7 +421,7 @@ func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictEr
 		defer cancel()
 	}
 	wo := r.waitOpts(true)
-	wo.listed = listed
+	wo.listed, wo.listedWatched, wo.listedMark = true, watched, mark
 	_, err := r.c.waitChanges(wctx, ids, wo)
 	var stalled *ChangeError
 	switch {

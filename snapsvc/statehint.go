@@ -86,10 +86,20 @@ func (w *stateWatch) close() {
 // or ctx ends (its error). An error other than the context's means the
 // watch is broken.
 func (w *stateWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
-	deadline := time.Now().Add(d)
+	return w.waitFrom(ctx, d, w.mark())
+}
+
+// mark returns how many rewrites the watch has seen, for waitFrom.
+func (w *stateWatch) mark() uint64 {
 	w.mu.Lock()
-	seen := w.events
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	return w.events
+}
+
+// waitFrom is wait for a rewrite after mark was taken: one that came in
+// between (another waiter may have counted it) wakes it at once.
+func (w *stateWatch) waitFrom(ctx context.Context, d time.Duration, seen uint64) (bool, error) {
+	deadline := time.Now().Add(d)
 	for {
 		w.mu.Lock()
 		if w.events != seen {

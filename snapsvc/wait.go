@@ -60,10 +60,13 @@ func changeOutcome(chg *snapd.Change) error {
 
 // waitOpts modify waitChanges.
 type waitOpts struct {
-	// listed says ids were just seen in progress in a listing made while
-	// snapd's state file was watched (no notices): the first read is
-	// skipped.
-	listed bool
+	// listed says ids were just seen in progress in a listing: a wait
+	// that polls (no notices) takes it for its first read and idles
+	// first. listedMark, when listedWatched, is the state watch's mark
+	// taken before the listing, so a rewrite since wakes that first idle.
+	listed        bool
+	listedWatched bool
+	listedMark    uint64
 	// fresh says ids is the operation's own change, just made: a notice
 	// with one or two occurrences (spawn, Doing) means it is not ready.
 	fresh bool
@@ -118,7 +121,19 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	if !useNotices {
 		watch()
 	}
+	// A wait that will poll idles before its first read when that read
+	// would only show what is known: the changes were just listed in
+	// progress, or the operation's own change was just made (snapd
+	// answered once it had made it, so it has not run yet).
 	var lastRead time.Time
+	firstIdle := wo.listed || wo.fresh
+	if wo.fresh && !wo.listed {
+		// Its creation rewrote the state file just before snapd
+		// answered; the pause after a read keeps that rewrite from
+		// waking a read at once.
+		lastRead = started
+	}
+	idled := false // the wait has idled once
 	for round := 0; ; round++ {
 		// With notices, only the changes whose notice moved are read: a
 		// change becomes ready only with a new change-update occurrence.
@@ -132,6 +147,9 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 			case c.notices.Load() == noticesNo:
 				useNotices = false
 				watch()
+				if firstIdle && round == 0 {
+					continue // idle before the first read
+				}
 			case news != nil:
 				toRead = slices.DeleteFunc(slices.Clone(remaining), func(id string) bool {
 					occ, moved := news[id]
@@ -159,8 +177,13 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 					return nil, err
 				}
 			}
-		} else if round > 0 || (wo.listed && sw != nil) {
-			if err := w.idle(ctx, remaining, sw, started, lastRead); err != nil {
+		} else if round > 0 || firstIdle {
+			mark, marked := uint64(0), false
+			if !idled && wo.listed && wo.listedWatched {
+				mark, marked = wo.listedMark, true
+			}
+			idled = true
+			if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked); err != nil {
 				return nil, err
 			}
 		}
@@ -276,7 +299,13 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 
 // Polling without notices: the interval ramps up from pollFast, and a
 // state-file wake-up never reads sooner than pollGap after the last read.
+// With the state file watched, the changes are read at its rewrites and,
+// as a safety net, at least every stateSafety (or the poll interval, if
+// longer): every status change of a change rewrites the file
+// (overlord/state/state.go Unlock -> checkpoint), so a faster safety poll
+// would only load snapd.
 const (
+	stateSafety = 500 * time.Millisecond
 	pollFast    = 20 * time.Millisecond  // for a wait's first pollFastFor
 	pollFastFor = 100 * time.Millisecond //
 	pollMid     = 50 * time.Millisecond  // until pollMidFor
@@ -300,7 +329,9 @@ func (c *Client) pollInterval(started time.Time) time.Duration {
 
 // idle waits before the next read of a polling wait: until snapd rewrites
 // its state file (sw) or, at the latest, the poll interval.
-func (w *changeWait) idle(ctx context.Context, ids []string, sw *stateWatch, started, lastRead time.Time) error {
+// A mark (marked) taken before the changes were last seen makes a
+// rewrite since then count.
+func (w *changeWait) idle(ctx context.Context, ids []string, sw *stateWatch, started, lastRead time.Time, mark uint64, marked bool) error {
 	c := w.c
 	if sw == nil {
 		if err := retry.Sleep(ctx, c.clock, c.pollInterval(started)); err != nil {
@@ -308,7 +339,10 @@ func (w *changeWait) idle(ctx context.Context, ids []string, sw *stateWatch, sta
 		}
 		return nil
 	}
-	woke, err := sw.wait(ctx, c.poll)
+	if !marked {
+		mark = sw.mark()
+	}
+	woke, err := sw.waitFrom(ctx, max(c.poll, stateSafety), mark)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctxErr(ctx, "waiting for change "+ids[0])
