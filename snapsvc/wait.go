@@ -125,15 +125,13 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	// would only show what is known: the changes were just listed in
 	// progress, or the operation's own change was just made (snapd
 	// answered once it had made it, so it has not run yet).
-	var lastRead time.Time
 	firstIdle := wo.listed || wo.fresh
-	if wo.fresh && !wo.listed {
-		// Its creation rewrote the state file just before snapd
-		// answered; the pause after a read keeps that rewrite from
-		// waking a read at once.
-		lastRead = started
-	}
-	idled := false // the wait has idled once
+	// With the state file watched, an idle waits for a rewrite after
+	// mark, taken before every remaining change was last seen not ready
+	// (marked); otherwise (the watch opened since, a read failed, the
+	// change just made) it sleeps the poll interval.
+	var lastRead time.Time
+	mark, marked := wo.listedMark, wo.listed && wo.listedWatched
 	for round := 0; ; round++ {
 		// With notices, only the changes whose notice moved are read: a
 		// change becomes ready only with a new change-update occurrence.
@@ -178,16 +176,15 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				}
 			}
 		} else if round > 0 || firstIdle {
-			mark, marked := uint64(0), false
-			if !idled && wo.listed && wo.listedWatched {
-				mark, marked = wo.listedMark, true
-			}
-			idled = true
-			if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked); err != nil {
+			if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked && sw != nil); err != nil {
 				return nil, err
 			}
 		}
 		lastRead = c.clock.Now()
+		marked = sw != nil
+		if marked {
+			mark = sw.mark()
+		}
 		next := slices.DeleteFunc(slices.Clone(remaining), func(id string) bool { return slices.Contains(toRead, id) })
 		var failed error
 		for _, id := range toRead {
@@ -198,7 +195,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 					done[id] = nil
 					continue
 				}
-				failed = err
+				failed, marked = err, false
 				next = append(next, id)
 				continue
 			}
@@ -329,18 +326,15 @@ func (c *Client) pollInterval(started time.Time) time.Duration {
 
 // idle waits before the next read of a polling wait: until snapd rewrites
 // its state file (sw) or, at the latest, the poll interval.
-// A mark (marked) taken before the changes were last seen makes a
-// rewrite since then count.
+// With marked, a rewrite since mark (taken before the changes were last
+// seen not ready) ends the idle; without, it sleeps the poll interval.
 func (w *changeWait) idle(ctx context.Context, ids []string, sw *stateWatch, started, lastRead time.Time, mark uint64, marked bool) error {
 	c := w.c
-	if sw == nil {
+	if sw == nil || !marked {
 		if err := retry.Sleep(ctx, c.clock, c.pollInterval(started)); err != nil {
 			return ctxErr(ctx, "waiting for change "+ids[0])
 		}
 		return nil
-	}
-	if !marked {
-		mark = sw.mark()
 	}
 	woke, err := sw.waitFrom(ctx, max(c.poll, stateSafety), mark)
 	if err != nil {
