@@ -530,6 +530,31 @@ func TestStateFileWakesPollingWait(t *testing.T) {
 	}
 }
 
+// A read that fails leaves the wait not knowing whether the change is
+// done: the next read must come after the pause, not wait for a state
+// file rewrite that may have come already. (It waited for the safety net
+// instead: with a long poll interval, for good.)
+func TestPollingWaitRereadsAfterFailedRead(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithPollInterval(time.Hour))
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	// The read that would see the blocker done is cut.
+	srv.InjectFault(fake.Fault{Kind: fake.FaultCut, Method: "GET", Path: "/v2/changes/" + foreign.ID(), Times: 1})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.RequestsTo("GET /v2/notices") > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	foreign.Finish() // rewrites the state file: the wait wakes and its read is cut
+	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Without notices, a wait for a blocker the client has just listed in
 // progress takes the listing for its first read and idles first; before,
 // it read the blocker again at once: one request more per conflict
