@@ -123,9 +123,12 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	}
 	// A wait that will poll idles before its first read when that read
 	// would only show what is known: the changes were just listed in
-	// progress, or the operation's own change was just made (snapd
-	// answered once it had made it, so it has not run yet).
-	firstIdle := wo.listed || wo.fresh
+	// progress, or, when it polls blind (no state watch), the operation's
+	// own change was just made (snapd answered once it had made it, so it
+	// has not run yet). With the watch, a read at once lets the rewrite
+	// that ends the change wake the next (a first idle would be a sleep,
+	// and the pause after it would delay the read after that rewrite).
+	firstIdle := func() bool { return wo.listed || (wo.fresh && sw == nil) }
 	// With the state file watched, an idle waits for a rewrite after
 	// mark, taken before every remaining change was last seen not ready
 	// (marked); otherwise (the watch opened since, a read failed, the
@@ -145,7 +148,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 			case c.notices.Load() == noticesNo:
 				useNotices = false
 				watch()
-				if firstIdle && round == 0 {
+				if firstIdle() && round == 0 {
 					continue // idle before the first read
 				}
 			case news != nil:
@@ -175,7 +178,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 					return nil, err
 				}
 			}
-		} else if round > 0 || firstIdle {
+		} else if round > 0 || firstIdle() {
 			if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked && sw != nil); err != nil {
 				return nil, err
 			}
