@@ -160,7 +160,9 @@ func checkSample(t *testing.T, s sample) {
 }
 
 // TestMeasure checks the metrics on a hand-made request log: a caller
-// refused at 1 ms, the blocker ready at 30 ms, our request at 32 ms.
+// refused at 1 ms, the blocker ready at 30 ms, our request at 32 ms. The
+// requests made while waiting are those between the refusal and the
+// accepted request, neither counted.
 func TestMeasure(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
@@ -187,7 +189,7 @@ func TestMeasure(t *testing.T) {
 	}
 	m := measure(s)
 	want := metrics{makespan: 110 * time.Millisecond, calls: 1, requests: 6, changes: 1,
-		waited: 31 * time.Millisecond, waitedReq: 4, wakes: []time.Duration{2 * time.Millisecond}}
+		waited: 31 * time.Millisecond, waitedReq: 3, wakes: []time.Duration{2 * time.Millisecond}}
 	if m.makespan != want.makespan || m.calls != 1 || m.failed != 0 || m.requests != want.requests || m.changes != want.changes ||
 		m.waited != want.waited || m.waitedReq != want.waitedReq || !slices.Equal(m.wakes, want.wakes) {
 		t.Errorf("measure = %+v, want %+v", m, want)
@@ -208,7 +210,7 @@ func TestMeasure(t *testing.T) {
 		requests: []fake.Request{{Time: at(1020), Method: "POST", Path: "/v2/apps", Status: 202, Change: "1"}},
 		counters: fake.Counters{Requests: map[string]int{"POST /v2/apps": 1}, ChangesCreated: 1},
 	}
-	if m := measure(ls); m.waited != 1020*time.Millisecond || m.waitedReq != 1 || !slices.Equal(m.wakes, []time.Duration{20 * time.Millisecond}) {
+	if m := measure(ls); m.waited != 1020*time.Millisecond || m.waitedReq != 0 || !slices.Equal(m.wakes, []time.Duration{20 * time.Millisecond}) {
 		t.Errorf("measure of late-socket = %+v", m)
 	}
 }

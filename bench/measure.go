@@ -114,7 +114,9 @@ func waitWindows(s sample) []benchkit.Interval {
 // arrived) to that arrival: how long the snap sat idle while the call
 // waited. In late-socket it is from the socket's appearance to the
 // accepted request's arrival instead. The requests that arrived while
-// callers waited (waitWindows) are the cost of waiting.
+// callers waited (inside waitWindows, the refusal that opens a window and
+// the accepted request that closes it left out: every strategy makes
+// those) are the cost of waiting.
 func measure(s sample) metrics {
 	m := metrics{calls: len(s.outs), changes: s.counters.ChangesCreated - s.base.ChangesCreated}
 	for k, n := range s.counters.Requests {

@@ -106,6 +106,12 @@ func (c config) run(j job) (s sample) {
 	case scForeign:
 		st := newStrategy()
 		defer st.Close()
+		// A caller that has made a call before (a controller, not a
+		// hook's first call): what it learns once (whether snapd has
+		// notices) is not counted against the wait.
+		if o := st.Sequence(ctx, restart("kubelet")); o[0].Failed() {
+			s.err = fmt.Errorf("warm-up restart: %w", o[0].Err)
+		}
 		// The caller meets the blocker at a moment of its life spread
 		// evenly over the samples (the first 90 % of it, so that there is
 		// something left to wait for): in real life the two are not in

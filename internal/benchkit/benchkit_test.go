@@ -64,7 +64,7 @@ func TestUnionLengthContains(t *testing.T) {
 	if got := Length(u); got != 40*time.Millisecond {
 		t.Errorf("Length = %v, want 40ms", got)
 	}
-	for ms, want := range map[int]bool{0: false, 1: true, 30: true, 31: false, 55: true, 70: false} {
+	for ms, want := range map[int]bool{0: false, 1: true, 29: true, 30: false, 31: false, 55: true, 60: false, 70: false} {
 		if got := Contains(u, at(ms)); got != want {
 			t.Errorf("Contains(%dms) = %v, want %v", ms, got, want)
 		}

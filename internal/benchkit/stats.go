@@ -72,11 +72,12 @@ func Length(ivs []Interval) time.Duration {
 	return d
 }
 
-// Contains reports whether t lies in one of disjoint intervals (From
-// excluded, To included).
+// Contains reports whether t lies inside one of disjoint intervals, ends
+// excluded: a wait's window opens with the refused request and closes with
+// the accepted one, and neither is a request made while waiting.
 func Contains(ivs []Interval, t time.Time) bool {
 	for _, iv := range ivs {
-		if t.After(iv.From) && !t.After(iv.To) {
+		if t.After(iv.From) && t.Before(iv.To) {
 			return true
 		}
 	}
