@@ -17,9 +17,12 @@ const (
 	// EventReachable: snapd answered again after EventUnreachable.
 	EventReachable
 	// EventConflict: snapd refused the request because another change
-	// holds the snap. Blockers lists the changes being waited for (empty
-	// when none could be seen: the operation backs off instead); Err is
-	// the *retry.ConflictError.
+	// holds the snap. Blockers lists the changes being waited for; it is
+	// empty when none could be seen (the operation backs off instead) and
+	// for a first conflict where snapd's state file is watched: the
+	// operation tries again at the next rewrite without listing changes,
+	// and lists them only if refused again. Err is the
+	// *retry.ConflictError.
 	EventConflict
 	// EventAnswerLost: snapd's answer to a request to act was lost, or
 	// garbled; the operation looks for the change the request may have

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -511,6 +512,9 @@ func TestAbsentSocketBoundedByMaxUnreachable(t *testing.T) {
 // Without notices (snapd 2.57) a wait watches snapd's state file: with the
 // poll interval set to an hour, a restart that meets a foreign change still
 // goes ahead as soon as that change is done, woken by the file's rewrite.
+// (The first conflict's retry at a rewrite, TestConflictRetriedAtStateRewrite,
+// gives up after half a second without one; then the client lists the
+// changes and waits for the blocker, which is what this test looks at.)
 func TestStateFileWakesPollingWait(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
 	logs := newLogWatch()
@@ -546,12 +550,64 @@ func TestPollingWaitRereadsAfterFailedRead(t *testing.T) {
 		_, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 		errc <- err
 	}()
+	// A rewrite that does not end the blocker: the attempt made at it is
+	// refused too, and the client lists the changes and waits.
+	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.RequestsTo("POST /v2/apps") > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	other := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "other"})
+	defer other.Finish()
 	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.RequestsTo("GET /v2/notices") > 0 }); err != nil {
 		t.Fatal(err)
 	}
 	foreign.Finish() // rewrites the state file: the wait wakes and its read is cut
 	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
 		t.Fatal(err)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 3 {
+		t.Errorf("%d requests to act; want 3: refused, refused at the unrelated rewrite, accepted", n)
+	}
+}
+
+// With snapd's state file watched, a first conflict is retried at the
+// next rewrite, without listing changes or reading the blocker: most
+// blockers are service changes that end within milliseconds, and on snapd
+// < 2.62 naming the blocker costs requests (a listing, reads) that a short
+// wait cannot afford within issue 12's 20 requests/s.
+func TestConflictRetriedAtStateRewrite(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
+	var events []snapsvc.Event
+	var mu sync.Mutex
+	c := newClient(t, srv, snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithPollInterval(time.Hour),
+		snapsvc.WithObserver(func(e snapsvc.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	errc := make(chan error, 1)
+	var res *snapsvc.Result
+	go func() {
+		var err error
+		res, err = c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Conflicts() > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	foreign.Finish()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	cnt := srv.Counters()
+	if res.Conflicts != 1 || res.Attempts != 2 || cnt.Requests["GET /v2/changes"] != 0 || cnt.Requests["GET /v2/changes/{id}"] > 2 {
+		t.Fatalf("result %+v, requests %v: want one conflict, retried without listing", res, cnt.Requests)
+	}
+	for _, r := range srv.Requests() {
+		if r.Path == "/v2/changes/"+foreign.ID() {
+			t.Errorf("the blocker was read")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(events, func(e snapsvc.Event) bool { return e.Kind == snapsvc.EventConflict && e.Err != nil }) {
+		t.Errorf("no conflict event: %+v", events)
 	}
 }
 

@@ -120,7 +120,8 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 	}
 
 	unseenConflicts := 0
-	fresh := false // an attempt is owed right after waiting out a blocker
+	fresh := false      // an attempt is owed right after waiting out a blocker
+	optimistic := false // the last conflict was retried at a state rewrite
 	for {
 		// Right after a blocker is done one attempt is owed even if the
 		// policy's time ran out while waiting for it; its attempt count
@@ -132,6 +133,13 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		}
 		fresh = false
 		r.res.Attempts = r.rt.Attempt()
+		// Marked before the request, the state watch cannot miss the end
+		// of a change that refuses it.
+		var sendMark uint64
+		sendWatched := c.state.open()
+		if sendWatched {
+			sendMark = c.state.mark()
+		}
 		sentAt := c.clock.Now()
 		changeID, err := c.send(ctx, o)
 		r.reach.observe(ctx, r.event(0), err)
@@ -154,6 +162,30 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			r.res.Conflicts++
 			ce, _ := retry.AsConflict(err)
 			r.last = ce
+			if sendWatched && !optimistic {
+				// Most blockers are service changes that end within
+				// milliseconds: wait for snapd's next state rewrite and
+				// try again, without listing changes to name the
+				// blocker. Refused again, or no rewrite within
+				// stateSafety, the conflict is handled as below.
+				optimistic = true
+				ev := r.event(EventConflict)
+				ev.Err = ce
+				c.emit(ev)
+				r.log.Info("conflict; trying again when snapd's state changes", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+				woke, err := r.awaitRewrite(ctx, sendMark)
+				switch {
+				case ctx.Err() != nil:
+					return r.fail("", interrupted(ctx, ce))
+				case err != nil:
+					return r.fail("", err)
+				}
+				if woke {
+					fresh = true
+					continue
+				}
+			}
+			optimistic = false
 			// Where notices are absent (or not known yet) the wait may
 			// poll: the state watch is marked before the listing, so the
 			// wait can take the listing for its first read.
@@ -403,6 +435,33 @@ func (r *runner) adopted(ctx context.Context, id string, wait bool) (*Result, bo
 		return r.res, true, nil
 	}
 	return r.c.finish(ctx, r.o, r.res, wait, wo)
+}
+
+// awaitRewrite waits, for at most stateSafety and what is left of the
+// policy's time, for snapd's state file to be rewritten after mark. Like
+// waitOut, it lets go of the cross-process locks meanwhile. Its error is
+// the context's end.
+func (r *runner) awaitRewrite(ctx context.Context, mark uint64) (bool, error) {
+	if r.h != nil {
+		r.h.releaseFiles()
+	}
+	d := stateSafety
+	if left, ok := r.rt.Remaining(); ok {
+		d = min(d, left)
+	}
+	woke, err := r.c.state.waitFrom(ctx, d, mark)
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if err != nil {
+		woke = false // the watch broke: handle the conflict by listing
+	}
+	if r.h != nil {
+		if err := r.c.lockFiles(ctx, r.h, r.o.t.snaps); err != nil {
+			return false, err
+		}
+	}
+	return woke, nil
 }
 
 // waitOut waits for blocking changes of others, bounded by what is left of
