@@ -30,6 +30,12 @@ const (
 	// as given (for example snapd's 500 "request canceled", or an empty
 	// notices list returned at once instead of long-polling).
 	FaultReply
+	// FaultLate closes the connection at once, without an answer, and
+	// acts on the request later: when Hold is closed (at once without
+	// one). snapd carries on with a request whose client went away, and
+	// its handler may get to it late (waiting for the state lock, say), so
+	// a client that looks for the request's change too soon finds none.
+	FaultLate
 )
 
 func (k FaultKind) String() string {
@@ -46,6 +52,8 @@ func (k FaultKind) String() string {
 		return "reject"
 	case FaultReply:
 		return "reply"
+	case FaultLate:
+		return "late"
 	}
 	return fmt.Sprintf("FaultKind(%d)", int(k))
 }
@@ -83,8 +91,9 @@ type Fault struct {
 	// the client goes away): a request the fault lets be handled (no Kind,
 	// FaultDrop, FaultCut, FaultGarble) is acted on first and its answer
 	// held, so snapd has acted while the client still waits; FaultReject
-	// and FaultReply wait before doing anything. A Fault with Hold and no
-	// Kind only delays the answer.
+	// and FaultReply wait before doing anything; FaultLate closes the
+	// connection at once and acts when Hold is closed. A Fault with Hold
+	// and no Kind only delays the answer.
 	Hold <-chan struct{}
 }
 
@@ -99,7 +108,7 @@ type InjectedFault struct {
 // InjectFault adds a fault. Faults are tried in the order they were
 // injected; the first that matches a request applies to it.
 func (s *Server) InjectFault(f Fault) *InjectedFault {
-	if f.Kind < 0 || f.Kind > FaultReply || (f.Kind == 0 && f.Hold == nil) {
+	if f.Kind < 0 || f.Kind > FaultLate || (f.Kind == 0 && f.Hold == nil) {
 		panic(fmt.Sprintf("fake snapd: InjectFault: unknown kind %v", f.Kind))
 	}
 	if f.Kind == FaultReply && f.Status == 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"syscall"
@@ -390,5 +392,36 @@ func TestSnapSocketObserveDeniedAndUnsuccessful(t *testing.T) {
 	if code != 200 || e.Type != "error" || r.Kind != "unsuccessful" || r.Message != "unsuccessful with exit code: 1" ||
 		string(r.Value) != `{"exit-code":1,"stderr":"not connected\n","stdout":""}` {
 		t.Fatalf("%d %+v %s", code, r, r.Value)
+	}
+}
+
+// FaultLate: the client loses its connection at once; the request is
+// acted on only when Hold is closed, and logged then.
+func TestFaultLateActsAfterTheConnectionIsGone(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
+	hold := make(chan struct{})
+	srv.InjectFault(fake.Fault{Kind: fake.FaultLate, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", srv.SocketPath())
+	}}}
+	defer hc.CloseIdleConnections()
+	rsp, err := hc.Post("http://localhost/v2/apps", "application/json", strings.NewReader(`{"action":"restart","names":["k8s.kubelet"]}`))
+	if err == nil {
+		rsp.Body.Close()
+		t.Fatalf("answered %d; want the connection closed", rsp.StatusCode)
+	}
+	if n := srv.Counters().ChangesCreated; n != 0 {
+		t.Fatalf("%d changes before Hold was closed", n)
+	}
+	close(hold)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Requests() == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	reqs := srv.Requests()
+	if reqs[0].Change == "" || !reqs[0].Dropped || reqs[0].Fault != "late" || srv.Counters().ChangesCreated != 1 {
+		t.Fatalf("request %+v, counters %+v", reqs[0], srv.Counters())
 	}
 }

@@ -27,7 +27,7 @@ type Request struct {
 	// Dropped reports that the connection was closed instead of answering.
 	Dropped bool `json:"dropped,omitempty"`
 	// Fault names the injected fault that applied ("drop", "cut",
-	// "garble", "reject", "reply"), or is empty.
+	// "garble", "reject", "reply", "late"), or is empty.
 	Fault string `json:"fault,omitempty"`
 }
 

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -134,6 +135,25 @@ func (s *Server) handler(sock string) http.Handler {
 			}
 		}
 
+		if fault != nil && fault.Kind == FaultLate {
+			closeWithoutAnswer(w)
+			if f := fault.Hold; f != nil {
+				select {
+				case <-f:
+				case <-stopping:
+					return
+				case <-s.closeCh:
+					return
+				}
+			}
+			// Acted on with nobody to answer: the request is logged once
+			// handled, as any other.
+			w = discardWriter{}
+			r = r.WithContext(context.WithoutCancel(r.Context()))
+			fault = nil
+			req.Fault = FaultLate.String()
+			req.Dropped = true
+		}
 		if fault != nil && !fault.Kind.handles() {
 			if !holdAnswer(r, fault, stopping, s.closeCh) {
 				return
@@ -151,7 +171,7 @@ func (s *Server) handler(sock string) http.Handler {
 		if er, ok := rsp.result.(*errorResult); ok && rsp.typ == "error" {
 			req.Kind, req.Message = er.Kind, er.Message
 		}
-		req.Dropped = fault != nil && fault.Kind == FaultDrop
+		req.Dropped = req.Dropped || fault != nil && fault.Kind == FaultDrop
 		s.requests = append(s.requests, req)
 		s.wakeLocked() // WaitFor conditions on the request log
 		if rsp.stream != nil {
@@ -247,6 +267,14 @@ func (s *Server) answerFault(w http.ResponseWriter, req Request, f *Fault) {
 	w.WriteHeader(f.Status)
 	w.Write(f.Body)
 }
+
+// discardWriter is the answer to a request acted on after its connection
+// was closed (FaultLate).
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (discardWriter) WriteHeader(int)             {}
 
 // holdAnswer waits for a fault's Hold channel, if any. It returns false
 // when the client or the server went away meanwhile.

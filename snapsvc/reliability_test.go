@@ -171,6 +171,44 @@ func TestLostAnswerWholeSnapStartNotTakenFromOneService(t *testing.T) {
 	}
 }
 
+// Found by TestRandomizedSchedules (seed 504151, under load): snapd
+// carries on with a request whose connection broke, and may act on it
+// late. The client's second look-up, a policy pause (1 ms in the test)
+// after the first, found no change either, so it sent the request again:
+// two restarts for one call. The second look-up now comes at least
+// 100 ms after the first.
+func TestLostAnswerLookedUpAgainAfterSettling(t *testing.T) {
+	t0 := time.Now()
+	mc := fake.NewManualClock(t0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithPolicy(retry.Policy{InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, MaxElapsedTime: time.Minute}))
+	hold := make(chan struct{})
+	srv.InjectFault(fake.Fault{Kind: fake.FaultLate, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
+	errc := make(chan error, 1)
+	var res *snapsvc.Result
+	go func() {
+		var err error
+		res, err = c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	// The first look-up found nothing; the client pauses before the next.
+	testclock.WaitTimerAt(ctxT(t), t, mc, t0.Add(100*time.Millisecond))
+	if n := srv.Counters().Requests["GET /v2/changes"]; n != 1 {
+		t.Fatalf("%d look-ups before the settling pause", n)
+	}
+	close(hold) // snapd gets to the request now
+	// Logged once handled: after the look-up, with its change made.
+	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Requests() >= 2 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Counters().ChangesCreated; n != 1 || res.ChangeID != srv.Changes()[0].ID {
+		t.Fatalf("%d changes, result %+v: want the late request's change adopted", n, res)
+	}
+}
+
 // Defect 1b: an identical foreign restart that finished just before our
 // call (within the old 1 s slack) was taken as ours: no restart happened.
 func TestLostAnswerEarlierIdenticalRestartNotAdopted(t *testing.T) {

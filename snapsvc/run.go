@@ -500,6 +500,12 @@ func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictEr
 	return nil
 }
 
+// lostAnswerSettle is the least pause between the two look-ups that tell
+// that a request whose answer was lost made no change: long enough for a
+// handler that was waiting for snapd's state lock to have made it, short
+// against the cost of acting twice (the snap command polls at this rate).
+const lostAnswerSettle = 100 * time.Millisecond
+
 // resolveLost finds out whether a request whose outcome is unknown made a
 // change. It returns the change's id, or "" when the request made none (so
 // sending it again is safe). A connection can break while snapd is still
@@ -521,8 +527,16 @@ func (r *runner) resolveLost(ctx context.Context, sentAt time.Time) (id string, 
 		case err == nil && (id != "" || confirming):
 			return id, false, nil
 		case err == nil:
+			// snapd may not have handled the request yet: it carries on
+			// with a request whose connection broke, and its handler
+			// may be waiting for the state lock. Look again a settling
+			// pause later, however short the policy's pauses.
 			r.log.Debug("no change for the request whose answer was lost yet; looking again before sending it again")
 			confirming = true
+			if perr := retry.Sleep(ctx, r.c.clock, lostAnswerSettle); perr != nil {
+				return "", false, &outcomeUnknownError{reason: "interrupted looking for the change of a request whose answer was lost", last: interrupted(ctx, r.last)}
+			}
+			continue
 		case isForbidden(err):
 			if r.o.action == "restart" {
 				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.last}

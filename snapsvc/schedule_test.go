@@ -361,7 +361,9 @@ func (s *schedule) injectFaults(srv *fake.Server) []chan struct{} {
 			ch := make(chan struct{})
 			held = append(held, ch)
 			s.holds = append(s.holds, hold{ch, time.Duration(rng.IntN(30)) * time.Millisecond})
-			f = fake.Fault{Method: "POST", Path: "/v2/apps", Hold: ch, Kind: []fake.FaultKind{0, fake.FaultDrop}[rng.IntN(2)]}
+			// Held answers, and requests snapd acts on up to 30 ms after
+			// their connection broke (FaultLate).
+			f = fake.Fault{Method: "POST", Path: "/v2/apps", Hold: ch, Kind: []fake.FaultKind{0, fake.FaultDrop, fake.FaultLate}[rng.IntN(3)]}
 		case 5:
 			f = fake.Fault{Method: "GET", Path: "/v2/changes/", Kind: []fake.FaultKind{fake.FaultDrop, fake.FaultGarble, fake.FaultCut}[rng.IntN(3)]}
 		case 6:
