@@ -207,9 +207,14 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	for _, ch := range held {
 		s.release(ch)
 	}
-	// Let every change end before reading the record.
+	// Let every request be handled (one acted on late, FaultLate, is
+	// logged once handled, maybe after the call that sent it adopted its
+	// change) and every change end before reading the record.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.InFlight() == 0 }); err != nil {
+		return scheduleCounts{}, fmt.Errorf("requests still in flight: %v", err)
+	}
 	srv.ClearFaults()
 	for _, ci := range srv.Changes() {
 		if !ci.Ready {
