@@ -90,10 +90,59 @@ func (w *stateWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
 }
 
 // mark returns how many rewrites the watch has seen, for waitFrom.
+// Rewrites that happened before it but were not read yet (no waiter was
+// reading the inotify descriptor) are counted first, so they do not pass
+// for rewrites after it.
 func (w *stateWatch) mark() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !w.reading && w.f != nil {
+		w.drainLocked()
+	}
 	return w.events
+}
+
+// drainLocked counts the events waiting in the inotify descriptor without
+// blocking.
+func (w *stateWatch) drainLocked() {
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	var buf [4096]byte
+	for {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Read(int(fd), buf[:])
+			return true // never wait: EAGAIN means nothing is pending
+		}); err != nil || rerr != nil || n <= 0 {
+			return
+		}
+		if w.names(buf[:n]) {
+			w.events++
+		}
+	}
+}
+
+// names reports whether a buffer of inotify events has one for the state
+// file.
+func (w *stateWatch) names(buf []byte) bool {
+	// Events are struct inotify_event: wd, mask, cookie, len (four 32-bit
+	// words in host order), then len bytes of NUL-padded name.
+	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
+		nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
+		end := off + unix.SizeofInotifyEvent + nameLen
+		if end > len(buf) {
+			return false
+		}
+		name := buf[off+unix.SizeofInotifyEvent : end]
+		off = end
+		if trimNUL(name) == w.name {
+			return true
+		}
+	}
+	return false
 }
 
 // waitFrom is wait for a rewrite after mark was taken: one that came in
@@ -159,19 +208,8 @@ func (w *stateWatch) read(ctx context.Context, deadline time.Time) (bool, error)
 			}
 			return false, err
 		}
-		// Events are struct inotify_event: wd, mask, cookie, len (four
-		// 32-bit words in host order), then len bytes of NUL-padded name.
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
-			end := off + unix.SizeofInotifyEvent + nameLen
-			if end > n {
-				break
-			}
-			name := buf[off+unix.SizeofInotifyEvent : end]
-			off = end
-			if trimNUL(name) == w.name {
-				return true, nil
-			}
+		if w.names(buf[:n]) {
+			return true, nil
 		}
 	}
 }

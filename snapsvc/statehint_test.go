@@ -62,3 +62,37 @@ func TestStateWatchWakesEveryWaiter(t *testing.T) {
 		}
 	}
 }
+
+// A rewrite that happened before a mark, still unread in the inotify
+// descriptor, does not pass for one after it; a rewrite after it does.
+func TestStateWatchMarkCountsPendingRewrites(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	w := newStateWatch(path)
+	if !w.open() {
+		t.Skip("no inotify here")
+	}
+	defer w.close()
+	rewrite := func() {
+		tmp := filepath.Join(dir, "state.json.tmp")
+		if err := os.WriteFile(tmp, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	rewrite() // before the mark, unread
+	m := w.mark()
+	if m != 1 {
+		t.Fatalf("mark %d: the pending rewrite was not counted", m)
+	}
+	if woke, err := w.waitFrom(ctx, 20*time.Millisecond, m); woke || err != nil {
+		t.Fatalf("woken by the rewrite before the mark: %v %v", woke, err)
+	}
+	rewrite()
+	if woke, err := w.waitFrom(ctx, time.Minute, m); !woke || err != nil {
+		t.Fatalf("not woken by the rewrite after the mark: %v %v", woke, err)
+	}
+}
