@@ -179,7 +179,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				}
 			}
 		} else if round > 0 || firstIdle() {
-			if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked && sw != nil); err != nil {
+			if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked); err != nil {
 				return nil, err
 			}
 		}
