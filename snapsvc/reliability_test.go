@@ -440,11 +440,8 @@ func TestAdoptedChangeUnfinishedIsOutcomeUnknown(t *testing.T) {
 	c := newClient(t, srv)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-		errc <- err
-	}()
+	out := make(chan restartOutcome, 1)
+	restartAsync(c, ctx, out, "k8s.kubelet")
 	// The change was adopted once the client waits for it.
 	if err := srv.WaitFor(ctx, func(v fake.View) bool {
 		return v.RequestsTo("GET /v2/changes/{id}")+v.RequestsTo("GET /v2/notices") > 0
@@ -452,7 +449,7 @@ func TestAdoptedChangeUnfinishedIsOutcomeUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	err := <-errc
+	err := (<-out).err
 	var opErr *snapsvc.OpError
 	if !errors.As(err, &opErr) || !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) || opErr.Retryable() {
 		t.Fatalf("error %v: want ErrOutcomeUnknown, cancelled, not retryable", err)
@@ -619,20 +616,17 @@ func TestConflictRetriedAtStateRewrite(t *testing.T) {
 	c := newClient(t, srv, snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithPollInterval(time.Hour),
 		snapsvc.WithObserver(func(e snapsvc.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
-	errc := make(chan error, 1)
-	var res *snapsvc.Result
-	go func() {
-		var err error
-		res, err = c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-		errc <- err
-	}()
+	out := make(chan restartOutcome, 1)
+	restartAsync(c, ctxT(t), out, "k8s.kubelet")
 	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Conflicts() > 0 }); err != nil {
 		t.Fatal(err)
 	}
 	foreign.Finish()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
+	o := <-out
+	if o.err != nil {
+		t.Fatal(o.err)
 	}
+	res := o.res
 	cnt := srv.Counters()
 	if res.Conflicts != 1 || res.Attempts != 2 || cnt.Requests["GET /v2/changes"] != 0 || cnt.Requests["GET /v2/changes/{id}"] > 2 {
 		t.Fatalf("result %+v, requests %v: want one conflict, retried without listing", res, cnt.Requests)

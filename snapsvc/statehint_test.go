@@ -13,13 +13,7 @@ import (
 // whichever of them was reading, and a wait that times out hands the
 // reading over.
 func TestStateWatchWakesEveryWaiter(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "state.json")
-	w := newStateWatch(path)
-	if !w.open() {
-		t.Skip("no inotify here")
-	}
-	defer w.close()
+	w, rewrite := testStateWatch(t)
 	ctx := context.Background()
 	// A short wait that times out with nothing: the next ones read.
 	if woke, err := w.wait(ctx, time.Millisecond); woke || err != nil {
@@ -43,13 +37,7 @@ func TestStateWatchWakesEveryWaiter(t *testing.T) {
 	end := make(chan struct{})
 	go func() { done.Wait(); close(end) }()
 	for i := 0; ; i++ {
-		tmp := filepath.Join(dir, "state.json.tmp")
-		if err := os.WriteFile(tmp, []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
+		rewrite()
 		select {
 		case <-end:
 			for i, ok := range woke {
@@ -66,22 +54,7 @@ func TestStateWatchWakesEveryWaiter(t *testing.T) {
 // A rewrite that happened before a mark, still unread in the inotify
 // descriptor, does not pass for one after it; a rewrite after it does.
 func TestStateWatchMarkCountsPendingRewrites(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "state.json")
-	w := newStateWatch(path)
-	if !w.open() {
-		t.Skip("no inotify here")
-	}
-	defer w.close()
-	rewrite := func() {
-		tmp := filepath.Join(dir, "state.json.tmp")
-		if err := os.WriteFile(tmp, []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w, rewrite := testStateWatch(t)
 	ctx := context.Background()
 	rewrite() // before the mark, unread
 	m := w.mark()
@@ -94,5 +67,28 @@ func TestStateWatchMarkCountsPendingRewrites(t *testing.T) {
 	rewrite()
 	if woke, err := w.waitFrom(ctx, time.Minute, m); !woke || err != nil {
 		t.Fatalf("not woken by the rewrite after the mark: %v %v", woke, err)
+	}
+}
+
+// testStateWatch opens a watch on a state file in a temporary directory
+// and returns it with a function that rewrites the file as snapd does (a
+// temporary file renamed over it).
+func testStateWatch(t *testing.T) (*stateWatch, func()) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	w := newStateWatch(path)
+	if !w.open() {
+		t.Skip("no inotify here")
+	}
+	t.Cleanup(w.close)
+	return w, func() {
+		tmp := filepath.Join(dir, "state.json.tmp")
+		if err := os.WriteFile(tmp, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
