@@ -298,12 +298,20 @@ func TestWaitIdleUnknownSnap(t *testing.T) {
 	// A snap being installed is not listed yet, but its install change
 	// touches it: wait-idle waits for that change.
 	install := srv.AddChange(fake.ChangeSpec{Kind: "install-snap", Snap: "newsnap", WithSnapNames: true})
+	var listed int
+	srv.WaitFor(ctx, func(v fake.View) bool { listed = v.RequestsTo("GET /v2/changes"); return true })
 	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"wait-idle", "newsnap"}, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
 	}()
-	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.InFlight() > 0 }); err != nil {
+	// Finish the install only once wait-idle has listed the changes twice
+	// (its check that the snap is known, then the wait's own listing) and
+	// is waiting: finished any earlier, the install would leave a snap
+	// that is neither listed nor touched by a change, which is unknown.
+	if err := srv.WaitFor(ctx, func(v fake.View) bool {
+		return v.RequestsTo("GET /v2/changes") >= listed+2 && v.InFlight() > 0
+	}); err != nil {
 		t.Fatal(err)
 	}
 	select {
