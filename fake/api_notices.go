@@ -164,6 +164,14 @@ func (s *Server) getNotices(r *http.Request, stopping <-chan struct{}) *response
 		s.mu.Unlock()
 		select {
 		case <-wake:
+			// The timer closes expired only while nothing matched, so a
+			// closed expired means the deadline came before this notice:
+			// answer as at the deadline, whichever channel select chose.
+			select {
+			case <-expired:
+				return syncResp([]noticeJSON{})
+			default:
+			}
 		case <-expired:
 			return syncResp([]noticeJSON{})
 		case <-r.Context().Done():

@@ -293,6 +293,15 @@ func (s *Server) snapctlServiceCmd(ctx context.Context, cctx *ctlContext, cmd st
 
 	select {
 	case <-ready:
+		// Both may be closed by the time this goroutine runs (a test that
+		// drives a ManualClock past the deadline, then the change's end).
+		// The timer closes timedOut only while the change is not ready, so
+		// a closed timedOut means the deadline came first.
+		select {
+		case <-timedOut:
+			return fail("%s command is taking too long", cmd)
+		default:
+		}
 	case <-timedOut:
 		return fail("%s command is taking too long", cmd)
 	case <-ctx.Done():

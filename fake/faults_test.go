@@ -154,7 +154,7 @@ func TestSnapctlTakingTooLongAndOtherHooks(t *testing.T) {
 		_, e := call(t, s.SnapSocketPath(), "POST", "/v2/snapctl", cookieBody(s.Cookie("svcdemo"), "stop", "svcdemo.gamma"))
 		got <- e
 	}()
-	waitTimers(clk, 2) // the 20s stop and the 10s snapctl timeout
+	waitTimers(clk, 3) // the 1s "Waiting for ... to stop" log, the 20s stop and the 10s snapctl timeout
 	clk.Advance(10 * time.Second)
 	e := <-got
 	if r := errOf(t, e); r.Message != "snapctl: stop command is taking too long" {
