@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/testclock"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -259,5 +260,42 @@ func TestWaitChangeUpdate(t *testing.T) {
 	old := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version257))
 	if _, err := newClient(t, old).WaitChangeUpdate(ctx, time.Time{}, time.Hour); !errors.Is(err, snapsvc.ErrNoNotices) {
 		t.Errorf("snapd 2.57: %v, want ErrNoNotices", err)
+	}
+}
+
+// A Wait given a context that is already done (the CLI's --no-wait asks
+// this way whether an operation is final) fails with the context's error
+// and reports no outage: the request it could not make says nothing about
+// snapd. Before, it emitted EventUnreachable and the CLI printed "cannot
+// reach snapd ... context canceled; retrying until ...".
+func TestWaitWithDoneContextReportsNoOutage(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(time.Minute)))
+	var mu sync.Mutex
+	var events []snapsvc.Event
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)),
+		snapsvc.WithObserver(func(e snapsvc.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+	op, err := c.RestartAsync(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if res, err := op.Wait(done); !errors.Is(err, context.Canceled) || res != nil {
+		t.Fatalf("Wait(done context) = %+v, %v; want context.Canceled", res, err)
+	}
+	mu.Lock()
+	for _, e := range events {
+		if e.Kind == snapsvc.EventUnreachable {
+			t.Errorf("outage reported for a request the caller's context ended: %+v", e)
+		}
+	}
+	mu.Unlock()
+	// The change still runs; a Wait with a live context gets its outcome.
+	if err := srv.AdvanceUntilIdle(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := op.Wait(ctxT(t)); err != nil || res.Status != "Done" {
+		t.Fatalf("Wait = %+v, %v; want Done", res, err)
 	}
 }

@@ -614,8 +614,15 @@ type reach struct {
 	down bool
 }
 
-// observe records the outcome of a request (err nil for an answer).
+// observe records the outcome of a request (err nil for an answer). A
+// request that failed because ctx ended says nothing about snapd: it is
+// not reported as snapd being unreachable (a Wait given a context already
+// done, to see whether an operation is final, would otherwise announce an
+// outage that never happened).
 func (x *reach) observe(ctx context.Context, ev Event, err error) {
+	if err != nil && ctx.Err() != nil {
+		return
+	}
 	if x.rt.Observe(err) {
 		x.down = true
 		ev.Kind, ev.Err = EventUnreachable, err
