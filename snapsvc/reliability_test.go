@@ -184,13 +184,8 @@ func TestLostAnswerLookedUpAgainAfterSettling(t *testing.T) {
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithPolicy(retry.Policy{InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, MaxElapsedTime: time.Minute}))
 	hold := make(chan struct{})
 	srv.InjectFault(fake.Fault{Kind: fake.FaultLate, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
-	errc := make(chan error, 1)
-	var res *snapsvc.Result
-	go func() {
-		var err error
-		res, err = c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-		errc <- err
-	}()
+	out := make(chan restartOutcome, 1)
+	restartAsync(c, ctxT(t), out, "k8s.kubelet")
 	// The first look-up found nothing; the client pauses before the next.
 	testclock.WaitTimerAt(ctxT(t), t, mc, t0.Add(100*time.Millisecond))
 	if n := srv.Counters().Requests["GET /v2/changes"]; n != 1 {
@@ -201,11 +196,12 @@ func TestLostAnswerLookedUpAgainAfterSettling(t *testing.T) {
 	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Requests() >= 2 }); err != nil {
 		t.Fatal(err)
 	}
-	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
-		t.Fatal(err)
+	o := testclock.Drive(t, mc, time.Minute, out)
+	if o.err != nil {
+		t.Fatal(o.err)
 	}
-	if n := srv.Counters().ChangesCreated; n != 1 || res.ChangeID != srv.Changes()[0].ID {
-		t.Fatalf("%d changes, result %+v: want the late request's change adopted", n, res)
+	if n := srv.Counters().ChangesCreated; n != 1 || o.res.ChangeID != srv.Changes()[0].ID {
+		t.Fatalf("%d changes, result %+v: want the late request's change adopted", n, o.res)
 	}
 }
 
@@ -221,17 +217,13 @@ func TestLostAnswerEarlierIdenticalRestartNotAdopted(t *testing.T) {
 	}
 	mc.Advance(300 * time.Millisecond)
 	srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Times: 1})
-	errc := make(chan error, 1)
-	var res *snapsvc.Result
-	go func() {
-		var err error
-		res, err = c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-		errc <- err
-	}()
-	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
-		t.Fatal(err)
+	out := make(chan restartOutcome, 1)
+	restartAsync(c, ctxT(t), out, "k8s.kubelet")
+	o := testclock.Drive(t, mc, time.Minute, out)
+	if o.err != nil {
+		t.Fatal(o.err)
 	}
-	if res.ChangeID == earlier {
+	if o.res.ChangeID == earlier {
 		t.Fatalf("adopted the restart that ended 300ms before the call (%s)", earlier)
 	}
 	if n := srv.Counters().ChangesCreated; n != 2 {

@@ -51,11 +51,12 @@ func WaitTimerAt(ctx context.Context, t testing.TB, mc *fake.ManualClock, want t
 	}
 }
 
-// Drive runs the manual clock for code under test until errc yields: it
+// Drive runs the manual clock for code under test until done yields (an
+// error, or any outcome the test sends) and returns what it yielded: it
 // fires the next timer whenever one is due within limit of now (timers
 // further out are left alone), and otherwise waits for a timer to be
 // added.
-func Drive(t testing.TB, mc *fake.ManualClock, limit time.Duration, errc <-chan error) error {
+func Drive[T any](t testing.TB, mc *fake.ManualClock, limit time.Duration, done <-chan T) T {
 	t.Helper()
 	for {
 		added := mc.TimerAdded()
@@ -64,8 +65,8 @@ func Drive(t testing.TB, mc *fake.ManualClock, limit time.Duration, errc <-chan 
 			continue
 		}
 		select {
-		case err := <-errc:
-			return err
+		case v := <-done:
+			return v
 		case <-added:
 		}
 	}
