@@ -298,8 +298,7 @@ func TestWaitIdleUnknownSnap(t *testing.T) {
 	// A snap being installed is not listed yet, but its install change
 	// touches it: wait-idle waits for that change.
 	install := srv.AddChange(fake.ChangeSpec{Kind: "install-snap", Snap: "newsnap", WithSnapNames: true})
-	var listed int
-	srv.WaitFor(ctx, func(v fake.View) bool { listed = v.RequestsTo("GET /v2/changes"); return true })
+	listed := srv.Counters().Requests["GET /v2/changes"]
 	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
 	done := make(chan int, 1)
 	go func() {
