@@ -119,15 +119,15 @@ func (w *stateWatch) drainLocked() {
 		}); err != nil || rerr != nil || n <= 0 {
 			return
 		}
-		if w.names(buf[:n]) {
+		if w.hasStateFileEvent(buf[:n]) {
 			w.events++
 		}
 	}
 }
 
-// names reports whether a buffer of inotify events has one for the state
-// file.
-func (w *stateWatch) names(buf []byte) bool {
+// hasStateFileEvent reports whether a buffer of inotify events has one
+// for the state file.
+func (w *stateWatch) hasStateFileEvent(buf []byte) bool {
 	// Events are struct inotify_event: wd, mask, cookie, len (four 32-bit
 	// words in host order), then len bytes of NUL-padded name.
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
@@ -208,7 +208,7 @@ func (w *stateWatch) read(ctx context.Context, deadline time.Time) (bool, error)
 			}
 			return false, err
 		}
-		if w.names(buf[:n]) {
+		if w.hasStateFileEvent(buf[:n]) {
 			return true, nil
 		}
 	}
