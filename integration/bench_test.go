@@ -132,7 +132,6 @@ func benchForeign(t *testing.T, e env, w *wire, target benchkit.Target) []benchR
 			n := samples[name]
 			for i := range n {
 				w.waitIdle(t)
-				e.resetStartLimits(t)
 				id := b.start()
 				// Not synchronisation: when, in the blocker's life, the
 				// caller arrives.
@@ -184,7 +183,6 @@ func benchBootstrap(t *testing.T, e env, w *wire, target benchkit.Target) []benc
 		var ratios []float64
 		for range runs[name] {
 			w.waitIdle(t)
-			e.resetStartLimits(t)
 			w.serviceOp(t, "stop", []string{"svcdemo.alpha", "svcdemo.beta"}, map[string]any{"disable": true}, "Done")
 			hook, err := benchkit.New(name, target, benchkit.Config{Scale: 1})
 			if err != nil {

@@ -36,9 +36,6 @@ func loadEnv(t testing.TB) env {
 		secs = 5
 	}
 	e.Slow = time.Duration(secs) * time.Second
-	if e.Leader != "" {
-		resetStartLimits = e.resetStartLimits
-	}
 	return e
 }
 
@@ -50,17 +47,4 @@ func (e env) cookie(t testing.TB) string {
 		t.Fatalf("reading svcdemo's cookie: %v", err)
 	}
 	return string(b)
-}
-
-// resetStartLimits, set by loadEnv, is env.resetStartLimits.
-var resetStartLimits func(testing.TB)
-
-// resetStartLimits clears systemd's start-rate counters of the container's
-// units (StartLimitBurst: 5 starts in 10 s by default): tests restart the
-// same services more often than any real system would.
-func (e env) resetStartLimits(t testing.TB) {
-	t.Helper()
-	if _, stderr, err := e.runInside(t, "systemctl", "reset-failed"); err != nil {
-		t.Fatalf("systemctl reset-failed: %v %s", err, stderr)
-	}
 }

@@ -179,11 +179,6 @@ func touchesSvcdemo(c change) bool {
 func (w *wire) ensureBaseline(t testing.TB) {
 	t.Helper()
 	w.waitIdle(t)
-	if resetStartLimits != nil {
-		// Tests restart the same services far more often than systemd's
-		// start limit lets a unit start: clear it between tests.
-		resetStartLimits(t)
-	}
 	apps := w.apps(t, "svcdemo")
 	var start, stop []string
 	for _, n := range []string{"alpha", "beta", "gamma"} {

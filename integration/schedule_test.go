@@ -35,9 +35,7 @@ import (
 func TestScheduleInvariantsRealSnapd(t *testing.T) {
 	e := loadEnv(t)
 	w := newWire(t, e.Socket)
-	e.resetStartLimits(t)
 	w.ensureBaseline(t)
-	t.Cleanup(func() { e.resetStartLimits(t) })
 	leaks := goleak.IgnoreCurrent()
 	defer func() {
 		w.hc.CloseIdleConnections()
@@ -67,9 +65,6 @@ func TestScheduleInvariantsRealSnapd(t *testing.T) {
 		if s.restartAt > 0 {
 			total.restarts++
 		}
-		// systemd limits how often a unit may start (StartLimitBurst):
-		// schedules restart the same services often.
-		e.resetStartLimits(t)
 		w.ensureBaseline(t)
 	}
 	t.Logf("real snapd %s: schedules %d, calls %d (%d succeeded, %d failed), snapd restarts %d, foreign changes %d, checks %d",
