@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/benchkit"
+	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/benchkit"
+	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 )
 
 // Scenario names, in the order they run.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/benchkit"
+	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/retry"
 )

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/benchkit"
+	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 )
 
 // row is one cell of the table: a scenario (and foreign's hold) on one

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/snapsvc/snapsvc/internal/benchkit"
+	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 )
 
 // target is one of issue 12's targets for snapsvc, checked on the rows.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/conformance"
+	"github.com/snapsvc/snapsvc/testsupport/conformance"
 )
 
 func TestSnapsList(t *testing.T) {

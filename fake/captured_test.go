@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/conformance"
+	"github.com/snapsvc/snapsvc/testsupport/conformance"
 )
 
 // svcdemoIntegration is the integration suite's svcdemo (slow operations 3 s),

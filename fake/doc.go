@@ -2,7 +2,7 @@
 // protocol on real Unix sockets, for snapsvc's tests and its users' tests.
 //
 // Fidelity to real snapd is the point: every body the fake serves has the
-// shape real snapd serves (internal/conformance replays bodies captured from
+// shape real snapd serves (testsupport/conformance replays bodies captured from
 // snapd 2.57.6 against it), so a client that works against the fake reads a
 // real snapd the same way.
 //
@@ -137,7 +137,7 @@
 // # Known differences from snapd
 //
 // Not reproduced, on purpose or for lack of a model (none of them is in the
-// captured golden cases, so internal/conformance lists none):
+// captured golden cases, so testsupport/conformance lists none):
 //   - Ready changes are never pruned (snapd drops them 24h after they are
 //     ready, and aborts changes unready for 7 days); old ids keep answering.
 //   - GET /v2/changes lists changes in id order (snapd walks a map).

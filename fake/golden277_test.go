@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/conformance"
+	"github.com/snapsvc/snapsvc/testsupport/conformance"
 )
 
 // svcdemo277 is the 2.77.1 capture's snap: broken was there from the start.

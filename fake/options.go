@@ -89,7 +89,7 @@ func SystemctlJobFailed(snap, app string) string {
 type Version string
 
 // Version profiles. The ones with a patch level were captured from a real
-// snapd (see internal/conformance/testdata and fake/testdata).
+// snapd (see testsupport/conformance/testdata and fake/testdata).
 const (
 	// Version257 is snapd 2.57.6 (Debian 12): no notices API (404 "not
 	// found"), snapctl errors prefixed "error running snapctl: ", tasks

@@ -13,12 +13,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/snapsvc/snapsvc/internal/benchkit"
+	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 )
 
 // TestBenchRealSnapd runs bench's foreign and bootstrap scenarios (go run
 // ./bench) against the real snapd, with the same strategies
-// (internal/benchkit: naive snapctl, k8sd's fixed loop at its real 5 s
+// (testsupport/benchkit: naive snapctl, k8sd's fixed loop at its real 5 s
 // pause, backoff/v4's defaults, snapsvc), and prints the figures in the
 // test log. snapd has no request log, so the wake latency is read from
 // snapd's own timestamps: from the blocking change's ready-time to the

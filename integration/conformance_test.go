@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snapsvc/snapsvc/internal/conformance"
+	"github.com/snapsvc/snapsvc/testsupport/conformance"
 )
 
 // TestConformanceRealSnapd runs the fake's conformance suite
-// (internal/conformance: golden cases captured from real snapd, replayed
+// (testsupport/conformance: golden cases captured from real snapd, replayed
 // in capture order with Scenario257) against the real snapd under test, as
 // a second target beside the fake. Every snapd version of the suite has
 // golden cases of its own (conformanceGolden): a replay is compared with
@@ -85,7 +85,7 @@ type goldenSet struct {
 
 var conformanceGolden = map[string]goldenSet{
 	"2.57.6": {
-		source: "the 2.57.6 capture (internal/conformance/testdata/2.57.6)",
+		source: "the 2.57.6 capture (testsupport/conformance/testdata/2.57.6)",
 		dir:    func(*testing.T) string { return conformance.GoldenDir("2.57.6") },
 		notReproducible: map[string]string{
 			"apps-snap":          extraApps,

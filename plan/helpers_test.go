@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/testnet"
+	"github.com/snapsvc/snapsvc/testsupport/testnet"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 

@@ -24,8 +24,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/testclock"
-	"github.com/snapsvc/snapsvc/internal/testnet"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
+	"github.com/snapsvc/snapsvc/testsupport/testnet"
 	"github.com/snapsvc/snapsvc/probe"
 )
 

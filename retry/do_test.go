@@ -10,7 +10,7 @@ import (
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/internal/snapd"
-	"github.com/snapsvc/snapsvc/internal/testclock"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
 	"github.com/snapsvc/snapsvc/retry"
 )
 

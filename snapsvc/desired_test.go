@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/testclock"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 

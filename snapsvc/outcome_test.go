@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/testclock"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/conformance"
+	"github.com/snapsvc/snapsvc/testsupport/conformance"
 	"go.uber.org/goleak"
 )
 
