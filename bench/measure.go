@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 )
 
 // metrics are one sample's figures, read from the fake's request log and

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/testsupport/testnet"
 	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/testsupport/testnet"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

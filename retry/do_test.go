@@ -10,8 +10,8 @@ import (
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/internal/snapd"
-	"github.com/snapsvc/snapsvc/testsupport/testclock"
 	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
 )
 
 // conflict is the error snapd answers POST /v2/apps with while another

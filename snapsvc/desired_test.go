@@ -13,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/testsupport/testclock"
 	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
 )
 
 // checkLeaks verifies, after the test's other cleanups (registered later,
