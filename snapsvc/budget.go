@@ -48,6 +48,19 @@ type BudgetSlot interface {
 	Release(ctx context.Context) error
 }
 
+// BudgetFencer is implemented by slots that can confirm, with a read that
+// reflects every earlier write of the coordination service (a linearizable
+// read), that they are still held. A budgeted operation calls Fence right
+// before each step that disrupts a service (the restart or stop request),
+// so a holder that was paused past its lease, or cut off, never acts on a
+// slot someone else may hold now. Fence returns nil while the slot is held,
+// an error wrapping ErrSlotLost once it is not, and an error wrapping
+// ErrBudgetUnavailable when it cannot tell in time (the operation then
+// does not act).
+type BudgetFencer interface {
+	Fence(ctx context.Context) error
+}
+
 // BudgetWait describes a wait for a slot, as Acquire reports it.
 type BudgetWait struct {
 	// Key is the budget's key.
@@ -73,6 +86,12 @@ var (
 	// ErrBudgetWait: no slot became free within BudgetOptions.MaxWait.
 	// Retryable.
 	ErrBudgetWait = errors.New("no restart budget slot became free in time")
+	// ErrBudgetRefused: the coordination service answered and refused the
+	// budget (a key it rejects, failed authentication or TLS, a waiter's
+	// entry deleted by an operator, machines configured with different
+	// slot counts for one key). Retrying cannot help until an operator
+	// acts; a fail-open budget never grants a slot on it.
+	ErrBudgetRefused = errors.New("restart budget refused")
 )
 
 // BudgetError is a failure of a budgeted operation that concerns its slot:
