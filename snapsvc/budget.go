@@ -94,6 +94,10 @@ var (
 	ErrBudgetRefused = errors.New("restart budget refused")
 )
 
+// errBudgetClosed: the Client was closed while the operation waited for
+// a slot (or before it asked for one).
+var errBudgetClosed = errors.New("the client was closed")
+
 // BudgetError is a failure of a budgeted operation that concerns its slot:
 // it could not be had, it was lost, or the service did not become ready
 // while the slot was held. It names the key, the holders when known, and
@@ -106,8 +110,9 @@ type BudgetError struct {
 	Holders []string
 	// Waited is how long the operation waited for the slot.
 	Waited time.Duration
-	// Err is the cause: ErrBudgetUnavailable, ErrBudgetWait, ErrSlotLost,
-	// a *probe.NotReadyError, or the context's error.
+	// Err is the cause: ErrBudgetUnavailable, ErrBudgetWait,
+	// ErrBudgetRefused, ErrSlotLost, a *probe.NotReadyError, or the
+	// context's error.
 	Err error
 }
 
@@ -128,9 +133,14 @@ func (e *BudgetError) Error() string {
 func (e *BudgetError) Unwrap() error { return e.Err }
 
 // Retryable reports whether a later attempt could succeed: the budget was
-// unreachable or no slot came free in time. A lost slot, a service that
-// did not become ready and a cancelled context are not.
+// unreachable (including a fence that could not confirm the slot in time;
+// nothing was sent then) or no slot came free in time. A refused budget,
+// a lost slot, a service that did not become ready, a closed Client and a
+// cancelled context are not.
 func (e *BudgetError) Retryable() bool {
+	if errors.Is(e.Err, ErrBudgetRefused) || errors.Is(e.Err, ErrSlotLost) {
+		return false
+	}
 	return errors.Is(e.Err, ErrBudgetUnavailable) || errors.Is(e.Err, ErrBudgetWait)
 }
 
@@ -157,26 +167,82 @@ type BudgetOptions struct {
 	// the Client is closed). Starts of services whose slot this Client
 	// does not hold take none: starting takes nothing down.
 	StopsAndStarts bool
-	// Progress, when set, receives what the budget does.
+	// ReleaseTimeout bounds one attempt to give a slot back, and how long
+	// Close waits for the releases still running in the background
+	// (default DefaultReleaseTimeout). It never delays an operation's
+	// return past its context's deadline: see WithRestartBudget.
+	ReleaseTimeout time.Duration
+	// Progress, when set, receives what the budget does. It is called from
+	// the operation's goroutine and, for releases and lost slots, from
+	// background goroutines, possibly after the operation returned; it
+	// must not block.
 	Progress func(BudgetEvent)
 }
+
+// DefaultReleaseTimeout is BudgetOptions.ReleaseTimeout's default.
+const DefaultReleaseTimeout = 10 * time.Second
+
+// releaseAttempts is how many times a slot's release is tried before it
+// is left to expire with its lease; releaseBackoff is the first pause
+// between attempts (doubled after each, on the Client's clock).
+const (
+	releaseAttempts = 5
+	releaseBackoff  = time.Second
+)
+
+// Budget event kinds, BudgetEvent.Kind.
+const (
+	// BudgetWaiting: the operation waits for a slot (Wait says behind
+	// whom); sent again whenever that changes.
+	BudgetWaiting = "waiting"
+	// BudgetAcquired: the slot was taken (Waited: how long it took).
+	BudgetAcquired = "acquired"
+	// BudgetFenced: right before a request that disrupts, the slot was
+	// confirmed still held (only for slots implementing BudgetFencer).
+	BudgetFenced = "fenced"
+	// BudgetFenceFailed: the fence could not confirm the slot (Err); the
+	// request was not sent.
+	BudgetFenceFailed = "fence-failed"
+	// BudgetReady: the readiness checks passed; the settle time starts.
+	BudgetReady = "ready"
+	// BudgetReleased: the slot was given back (Held: for how long it was
+	// held).
+	BudgetReleased = "released"
+	// BudgetLost: the slot was lost while held (Err says why). Sent once
+	// per slot.
+	BudgetLost = "lost"
+	// BudgetReleaseFailed: an attempt to give the slot back failed (Err,
+	// Attempt); it is tried again in the background, up to 5 attempts,
+	// after which the slot is freed only when the budget expires it (its
+	// lease).
+	BudgetReleaseFailed = "release-failed"
+)
 
 // BudgetEvent reports a step of a budgeted operation.
 type BudgetEvent struct {
 	// Time is when it happened, on the client's clock.
 	Time time.Time
-	// Kind is "waiting", "acquired", "ready" (the checks passed; the
-	// settle time starts), "released" or "lost".
+	// Kind is one of the Budget* kinds: "waiting", "acquired", "fenced",
+	// "fence-failed", "ready", "released", "lost", "release-failed".
 	Kind string
 	// Key is the budget's key.
 	Key string
-	// Holder is this holder ("acquired", "ready", "released", "lost").
+	// Holder is this holder (every kind but "waiting").
 	Holder string
 	// Wait is what the operation waits behind ("waiting").
 	Wait BudgetWait
-	// Waited is how long the operation has waited for the slot.
+	// Waited is how long the operation has waited for the slot
+	// ("waiting", "acquired").
 	Waited time.Duration
-	// Err is why the slot was lost ("lost").
+	// Held is how long the slot has been held ("fenced", "fence-failed",
+	// "ready", "released", "lost", "release-failed"): for "released",
+	// the slot's hold time.
+	Held time.Duration
+	// Attempt is the release attempt ("released", "release-failed"),
+	// from 1.
+	Attempt int
+	// Err is why the slot was lost ("lost"), the fence failed
+	// ("fence-failed") or the release failed ("release-failed").
 	Err error
 }
 
@@ -187,6 +253,20 @@ type BudgetEvent struct {
 // running services. Without this option no budget is consulted, which is
 // what a first bootstrap, before any cluster exists, needs.
 //
+// Right before each request that disrupts (the restart or stop request,
+// every attempt of it) the operation checks that its slots are still held:
+// Lost, then BudgetFencer.Fence when the slot implements it. A slot lost
+// by then stops the operation before it acts (a *BudgetError wrapping
+// ErrSlotLost, not retryable); a fence that cannot tell stops it too
+// (ErrBudgetUnavailable, retryable: nothing was sent).
+//
+// Slots are given back on every path, Close included. The release runs in
+// the background: the operation waits for its first attempt only until its
+// context ends, so a slow release (a lease revoke while etcd is
+// unreachable) never delays its return past the deadline. A failed release
+// is reported ("release-failed" event and a log line) and tried again in
+// the background; Close waits for that work, at most ReleaseTimeout.
+//
 // Calls that snapd only queues (inside a configure hook) take no slot: the
 // restart happens after the hook, out of the operation's sight. A restart
 // paced by WithMinRestartInterval waits out its interval before taking a
@@ -196,38 +276,67 @@ func WithRestartBudget(b RestartBudget, opts BudgetOptions) Option {
 	return func(s *settings) { s.budget = &budgetRunner{b: b, opts: opts} }
 }
 
+// The lifecycle of a budgeted operation, one function per step:
+//
+//	acquire  budgetBegin → takeAll → take → acquire: a slot per key,
+//	         sorted by key, shared with the Client's other operations
+//	fence    hold.fence, called by the operation right before each
+//	         request that disrupts (fenceBeforeSend, from run)
+//	act      the operation itself (coalesce, run)
+//	ready    hold.ready: readiness checks, then Settle (budgetEnd)
+//	release  hold.release → drop → releaseInBackground
+//
+// Exit paths: acquire fails (no slot, nothing sent: takeAll gives back
+// what it took); the fence fails (nothing sent, slots given back); the
+// request fails (slots given back at once); not ready or lost (reported,
+// slots given back); a Stop under StopsAndStarts keeps its slots (keep)
+// until the Start that follows (kept) or Close; Close cancels waits for
+// slots, gives back kept slots, and waits, bounded, for the releases.
+
 // budgetRunner is a Client's restart budget and the slots it holds.
 type budgetRunner struct {
 	b    RestartBudget
 	opts BudgetOptions
+	c    *Client
 
-	mu         sync.Mutex
-	slots      map[string]*sharedSlot // key -> slot held or being taken
-	stopped    map[string]*sharedSlot // kept by a budgeted Stop until a Start
-	bg         sync.WaitGroup
+	mu      sync.Mutex
+	slots   map[string]*sharedSlot // key -> slot held or being taken
+	stopped map[string]*sharedSlot // kept by a budgeted Stop until a Start
+	closed  bool
+	running int           // background goroutines (releases, async holds)
+	idle    chan struct{} // closed when running drops to 0 (set by close)
+
 	base       context.Context // ends when the Client is closed
 	cancelBase context.CancelFunc
-	closed     bool
+	bg         context.Context // ends once Close stopped waiting: retries stop
+	cancelBg   context.CancelFunc
 }
 
 // sharedSlot is one slot used by every operation of the Client on its key.
 type sharedSlot struct {
-	key     string
-	done    chan struct{} // closed once Acquire returned
-	slot    BudgetSlot
-	err     error
-	refs    int
-	holders []string // last seen while waiting
-	waited  time.Duration
+	key      string
+	done     chan struct{} // closed once Acquire returned
+	slot     BudgetSlot
+	err      error
+	refs     int
+	holders  []string // last seen while waiting
+	waited   time.Duration
+	since    time.Time // when it was acquired (client's clock)
+	lostOnce sync.Once
 }
 
 // init completes the runner once the Client is built.
 func (b *budgetRunner) init(c *Client) {
+	b.c = c
 	b.slots = map[string]*sharedSlot{}
 	b.stopped = map[string]*sharedSlot{}
 	b.base, b.cancelBase = context.WithCancel(context.Background())
+	b.bg, b.cancelBg = context.WithCancel(context.Background())
 	if b.opts.Probe.Clock == nil {
 		b.opts.Probe.Clock = c.clock
+	}
+	if b.opts.ReleaseTimeout <= 0 {
+		b.opts.ReleaseTimeout = DefaultReleaseTimeout
 	}
 }
 
@@ -238,11 +347,16 @@ func (b *budgetRunner) key(name string) string {
 	return name
 }
 
-func (b *budgetRunner) emit(c *Client, ev BudgetEvent) {
+func (b *budgetRunner) emit(ev BudgetEvent) {
 	if b.opts.Progress != nil {
-		ev.Time = c.clock.Now()
+		ev.Time = b.c.clock.Now()
 		b.opts.Progress(ev)
 	}
+}
+
+// held is how long s has been held.
+func (b *budgetRunner) held(s *sharedSlot) time.Duration {
+	return b.c.clock.Now().Sub(s.since)
 }
 
 // keysOf returns the sorted, unique keys of names.
@@ -257,14 +371,40 @@ func (b *budgetRunner) keysOf(names []string) []string {
 	return keys
 }
 
+// goBackground runs f on a goroutine that Close waits for (bounded).
+func (b *budgetRunner) goBackground(f func()) {
+	b.mu.Lock()
+	b.running++
+	b.mu.Unlock()
+	go func() {
+		defer func() {
+			b.mu.Lock()
+			b.running--
+			if b.running == 0 && b.idle != nil {
+				close(b.idle)
+				b.idle = nil
+			}
+			b.mu.Unlock()
+		}()
+		f()
+	}()
+}
+
+// ---- acquire ----
+
 // take gets the Client's slot of key: it joins one the Client already
 // holds, waits for one being taken, or takes one itself.
-func (b *budgetRunner) take(ctx context.Context, c *Client, key string) (*sharedSlot, error) {
+func (b *budgetRunner) take(ctx context.Context, key string) (*sharedSlot, error) {
+	c := b.c
 	start := c.clock.Now()
 	for {
 		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, &BudgetError{Key: key, Err: errBudgetClosed}
+		}
 		s := b.slots[key]
-		if s != nil && s.done != nil {
+		if s != nil {
 			select {
 			case <-s.done:
 				if s.err != nil || s.slot.Err() != nil {
@@ -277,7 +417,7 @@ func (b *budgetRunner) take(ctx context.Context, c *Client, key string) (*shared
 			s = &sharedSlot{key: key, done: make(chan struct{}), refs: 1}
 			b.slots[key] = s
 			b.mu.Unlock()
-			return b.acquire(ctx, c, s, start)
+			return b.acquire(ctx, s, start)
 		}
 		s.refs++
 		b.mu.Unlock()
@@ -301,10 +441,14 @@ func (b *budgetRunner) take(ctx context.Context, c *Client, key string) (*shared
 	}
 }
 
-// acquire takes s's slot from the budget, bounded by MaxWait.
-func (b *budgetRunner) acquire(ctx context.Context, c *Client, s *sharedSlot, start time.Time) (*sharedSlot, error) {
+// acquire takes s's slot from the budget, bounded by MaxWait and ended by
+// Close.
+func (b *budgetRunner) acquire(ctx context.Context, s *sharedSlot, start time.Time) (*sharedSlot, error) {
+	c := b.c
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	stopClose := context.AfterFunc(b.base, func() { cancel(errBudgetClosed) })
+	defer stopClose()
 	if b.opts.MaxWait > 0 {
 		t := c.clock.NewTimer(b.opts.MaxWait)
 		defer t.Stop()
@@ -321,17 +465,22 @@ func (b *budgetRunner) acquire(ctx context.Context, c *Client, s *sharedSlot, st
 	var holders []string
 	slot, err := b.b.Acquire(actx, s.key, func(w BudgetWait) {
 		holders = slices.Clone(w.Holders)
-		b.emit(c, BudgetEvent{Kind: "waiting", Key: s.key, Wait: w, Waited: c.clock.Now().Sub(start)})
+		b.emit(BudgetEvent{Kind: BudgetWaiting, Key: s.key, Wait: w, Waited: c.clock.Now().Sub(start)})
 	})
 	waited := c.clock.Now().Sub(start)
 	if err == nil && slot == nil {
 		err = fmt.Errorf("%w: the budget returned no slot", ErrBudgetUnavailable)
 	}
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), ErrBudgetWait) {
-		err = fmt.Errorf("%w (%s): %w", ErrBudgetWait, b.opts.MaxWait, err)
+	if err != nil && ctx.Err() == nil {
+		switch cause := context.Cause(actx); {
+		case errors.Is(cause, ErrBudgetWait):
+			err = fmt.Errorf("%w (%s): %w", ErrBudgetWait, b.opts.MaxWait, err)
+		case errors.Is(cause, errBudgetClosed):
+			err = fmt.Errorf("%w while waiting for a slot: %w", errBudgetClosed, err)
+		}
 	}
 	b.mu.Lock()
-	s.slot, s.holders, s.waited = slot, holders, waited
+	s.slot, s.holders, s.waited, s.since = slot, holders, waited, c.clock.Now()
 	if err != nil {
 		s.err = &BudgetError{Key: s.key, Holders: holders, Waited: waited, Err: err}
 		if b.slots[s.key] == s {
@@ -343,34 +492,13 @@ func (b *budgetRunner) acquire(ctx context.Context, c *Client, s *sharedSlot, st
 	if err != nil {
 		return nil, s.err
 	}
-	b.emit(c, BudgetEvent{Kind: "acquired", Key: s.key, Holder: slot.Holder(), Waited: waited})
+	b.emit(BudgetEvent{Kind: BudgetAcquired, Key: s.key, Holder: slot.Holder(), Waited: waited})
 	return s, nil
-}
-
-// drop gives up one use of s; the last use releases the slot.
-func (b *budgetRunner) drop(ctx context.Context, s *sharedSlot) {
-	b.mu.Lock()
-	s.refs--
-	last := s.refs == 0
-	if last && b.slots[s.key] == s {
-		delete(b.slots, s.key)
-	}
-	b.mu.Unlock()
-	if !last {
-		return
-	}
-	<-s.done
-	if s.slot != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		_ = s.slot.Release(rctx)
-		cancel()
-	}
 }
 
 // hold is the slots one operation holds, sorted by key.
 type hold struct {
 	b     *budgetRunner
-	c     *Client
 	slots []*sharedSlot
 	stop  chan struct{}
 	wg    sync.WaitGroup
@@ -378,64 +506,110 @@ type hold struct {
 
 // takeAll takes the slots of keys in order; on failure it gives back those
 // it took.
-func (b *budgetRunner) takeAll(ctx context.Context, c *Client, keys []string) (*hold, error) {
-	h := &hold{b: b, c: c, stop: make(chan struct{})}
+func (b *budgetRunner) takeAll(ctx context.Context, keys []string) (*hold, error) {
+	h := &hold{b: b, stop: make(chan struct{})}
 	for _, k := range keys {
-		s, err := b.take(ctx, c, k)
+		s, err := b.take(ctx, k)
 		if err != nil {
 			h.release(ctx)
 			return nil, err
 		}
 		h.slots = append(h.slots, s)
 	}
-	// Tell the caller at once when a slot is lost mid-operation.
+	h.watch()
+	return h, nil
+}
+
+// watch tells the caller at once (a "lost" event) when a slot is lost
+// mid-operation.
+func (h *hold) watch() {
 	for _, s := range h.slots {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
 			select {
 			case <-s.slot.Lost():
-				b.emit(c, BudgetEvent{Kind: "lost", Key: s.key, Holder: s.slot.Holder(), Err: s.slot.Err()})
+				h.b.reportLost(s, s.slot.Err())
 			case <-h.stop:
 			}
 		}()
 	}
-	return h, nil
 }
 
-// lost returns the error of the first slot lost, or nil.
-func (h *hold) lost() error {
+// reportLost sends s's "lost" event, once per slot.
+func (b *budgetRunner) reportLost(s *sharedSlot, err error) {
+	s.lostOnce.Do(func() {
+		b.emit(BudgetEvent{Kind: BudgetLost, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Err: err})
+	})
+}
+
+// lostError is the error of a lost slot: a *BudgetError wrapping
+// ErrSlotLost.
+func (b *budgetRunner) lostError(s *sharedSlot, err error, what string) error {
+	if !errors.Is(err, ErrSlotLost) {
+		err = fmt.Errorf("%w: %w", ErrSlotLost, err)
+	}
+	if what != "" {
+		err = fmt.Errorf("%w (%s)", err, what)
+	}
+	return &BudgetError{Key: s.key, Holders: []string{s.slot.Holder()}, Waited: s.waited, Err: err}
+}
+
+// ---- fence ----
+
+// fenceKey carries, in an operation's context, the hold to fence before
+// each request that disrupts.
+type fenceKey struct{}
+
+// withFence makes the requests run under ctx fence h first.
+func withFence(ctx context.Context, h *hold) context.Context {
+	return context.WithValue(ctx, fenceKey{}, h)
+}
+
+// fenceBeforeSend is called by run right before each request to act: under
+// a budget that applies to the request, it confirms the operation's slots
+// are still held. A non-nil error means the request must not be sent.
+func fenceBeforeSend(ctx context.Context) error {
+	h, ok := ctx.Value(fenceKey{}).(*hold)
+	if !ok || h == nil {
+		return nil
+	}
+	return h.fence(ctx)
+}
+
+// fence confirms every slot of h is still held: first what is already
+// known (Lost), then, for slots implementing BudgetFencer, with the
+// coordination service. A lost slot is reported ("lost") and stops the
+// operation (ErrSlotLost, not retryable); a fence that cannot tell stops
+// it too ("fence-failed").
+func (h *hold) fence(ctx context.Context) error {
+	b := h.b
 	for _, s := range h.slots {
 		if err := s.slot.Err(); err != nil {
-			if !errors.Is(err, ErrSlotLost) {
-				err = fmt.Errorf("%w: %w", ErrSlotLost, err)
-			}
-			return &BudgetError{Key: s.key, Holders: []string{s.slot.Holder()}, Waited: s.waited, Err: err}
+			b.reportLost(s, err)
+			return b.lostError(s, err, "before the request; nothing was sent")
+		}
+		f, ok := s.slot.(BudgetFencer)
+		if !ok {
+			continue
+		}
+		err := f.Fence(ctx)
+		switch {
+		case err == nil:
+			b.emit(BudgetEvent{Kind: BudgetFenced, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
+		case errors.Is(err, ErrSlotLost):
+			b.reportLost(s, err)
+			return b.lostError(s, err, "fence before the request; nothing was sent")
+		default:
+			b.emit(BudgetEvent{Kind: BudgetFenceFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Err: err})
+			return &BudgetError{Key: s.key, Holders: []string{s.slot.Holder()}, Waited: s.waited,
+				Err: fmt.Errorf("cannot confirm the slot is still held, so the request was not sent: %w", err)}
 		}
 	}
 	return nil
 }
 
-// stopWatching ends the watch for lost slots.
-func (h *hold) stopWatching() {
-	select {
-	case <-h.stop:
-	default:
-		close(h.stop)
-	}
-	h.wg.Wait()
-}
-
-// release gives back every slot, in reverse order.
-func (h *hold) release(ctx context.Context) {
-	h.stopWatching()
-	for i := len(h.slots) - 1; i >= 0; i-- {
-		s := h.slots[i]
-		h.b.drop(ctx, s)
-		h.b.emit(h.c, BudgetEvent{Kind: "released", Key: s.key, Holder: s.slot.Holder()})
-	}
-	h.slots = nil
-}
+// ---- ready ----
 
 // ready waits until the services o names pass their checks, then settles.
 func (h *hold) ready(ctx context.Context, o op) error {
@@ -455,10 +629,10 @@ func (h *hold) ready(ctx context.Context, o op) error {
 		}
 	}
 	for _, s := range h.slots {
-		b.emit(h.c, BudgetEvent{Kind: "ready", Key: s.key, Holder: s.slot.Holder()})
+		b.emit(BudgetEvent{Kind: BudgetReady, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
 	}
 	if b.opts.Settle > 0 {
-		if err := retry.Sleep(ctx, h.c.clock, b.opts.Settle); err != nil {
+		if err := retry.Sleep(ctx, b.c.clock, b.opts.Settle); err != nil {
 			return h.errFor(names[0], ctxErr(ctx, "settling after the services became ready"))
 		}
 	}
@@ -475,9 +649,118 @@ func (h *hold) errFor(name string, err error) error {
 	return &BudgetError{Key: key, Err: err}
 }
 
+// lost returns the error of the first slot lost, or nil.
+func (h *hold) lost() error {
+	for _, s := range h.slots {
+		if err := s.slot.Err(); err != nil {
+			return h.b.lostError(s, err, "")
+		}
+	}
+	return nil
+}
+
+// ---- release ----
+
+// stopWatching ends the watch for lost slots.
+func (h *hold) stopWatching() {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	h.wg.Wait()
+}
+
+// release gives back every slot, in reverse order. It waits for the first
+// attempt of each release only until ctx ends; the rest happens in the
+// background.
+func (h *hold) release(ctx context.Context) {
+	h.stopWatching()
+	var pending []<-chan struct{}
+	for i := len(h.slots) - 1; i >= 0; i-- {
+		if ch := h.b.drop(ctx, h.slots[i]); ch != nil {
+			pending = append(pending, ch)
+		}
+	}
+	h.slots = nil
+	for _, ch := range pending {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// drop gives up one use of s; the last use releases the slot, in the
+// background. It returns a channel closed once the release's first
+// attempt ended (nil when s is still used).
+func (b *budgetRunner) drop(ctx context.Context, s *sharedSlot) <-chan struct{} {
+	b.mu.Lock()
+	s.refs--
+	last := s.refs == 0
+	if last && b.slots[s.key] == s {
+		delete(b.slots, s.key)
+	}
+	b.mu.Unlock()
+	if !last {
+		return nil
+	}
+	return b.releaseInBackground(ctx, s)
+}
+
+// releaseInBackground gives s back: once its Acquire returned, up to
+// releaseAttempts attempts, each bounded by ReleaseTimeout, with a
+// doubling pause between them on the Client's clock. The first attempt
+// always runs (even after Close); later ones stop once Close stopped
+// waiting. Every failure is reported ("release-failed" and a log line).
+func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <-chan struct{} {
+	c := b.c
+	log := c.log(ctx)
+	first := make(chan struct{})
+	b.goBackground(func() {
+		firstDone := sync.OnceFunc(func() { close(first) })
+		defer firstDone()
+		<-s.done // Acquire returns promptly once its context ends (or Close)
+		if s.slot == nil {
+			return
+		}
+		pause := releaseBackoff
+		for attempt := 1; ; attempt++ {
+			rctx, cancel := context.WithTimeout(context.Background(), b.opts.ReleaseTimeout)
+			stop := func() bool { return true }
+			if attempt > 1 {
+				stop = context.AfterFunc(b.bg, cancel)
+			}
+			err := s.slot.Release(rctx)
+			stop()
+			cancel()
+			if err == nil {
+				b.emit(BudgetEvent{Kind: BudgetReleased, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt})
+				return
+			}
+			b.emit(BudgetEvent{Kind: BudgetReleaseFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt, Err: err})
+			firstDone()
+			if attempt == releaseAttempts || b.bg.Err() != nil {
+				log.Error("restart budget slot not given back; it is freed when the budget expires it", "key", s.key, "holder", s.slot.Holder(), "attempts", attempt, "error", err)
+				return
+			}
+			log.Warn("restart budget slot not given back; trying again", "key", s.key, "holder", s.slot.Holder(), "attempt", attempt, "retry_in", pause, "error", err)
+			if retry.Sleep(b.bg, c.clock, pause) != nil {
+				log.Error("restart budget slot not given back before Close; it is freed when the budget expires it", "key", s.key, "holder", s.slot.Holder(), "attempts", attempt, "error", err)
+				return
+			}
+			pause *= 2
+		}
+	})
+	return first
+}
+
+// ---- the operation: begin, end ----
+
 // applies reports whether o takes slots.
-func (b *budgetRunner) applies(c *Client, o op) bool {
-	if c.queuesInHook() {
+func (b *budgetRunner) applies(o op) bool {
+	if b.c.queuesInHook() {
 		return false
 	}
 	switch o.action {
@@ -489,39 +772,44 @@ func (b *budgetRunner) applies(c *Client, o op) bool {
 	return false
 }
 
-// begin takes (or, for a Start, finds) the slots o needs. A nil hold means
-// o runs unbudgeted.
-func (c *Client) budgetBegin(ctx context.Context, o op) (*hold, error) {
+// budgetBegin takes (or, for a Start, finds) the slots o needs. A nil
+// hold means o runs unbudgeted. The context returned fences o's requests
+// with the hold (restarts and stops: a Start disrupts nothing).
+func (c *Client) budgetBegin(ctx context.Context, o op) (context.Context, *hold, error) {
 	b := c.budget
-	if !b.applies(c, o) {
-		return nil, nil
+	if !b.applies(o) {
+		return ctx, nil, nil
 	}
 	if o.action == "start" {
-		return b.kept(c, b.keysOf(o.t.names)), nil
+		h := b.kept(b.keysOf(o.t.names))
+		if h != nil {
+			h.watch()
+		}
+		return ctx, h, nil
 	}
 	names := o.t.names
 	if o.action == "stop" {
 		running, err := c.running(ctx, o)
 		if err != nil {
-			return nil, c.opError(o, "", 0, err)
+			return ctx, nil, c.opError(o, "", 0, err)
 		}
 		names = running
 	}
 	keys := b.keysOf(names)
 	if len(keys) == 0 {
-		return nil, nil
+		return ctx, nil, nil
 	}
 	if o.action == "restart" && c.minRestart > 0 {
 		// Pace before taking slots, so none is held while pacing.
 		if err := c.paceRestart(ctx, o); err != nil {
-			return nil, c.opError(o, "", 0, err)
+			return ctx, nil, c.opError(o, "", 0, err)
 		}
 	}
-	h, err := b.takeAll(ctx, c, keys)
+	h, err := b.takeAll(ctx, keys)
 	if err != nil {
-		return nil, c.opError(o, "", 0, err)
+		return ctx, nil, c.opError(o, "", 0, err)
 	}
-	return h, nil
+	return withFence(ctx, h), h, nil
 }
 
 // budgetEnd ends a budgeted operation whose change is done: a Stop keeps
@@ -533,7 +821,7 @@ func (c *Client) budgetEnd(ctx context.Context, o op, h *hold, res *Result, err 
 		return err
 	}
 	if o.action == "stop" {
-		c.budget.keep(h)
+		c.budget.keep(ctx, h)
 		return nil
 	}
 	err = h.ready(ctx, o)
@@ -549,11 +837,11 @@ func (c *Client) budgetEnd(ctx context.Context, o op, h *hold, res *Result, err 
 
 // runBudgeted is runSync with a restart budget.
 func (c *Client) runBudgeted(ctx context.Context, o op) (*Result, error) {
-	h, err := c.budgetBegin(ctx, o)
+	fctx, h, err := c.budgetBegin(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.coalesce(ctx, o)
+	res, err := c.coalesce(fctx, o)
 	if h == nil {
 		return res, err
 	}
@@ -592,11 +880,11 @@ func (o *Operation) budgetWait(ctx context.Context) error {
 
 // runAsyncBudgeted is runAsync with a restart budget.
 func (c *Client) runAsyncBudgeted(ctx context.Context, o op) (*Operation, error) {
-	h, err := c.budgetBegin(ctx, o)
+	fctx, h, err := c.budgetBegin(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	res, done, err := c.run(ctx, o, false)
+	res, done, err := c.run(fctx, o, false)
 	if err != nil {
 		if h != nil {
 			h.release(ctx)
@@ -608,15 +896,13 @@ func (c *Client) runAsyncBudgeted(ctx context.Context, o op) (*Operation, error)
 		return op, nil
 	}
 	if o.action == "stop" {
-		c.budget.keep(h)
+		c.budget.keep(ctx, h)
 		return op, nil
 	}
 	b := c.budget
 	a := &asyncHold{done: make(chan struct{})}
 	op.budget = a
-	b.bg.Add(1)
-	go func() {
-		defer b.bg.Done()
+	b.goBackground(func() {
 		defer close(a.done)
 		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel()
@@ -629,7 +915,7 @@ func (c *Client) runAsyncBudgeted(ctx context.Context, o op) (*Operation, error)
 			}
 		}
 		a.err = c.budgetEnd(bctx, o, h, res, werr)
-	}()
+	})
 	return op, nil
 }
 
@@ -653,27 +939,26 @@ func (c *Client) running(ctx context.Context, o op) ([]string, error) {
 }
 
 // keep moves a Stop's slots to the kept set, where the Start that follows
-// finds them.
-func (b *budgetRunner) keep(h *hold) {
+// finds them. Once the Client is closed nothing is kept: the slots are
+// given back.
+func (b *budgetRunner) keep(ctx context.Context, h *hold) {
 	h.stopWatching()
 	var extra []*sharedSlot
 	b.mu.Lock()
 	for _, s := range h.slots {
-		if b.stopped[s.key] != nil {
-			extra = append(extra, s) // an earlier Stop already keeps it
+		if b.closed || b.stopped[s.key] != nil {
+			extra = append(extra, s) // closed, or an earlier Stop keeps it
 			continue
 		}
 		b.stopped[s.key] = s
 	}
 	b.mu.Unlock()
-	for _, s := range extra {
-		b.drop(context.Background(), s)
-	}
-	h.slots = nil
+	h.slots = extra
+	h.release(ctx)
 }
 
 // kept returns a hold of the slots a Stop kept for keys (nil: none).
-func (b *budgetRunner) kept(c *Client, keys []string) *hold {
+func (b *budgetRunner) kept(keys []string) *hold {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var h *hold
@@ -681,7 +966,7 @@ func (b *budgetRunner) kept(c *Client, keys []string) *hold {
 		if s := b.stopped[k]; s != nil {
 			delete(b.stopped, k)
 			if h == nil {
-				h = &hold{b: b, c: c, stop: make(chan struct{})}
+				h = &hold{b: b, stop: make(chan struct{})}
 			}
 			h.slots = append(h.slots, s)
 		}
@@ -689,7 +974,11 @@ func (b *budgetRunner) kept(c *Client, keys []string) *hold {
 	return h
 }
 
-// close gives back every slot the Client still holds.
+// close gives back every slot the Client still holds: it ends waits for
+// slots and asynchronous holds, releases the kept slots, and waits for the
+// background releases at most ReleaseTimeout (real time), after which
+// retries stop. A slot an operation still holds is released when that
+// operation ends (its first release attempt runs even after Close).
 func (b *budgetRunner) close() {
 	b.mu.Lock()
 	if b.closed {
@@ -701,8 +990,23 @@ func (b *budgetRunner) close() {
 	b.stopped = map[string]*sharedSlot{}
 	b.mu.Unlock()
 	b.cancelBase()
-	b.bg.Wait()
 	for _, s := range kept {
 		b.drop(context.Background(), s)
 	}
+	b.mu.Lock()
+	var idle chan struct{}
+	if b.running > 0 {
+		idle = make(chan struct{})
+		b.idle = idle
+	}
+	b.mu.Unlock()
+	if idle != nil {
+		t := time.NewTimer(b.opts.ReleaseTimeout)
+		select {
+		case <-idle:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	b.cancelBg()
 }

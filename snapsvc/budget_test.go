@@ -28,6 +28,15 @@ type memBudget struct {
 	fail    error                    // Acquire fails with it
 	blocked chan struct{}            // when set, Acquire waits for it to close
 	waiting func(snapsvc.BudgetWait) // last progress callback
+
+	// fence, when set, makes the slots BudgetFencers whose Fence returns
+	// its result (and records "fence KEY").
+	fence func(ctx context.Context, s *memSlot) error
+	// release, when set, runs before each Release attempt (from 1); an
+	// error fails the attempt.
+	release func(ctx context.Context, s *memSlot, attempt int) error
+	// acquired, when set, is called with each slot Acquire returns.
+	acquired func(s *memSlot)
 }
 
 type memSlot struct {
@@ -36,6 +45,15 @@ type memSlot struct {
 	lost     chan struct{}
 	err      error
 	released bool
+	attempts int // Release calls
+}
+
+// fencingSlot is a memSlot that implements snapsvc.BudgetFencer.
+type fencingSlot struct{ *memSlot }
+
+func (s fencingSlot) Fence(ctx context.Context) error {
+	s.b.record("fence " + s.key)
+	return s.b.fence(ctx, s.memSlot)
 }
 
 func newMemBudget(max int) *memBudget {
@@ -79,13 +97,21 @@ func (b *memBudget) Acquire(ctx context.Context, key string, progress func(snaps
 		return nil, fail
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if len(b.held[key]) >= b.max {
+		b.mu.Unlock()
 		return nil, fmt.Errorf("memBudget: %s is full (the test expected no wait)", key)
 	}
 	s := &memSlot{b: b, key: key, lost: make(chan struct{})}
 	b.held[key] = append(b.held[key], s)
 	b.log = append(b.log, "acquire "+key)
+	acquired, fence := b.acquired, b.fence
+	b.mu.Unlock()
+	if acquired != nil {
+		acquired(s)
+	}
+	if fence != nil {
+		return fencingSlot{s}, nil
+	}
 	return s, nil
 }
 
@@ -106,7 +132,17 @@ func (s *memSlot) lose() {
 	close(s.lost)
 }
 
-func (s *memSlot) Release(context.Context) error {
+func (s *memSlot) Release(ctx context.Context) error {
+	s.b.mu.Lock()
+	s.attempts++
+	attempt, hook := s.attempts, s.b.release
+	s.b.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, s, attempt); err != nil {
+			s.b.record(fmt.Sprintf("release %s failed: %v", s.key, err))
+			return err
+		}
+	}
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
 	if s.released {
@@ -222,8 +258,13 @@ func TestBudgetSortedKeysAndSettle(t *testing.T) {
 	if _, err := c.Restart(ctx, []string{"k8s.kubelet", "k8s.containerd", "k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"acquire k8s.containerd", "acquire k8s.kubelet", "release k8s.kubelet", "release k8s.containerd"}
-	if got := b.steps(); !slices.Equal(got, want) {
+	// Taken in key order; given back in parallel, in the background.
+	want := []string{"acquire k8s.containerd", "acquire k8s.kubelet", "release k8s.containerd", "release k8s.kubelet"}
+	got := b.steps()
+	if len(got) == 4 {
+		slices.Sort(got[2:])
+	}
+	if !slices.Equal(got, want) {
 		t.Fatalf("steps %q, want %q", got, want)
 	}
 	clock.mu.Lock()

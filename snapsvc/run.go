@@ -132,6 +132,11 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			}
 		}
 		fresh = false
+		// Under a restart budget: confirm the slots are still held before
+		// each request that disrupts (budget.go, fence).
+		if err := fenceBeforeSend(ctx); err != nil {
+			return r.fail("", err)
+		}
 		r.res.Attempts = r.rt.Attempt()
 		// Marked before the request, the state watch cannot miss the end
 		// of a change that refuses it.

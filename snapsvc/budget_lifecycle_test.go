@@ -1,0 +1,483 @@
+package snapsvc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/probe"
+	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
+)
+
+// budgetEvents records a budget's events and lets a test wait for one.
+type budgetEvents struct {
+	mu  sync.Mutex
+	evs []snapsvc.BudgetEvent
+	ch  chan snapsvc.BudgetEvent
+}
+
+func newBudgetEvents() *budgetEvents {
+	return &budgetEvents{ch: make(chan snapsvc.BudgetEvent, 100)}
+}
+
+func (r *budgetEvents) record(ev snapsvc.BudgetEvent) {
+	r.mu.Lock()
+	r.evs = append(r.evs, ev)
+	r.mu.Unlock()
+	r.ch <- ev
+}
+
+// kinds returns the kinds seen so far, in order.
+func (r *budgetEvents) kinds() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, ev := range r.evs {
+		out = append(out, ev.Kind)
+	}
+	return out
+}
+
+// count returns how many events of kind were seen.
+func (r *budgetEvents) count(kind string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ev := range r.evs {
+		if ev.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor returns the next event of kind (skipping others), or fails the
+// test once ctx ends.
+func (r *budgetEvents) waitFor(ctx context.Context, t *testing.T, kind string) snapsvc.BudgetEvent {
+	t.Helper()
+	for {
+		select {
+		case ev := <-r.ch:
+			if ev.Kind == kind {
+				return ev
+			}
+		case <-ctx.Done():
+			t.Fatalf("no %q event; saw %q", kind, r.kinds())
+		}
+	}
+}
+
+// The fence runs after the slot is taken and before the request, and a
+// successful one is reported.
+func TestBudgetFenceBeforeRequest(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	changesAtFence := -1
+	b.fence = func(context.Context, *memSlot) error {
+		changesAtFence = len(srv.Changes())
+		return nil
+	}
+	evs := newBudgetEvents()
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: evs.record}))
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"acquire k8s.kubelet", "fence k8s.kubelet", "release k8s.kubelet"}; !slices.Equal(b.steps(), want) {
+		t.Fatalf("steps %q, want %q", b.steps(), want)
+	}
+	if changesAtFence != 0 || len(srv.Changes()) != 1 {
+		t.Fatalf("fence saw %d changes (want 0, before the request); after: %d (want 1)", changesAtFence, len(srv.Changes()))
+	}
+	if want := []string{"acquired", "fenced", "ready", "released"}; !slices.Equal(evs.kinds(), want) {
+		t.Fatalf("events %q, want %q", evs.kinds(), want)
+	}
+}
+
+// Issue 19 defect 3: a slot found lost right before acting stops the
+// request (nothing is sent), is reported once ("lost"), not retryable,
+// and the slot is given back. Both ways of finding out: the fence says so,
+// or the slot already knows (Lost) and has no fence.
+func TestBudgetLostSlotStopsRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		action string
+		fence  bool
+	}{
+		{"restart/fence", "restart", true},
+		{"stop/fence", "stop", true},
+		{"restart/lost", "restart", false},
+		{"stop/lost", "stop", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t)
+			srv := budgetServer(t)
+			b := newMemBudget(1)
+			if tc.fence {
+				b.fence = func(context.Context, *memSlot) error {
+					return fmt.Errorf("%w: lease 7587 expired, key now held by node-2", snapsvc.ErrSlotLost)
+				}
+			} else {
+				b.acquired = func(s *memSlot) { s.lose() } // paused past its lease right after Acquire
+			}
+			evs := newBudgetEvents()
+			c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{StopsAndStarts: true, Progress: evs.record}))
+			var err error
+			if tc.action == "restart" {
+				_, err = c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+			} else {
+				_, err = c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{})
+			}
+			var opErr *snapsvc.OpError
+			var be *snapsvc.BudgetError
+			if !errors.Is(err, snapsvc.ErrSlotLost) || !errors.As(err, &opErr) || !errors.As(err, &be) || opErr.Retryable() {
+				t.Fatalf("want a non-retryable BudgetError wrapping ErrSlotLost, got %v", err)
+			}
+			if be.Key != "k8s.kubelet" {
+				t.Fatalf("error names key %q", be.Key)
+			}
+			if chg := srv.Changes(); len(chg) != 0 {
+				t.Fatalf("acted on a lost slot: %d changes (%s %s)", len(chg), chg[0].Kind, chg[0].Summary)
+			}
+			if n := evs.count("lost"); n != 1 {
+				t.Fatalf("%d lost events, want 1 (%q)", n, evs.kinds())
+			}
+			if n := b.holding("k8s.kubelet"); n != 0 {
+				t.Fatalf("lost slot not given back (held %d)", n)
+			}
+		})
+	}
+}
+
+// A fence that cannot tell (etcd unreachable) stops the request too, but
+// a later attempt may succeed: retryable, nothing sent.
+func TestBudgetFenceUnavailable(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.fence = func(context.Context, *memSlot) error {
+		return fmt.Errorf("%w: linearizable read: context deadline exceeded", snapsvc.ErrBudgetUnavailable)
+	}
+	evs := newBudgetEvents()
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: evs.record}))
+	_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	var opErr *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrBudgetUnavailable) || !errors.As(err, &opErr) || !opErr.Retryable() {
+		t.Fatalf("want a retryable ErrBudgetUnavailable, got %v", err)
+	}
+	if n := len(srv.Changes()); n != 0 {
+		t.Fatalf("acted without confirming the slot: %d changes", n)
+	}
+	if evs.count("fence-failed") != 1 || evs.count("lost") != 0 {
+		t.Fatalf("events %q, want one fence-failed and no lost", evs.kinds())
+	}
+	if b.holding("k8s.kubelet") != 0 {
+		t.Fatal("slot not given back")
+	}
+}
+
+// ErrBudgetRefused (a permanent refusal) is never retryable, even when an
+// implementation also wraps ErrBudgetUnavailable; a lost slot neither.
+func TestBudgetErrorRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{snapsvc.ErrBudgetUnavailable, true},
+		{snapsvc.ErrBudgetWait, true},
+		{fmt.Errorf("%w: request is too large", snapsvc.ErrBudgetRefused), false},
+		{errors.Join(snapsvc.ErrBudgetRefused, snapsvc.ErrBudgetUnavailable), false},
+		{errors.Join(snapsvc.ErrSlotLost, snapsvc.ErrBudgetUnavailable), false},
+		{snapsvc.ErrSlotLost, false},
+		{context.Canceled, false},
+	} {
+		be := &snapsvc.BudgetError{Key: "k8s.kubelet", Err: tc.err}
+		if got := be.Retryable(); got != tc.want {
+			t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestBudgetRefusedNotRetryable(t *testing.T) {
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.fail = fmt.Errorf("%w: etcdserver: permission denied", snapsvc.ErrBudgetRefused)
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
+	_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	var opErr *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrBudgetRefused) || !errors.As(err, &opErr) || opErr.Retryable() {
+		t.Fatalf("want a non-retryable ErrBudgetRefused, got %v", err)
+	}
+	if n := len(srv.Changes()); n != 0 {
+		t.Fatalf("restarted without a slot: %d changes", n)
+	}
+}
+
+// releaseEpsilon is how late, past its context's deadline, a call whose
+// slot's release hangs may return on a loaded 2-core machine under -race.
+const releaseEpsilon = 150 * time.Millisecond
+
+// Issue 18 defect 3: a release that hangs (a lease revoke while etcd is
+// unreachable) must not hold the call past its deadline; the slot is
+// still given back, in the background.
+func TestBudgetSlowReleaseDoesNotDelayReturn(t *testing.T) {
+	checkLeaks(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	unblock := make(chan struct{})
+	b.release = func(ctx context.Context, _ *memSlot, _ int) error {
+		select {
+		case <-unblock:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	evs := newBudgetEvents()
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: evs.record}))
+	const deadline = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * deadline): // a guard, not a synchronisation
+		close(unblock)
+		<-done
+		t.Fatalf("Restart with a %s deadline had not returned after %s: the release holds it", deadline, 10*deadline)
+	}
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("the restart was done; a slow release must not fail it: %v", err)
+	}
+	if took > deadline+releaseEpsilon {
+		t.Fatalf("returned %s after the start, past its %s deadline + %s", took, deadline, releaseEpsilon)
+	}
+	if n := len(srv.Changes()); n != 1 {
+		t.Fatalf("%d changes, want 1", n)
+	}
+	close(unblock)
+	wctx := ctxT(t)
+	ev := evs.waitFor(wctx, t, "released")
+	if ev.Key != "k8s.kubelet" || b.holding("k8s.kubelet") != 0 {
+		t.Fatalf("slot not given back in the background: %+v, held %d", ev, b.holding("k8s.kubelet"))
+	}
+}
+
+// A release that fails is reported (event and log) and tried again in the
+// background until it succeeds.
+func TestBudgetFailedReleaseRetried(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.release = func(_ context.Context, _ *memSlot, attempt int) error {
+		if attempt < 3 {
+			return fmt.Errorf("%w: lease revoke: etcdserver: request timed out", snapsvc.ErrBudgetUnavailable)
+		}
+		return nil
+	}
+	evs := newBudgetEvents()
+	logs := newLogWatch()
+	clock := &instantClock{}
+	c := newClient(t, srv, snapsvc.WithClock(clock), snapsvc.WithLogger(logs.logger()),
+		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: evs.record}))
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev := evs.waitFor(ctx, t, "released")
+	if ev.Attempt != 3 || evs.count("release-failed") != 2 || b.holding("k8s.kubelet") != 0 {
+		t.Fatalf("released at attempt %d after %d failures (want 3, 2), held %d; events %q", ev.Attempt, evs.count("release-failed"), b.holding("k8s.kubelet"), evs.kinds())
+	}
+	var warned int
+	for _, l := range logs.all() {
+		if strings.Contains(l, "restart budget slot not given back; trying again") && strings.Contains(l, "key=k8s.kubelet") {
+			warned++
+		}
+	}
+	if warned != 2 {
+		t.Fatalf("%d warnings for the failed releases, want 2: %q", warned, logs.all())
+	}
+}
+
+// A release that never succeeds is given up after a bounded number of
+// attempts, reported at Error.
+func TestBudgetReleaseGivenUp(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.release = func(context.Context, *memSlot, int) error {
+		return fmt.Errorf("%w: lease revoke: no leader", snapsvc.ErrBudgetUnavailable)
+	}
+	evs := newBudgetEvents()
+	logs := newLogWatch()
+	gaveUp := logs.seen("it is freed when the budget expires it")
+	c := newClient(t, srv, snapsvc.WithClock(&instantClock{}), snapsvc.WithLogger(logs.logger()),
+		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: evs.record}))
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gaveUp:
+	case <-ctx.Done():
+		t.Fatalf("never gave up: %q", evs.kinds())
+	}
+	if n := evs.count("release-failed"); n != 5 || evs.count("released") != 0 {
+		t.Fatalf("%d release-failed events, want 5: %q", n, evs.kinds())
+	}
+}
+
+// Issue 18 defect 4: Close while a budgeted Stop is under way must not
+// leak the slot the Stop would keep.
+func TestBudgetCloseDuringStopReleases(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	var c *snapsvc.Client
+	closed := make(chan struct{})
+	c = newClient(t, srv,
+		snapsvc.WithObserver(func(ev snapsvc.Event) {
+			if ev.Kind == snapsvc.EventAccepted && ev.Op == "stop" {
+				c.Close() // the stop's change runs; its slot is held
+				close(closed)
+			}
+		}),
+		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{StopsAndStarts: true}))
+	if _, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-closed
+	if n := b.holding("k8s.kubelet"); n != 0 {
+		t.Fatalf("Close during a budgeted Stop leaked the slot (held %d); steps %q", n, b.steps())
+	}
+	c.Close() // a second Close is harmless
+	if want := []string{"acquire k8s.kubelet", "release k8s.kubelet"}; !slices.Equal(b.steps(), want) {
+		t.Fatalf("steps %q, want %q", b.steps(), want)
+	}
+}
+
+// Close while an operation waits for a slot ends the wait at once: the
+// operation fails (not retryable on this Client), takes nothing, acts on
+// nothing.
+func TestBudgetCloseEndsWaitForSlot(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.blocked = make(chan struct{}) // never frees
+	waiting := make(chan struct{}, 1)
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
+		StopsAndStarts: true,
+		Progress: func(ev snapsvc.BudgetEvent) {
+			if ev.Kind == "waiting" {
+				waiting <- struct{}{}
+			}
+		},
+	}))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{})
+		done <- err
+	}()
+	<-waiting
+	c.Close()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second): // a guard, not a synchronisation
+		close(b.blocked)
+		<-done
+		t.Fatal("Stop still waited for a slot 10s after Close")
+	}
+	var opErr *snapsvc.OpError
+	if !errors.As(err, &opErr) || opErr.Retryable() {
+		t.Fatalf("want a non-retryable OpError, got %v", err)
+	}
+	if !slices.Contains(b.steps(), "cancelled k8s.kubelet") || len(srv.Changes()) != 0 || b.holding("k8s.kubelet") != 0 {
+		t.Fatalf("steps %q, %d changes, held %d", b.steps(), len(srv.Changes()), b.holding("k8s.kubelet"))
+	}
+	// Nothing is budgeted after Close.
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err == nil {
+		t.Fatal("a budgeted restart after Close took no slot and acted")
+	}
+}
+
+// Close waits for a hung release at most ReleaseTimeout, and the release
+// goroutine ends with it.
+func TestBudgetCloseBoundedBySlowRelease(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.release = func(ctx context.Context, _ *memSlot, _ int) error {
+		<-ctx.Done() // etcd unreachable: the revoke never answers
+		return ctx.Err()
+	}
+	evs := newBudgetEvents()
+	const bound = 200 * time.Millisecond
+	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST),
+		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{StopsAndStarts: true, ReleaseTimeout: bound, Progress: evs.record}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.Close()
+	if took := time.Since(start); took > bound+releaseEpsilon {
+		t.Fatalf("Close took %s with a hung release, want ≤ %s + %s", took, bound, releaseEpsilon)
+	}
+	ev := evs.waitFor(ctx, t, "release-failed")
+	if !errors.Is(ev.Err, context.DeadlineExceeded) || ev.Attempt != 1 {
+		t.Fatalf("release-failed event %+v", ev)
+	}
+}
+
+// Hold time: "ready" and "released" carry how long the slot was held, on
+// the Client's clock.
+func TestBudgetEventsHoldTime(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv.SetDurations("k8s", "kubelet", 0, 0)
+	b := newMemBudget(1)
+	evs := newBudgetEvents()
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
+		Ready:    func(string) probe.Probe { return probe.Func("ok", func(context.Context) error { return nil }) },
+		Settle:   7 * time.Second,
+		Progress: evs.record,
+	}))
+	out := make(chan restartOutcome, 1)
+	restartAsync(c, ctx, out, "k8s.kubelet")
+	ready := evs.waitFor(ctx, t, "ready")
+	testclock.WaitTimerAt(ctx, t, mc, mc.Now().Add(7*time.Second)) // settling
+	mc.Advance(7 * time.Second)
+	if o := <-out; o.err != nil {
+		t.Fatal(o.err)
+	}
+	rel := evs.waitFor(ctx, t, "released")
+	if rel.Held-ready.Held != 7*time.Second || rel.Attempt != 1 {
+		t.Fatalf("held %s at ready, %s at release (attempt %d): want 7s more", ready.Held, rel.Held, rel.Attempt)
+	}
+}
