@@ -157,6 +157,12 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.
 		b.revoke(ctx, sess)
 		return nil, err
 	}
+	// Operator controls (control.go): a paused key keeps the slot just
+	// granted, and the queue behind it, until it is resumed.
+	if err := b.awaitResume(ctx, key, s, progress); err != nil {
+		_ = s.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -1,0 +1,543 @@
+package etcdbudget
+
+// Operator controls of a budget key: its status (who holds, who waits),
+// a cluster-wide pause, and the machines taking part in a rollout (for a
+// max-unavailable given as a percentage). The keys live next to the
+// key's queue, under names a budget key cannot contain ('#'):
+//
+//	PREFIX KEY/LEASE-SEQ             the queue (budget.go)
+//	PREFIX KEY#pause                 the pause record, no lease: it stays until resumed
+//	PREFIX KEY#participants/LEASE    one per machine taking part, on its lease
+//	PREFIX KEY#max                   a percentage resolved to a count, pinned for the rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+func (b *Budget) pauseKey(key string) string        { return b.cfg.Prefix + key + "#pause" }
+func (b *Budget) participantsDir(key string) string { return b.cfg.Prefix + key + "#participants/" }
+func (b *Budget) pinKey(key string) string          { return b.cfg.Prefix + key + "#max" }
+
+// lockDelayDir is where a key's lock-delay guards live (budget.go's
+// layout; read here only for Status).
+func (b *Budget) lockDelayDir(key string) string { return b.cfg.Prefix + key + "#lock-delay/" }
+
+// controlKey normalises key as Acquire does (names sorted, de-duplicated,
+// joined with "+") and checks it.
+func controlKey(key string) (string, error) {
+	var parts []string
+	for p := range strings.SplitSeq(key, "+") {
+		if p = strings.TrimSpace(p); p != "" {
+			parts = append(parts, p)
+		}
+	}
+	slices.Sort(parts)
+	k := strings.Join(slices.Compact(parts), "+")
+	if k == "" || strings.ContainsAny(k, "/# \t\n") {
+		return "", fmt.Errorf("%w: etcdbudget: invalid key %q (empty, or containing '/', '#' or spaces)", snapsvc.ErrBudgetRefused, key)
+	}
+	return k, nil
+}
+
+// unavailable wraps an etcd failure of an operator request.
+func unavailable(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", snapsvc.ErrBudgetUnavailable, what, err)
+}
+
+// Entry is one machine in a key's queue, holding or waiting.
+type Entry struct {
+	// Holder identifies the machine ("node-1 pid 4242").
+	Holder string `json:"holder"`
+	// Since is when it entered the queue (its own clock).
+	Since time.Time `json:"since"`
+	// Max is the slot count it was configured with.
+	Max int `json:"max,omitempty"`
+	// Lease is the etcd lease its entry lives on.
+	Lease int64 `json:"lease,omitempty"`
+	// Key is its etcd key.
+	Key string `json:"key"`
+}
+
+// PauseRecord is a key's pause, as Pause wrote it.
+type PauseRecord struct {
+	// By is who paused the key.
+	By string `json:"by"`
+	// Since is when.
+	Since time.Time `json:"since"`
+	// Reason is the operator's note (may be empty).
+	Reason string `json:"reason,omitempty"`
+}
+
+// KeyStatus is what etcd says about a key at one revision.
+type KeyStatus struct {
+	// Key is the normalised budget key.
+	Key string `json:"key"`
+	// Max is the key's slot count: the holders' (they all use the same),
+	// or this Budget's when the queue is empty.
+	Max int `json:"max"`
+	// Holders hold the key's slots, oldest first.
+	Holders []Entry `json:"holders"`
+	// Waiters wait, in the order they will be served.
+	Waiters []Entry `json:"waiters"`
+	// Vanished are holders whose lease expired without a release, whose
+	// slot is held back by their lock-delay.
+	Vanished []Entry `json:"vanished,omitempty"`
+	// Paused is the key's pause, nil when it is not paused.
+	Paused *PauseRecord `json:"paused,omitempty"`
+	// Participants are the machines that registered for the key's
+	// rollout (see Join).
+	Participants []Entry `json:"participants,omitempty"`
+	// Pinned is the slot count a percentage was resolved to for the
+	// current rollout (0: none).
+	Pinned *Pin `json:"pinned,omitempty"`
+	// Revision is etcd's revision of the read.
+	Revision int64 `json:"revision"`
+}
+
+// Status reads key's holders, waiters, pause and participants in one
+// linearizable transaction (it needs a quorum). Errors wrap
+// snapsvc.ErrBudgetUnavailable (etcd did not answer within ctx or
+// Config.Unreachable) or snapsvc.ErrBudgetRefused (a key the budget
+// cannot use).
+func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
+	key, err := controlKey(key)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
+	defer cancel()
+	sorted := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	resp, err := b.cfg.Client.Txn(ctx).Then(
+		clientv3.OpGet(b.dir(key), sorted...),
+		clientv3.OpGet(b.lockDelayDir(key), sorted...),
+		clientv3.OpGet(b.pauseKey(key)),
+		clientv3.OpGet(b.participantsDir(key), sorted...),
+		clientv3.OpGet(b.pinKey(key)),
+	).Commit()
+	if err != nil {
+		return nil, unavailable("reading the status of "+key, err)
+	}
+	st := &KeyStatus{Key: key, Max: b.cfg.Max, Revision: resp.Header.Revision, Holders: []Entry{}, Waiters: []Entry{}}
+	entries := entriesOf(resp.Responses[0].GetResponseRange().Kvs)
+	if len(entries) > 0 && entries[0].Max > 0 {
+		st.Max = entries[0].Max
+	}
+	for i, e := range entries {
+		if i < st.Max {
+			st.Holders = append(st.Holders, e)
+		} else {
+			st.Waiters = append(st.Waiters, e)
+		}
+	}
+	for _, g := range entriesOf(resp.Responses[1].GetResponseRange().Kvs) {
+		name := strings.TrimPrefix(g.Key, b.lockDelayDir(key))
+		if !slices.ContainsFunc(entries, func(e Entry) bool { return e.Key == b.dir(key)+name }) {
+			st.Vanished = append(st.Vanished, g)
+		}
+	}
+	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
+		var p PauseRecord
+		if json.Unmarshal(kvs[0].Value, &p) != nil {
+			p.By = "?"
+		}
+		st.Paused = &p
+	}
+	st.Participants = entriesOf(resp.Responses[3].GetResponseRange().Kvs)
+	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 1 {
+		var p Pin
+		if json.Unmarshal(kvs[0].Value, &p) == nil {
+			st.Pinned = &p
+		}
+	}
+	return st, nil
+}
+
+// entriesOf decodes queue (or participant, or guard) entries.
+func entriesOf(kvs []*mvccpb.KeyValue) []Entry {
+	out := make([]Entry, 0, len(kvs))
+	for _, kv := range kvs {
+		var e Entry
+		if json.Unmarshal(kv.Value, &e) != nil || e.Holder == "" {
+			e.Holder = "?"
+		}
+		e.Key, e.Lease = string(kv.Key), kv.Lease
+		out = append(out, e)
+	}
+	return out
+}
+
+// Pause pauses key cluster-wide: from now on every Acquire of the key
+// that reaches the front of the queue keeps its place, and its slot,
+// without returning until the key is resumed; the machines behind it stay
+// queued in order. A restart already under way is not interrupted. The
+// record has no lease: it stays until Resume, whoever set it. Pausing a
+// paused key keeps the first record and returns it.
+func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, error) {
+	key, err := controlKey(key)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
+	defer cancel()
+	rec := PauseRecord{By: b.cfg.Holder, Since: time.Now().UTC(), Reason: reason}
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	pk := b.pauseKey(key)
+	resp, err := b.cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
+		Then(clientv3.OpPut(pk, string(val))).
+		Else(clientv3.OpGet(pk)).Commit()
+	if err != nil {
+		return nil, unavailable("pausing "+key, err)
+	}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			var old PauseRecord
+			if json.Unmarshal(kvs[0].Value, &old) == nil {
+				return &old, nil
+			}
+		}
+	}
+	return &rec, nil
+}
+
+// Resume lifts key's pause; the machines it held back go on in queue
+// order. It reports whether the key was paused.
+func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
+	key, err := controlKey(key)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
+	defer cancel()
+	resp, err := b.cfg.Client.Delete(ctx, b.pauseKey(key))
+	if err != nil {
+		return false, unavailable("resuming "+key, err)
+	}
+	return resp.Deleted > 0, nil
+}
+
+// awaitResume is Acquire's last step: while key is paused, it keeps the
+// slot s just granted and waits until the key is resumed (reporting the
+// pause through progress), ctx ends, or s is lost. It returns nil when the
+// key is not paused, at the cost of one read.
+func (b *Budget) awaitResume(ctx context.Context, key string, s snapsvc.BudgetSlot, progress func(snapsvc.BudgetWait)) error {
+	pk := b.pauseKey(key)
+	reported := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
+		resp, err := b.cfg.Client.Get(rctx, pk)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return unavailable("reading the pause of "+key, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		if !reported {
+			var p PauseRecord
+			_ = json.Unmarshal(resp.Kvs[0].Value, &p)
+			b.cfg.Logger.Info("key paused: holding the slot until it is resumed", "key", key, "by", p.By, "reason", p.Reason)
+			if progress != nil {
+				msg := fmt.Sprintf("paused by %s since %s", p.By, p.Since.Format(time.RFC3339))
+				if p.Reason != "" {
+					msg += ": " + p.Reason
+				}
+				progress(snapsvc.BudgetWait{Key: key, Holders: []string{msg}, Max: b.cfg.Max})
+			}
+			reported = true
+		}
+		if err := b.watchGone(ctx, pk, resp.Header.Revision+1, s.Lost()); err != nil {
+			return err
+		}
+	}
+}
+
+// watchGone returns nil once key is deleted at or after rev (or the watch
+// needs a fresh read: it failed, was compacted, or a TTL passed), an error
+// wrapping snapsvc.ErrBudgetUnavailable once the slot is lost, or ctx's
+// cause once it ends.
+func (b *Budget) watchGone(ctx context.Context, key string, rev int64, lost <-chan struct{}) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := b.cfg.Client.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+	recheck := time.NewTimer(b.cfg.TTL)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-lost:
+			// Nothing acted on the slot yet: a later Acquire may succeed.
+			return fmt.Errorf("%w: the slot's lease expired while the key was paused (etcd unreachable?)", snapsvc.ErrBudgetUnavailable)
+		case <-recheck.C:
+			return nil
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil || len(wr.Events) > 0 {
+				// Deleted, or the watch cannot tell (compacted, closed,
+				// no leader): read again. Never take a failed watch for
+				// a deletion: the read decides.
+				if !ok || wr.Err() != nil {
+					if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// MaxUnavailable is how many machines may be disrupted at once: a count,
+// or a percentage of the machines taking part in the rollout.
+type MaxUnavailable struct {
+	// Count is the number of machines (when Percent is 0).
+	Count int
+	// Percent, 1 to 100, is the share of the participants.
+	Percent int
+}
+
+// ParseMaxUnavailable parses "2" (a count, at least 1) or "25%" (a
+// percentage of the machines taking part, 1 to 100).
+func ParseMaxUnavailable(s string) (MaxUnavailable, error) {
+	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 100 {
+			return MaxUnavailable{}, fmt.Errorf("max-unavailable %q: a percentage must be 1%% to 100%%", s)
+		}
+		return MaxUnavailable{Percent: n}, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 {
+		return MaxUnavailable{}, fmt.Errorf("max-unavailable %q: want a count of at least 1 or a percentage such as 25%%", s)
+	}
+	return MaxUnavailable{Count: n}, nil
+}
+
+// String returns "2" or "25%".
+func (m MaxUnavailable) String() string {
+	if m.Percent > 0 {
+		return fmt.Sprintf("%d%%", m.Percent)
+	}
+	return strconv.Itoa(m.Count)
+}
+
+// Of resolves m for a rollout of participants machines: a count as it
+// is; a percentage of participants rounded down, but at least 1 (so 25%
+// of 3 machines is 1, of 8 is 2, of 10 is 2).
+func (m MaxUnavailable) Of(participants int) int {
+	if m.Percent == 0 {
+		return max(m.Count, 1)
+	}
+	return max(participants*m.Percent/100, 1)
+}
+
+// Pin is a percentage resolved to a slot count for one rollout of a key,
+// stored in etcd so that every machine uses the same count.
+type Pin struct {
+	// Spec is the percentage ("25%").
+	Spec string `json:"spec"`
+	// Max is the count it resolved to.
+	Max int `json:"max"`
+	// Participants is how many machines took part when it was resolved.
+	Participants int `json:"participants"`
+	// By is the machine that resolved it.
+	By string `json:"by"`
+	// Since is when.
+	Since time.Time `json:"since"`
+}
+
+// Participation is a machine's registration in a key's rollout: an entry
+// under the key's participants on a lease of its own, kept alive until
+// Close.
+type Participation struct {
+	b     *Budget
+	key   string
+	lease clientv3.LeaseID
+
+	mu  sync.Mutex
+	pin clientv3.LeaseID // the pin's lease, kept alive along (0: none)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	pinCh  chan clientv3.LeaseID
+}
+
+// Join registers this machine as taking part in key's rollout, so that a
+// percentage MaxUnavailable counts it. The registration lives on a lease
+// of TTL kept alive until Close (or until the process dies: then it
+// expires within TTL).
+func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
+	key, err := controlKey(key)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
+	defer cancel()
+	lease, err := b.cfg.Client.Grant(ctx, int64(b.cfg.TTL/time.Second))
+	if err != nil {
+		return nil, unavailable("registering for the rollout of "+key, err)
+	}
+	val, _ := json.Marshal(Entry{Holder: b.cfg.Holder, Since: time.Now().UTC()})
+	if _, err := b.cfg.Client.Put(ctx, fmt.Sprintf("%s%016x", b.participantsDir(key), int64(lease.ID)), string(val), clientv3.WithLease(lease.ID)); err != nil {
+		rctx, rcancel := context.WithTimeout(context.Background(), b.cfg.TTL)
+		_, _ = b.cfg.Client.Revoke(rctx, lease.ID)
+		rcancel()
+		return nil, unavailable("registering for the rollout of "+key, err)
+	}
+	p := &Participation{b: b, key: key, lease: lease.ID, done: make(chan struct{}), pinCh: make(chan clientv3.LeaseID, 1)}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	go p.keepAlive()
+	return p, nil
+}
+
+// keepAlive renews the participation's lease, and the pin's once known,
+// every TTL/3. A renewal that fails is retried at the next tick: losing
+// the participation only changes the count later rollouts resolve.
+func (p *Participation) keepAlive() {
+	defer close(p.done)
+	b := p.b
+	t := time.NewTicker(b.cfg.TTL / 3)
+	defer t.Stop()
+	var pin clientv3.LeaseID
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case pin = <-p.pinCh:
+			continue
+		case <-t.C:
+		}
+		for _, id := range []clientv3.LeaseID{p.lease, pin} {
+			if id == 0 {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(p.ctx, b.cfg.TTL/3)
+			_, err := b.cfg.Client.KeepAliveOnce(ctx, id)
+			cancel()
+			if err != nil && p.ctx.Err() == nil {
+				b.cfg.Logger.Debug("participation keep-alive failed", "key", p.key, "lease", int64(id), "error", err)
+			}
+		}
+	}
+}
+
+// Resolve returns the slot count m stands for in this rollout. A count is
+// returned as is. A percentage is resolved once per rollout of the key,
+// by the first machine to ask, over the participants registered then;
+// the result is pinned in etcd on a lease that every participant keeps
+// alive, so every machine uses the same count (machines that disagreed
+// would be refused: every machine must use the same Max) until all have
+// left and the pin expires. A pin made for another percentage is an error
+// wrapping snapsvc.ErrBudgetRefused.
+func (p *Participation) Resolve(ctx context.Context, m MaxUnavailable) (int, error) {
+	if m.Percent == 0 {
+		return m.Of(0), nil
+	}
+	b := p.b
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
+	defer cancel()
+	pk := b.pinKey(p.key)
+	for {
+		resp, err := b.cfg.Client.Txn(ctx).Then(
+			clientv3.OpGet(pk),
+			clientv3.OpGet(b.participantsDir(p.key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		).Commit()
+		if err != nil {
+			return 0, unavailable("resolving max-unavailable "+m.String()+" of "+p.key, err)
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			var pin Pin
+			if err := json.Unmarshal(kvs[0].Value, &pin); err != nil || pin.Max < 1 {
+				return 0, fmt.Errorf("%w: the pinned max-unavailable of %s is unreadable: %q", snapsvc.ErrBudgetRefused, p.key, kvs[0].Value)
+			}
+			if pin.Spec != m.String() {
+				return 0, fmt.Errorf("%w: %s's rollout runs with max-unavailable %s (resolved to %d by %s), this machine asks for %s: every machine must use the same",
+					snapsvc.ErrBudgetRefused, p.key, pin.Spec, pin.Max, pin.By, m)
+			}
+			p.keepPin(clientv3.LeaseID(kvs[0].Lease))
+			return pin.Max, nil
+		}
+		n := int(resp.Responses[1].GetResponseRange().Count)
+		pin := Pin{Spec: m.String(), Max: m.Of(n), Participants: n, By: b.cfg.Holder, Since: time.Now().UTC()}
+		val, _ := json.Marshal(pin)
+		lease, err := b.cfg.Client.Grant(ctx, int64(b.cfg.TTL/time.Second))
+		if err != nil {
+			return 0, unavailable("pinning max-unavailable of "+p.key, err)
+		}
+		put, err := b.cfg.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
+			Then(clientv3.OpPut(pk, string(val), clientv3.WithLease(lease.ID))).Commit()
+		if err != nil {
+			return 0, unavailable("pinning max-unavailable of "+p.key, err)
+		}
+		if put.Succeeded {
+			b.cfg.Logger.Info("max-unavailable resolved", "key", p.key, "spec", pin.Spec, "participants", n, "max", pin.Max)
+			p.keepPin(lease.ID)
+			return pin.Max, nil
+		}
+		// Another machine pinned it first: use theirs.
+		_, _ = b.cfg.Client.Revoke(ctx, lease.ID)
+	}
+}
+
+func (p *Participation) keepPin(id clientv3.LeaseID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pin == id {
+		return
+	}
+	p.pin = id
+	select {
+	case <-p.pinCh:
+	default:
+	}
+	p.pinCh <- id
+}
+
+// Close ends the participation: it stops the keep-alives and revokes its
+// lease (bounded by the budget's Attempt-sized timeout: if etcd does not
+// answer, the lease expires within TTL). The pin's lease is left to the
+// other participants, or to expire.
+func (p *Participation) Close() error {
+	p.cancel()
+	<-p.done
+	ctx, cancel := context.WithTimeout(context.Background(), min(p.b.cfg.TTL, 2*time.Second))
+	defer cancel()
+	_, err := p.b.cfg.Client.Revoke(ctx, p.lease)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return unavailable("leaving the rollout of "+p.key, err)
+	}
+	return nil
+}
