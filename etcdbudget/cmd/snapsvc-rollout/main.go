@@ -16,15 +16,28 @@
 // {"result": ...} or {"error": ...} object.
 //
 // Flags: --endpoints (required unless --bootstrap), --key (default: the
-// names joined with "+"), --max (default 1; every machine must use the
-// same), --ttl (lease, default 10s), --unreachable (how long etcd may be
-// unreachable before failing, default 15s), --fail-open (restart anyway
-// when etcd stays unreachable), --bootstrap (no cluster exists yet:
-// restart without a budget), --max-wait (bound on waiting for a slot),
-// --holder (default "HOSTNAME pid PID"), --prefix, --ready-url,
+// names sorted, without duplicates, joined with "+", so every machine
+// names the same key whatever order it lists them in), --max-unavailable
+// (a count, or a percentage of the machines taking part, such as 25%:
+// resolved once per rollout over the machines registered then, rounded
+// down but at least 1, and pinned in etcd; default 1; every machine must
+// use the same), --max (the same as a count), --window (a maintenance
+// window such as "Mon-Fri 22:00-04:00 Europe/Berlin": outside it the
+// command waits), --ttl (lease, default 10s), --unreachable (how long
+// etcd may be unreachable before failing, default 15s), --fail-open
+// (restart anyway when etcd stays unreachable), --bootstrap (no cluster
+// exists yet: restart without a budget), --max-wait (bound on waiting for
+// a slot), --holder (default "HOSTNAME pid PID"), --prefix, --ready-url,
 // --ready-ca, --ready-cert, --ready-key, --ready-insecure,
 // --ready-interval, --ready-timeout, --settle, --reload, --socket, --json,
-// --timeout.
+// --timeout, --version, --help.
+//
+// Operator commands, with the same etcd flags:
+//
+//	snapsvc-rollout status KEY     who holds the key's slots (since when), who waits, in order
+//	snapsvc-rollout pause KEY [--reason TEXT]
+//	                               hold every machine at the front of the queue until resumed
+//	snapsvc-rollout resume KEY
 //
 // Exit codes: 0 done and ready; 1 the restart failed, the service did not
 // become ready, or the slot was lost mid-restart (check the service before
@@ -41,6 +54,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -76,30 +91,78 @@ type options struct {
 	etcdCA, etcdCert, etcdKey                   string
 	readyURL, readyCA, readyCert, readyKey      string
 	readyInsecure, jsonOut, failOpen, bootstrap bool
-	reload                                      bool
+	reload, version                             bool
 	max                                         int
+	maxUnavailable, window                      string
 	ttl, unreachable, maxWait, settle, timeout  time.Duration
 	readyInterval, readyTimeout                 time.Duration
 	names                                       []string
 }
 
-func parse(args []string, stderr io.Writer) (*options, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("snapsvc-rollout", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// etcdFlags are the flags every command shares.
+func etcdFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.endpoints, "endpoints", "", "etcd client URLs, comma-separated")
 	fs.StringVar(&o.etcdCA, "etcd-ca", "", "CA bundle for etcd's certificate")
 	fs.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate for etcd")
 	fs.StringVar(&o.etcdKey, "etcd-key", "", "client key for etcd")
-	fs.StringVar(&o.key, "key", "", "budget key (default: the names joined with '+')")
-	fs.IntVar(&o.max, "max", 1, "machines that may restart at once (the same on every machine)")
-	fs.DurationVar(&o.ttl, "ttl", etcdbudget.DefaultTTL, "lease of the slot: a crashed machine's slot frees itself after this")
+	fs.StringVar(&o.prefix, "prefix", etcdbudget.DefaultPrefix, "etcd key prefix of the budget")
+	fs.StringVar(&o.holder, "holder", "", "identity shown to other machines (default HOSTNAME pid PID)")
+	fs.BoolVar(&o.jsonOut, "json", false, "JSON on stdout")
 	fs.DurationVar(&o.unreachable, "unreachable", etcdbudget.DefaultUnreachable, "how long etcd may be unreachable before giving up")
+}
+
+// newFlagSet returns a flag set whose errors, and usage after an error,
+// go to stderr; parseFlags sends --help to stdout.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args; -h, -help or --help prints the usage on stdout
+// and returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
+	return fs.Parse(args)
+}
+
+const rolloutUsage = `usage: snapsvc-rollout [flags] NAME...
+       snapsvc-rollout status|pause|resume KEY [flags]
+
+Restarts snap services under a cluster-wide restart budget kept in etcd:
+each machine waits for a slot, restarts, waits until ready, then gives the
+slot to the next. Exit codes: 0 done, 1 failed, 2 usage, 3 retryable,
+130 interrupted.
+
+Flags (--name value or --name=value):
+`
+
+func parse(args []string, stdout, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := newFlagSet("snapsvc-rollout", rolloutUsage, stderr)
+	etcdFlags(fs, o)
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.StringVar(&o.key, "key", "", "budget key (default: the names sorted, without duplicates, joined with '+')")
+	fs.IntVar(&o.max, "max", 1, "machines that may restart at once (the same on every machine); see --max-unavailable")
+	fs.StringVar(&o.maxUnavailable, "max-unavailable", "", "machines that may restart at once: a count, or a percentage of the machines taking part (25%: rounded down, at least 1)")
+	fs.StringVar(&o.window, "window", "", `maintenance window, e.g. "Mon-Fri 22:00-04:00 Europe/Berlin": outside it, wait`)
+	fs.DurationVar(&o.ttl, "ttl", etcdbudget.DefaultTTL, "lease of the slot: a crashed machine's slot frees itself after this")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "restart anyway, without a slot, when etcd stays unreachable")
 	fs.BoolVar(&o.bootstrap, "bootstrap", false, "no cluster exists yet: restart without a budget")
 	fs.DurationVar(&o.maxWait, "max-wait", 0, "give up when no slot is free within this (0: wait)")
-	fs.StringVar(&o.holder, "holder", "", "identity shown to other machines (default HOSTNAME pid PID)")
-	fs.StringVar(&o.prefix, "prefix", etcdbudget.DefaultPrefix, "etcd key prefix of the budget")
 	fs.StringVar(&o.readyURL, "ready-url", "", "readiness URL that must answer 2xx before the slot is given back")
 	fs.StringVar(&o.readyCA, "ready-ca", "", "CA bundle for the readiness URL")
 	fs.StringVar(&o.readyCert, "ready-cert", "", "client certificate for the readiness URL")
@@ -110,13 +173,19 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.settle, "settle", 0, "keep the slot this long after the service is ready")
 	fs.BoolVar(&o.reload, "reload", false, "reload services that support it instead of restarting")
 	fs.StringVar(&o.socket, "socket", "", "snapd's socket (default /run/snapd.socket, or snapctl inside a snap)")
-	fs.BoolVar(&o.jsonOut, "json", false, "JSON events and result on stdout")
 	fs.DurationVar(&o.timeout, "timeout", 0, "bound on the whole command (0: none)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return nil, err
 	}
+	if o.version {
+		return o, nil
+	}
 	o.names = fs.Args()
+	maxSet := false
+	fs.Visit(func(f *flag.Flag) { maxSet = maxSet || f.Name == "max" })
 	switch {
+	case o.maxUnavailable != "" && maxSet:
+		return nil, errors.New("give --max or --max-unavailable, not both")
 	case len(o.names) == 0:
 		return nil, errors.New("name at least one service, e.g. k8s.kube-apiserver")
 	case o.endpoints == "" && !o.bootstrap:
@@ -129,10 +198,29 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 			return nil, err
 		}
 	}
+	if o.maxUnavailable == "" {
+		o.maxUnavailable = strconv.Itoa(o.max)
+	}
+	if _, err := etcdbudget.ParseMaxUnavailable(o.maxUnavailable); err != nil {
+		return nil, fmt.Errorf("--max-unavailable: %w", err)
+	}
+	if o.window != "" {
+		if _, err := etcdbudget.ParseWindow(o.window); err != nil {
+			return nil, fmt.Errorf("--window: %w", err)
+		}
+	}
 	if o.key == "" {
-		o.key = strings.Join(o.names, "+")
+		o.key = defaultKey(o.names)
 	}
 	return o, nil
+}
+
+// defaultKey is the names sorted, without duplicates, joined with "+":
+// "a b" and "b a" on two machines must be one key.
+func defaultKey(names []string) string {
+	k := slices.Clone(names)
+	slices.Sort(k)
+	return strings.Join(slices.Compact(k), "+")
 }
 
 // printer writes progress lines to stderr, or JSON events to stdout.
@@ -157,6 +245,12 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 		if ev.Waited > 0 {
 			m["waited"] = ev.Waited.String()
 		}
+		if ev.Held > 0 {
+			m["held"] = ev.Held.String()
+		}
+		if ev.Attempt > 0 {
+			m["attempt"] = ev.Attempt
+		}
 		if ev.Err != nil {
 			m["error"] = ev.Err.Error()
 		}
@@ -172,7 +266,11 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 	case "ready":
 		fmt.Fprintf(p.stderr, "%s %s ready\n", ts, ev.Key)
 	case "released":
-		fmt.Fprintf(p.stderr, "%s released %s\n", ts, ev.Key)
+		fmt.Fprintf(p.stderr, "%s released %s after holding it %s\n", ts, ev.Key, ev.Held.Round(time.Millisecond))
+	case "release-failed":
+		fmt.Fprintf(p.stderr, "%s could not release %s (attempt %d; retrying, else its lease expires): %v\n", ts, ev.Key, ev.Attempt, ev.Err)
+	case "fence-failed":
+		fmt.Fprintf(p.stderr, "%s cannot confirm %s is still ours; not restarting: %v\n", ts, ev.Key, ev.Err)
 	case "lost":
 		fmt.Fprintf(p.stderr, "%s LOST %s: %v\n", ts, ev.Key, ev.Err)
 	}
@@ -199,13 +297,25 @@ func (p *printer) done(res *snapsvc.Result, err error) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parse(args, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "status", "pause", "resume":
+			return runControl(ctx, args[0], args[1:], stdout, stderr)
+		case "version":
+			args = []string{"--version"}
+		}
+	}
+	o, err := parse(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
 		return exitUsage
+	}
+	if o.version {
+		fmt.Fprintln(stdout, "snapsvc-rollout", version())
+		return exitOK
 	}
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
@@ -224,12 +334,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		defer cli.Close()
-		b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Prefix: o.prefix, Max: o.max, TTL: o.ttl,
-			Holder: o.holder, Unreachable: o.unreachable, FailOpen: o.failOpen})
+		mu, _ := etcdbudget.ParseMaxUnavailable(o.maxUnavailable) // checked by parse
+		ctl := etcdbudget.Controls{MaxUnavailable: mu}
+		if o.window != "" {
+			ctl.Window, _ = etcdbudget.ParseWindow(o.window)
+		}
+		b, err := etcdbudget.NewControlled(etcdbudget.Config{Client: cli, Prefix: o.prefix, TTL: o.ttl,
+			Holder: o.holder, Unreachable: o.unreachable, FailOpen: o.failOpen}, ctl)
 		if err != nil {
 			fmt.Fprintln(stderr, "snapsvc-rollout:", err)
 			return exitUsage
 		}
+		defer b.Close()
 		bopts := snapsvc.BudgetOptions{
 			Key:      func(string) string { return o.key },
 			Settle:   o.settle,
@@ -268,7 +384,9 @@ func exitCode(ctx context.Context, err error) int {
 }
 
 func etcdClient(o *options) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: strings.Split(o.endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	// gRPC keep-alive drops a connection to a member that hangs.
+	cfg := clientv3.Config{Endpoints: strings.Split(o.endpoints, ","), DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 3 * time.Second, Logger: zap.NewNop()}
 	if o.etcdCA != "" || o.etcdCert != "" {
 		tlsCfg, err := transport.TLSInfo{TrustedCAFile: o.etcdCA, CertFile: o.etcdCert, KeyFile: o.etcdKey}.ClientConfig()
 		if err != nil {

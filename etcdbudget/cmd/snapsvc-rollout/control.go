@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/snapsvc/snapsvc/etcdbudget"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+const controlUsage = `usage: snapsvc-rollout status KEY [flags]
+       snapsvc-rollout pause KEY [--reason TEXT] [flags]
+       snapsvc-rollout resume KEY [flags]
+
+status: who holds KEY's slots and since when, who waits (in the order they
+will be served), whether KEY is paused, the machines taking part.
+pause: every machine that reaches the front of KEY's queue keeps its place
+and its slot without restarting until resume; the others stay queued. A
+restart already under way finishes. The pause stays until resumed.
+resume: lifts the pause; the machines go on in queue order.
+
+Exit codes: 0 done, 2 usage, 3 etcd unreachable (retryable).
+
+Flags (--name value or --name=value; after KEY or before it):
+`
+
+// version is the module version the binary was built from.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/snapsvc/snapsvc/etcdbudget" {
+				return d.Version
+			}
+		}
+		if bi.Main.Version != "" {
+			return bi.Main.Version
+		}
+	}
+	return "(devel)"
+}
+
+// runControl runs an operator command: status, pause or resume.
+func runControl(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	o := &options{}
+	fs := newFlagSet("snapsvc-rollout "+cmd, controlUsage, stderr)
+	etcdFlags(fs, o)
+	var reason string
+	if cmd == "pause" {
+		fs.StringVar(&reason, "reason", "", "why, shown by status and to the machines held back")
+	}
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on the command")
+	// The key may come before or after the flags.
+	var key string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		key, args = args[0], args[1:]
+	}
+	err := parseFlags(fs, args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil && key == "" && fs.NArg() > 0 {
+		key = fs.Arg(0)
+		fs = flagSetRest(fs)
+	}
+	switch {
+	case err != nil:
+	case key == "":
+		err = fmt.Errorf("%s: name the budget KEY, e.g. k8s.kube-apiserver", cmd)
+	case fs.NArg() > 0:
+		err = fmt.Errorf("%s: unexpected arguments %q", cmd, fs.Args())
+	case o.endpoints == "":
+		err = errors.New("--endpoints is required")
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
+		return exitUsage
+	}
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	cli, err := etcdClient(o)
+	if err != nil {
+		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
+		return exitUsage
+	}
+	defer cli.Close()
+	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Prefix: o.prefix, Holder: o.holder, Unreachable: o.unreachable})
+	if err != nil {
+		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
+		return exitUsage
+	}
+	var out any
+	switch cmd {
+	case "status":
+		var st *etcdbudget.KeyStatus
+		if st, err = b.Status(ctx, key); err == nil {
+			out = st
+			if !o.jsonOut {
+				printStatus(stdout, st, time.Now())
+			}
+		}
+	case "pause":
+		var rec *etcdbudget.PauseRecord
+		if rec, err = b.Pause(ctx, key, reason); err == nil {
+			out = map[string]any{"key": key, "paused": rec}
+			if !o.jsonOut {
+				fmt.Fprintf(stdout, "%s paused by %s since %s%s\n", key, rec.By, rec.Since.Format(time.RFC3339), reasonSuffix(rec.Reason))
+			}
+		}
+	case "resume":
+		var was bool
+		if was, err = b.Resume(ctx, key); err == nil {
+			out = map[string]any{"key": key, "was_paused": was}
+			if !o.jsonOut {
+				if was {
+					fmt.Fprintf(stdout, "%s resumed\n", key)
+				} else {
+					fmt.Fprintf(stdout, "%s was not paused\n", key)
+				}
+			}
+		}
+	}
+	if err != nil {
+		if o.jsonOut {
+			json.NewEncoder(stdout).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "retryable": errors.Is(err, snapsvc.ErrBudgetUnavailable)}})
+		}
+		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
+		if errors.Is(err, snapsvc.ErrBudgetRefused) {
+			return exitUsage
+		}
+		return exitRetryable
+	}
+	if o.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(out)
+	}
+	return exitOK
+}
+
+// flagSetRest parses the flags that follow the KEY given after others.
+func flagSetRest(fs *flag.FlagSet) *flag.FlagSet {
+	rest := fs.Args()[1:]
+	_ = fs.Parse(rest) // the same flag set: values already set stay
+	return fs
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return " (" + r + ")"
+}
+
+// printStatus writes st for people.
+func printStatus(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
+	fmt.Fprintf(w, "key:      %s\n", st.Key)
+	fmt.Fprintf(w, "max:      %d", st.Max)
+	if st.Pinned != nil {
+		fmt.Fprintf(w, " (max-unavailable %s of %d machines, resolved by %s)", st.Pinned.Spec, st.Pinned.Participants, st.Pinned.By)
+	}
+	fmt.Fprintln(w)
+	if st.Paused != nil {
+		fmt.Fprintf(w, "paused:   by %s since %s%s\n", st.Paused.By, st.Paused.Since.Format(time.RFC3339), reasonSuffix(st.Paused.Reason))
+	} else {
+		fmt.Fprintln(w, "paused:   no")
+	}
+	if len(st.Participants) > 0 {
+		fmt.Fprintf(w, "machines: %d taking part\n", len(st.Participants))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	section := func(title string, es []etcdbudget.Entry) {
+		fmt.Fprintf(tw, "%s (%d)\n", title, len(es))
+		for i, e := range es {
+			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x\n", i+1, e.Holder, e.Since.Format(time.RFC3339), now.Sub(e.Since).Round(time.Second), e.Lease)
+		}
+	}
+	section("holders", st.Holders)
+	section("waiters", st.Waiters)
+	if len(st.Vanished) > 0 {
+		section("vanished holders, slot held back by their lock-delay", st.Vanished)
+	}
+	tw.Flush()
+}
