@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -30,7 +31,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "rollout-demo:", err)
 		os.Exit(1)
 	}
@@ -91,8 +92,22 @@ func run(args []string, w io.Writer) error {
 	max := fs.Int("max", 1, "machines that may restart at once")
 	readyAfter := fs.Duration("ready-after", 300*time.Millisecond, "how long kube-apiserver takes to serve again after its restart")
 	settle := fs.Duration("settle", 100*time.Millisecond, "slot kept this long after ready")
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.SetOutput(w) // --help on stdout; errors are returned
+	fs.Usage = func() {
+		fmt.Fprintln(w, "usage: rollout-demo [--machines N] [--max N] [--ready-after D] [--settle D]")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *version {
+		v := "(devel)"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		fmt.Fprintln(w, "rollout-demo", v)
+		return nil
 	}
 	fmt.Fprintln(w, "starting a 3-member etcd cluster on loopback ...")
 	cl, err := etcdtest.StartEmbedded(3)
@@ -175,7 +190,7 @@ func machine(name string, endpoints []string, max int, readyAfter, settle time.D
 				case "ready":
 					tl.say(ev.Time, name, "kube-apiserver ready; settling %s", settle)
 				case "released":
-					tl.say(ev.Time, name, "released the slot")
+					tl.say(ev.Time, name, "released the slot (held %s)", ev.Held.Round(time.Millisecond))
 				case "lost":
 					tl.say(ev.Time, name, "LOST the slot: %v", ev.Err)
 				}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"strings"
 	"testing"
 )
@@ -20,5 +22,16 @@ func TestDemo(t *testing.T) {
 	}
 	if n := strings.Count(s, "released the slot"); n != 3 {
 		t.Errorf("%d releases, want 3:\n%s", n, s)
+	}
+}
+
+func TestHelpOnStdoutAndVersion(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "usage: rollout-demo") {
+		t.Fatalf("--help: %v %q", err, out.String())
+	}
+	out.Reset()
+	if err := run([]string{"--version"}, &out); err != nil || !strings.HasPrefix(out.String(), "rollout-demo ") {
+		t.Fatalf("--version: %v %q", err, out.String())
 	}
 }
