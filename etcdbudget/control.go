@@ -22,7 +22,10 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -55,6 +58,56 @@ func controlKey(key string) (string, error) {
 // unavailable wraps an etcd failure of an operator request.
 func unavailable(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", snapsvc.ErrBudgetUnavailable, what, err)
+}
+
+// controlAttempt bounds one attempt of a control request (TTL/5, within
+// 500ms..2s): a member that hangs costs one attempt, and the next goes to
+// another member (the client balances requests round-robin).
+func (b *Budget) controlAttempt() time.Duration {
+	return min(max(b.cfg.TTL/5, 500*time.Millisecond), 2*time.Second)
+}
+
+// retryControl runs the control request f, each attempt bounded by
+// controlAttempt, until it succeeds, etcd refuses it (an error wrapping
+// snapsvc.ErrBudgetRefused), ctx ends or Config.Unreachable passed (an
+// error wrapping snapsvc.ErrBudgetUnavailable). f must be safe to repeat.
+func (b *Budget) retryControl(ctx context.Context, what string, f func(context.Context) error) error {
+	start := time.Now()
+	pause := 20 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, b.controlAttempt())
+		err := f(actx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return unavailable(what, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err))
+		case refusedCode(err):
+			return fmt.Errorf("%w: %s: %w", snapsvc.ErrBudgetRefused, what, err)
+		case time.Since(start) >= b.cfg.Unreachable:
+			return unavailable(what, err)
+		}
+		if err := sleepCtx(ctx, pause); err != nil {
+			return unavailable(what, err)
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// refusedCode reports whether etcd refused a request for good
+// (authentication, permission, a request too large).
+func refusedCode(err error) bool {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch code {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition:
+		return true
+	}
+	return false
 }
 
 // Entry is one machine in a key's queue, holding or waiting.
@@ -117,18 +170,20 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
-	defer cancel()
 	sorted := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-	resp, err := b.cfg.Client.Txn(ctx).Then(
-		clientv3.OpGet(b.dir(key), sorted...),
-		clientv3.OpGet(b.lockDelayDir(key), sorted...),
-		clientv3.OpGet(b.pauseKey(key)),
-		clientv3.OpGet(b.participantsDir(key), sorted...),
-		clientv3.OpGet(b.pinKey(key)),
-	).Commit()
+	var resp *clientv3.TxnResponse
+	err = b.retryControl(ctx, "reading the status of "+key, func(actx context.Context) (err error) {
+		resp, err = b.cfg.Client.Txn(actx).Then(
+			clientv3.OpGet(b.dir(key), sorted...),
+			clientv3.OpGet(b.lockDelayDir(key), sorted...),
+			clientv3.OpGet(b.pauseKey(key)),
+			clientv3.OpGet(b.participantsDir(key), sorted...),
+			clientv3.OpGet(b.pinKey(key)),
+		).Commit()
+		return err
+	})
 	if err != nil {
-		return nil, unavailable("reading the status of "+key, err)
+		return nil, err
 	}
 	st := &KeyStatus{Key: key, Max: b.cfg.Max, Revision: resp.Header.Revision, Holders: []Entry{}, Waiters: []Entry{}}
 	entries := entriesOf(resp.Responses[0].GetResponseRange().Kvs)
@@ -190,20 +245,22 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
-	defer cancel()
 	rec := PauseRecord{By: b.cfg.Holder, Since: time.Now().UTC(), Reason: reason}
 	val, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
 	pk := b.pauseKey(key)
-	resp, err := b.cfg.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
-		Then(clientv3.OpPut(pk, string(val))).
-		Else(clientv3.OpGet(pk)).Commit()
+	var resp *clientv3.TxnResponse
+	err = b.retryControl(ctx, "pausing "+key, func(actx context.Context) (err error) {
+		resp, err = b.cfg.Client.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
+			Then(clientv3.OpPut(pk, string(val))).
+			Else(clientv3.OpGet(pk)).Commit()
+		return err
+	})
 	if err != nil {
-		return nil, unavailable("pausing "+key, err)
+		return nil, err
 	}
 	if !resp.Succeeded {
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
@@ -223,12 +280,16 @@ func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
-	defer cancel()
-	resp, err := b.cfg.Client.Delete(ctx, b.pauseKey(key))
+	var resp *clientv3.DeleteResponse
+	err = b.retryControl(ctx, "resuming "+key, func(actx context.Context) (err error) {
+		resp, err = b.cfg.Client.Delete(actx, b.pauseKey(key))
+		return err
+	})
 	if err != nil {
-		return false, unavailable("resuming "+key, err)
+		return false, err
 	}
+	// A retry after a lost answer finds nothing to delete: the pause is
+	// gone either way.
 	return resp.Deleted > 0, nil
 }
 
@@ -240,14 +301,16 @@ func (b *Budget) awaitResume(ctx context.Context, key string, s snapsvc.BudgetSl
 	pk := b.pauseKey(key)
 	reported := false
 	for {
-		rctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
-		resp, err := b.cfg.Client.Get(rctx, pk)
-		cancel()
+		var resp *clientv3.GetResponse
+		err := b.retryControl(ctx, "reading the pause of "+key, func(actx context.Context) (err error) {
+			resp, err = b.cfg.Client.Get(actx, pk)
+			return err
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return unavailable("reading the pause of "+key, err)
+			return err
 		}
 		if len(resp.Kvs) == 0 {
 			return nil
@@ -403,18 +466,23 @@ func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
-	defer cancel()
-	lease, err := b.cfg.Client.Grant(ctx, int64(b.cfg.TTL/time.Second))
-	if err != nil {
-		return nil, unavailable("registering for the rollout of "+key, err)
+	what := "registering for the rollout of " + key
+	var lease *clientv3.LeaseGrantResponse
+	if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
+		lease, err = b.cfg.Client.Grant(actx, int64(b.cfg.TTL/time.Second))
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	val, _ := json.Marshal(Entry{Holder: b.cfg.Holder, Since: time.Now().UTC()})
-	if _, err := b.cfg.Client.Put(ctx, fmt.Sprintf("%s%016x", b.participantsDir(key), int64(lease.ID)), string(val), clientv3.WithLease(lease.ID)); err != nil {
-		rctx, rcancel := context.WithTimeout(context.Background(), b.cfg.TTL)
-		_, _ = b.cfg.Client.Revoke(rctx, lease.ID)
+	if err := b.retryControl(ctx, what, func(actx context.Context) error {
+		_, err := b.cfg.Client.Put(actx, fmt.Sprintf("%s%016x", b.participantsDir(key), int64(lease.ID)), string(val), clientv3.WithLease(lease.ID))
+		return err
+	}); err != nil {
+		rctx, rcancel := context.WithTimeout(context.Background(), b.controlAttempt())
+		_, _ = b.cfg.Client.Revoke(rctx, lease.ID) // else it expires within TTL
 		rcancel()
-		return nil, unavailable("registering for the rollout of "+key, err)
+		return nil, err
 	}
 	p := &Participation{b: b, key: key, lease: lease.ID, done: make(chan struct{}), pinCh: make(chan clientv3.LeaseID, 1)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -466,16 +534,18 @@ func (p *Participation) Resolve(ctx context.Context, m MaxUnavailable) (int, err
 		return m.Of(0), nil
 	}
 	b := p.b
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
-	defer cancel()
 	pk := b.pinKey(p.key)
+	what := "resolving max-unavailable " + m.String() + " of " + p.key
 	for {
-		resp, err := b.cfg.Client.Txn(ctx).Then(
-			clientv3.OpGet(pk),
-			clientv3.OpGet(b.participantsDir(p.key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		).Commit()
-		if err != nil {
-			return 0, unavailable("resolving max-unavailable "+m.String()+" of "+p.key, err)
+		var resp *clientv3.TxnResponse
+		if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
+			resp, err = b.cfg.Client.Txn(actx).Then(
+				clientv3.OpGet(pk),
+				clientv3.OpGet(b.participantsDir(p.key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			).Commit()
+			return err
+		}); err != nil {
+			return 0, err
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			var pin Pin
@@ -492,23 +562,40 @@ func (p *Participation) Resolve(ctx context.Context, m MaxUnavailable) (int, err
 		n := int(resp.Responses[1].GetResponseRange().Count)
 		pin := Pin{Spec: m.String(), Max: m.Of(n), Participants: n, By: b.cfg.Holder, Since: time.Now().UTC()}
 		val, _ := json.Marshal(pin)
-		lease, err := b.cfg.Client.Grant(ctx, int64(b.cfg.TTL/time.Second))
-		if err != nil {
-			return 0, unavailable("pinning max-unavailable of "+p.key, err)
+		var lease *clientv3.LeaseGrantResponse
+		if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
+			lease, err = b.cfg.Client.Grant(actx, int64(b.cfg.TTL/time.Second))
+			return err
+		}); err != nil {
+			return 0, err
 		}
-		put, err := b.cfg.Client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
-			Then(clientv3.OpPut(pk, string(val), clientv3.WithLease(lease.ID))).Commit()
-		if err != nil {
-			return 0, unavailable("pinning max-unavailable of "+p.key, err)
+		var put *clientv3.TxnResponse
+		if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
+			// Pinned by this lease already (a retry after a lost answer)
+			// or by nobody: put; else another machine pinned it first.
+			put, err = b.cfg.Client.Txn(actx).
+				If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
+				Then(clientv3.OpPut(pk, string(val), clientv3.WithLease(lease.ID))).
+				Else(clientv3.OpGet(pk)).Commit()
+			return err
+		}); err != nil {
+			return 0, err
 		}
-		if put.Succeeded {
+		mine := put.Succeeded
+		if !mine {
+			kvs := put.Responses[0].GetResponseRange().Kvs
+			mine = len(kvs) == 1 && kvs[0].Lease == int64(lease.ID) // our put, its answer lost
+		}
+		if mine {
 			b.cfg.Logger.Info("max-unavailable resolved", "key", p.key, "spec", pin.Spec, "participants", n, "max", pin.Max)
 			p.keepPin(lease.ID)
 			return pin.Max, nil
 		}
-		// Another machine pinned it first: use theirs.
-		_, _ = b.cfg.Client.Revoke(ctx, lease.ID)
+		// Another machine pinned it first: use theirs. An unused lease
+		// expires within TTL.
+		rctx, cancel := context.WithTimeout(ctx, b.controlAttempt())
+		_, _ = b.cfg.Client.Revoke(rctx, lease.ID)
+		cancel()
 	}
 }
 
