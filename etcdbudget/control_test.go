@@ -325,3 +325,48 @@ func TestWindowWaits(t *testing.T) {
 		t.Fatalf("events %q (opens %s)", kinds, events[0].Opens)
 	}
 }
+
+// Metrics count a slot lost while held (its entry deleted by an
+// operator), with its hold time, and the "lost" event.
+func TestControlledMetricsLost(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	lost := make(chan etcdbudget.Event, 1)
+	c, err := etcdbudget.NewControlled(etcdbudget.Config{Client: cli, Holder: "node-a", TTL: 3 * time.Second, Unreachable: 2 * time.Second},
+		etcdbudget.Controls{MaxUnavailable: etcdbudget.MaxUnavailable{Count: 2}, OnEvent: func(ev etcdbudget.Event) {
+			if ev.Kind == "lost" {
+				lost <- ev
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Budget().Status(ctx, key)
+	if err != nil || len(st.Holders) != 1 || st.Max != 2 {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	if _, err := cli.Delete(ctx, st.Holders[0].Key); err != nil { // an operator removes it
+		t.Fatal(err)
+	}
+	var ev etcdbudget.Event
+	select {
+	case ev = <-lost:
+	case <-ctx.Done():
+		t.Fatal("no lost event")
+	}
+	if !errors.Is(ev.Err, snapsvc.ErrSlotLost) || ev.Held <= 0 || ev.Max != 2 {
+		t.Fatalf("lost event %+v", ev)
+	}
+	_ = s.Release(ctx)
+	if m := c.Metrics(); m.Lost != 1 || m.Holding != 0 || m.Released != 0 || m.HoldSeconds <= 0 {
+		t.Fatalf("metrics %+v", m)
+	}
+}
