@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -480,4 +482,86 @@ func TestBudgetEventsHoldTime(t *testing.T) {
 	if rel.Held-ready.Held != 7*time.Second || rel.Attempt != 1 {
 		t.Fatalf("held %s at ready, %s at release (attempt %d): want 7s more", ready.Held, rel.Held, rel.Attempt)
 	}
+}
+
+// Close racing every kind of budgeted operation, at a random point of
+// each schedule: once everything returned, every slot taken was given
+// back and nothing is left running.
+func TestBudgetCloseRacingOperations(t *testing.T) {
+	checkLeaks(t)
+	const schedules = 40
+	for seed := range uint64(schedules) {
+		rng := rand.New(rand.NewPCG(seed, seed^0xc105e))
+		ctx := ctxT(t)
+		srv := budgetServer(t)
+		b := newMemBudget(100)
+		b.released = make(chan struct{}, 1)
+		closeAt := rng.IntN(12) // after this many observed events
+		var c *snapsvc.Client
+		var once sync.Once
+		closed := make(chan struct{})
+		closeNow := func() { once.Do(func() { go func() { c.Close(); close(closed) }() }) }
+		var events atomic.Int32
+		var err error
+		c, err = snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST),
+			snapsvc.WithObserver(func(snapsvc.Event) {
+				if int(events.Add(1)) > closeAt {
+					closeNow()
+				}
+			}),
+			snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{StopsAndStarts: true, Probe: fastProbe()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if closeAt == 0 {
+			closeNow()
+		}
+		var wg sync.WaitGroup
+		do := func(f func()) {
+			wg.Add(1)
+			go func() { defer wg.Done(); f() }()
+		}
+		do(func() { c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}) })
+		do(func() { c.Restart(ctx, []string{"k8s.containerd", "k8s.kubelet"}, snapsvc.RestartOptions{}) })
+		do(func() {
+			c.Stop(ctx, []string{"k8s.kube-proxy"}, snapsvc.StopOptions{})
+			c.Start(ctx, []string{"k8s.kube-proxy"}, snapsvc.StartOptions{})
+		})
+		do(func() {
+			if op, err := c.RestartAsync(ctx, []string{"k8s.kube-apiserver"}, snapsvc.RestartOptions{}); err == nil {
+				op.Wait(ctx)
+			}
+		})
+		do(func() { c.Stop(ctx, []string{"k8s.kube-scheduler"}, snapsvc.StopOptions{}) }) // kept until Close
+		do(func() {
+			if op, err := c.StopAsync(ctx, []string{"k8s.kube-apiserver"}, snapsvc.StopOptions{}); err == nil {
+				op.Wait(ctx)
+			}
+		})
+		wg.Wait()
+		closeNow() // if the schedule made fewer events
+		<-closed
+		for b.heldTotal() > 0 {
+			select {
+			case <-b.released:
+			case <-ctx.Done():
+				t.Fatalf("seed %d (Close after %d events): %d slots still held; steps %q", seed, closeAt, b.heldTotal(), b.steps())
+			}
+		}
+		var acquired, released int
+		for _, st := range b.steps() {
+			acquired += boolInt(strings.HasPrefix(st, "acquire "))
+			released += boolInt(strings.HasPrefix(st, "release ") && !strings.Contains(st, "failed"))
+		}
+		if acquired != released {
+			t.Fatalf("seed %d: %d acquired, %d released: %q", seed, acquired, released, b.steps())
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

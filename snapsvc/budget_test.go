@@ -37,6 +37,8 @@ type memBudget struct {
 	release func(ctx context.Context, s *memSlot, attempt int) error
 	// acquired, when set, is called with each slot Acquire returns.
 	acquired func(s *memSlot)
+	// released receives (without blocking) after each release.
+	released chan struct{}
 }
 
 type memSlot struct {
@@ -151,7 +153,24 @@ func (s *memSlot) Release(ctx context.Context) error {
 	s.released = true
 	s.b.held[s.key] = slices.DeleteFunc(s.b.held[s.key], func(o *memSlot) bool { return o == s })
 	s.b.log = append(s.b.log, "release "+s.key)
+	if s.b.released != nil {
+		select {
+		case s.b.released <- struct{}{}:
+		default:
+		}
+	}
 	return nil
+}
+
+// heldTotal is how many slots are held, over every key.
+func (b *memBudget) heldTotal() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, h := range b.held {
+		n += len(h)
+	}
+	return n
 }
 
 func (b *memBudget) slot(key string) *memSlot {
