@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -57,25 +56,18 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 		fs.StringVar(&reason, "reason", "", "why, shown by status and to the machines held back")
 	}
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on the command")
-	// The key may come before or after the flags.
-	var key string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		key, args = args[0], args[1:]
-	}
-	err := parseFlags(fs, args, stdout)
+	// The key may come before, between or after the flags.
+	rest, err := parseFlags(fs, args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	if err == nil && key == "" && fs.NArg() > 0 {
-		key = fs.Arg(0)
-		fs = flagSetRest(fs)
-	}
+	var key string
 	switch {
 	case err != nil:
-	case key == "":
+	case len(rest) == 0:
 		err = fmt.Errorf("%s: name the budget KEY, e.g. k8s.kube-apiserver", cmd)
-	case fs.NArg() > 0:
-		err = fmt.Errorf("%s: unexpected arguments %q", cmd, fs.Args())
+	case len(rest) > 1:
+		err = fmt.Errorf("%s: unexpected arguments %q", cmd, rest[1:])
 	case o.endpoints == "":
 		err = errors.New("--endpoints is required")
 	}
@@ -83,6 +75,7 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
 		return exitUsage
 	}
+	key = rest[0]
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
@@ -146,13 +139,6 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 		enc.Encode(out)
 	}
 	return exitOK
-}
-
-// flagSetRest parses the flags that follow the KEY given after others.
-func flagSetRest(fs *flag.FlagSet) *flag.FlagSet {
-	rest := fs.Args()[1:]
-	_ = fs.Parse(rest) // the same flag set: values already set stay
-	return fs
 }
 
 func reasonSuffix(r string) string {

@@ -124,3 +124,14 @@ func TestDefaultKeySorted(t *testing.T) {
 		}
 	}
 }
+
+func TestFlagsAnywhere(t *testing.T) {
+	var errb bytes.Buffer
+	o, err := parse([]string{"k8s.kubelet", "--endpoints", "x", "--max-unavailable=25%", "k8s.containerd", "--", "k8s.kube-proxy"}, &errb, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.endpoints != "x" || o.maxUnavailable != "25%" || strings.Join(o.names, " ") != "k8s.kubelet k8s.containerd k8s.kube-proxy" {
+		t.Fatalf("%+v", o)
+	}
+}

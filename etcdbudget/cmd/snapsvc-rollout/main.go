@@ -123,20 +123,32 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args; -h, -help or --help prints the usage on stdout
-// and returns flag.ErrHelp.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
+// parseFlags parses args GNU-style: flags may come before, between and
+// after the other arguments, which it returns in order; everything after
+// "--" is an argument. -h, -help or --help prints the usage on stdout and
+// returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
+	head, tail := args, []string(nil)
+	if i := slices.Index(args, "--"); i >= 0 {
+		head, tail = args[:i], args[i+1:]
+	}
+	for _, a := range head {
 		if a == "-h" || a == "-help" || a == "--help" {
 			fs.SetOutput(stdout)
 			fs.Usage()
-			return flag.ErrHelp
+			return nil, flag.ErrHelp
 		}
 	}
-	return fs.Parse(args)
+	var rest []string
+	for {
+		if err := fs.Parse(head); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return append(rest, tail...), nil
+		}
+		rest, head = append(rest, fs.Arg(0)), fs.Args()[1:]
+	}
 }
 
 const rolloutUsage = `usage: snapsvc-rollout [flags] NAME...
@@ -174,13 +186,14 @@ func parse(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.reload, "reload", false, "reload services that support it instead of restarting")
 	fs.StringVar(&o.socket, "socket", "", "snapd's socket (default /run/snapd.socket, or snapctl inside a snap)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "bound on the whole command (0: none)")
-	if err := parseFlags(fs, args, stdout); err != nil {
+	names, err := parseFlags(fs, args, stdout)
+	if err != nil {
 		return nil, err
 	}
 	if o.version {
 		return o, nil
 	}
-	o.names = fs.Args()
+	o.names = names
 	maxSet := false
 	fs.Visit(func(f *flag.Flag) { maxSet = maxSet || f.Name == "max" })
 	switch {
