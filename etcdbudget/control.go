@@ -116,6 +116,9 @@ type Entry struct {
 	Holder string `json:"holder"`
 	// Since is when it entered the queue (its own clock).
 	Since time.Time `json:"since"`
+	// Acquired is when a holder took its slot, where the budget records
+	// it (its lock-delay guard); zero otherwise.
+	Acquired time.Time `json:"acquired,omitzero"`
 	// Max is the slot count it was configured with.
 	Max int `json:"max,omitempty"`
 	// Lease is the etcd lease its entry lives on.
@@ -190,14 +193,20 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 	if len(entries) > 0 && entries[0].Max > 0 {
 		st.Max = entries[0].Max
 	}
+	guards := entriesOf(resp.Responses[1].GetResponseRange().Kvs)
 	for i, e := range entries {
 		if i < st.Max {
+			for _, g := range guards {
+				if b.dir(key)+strings.TrimPrefix(g.Key, b.lockDelayDir(key)) == e.Key {
+					e.Acquired = g.Since
+				}
+			}
 			st.Holders = append(st.Holders, e)
 		} else {
 			st.Waiters = append(st.Waiters, e)
 		}
 	}
-	for _, g := range entriesOf(resp.Responses[1].GetResponseRange().Kvs) {
+	for _, g := range guards {
 		name := strings.TrimPrefix(g.Key, b.lockDelayDir(key))
 		if !slices.ContainsFunc(entries, func(e Entry) bool { return e.Key == b.dir(key)+name }) {
 			st.Vanished = append(st.Vanished, g)

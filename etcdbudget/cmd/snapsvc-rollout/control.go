@@ -168,7 +168,11 @@ func printStatus(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
 	section := func(title string, es []etcdbudget.Entry) {
 		fmt.Fprintf(tw, "%s (%d)\n", title, len(es))
 		for i, e := range es {
-			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x\n", i+1, e.Holder, e.Since.Format(time.RFC3339), now.Sub(e.Since).Round(time.Second), e.Lease)
+			since := e.Since // queued at
+			if !e.Acquired.IsZero() {
+				since = e.Acquired // held since
+			}
+			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x\n", i+1, e.Holder, since.Format(time.RFC3339), now.Sub(since).Round(time.Second), e.Lease)
 		}
 	}
 	section("holders", st.Holders)
