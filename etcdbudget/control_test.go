@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -369,4 +370,41 @@ func TestControlledMetricsLost(t *testing.T) {
 	if m := c.Metrics(); m.Lost != 1 || m.Holding != 0 || m.Released != 0 || m.HoldSeconds <= 0 {
 		t.Fatalf("metrics %+v", m)
 	}
+}
+
+// With one etcd member hung (SIGSTOP: a frozen machine, no RST), the
+// operator commands still answer: each attempt is bounded and the next
+// goes to another member.
+func TestControlsWithHungMember(t *testing.T) {
+	p := newCluster(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	b := newBudget(t, cli, "operator", 1, func(c *etcdbudget.Config) { c.Unreachable = 10 * time.Second })
+	if _, err := b.Status(ctx, key); err != nil { // connections to every member are up
+		t.Fatal(err)
+	}
+	pid := p.Pid(0)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	var slowest time.Duration
+	for i := range 6 { // round-robin: some land on the hung member
+		start := time.Now()
+		var err error
+		switch i % 3 {
+		case 0:
+			_, err = b.Status(ctx, key)
+		case 1:
+			_, err = b.Pause(ctx, key, "")
+		case 2:
+			_, err = b.Resume(ctx, key)
+		}
+		if err != nil {
+			t.Fatalf("request %d with a hung member: %v", i, err)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	t.Logf("slowest operator request with one member hung: %s", slowest.Round(time.Millisecond))
 }
