@@ -146,9 +146,9 @@ func TestUsageErrorsJSON(t *testing.T) {
 	}{
 		{[]string{"--json"}, "no command given"},
 		{[]string{"--json", "frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"--json", "--bogus", "status"}, "flag provided but not defined: -bogus"},
-		{[]string{"restart", "--bogus", "k8s.kubelet", "--json"}, "flag provided but not defined: -bogus"},
-		{[]string{"restart", "--json=true", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--json", "--bogus", "status"}, "unknown flag: --bogus"},
+		{[]string{"restart", "--bogus", "k8s.kubelet", "--json"}, "unknown flag: --bogus"},
+		{[]string{"restart", "--json=true", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"--json", "start"}, "start needs at least one snap or service name"},
 		{[]string{"--json", "restart", "K8S.kubelet"}, `invalid service name "K8S.kubelet"`},
 		{[]string{"change", "abc", "--json"}, `change id "abc" is not a number`},

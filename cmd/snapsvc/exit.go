@@ -1,10 +1,14 @@
 package main
 
 import (
+	"strconv"
+	"strings"
+
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/snapsvc/snapsvc/internal/clistyle"
 
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -42,10 +46,10 @@ type verdict struct {
 // is unreachable or restarting, or a read or a wait ended early (reading
 // or waiting again is harmless).
 func judge(err error) verdict {
-	var ue *usageError
+	var ue *clistyle.UsageError
 	var ce *snapsvc.ChangeError
 	switch {
-	case err == nil, errors.Is(err, errHelp):
+	case err == nil:
 		return verdict{code: exitOK}
 	case errors.As(err, &ue),
 		errors.Is(err, snapsvc.ErrInvalidName),
@@ -139,12 +143,16 @@ func (e *detailError) Unwrap() error { return e.err }
 // report prints err (if any) and returns the exit code. Under --json
 // stdout gets exactly one document for a failure, usage errors included:
 // the error object (commands print nothing on stdout when they fail).
-func (a *app) report(cmd string, err error) int {
+func (a *app) report(err error) int {
+	cmd := a.name
+	if cmd == "" {
+		cmd = strings.TrimPrefix(a.cmd, "snapsvc ")
+	}
 	v := judge(err)
 	if v.code == exitOK {
 		return v.code
 	}
-	var ue *usageError
+	var ue *clistyle.UsageError
 	var oe *snapsvc.OpError
 	var ce *snapsvc.ChangeError
 	change := ""
@@ -155,14 +163,11 @@ func (a *app) report(cmd string, err error) int {
 		change = ce.ID
 	}
 	if errors.As(err, &ue) {
-		if !ue.printed {
-			fmt.Fprintf(a.stderr, "error: %s\n", ue.msg)
-			if cmd != "" {
-				fmt.Fprintf(a.stderr, "Run 'snapsvc %s -h' for usage.\n", cmd)
-			} else {
-				fmt.Fprintf(a.stderr, "Run 'snapsvc -h' for usage.\n")
-			}
+		path := ue.Cmd
+		if path == "" {
+			path = "snapsvc"
 		}
+		fmt.Fprintf(a.stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, path)
 	} else {
 		if v.code == exitTimeout && unreachable(err) {
 			err = fmt.Errorf("snapd is unreachable at %s (is it running? retrying later may help): %w", a.socketPath(), err)
@@ -190,7 +195,7 @@ func (a *app) report(cmd string, err error) int {
 	if errors.As(err, &de) {
 		je.Error.Detail = de.detail
 	}
-	if cmd == "watch" {
+	if cmd == "follow" || (cmd == "watch" && a.followMode) {
 		// watch prints JSON Lines: the error is the last line.
 		b, _ := json.Marshal(je)
 		fmt.Fprintf(a.stdout, "%s\n", b)
@@ -199,3 +204,38 @@ func (a *app) report(cmd string, err error) int {
 	a.printJSON(je)
 	return v.code
 }
+
+// jsonRequested reports whether args ask for --json before any "--" (a
+// usage error may stop cobra before it sets the flag).
+func jsonRequested(args []string) bool {
+	want := false
+	for _, arg := range args {
+		if arg == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "--") || name != "json" {
+			continue
+		}
+		want = true
+		if hasVal {
+			want, _ = strconv.ParseBool(val)
+		}
+	}
+	return want
+}
+
+// interruptedError is a wait that Ctrl-C (or SIGTERM) ended: the change,
+// if any, goes on in snapd. Exit 130.
+type interruptedError struct {
+	change string
+	err    error
+}
+
+func (e *interruptedError) Error() string {
+	if e.change == "" {
+		return "interrupted"
+	}
+	return "interrupted while waiting for change " + e.change
+}
+func (e *interruptedError) Unwrap() error { return e.err }
