@@ -162,6 +162,10 @@ func (a *app) report(err error) int {
 	if errors.As(err, &ce) && ce.ID != "" {
 		change = ce.ID
 	}
+	var ie *interruptedError
+	if errors.As(err, &ie) && ie.change != "" {
+		change = ie.change
+	}
 	if errors.As(err, &ue) {
 		path := ue.Cmd
 		if path == "" {
@@ -176,6 +180,12 @@ func (a *app) report(err error) int {
 		switch {
 		case v.code == exitUnknown && change != "":
 			fmt.Fprintf(a.stderr, "Change %s was made and may still be running: 'snapsvc wait %s' waits for it; running %s again would act again.\n", change, change, cmd)
+		case v.code == exitInterrupted && change != "":
+			// Ctrl-C stops the waiting, not the change: a service
+			// command's change is short and half of one aborted leaves
+			// services in a mix of states (snap aborts it; we leave that
+			// to an explicit abort).
+			fmt.Fprintf(a.stderr, "Change %s goes on in snapd: 'snapsvc watch %s' waits for it again, 'snapsvc abort %s' stops what has not started.\n", change, change, change)
 		case v.code == exitUnknown:
 			fmt.Fprintf(a.stderr, "snapd may have acted on the request: check with 'snapsvc status' and 'snapsvc changes' before running %s again.\n", cmd)
 		}
