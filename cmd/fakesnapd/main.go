@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/clistyle"
 )
 
 //go:embed k8s-snap.yaml
@@ -27,20 +28,23 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: fakesnapd (--dir D | --root R) [--version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--json]
+const usage = `usage: fakesnapd (--dir D | --root R) [--snapd-version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--json]
        fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]   (fakesnapd ctl -h lists the commands)
+       fakesnapd --version                                 (this build, as snapsvc --version prints its own)
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "ctl" {
 		return runCtl(args[1:], stdout, stderr)
 	}
+	args = compatVersion(args, stderr)
 	fs := flag.NewFlagSet("fakesnapd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	fs.Usage = func() { fs.SetOutput(stdout); fmt.Fprint(stdout, usage); fs.PrintDefaults() }
+	showVersion := fs.Bool("version", false, "print this build's version and exit (snapsvc's --version style)")
 	dir := fs.String("dir", "", "directory for snapd.socket, snapd-snap.socket and control.socket")
 	root := fs.String("root", "", "a SNAPPY_GLOBAL_ROOT for the real snap client: sockets in R/run/")
-	version := fs.String("version", "2.77", "snapd release to imitate: 2.57, 2.62, 2.68, 2.70, 2.77 (or a full version)")
+	version := fs.String("snapd-version", "2.77", "snapd release to imitate: 2.57, 2.62, 2.68, 2.70, 2.77 (or a full version)")
 	snapsFile := fs.String("snaps", "", "YAML or JSON file describing the snaps (see go doc ./fake ParseSnaps)")
 	var snapYAMLs multiFlag
 	fs.Var(&snapYAMLs, "snap-yaml", "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
@@ -50,6 +54,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, clistyle.ReadBuild().Line("fakesnapd"))
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fakesnapd: unexpected argument %q\n%s", fs.Arg(0), usage)
@@ -111,6 +119,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// compatVersion turns v0.1's "--version X" (the snapd release to imitate)
+// into "--snapd-version X", with a notice: --version alone is this build's
+// version now, as for snapsvc.
+func compatVersion(args []string, stderr io.Writer) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "version" {
+			out = append(out, a)
+			continue
+		}
+		if !hasVal && i+1 < len(args) && len(args[i+1]) > 0 && args[i+1][0] >= '0' && args[i+1][0] <= '9' {
+			val, hasVal = args[i+1], true
+			i++
+		}
+		if hasVal && len(val) > 0 && val[0] >= '0' && val[0] <= '9' {
+			fmt.Fprintf(stderr, "fakesnapd: \"--version %s\" is deprecated and goes away in v0.3.0: use --snapd-version %s\n", val, val)
+			out = append(out, "--snapd-version", val)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
 type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
@@ -144,7 +178,7 @@ func parseVersion(s string) (fake.Version, error) {
 	}
 	var a, b int
 	if n, _ := fmt.Sscanf(s, "%d.%d", &a, &b); n != 2 || a != 2 {
-		return "", fmt.Errorf("--version %q: want 2.57, 2.62, 2.68, 2.70, 2.77 or a 2.x version", s)
+		return "", fmt.Errorf("--snapd-version %q: want 2.57, 2.62, 2.68, 2.70, 2.77 or a 2.x version", s)
 	}
 	return fake.Version(s), nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -138,7 +139,7 @@ func get(t *testing.T, sock, method, path, body string) (int, map[string]any) {
 
 func TestServeAndControl(t *testing.T) {
 	root := t.TempDir()
-	d := start(t, "--root", root, "--version", "2.68")
+	d := start(t, "--root", root, "--snapd-version", "2.68")
 	if d.ann.Version != "2.68.3" || d.ann.Socket != filepath.Join(root, "run", "snapd.socket") ||
 		d.ann.SnapSocket != filepath.Join(root, "run", "snapd-snap.socket") ||
 		d.ann.ControlSocket != filepath.Join(root, "run", "control.socket") || len(d.ann.Snaps) != 1 || d.ann.Snaps[0] != "k8s" {
@@ -276,12 +277,17 @@ func TestSnapsFileAndSnapYAML(t *testing.T) {
 	for _, args := range [][]string{
 		{"--snaps", filepath.Join(dir, "missing.yaml"), "--dir", dir},
 		{"--dir", dir, "--root", dir},
-		{"--version", "3.1", "--dir", dir},
+		{"--snapd-version", "3.1", "--dir", dir},
+		{"--version", "3.1", "--dir", dir}, // v0.1's spelling, still read
 		{},
 	} {
 		if out, rc := runBin(t, "fakesnapd", args...); rc != 2 {
 			t.Errorf("%v: exit %d: %s", args, rc, out)
 		}
+	}
+	// --version alone is the build, in snapsvc's style.
+	if out, rc := runBin(t, "fakesnapd", "--version"); rc != 0 || !regexp.MustCompile(`^fakesnapd \S+ \(github.com/snapsvc/snapsvc, go`).MatchString(out) {
+		t.Errorf("--version: exit %d: %s", rc, out)
 	}
 }
 
@@ -298,8 +304,8 @@ func TestSnapsvcWaitsOutHeldChange(t *testing.T) {
 	id = strings.TrimSpace(id)
 
 	restart := exec.Command(filepath.Join(bins, "snapsvc"), "--socket", d.ann.Socket, "--json", "restart", "k8s.k8sd")
-	var rout bytes.Buffer
-	restart.Stdout, restart.Stderr = &rout, &rout
+	var rout, rerr bytes.Buffer
+	restart.Stdout, restart.Stderr = &rout, &rerr // progress lines go to stderr
 	if err := restart.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +323,7 @@ func TestSnapsvcWaitsOutHeldChange(t *testing.T) {
 		t.Fatal("finish")
 	}
 	if err := restart.Wait(); err != nil {
-		t.Fatalf("snapsvc restart: %v\n%s", err, rout.String())
+		t.Fatalf("snapsvc restart: %v\n%s%s", err, rout.String(), rerr.String())
 	}
 	var res struct {
 		Change, Status string
