@@ -34,7 +34,7 @@ func (c *Client) retryRead(ctx context.Context, what string, f func(ctx context.
 			return err
 		}
 		if reason := rt.Exhausted(); reason != "" {
-			return &gaveUpError{reason: what + ": " + reason, last: err}
+			return &gaveUpError{reason: reason, last: err}
 		}
 		c.log(ctx).Debug("read failed; retrying", "what", what, "error", err)
 		if perr := rt.Pause(ctx); perr != nil {

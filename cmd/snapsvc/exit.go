@@ -3,6 +3,7 @@ package main
 import (
 	"strconv"
 	"strings"
+	"syscall"
 
 	"context"
 	"encoding/json"
@@ -119,10 +120,13 @@ func (a *app) socketPath() string {
 // jsonError is the shape of an error under --json.
 type jsonError struct {
 	Error struct {
-		Message   string `json:"message"`
-		ExitCode  int    `json:"exit-code"`
-		Change    string `json:"change,omitempty"`
-		Status    string `json:"status,omitempty"`
+		Message  string `json:"message"`
+		ExitCode int    `json:"exit-code"`
+		Change   string `json:"change,omitempty"`
+		Status   string `json:"status,omitempty"`
+		// Kind is snapd's error kind ("app-not-found",
+		// "snap-not-found", "daemon-restart", ...), when snapd said one.
+		Kind      string `json:"kind,omitempty"`
 		Retryable bool   `json:"retryable"`
 		// Detail is what the command found before failing: the change
 		// for wait, the report for demo.
@@ -173,10 +177,11 @@ func (a *app) report(err error) int {
 		}
 		fmt.Fprintf(a.stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, path)
 	} else {
-		if v.code == exitTimeout && unreachable(err) {
-			err = fmt.Errorf("snapd is unreachable at %s (is it running? retrying later may help): %w", a.socketPath(), err)
+		msg := err.Error()
+		if line, ok := a.unreachableLine(err, v); ok {
+			msg = line
 		}
-		fmt.Fprintf(a.stderr, "error: %v\n", err)
+		fmt.Fprintf(a.stderr, "error: %s\n", msg)
 		switch {
 		case v.code == exitUnknown && change != "":
 			fmt.Fprintf(a.stderr, "Change %s was made and may still be running: 'snapsvc wait %s' waits for it; running %s again would act again.\n", change, change, cmd)
@@ -201,6 +206,13 @@ func (a *app) report(err error) int {
 		je.Error.Status = ce.Status
 	}
 	je.Error.Retryable = v.retryable
+	var ae *snapsvc.APIError
+	if errors.As(err, &ae) {
+		je.Error.Kind = ae.Kind
+	}
+	if line, ok := a.unreachableLine(err, v); ok {
+		je.Error.Message = line
+	}
 	var de *detailError
 	if errors.As(err, &de) {
 		je.Error.Detail = de.detail
@@ -249,3 +261,58 @@ func (e *interruptedError) Error() string {
 	return "interrupted while waiting for change " + e.change
 }
 func (e *interruptedError) Unwrap() error { return e.err }
+
+// unreachableLine is the one line for a command that gave up on an
+// unreachable snapd: what, where, why, for how long, retryable; each once
+// (the error chain names the socket three times and the request twice).
+func (a *app) unreachableLine(err error, v verdict) (string, bool) {
+	var ce *snapsvc.ConnectionError
+	if v.code != exitTimeout || !errors.As(err, &ce) || ce.Written {
+		return "", false
+	}
+	what := "snapsvc " + a.name
+	var oe *snapsvc.OpError
+	if errors.As(err, &oe) {
+		what = oe.Op + " " + strings.Join(oe.Names, " ")
+	}
+	socket := ce.Socket
+	if socket == "" {
+		socket = a.socketPath()
+	}
+	line := fmt.Sprintf("%s: cannot reach snapd at %s: %s", what, socket, dialReason(ce))
+	switch {
+	case errors.Is(err, snapsvc.ErrGaveUp):
+		line += fmt.Sprintf("; gave up after %v (--wait-snapd)", a.waitSnapd)
+	case errors.Is(err, context.DeadlineExceeded) && a.timeout > 0:
+		line += fmt.Sprintf("; timed out after %v (--timeout)", a.timeout)
+	case errors.Is(err, context.DeadlineExceeded):
+		line += "; timed out"
+	}
+	if oe != nil {
+		line += "; nothing was done"
+	}
+	return line + " [retryable]", true
+}
+
+// dialReason says why snapd's socket could not be dialled, without the
+// socket's path and the request the error chain repeats.
+func dialReason(ce *snapsvc.ConnectionError) string {
+	msg := ce.Err.Error()
+	for _, m := range []string{`: Get "`, `: Post "`} {
+		if i := strings.Index(msg, m); i >= 0 {
+			msg = msg[:i]
+		}
+	}
+	switch {
+	case strings.Contains(msg, "does not exist"):
+		return "no socket there (is snapd running?)"
+	case strings.HasPrefix(msg, ce.Socket+" "):
+		return "it " + strings.TrimPrefix(msg, ce.Socket+" ") // "it is a directory, not a socket"
+	case errors.Is(ce, syscall.ECONNREFUSED):
+		return "connection refused (nothing listens on the socket)"
+	}
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return msg
+}

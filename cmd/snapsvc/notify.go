@@ -26,7 +26,10 @@ func (a *app) observe(ev snapsvc.Event) {
 	}
 	switch ev.Kind {
 	case snapsvc.EventUnreachable:
-		a.note("%s: cannot reach snapd at %s: %v; %s", who, a.eventSocket(ev), connectionCause(ev.Err), retryingUntil(ev.GiveUpAt))
+		if a.waitSnapd == 0 {
+			return // no retrying: the error says it all, once
+		}
+		a.note("%s: cannot reach snapd at %s: %s; %s", who, a.eventSocket(ev), connectionCause(ev.Err), retryingUntil(ev.GiveUpAt))
 	case snapsvc.EventConflict:
 		if len(ev.Blockers) > 0 {
 			a.prog.blocked(ev.Blockers[0])
@@ -59,12 +62,12 @@ func (a *app) eventSocket(ev snapsvc.Event) string {
 
 // connectionCause is what made a connection fail, without the request's
 // description the ConnectionError wraps around it.
-func connectionCause(err error) error {
+func connectionCause(err error) string {
 	var ce *snapsvc.ConnectionError
 	if errors.As(err, &ce) && ce.Err != nil && retry.IsUnreachable(err) {
-		return ce.Err
+		return dialReason(ce)
 	}
-	return err
+	return err.Error()
 }
 
 // retryingUntil says until when an operation keeps trying.
