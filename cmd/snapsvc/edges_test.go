@@ -490,7 +490,7 @@ func TestNotesAboveProgress(t *testing.T) {
 	p.println("restart k8s.kubelet: cannot reach snapd")
 	p.close()
 	got := buf.String()
-	if !strings.Contains(got, "restart k8s.kubelet: waiting for change 4 (service-control), 0s\r\033[Krestart k8s.kubelet: cannot reach snapd\n") {
+	if !strings.Contains(got, "change 4 (service-control) running, 0s · restart k8s.kubelet\r\033[Krestart k8s.kubelet: cannot reach snapd\n") {
 		t.Errorf("note not printed over an erased progress line: %q", got)
 	}
 }

@@ -106,7 +106,7 @@ func TestProgress(t *testing.T) {
 	p.tickLocked()
 	p.end()
 	got := buf.String()
-	if !strings.Contains(got, " restart k8s.kubelet: waiting for cha…\r") {
+	if !strings.Contains(got, " change 12 (configure-snap) running, …\r") {
 		t.Errorf("line not cut at the terminal's 40 columns: %q", got)
 	}
 	if !strings.HasSuffix(got, "\r\033[K") {

@@ -215,7 +215,7 @@ func (p *progress) tickLocked() {
 	if p.chg == "" && p.snap == "" {
 		if p.term && p.what != "" && !p.since.IsZero() {
 			// Before any change: the request is on its way.
-			p.drawLocked(fmt.Sprintf("%s: asking snapd, %v", p.what, p.now().Sub(p.since).Truncate(time.Second)))
+			p.drawLocked(fmt.Sprintf("asking snapd, %v · %s", p.now().Sub(p.since).Truncate(time.Second), p.what))
 		}
 		return
 	}
@@ -235,7 +235,16 @@ func (p *progress) tickLocked() {
 		what += " that holds the snap"
 	}
 	if p.term {
-		p.drawLocked(fmt.Sprintf("%s: %s, %v", p.what, what, elapsed))
+		// Most telling first, so a narrow terminal cuts the least useful
+		// part: the change, its kind and the time, then the command.
+		short := "change " + p.changeLocked() + " running"
+		switch {
+		case p.chg == "":
+			short = fmt.Sprintf("snap %q busy", p.snap)
+		case !p.own:
+			short = "change " + p.changeLocked() + " holds the snap"
+		}
+		p.drawLocked(fmt.Sprintf("%s, %v · %s", short, elapsed, p.what))
 		return
 	}
 	last := p.told
