@@ -454,8 +454,8 @@ func TestJSONDocuments(t *testing.T) {
 	cli := string(readme)[strings.Index(string(readme), "## The CLI"):]
 	cli = cli[:strings.Index(cli, "\n## ")]
 	for name, text := range map[string]string{"README's CLI section": strings.Join(strings.Fields(cli), " "), "doc.go": strings.Join(strings.Fields(strings.ReplaceAll(string(pkgdoc), "//", "")), " ")} {
-		if !strings.Contains(text, "JSON Lines") || !strings.Contains(text, "except `watch --json`") && !strings.Contains(text, "every command but watch") {
-			t.Errorf("%s does not say that watch --json prints JSON Lines and every other command one document", name)
+		if !strings.Contains(text, "JSON Lines") || !strings.Contains(text, "except `follow --json`") && !strings.Contains(text, "every command but follow") {
+			t.Errorf("%s does not say that follow --json prints JSON Lines and every other command one document", name)
 		}
 	}
 }
