@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/internal/clistyle"
@@ -28,44 +29,90 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: fakesnapd (--dir D | --root R) [--snapd-version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--json]
-       fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]   (fakesnapd ctl -h lists the commands)
-       fakesnapd --version                                 (this build, as snapsvc --version prints its own)
-`
+// exitError carries a command's exit code out of cobra.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// serveFlags are fakesnapd's own flags.
+type serveFlags struct {
+	dir, root, version, snapsFile string
+	snapYAMLs                     []string
+	asJSON                        bool
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "ctl" {
-		return runCtl(args[1:], stdout, stderr)
-	}
 	args = compatVersion(args, stderr)
-	fs := flag.NewFlagSet("fakesnapd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fs.SetOutput(stdout); fmt.Fprint(stdout, usage); fs.PrintDefaults() }
-	showVersion := fs.Bool("version", false, "print this build's version and exit (snapsvc's --version style)")
-	dir := fs.String("dir", "", "directory for snapd.socket, snapd-snap.socket and control.socket")
-	root := fs.String("root", "", "a SNAPPY_GLOBAL_ROOT for the real snap client: sockets in R/run/")
-	version := fs.String("snapd-version", "2.77", "snapd release to imitate: 2.57, 2.62, 2.68, 2.70, 2.77 (or a full version)")
-	snapsFile := fs.String("snaps", "", "YAML or JSON file describing the snaps (see go doc ./fake ParseSnaps)")
-	var snapYAMLs multiFlag
-	fs.Var(&snapYAMLs, "snap-yaml", "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
-	asJSON := fs.Bool("json", false, "print one JSON line describing the sockets instead of the text help")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	var f serveFlags
+	ran := false
+	root := &cobra.Command{
+		Use:   "fakesnapd",
+		Short: "Serve snapsvc's fake snapd on real Unix sockets",
+		Long: `fakesnapd serves snapsvc's fake snapd (package fake) on real Unix sockets, so
+the real snap client, curl, the snapsvc CLI or a script can be pointed at it,
+with a control socket for "fakesnapd ctl". Ctrl-C removes the sockets.
+
+  fakesnapd (--dir D | --root R) [--snapd-version V] [--snaps FILE | --snap-yaml FILE...] [--json]
+  fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]   ("fakesnapd ctl -h" lists them)`,
+		// No Args: an argument is an unknown command, with suggestions.
+		RunE: func(c *cobra.Command, _ []string) error {
+			ran = true
+			if code := serve(f, stdout, stderr); code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
 	}
-	if *showVersion {
-		fmt.Fprintln(stdout, clistyle.ReadBuild().Line("fakesnapd"))
+	clistyle.Apply(root)
+	root.Flags().StringVar(&f.dir, "dir", "", "directory for snapd.socket, snapd-snap.socket and control.socket")
+	root.Flags().StringVar(&f.root, "root", "", "a SNAPPY_GLOBAL_ROOT for the real snap client: sockets in R/run/")
+	root.Flags().StringVar(&f.version, "snapd-version", "2.77", "snapd release to imitate: 2.57, 2.62, 2.68, 2.70, 2.77 (or a full version)")
+	root.Flags().StringVar(&f.snapsFile, "snaps", "", "YAML or JSON file describing the snaps (see go doc ./fake ParseSnaps)")
+	root.Flags().StringArrayVar(&f.snapYAMLs, "snap-yaml", nil, "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
+	root.Flags().BoolVar(&f.asJSON, "json", false, "print one JSON line describing the sockets instead of the text help")
+	root.AddCommand(&cobra.Command{
+		Use:                "ctl (--dir D | --root R) COMMAND [ARGS]",
+		Short:              "Drive a running fakesnapd through its control socket",
+		Long:               ctlUsage,
+		DisableFlagParsing: true, // ctl reads its own flags
+		RunE: func(c *cobra.Command, args []string) error {
+			ran = true
+			if code := runCtl(args, stdout, stderr); code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
+	})
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	c, err := root.ExecuteC()
+	var ee *exitError
+	switch {
+	case err == nil:
 		return 0
+	case errors.As(err, &ee):
+		return ee.code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "fakesnapd: unexpected argument %q\n%s", fs.Arg(0), usage)
-		return 2
+	path := root.CommandPath()
+	if c != nil {
+		path = c.CommandPath()
 	}
+	ue, _ := clistyle.AsUsage(err, ran, path)
+	if ue == nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, ue.Cmd)
+	return 2
+}
+
+// serve runs the fake until SIGINT or SIGTERM and returns the exit code.
+func serve(f serveFlags, stdout, stderr io.Writer) int {
+	dir, root, version, snapsFile, snapYAMLs, asJSON := &f.dir, &f.root, &f.version, &f.snapsFile, f.snapYAMLs, &f.asJSON
 	d, err := socketDir(*dir, *root)
 	if err != nil {
-		fmt.Fprintf(stderr, "fakesnapd: %v\n%s", err, usage)
+		fmt.Fprintf(stderr, "error: %v\nRun 'fakesnapd --help' for usage.\n", err)
 		return 2
 	}
 	v, err := parseVersion(*version)
@@ -144,11 +191,6 @@ func compatVersion(args []string, stderr io.Writer) []string {
 	}
 	return out
 }
-
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func socketDir(dir, root string) (string, error) {
 	switch {

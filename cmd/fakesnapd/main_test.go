@@ -285,6 +285,24 @@ func TestSnapsFileAndSnapYAML(t *testing.T) {
 			t.Errorf("%v: exit %d: %s", args, rc, out)
 		}
 	}
+	// snapsvc's style: GNU flag errors and suggestions (exit 2), help and
+	// completion on stdout.
+	for args, want := range map[string]string{
+		"--bogus": "error: unknown flag: --bogus\nRun 'fakesnapd --help' for usage.",
+		"ctll":    "Did you mean this?\n\tctl",
+	} {
+		if out, rc := runBin(t, "fakesnapd", args); rc != 2 || !strings.Contains(out, want) {
+			t.Errorf("%s: exit %d: %s", args, rc, out)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"completion", "bash"}, {"ctl", "-h"}} {
+		cmd := exec.Command(filepath.Join(bins, "fakesnapd"), args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if out, err := cmd.Output(); err != nil || len(out) == 0 || stderr.Len() > 0 {
+			t.Errorf("%q: %v, %d bytes on stdout, stderr %q", args, err, len(out), stderr.String())
+		}
+	}
 	// --version alone is the build, in snapsvc's style.
 	if out, rc := runBin(t, "fakesnapd", "--version"); rc != 0 || !regexp.MustCompile(`^fakesnapd \S+ \(github.com/snapsvc/snapsvc, go`).MatchString(out) {
 		t.Errorf("--version: exit %d: %s", rc, out)
