@@ -96,9 +96,10 @@ would wait for.`,
 func (a *app) tasksCmd() *cobra.Command {
 	var absTime bool
 	c := &cobra.Command{
-		Use:     "tasks ID",
-		Aliases: []string{"change"},
-		Short:   "List a change's tasks",
+		Use:               "tasks ID",
+		Aliases:           []string{"change"},
+		Short:             "List a change's tasks",
+		ValidArgsFunction: a.completeChanges(false),
 		Long: `The tasks command displays a summary of tasks associated with an individual
 change, then each task's log, as snap tasks does. --json prints snapd's
 change object.`,
@@ -241,4 +242,35 @@ func snapArg(cmd, arg string) (string, error) {
 	return snap, nil
 }
 
-var _ = strings.TrimSpace
+// completeChanges completes change ids from snapd (in progress only, for
+// watch and abort), each with its summary, when snapd answers within a
+// second.
+func (a *app) completeChanges(inProgress bool) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(c.Context(), completionWait)
+		defer cancel()
+		cl, err := snapsvc.New(append(a.socketOpt(), snapsvc.WithPolicy(a.policy()))...)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer cl.Close()
+		opts := snapsvc.ChangesOptions{Select: "all"}
+		if inProgress {
+			opts.Select = "in-progress"
+		}
+		chgs, err := cl.Changes(ctx, opts)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, chg := range chgs {
+			if strings.HasPrefix(chg.ID, prefix) {
+				out = append(out, cobra.CompletionWithDesc(chg.ID, chg.Status+" "+chg.Summary))
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}

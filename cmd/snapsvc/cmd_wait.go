@@ -13,8 +13,9 @@ import (
 func (a *app) watchCmd() *cobra.Command {
 	f := &followFlags{}
 	c := &cobra.Command{
-		Use:   "watch ID",
-		Short: "Watch a change in progress",
+		Use:               "watch ID",
+		Short:             "Watch a change in progress",
+		ValidArgsFunction: a.completeChanges(true),
 		Long: `The watch command waits for the change to be ready, showing its progress on
 stderr (on a terminal a self-erasing line, otherwise a line every few
 seconds), as snap watch does. It prints nothing more when the change is
@@ -100,8 +101,9 @@ func (a *app) waitChange(id string, summary bool) func(ctx context.Context) erro
 
 func (a *app) abortCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "abort ID",
-		Short: "Abort a pending change",
+		Use:               "abort ID",
+		Short:             "Abort a pending change",
+		ValidArgsFunction: a.completeChanges(true),
 		Long: `The abort command attempts to abort a change that still has pending tasks,
 as snap abort does: tasks not started are held, a running one is undone
 when it ends. It prints nothing (--json: the change as snapd returned it);
