@@ -172,6 +172,7 @@ func (c *Client) prepare(action string, names []string, set func(*op)) (op, erro
 	set(&o)
 	t, err := parseTarget(names)
 	if err != nil {
+		o.t.names = names // the error names the input
 		return o, c.opError(o, "", 0, err)
 	}
 	o.t = t
