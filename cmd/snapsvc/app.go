@@ -158,7 +158,7 @@ func (a *app) do(c *cobra.Command, f func(ctx context.Context) error) error {
 	ctx := c.Context()
 	if a.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, a.timeout, fmt.Errorf("timed out after %v (--timeout): %w", a.timeout, context.DeadlineExceeded))
+		ctx, cancel = context.WithTimeoutCause(ctx, a.timeout, timeoutError{a.timeout})
 		defer cancel()
 	}
 	return f(ctx)
@@ -276,3 +276,10 @@ func needNames(action string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// timeoutError is --timeout running out: it matches
+// context.DeadlineExceeded without saying it again.
+type timeoutError struct{ d time.Duration }
+
+func (e timeoutError) Error() string        { return fmt.Sprintf("timed out after %v (--timeout)", e.d) }
+func (e timeoutError) Is(target error) bool { return target == context.DeadlineExceeded }

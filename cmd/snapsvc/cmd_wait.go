@@ -78,9 +78,11 @@ func (a *app) waitChange(id string, summary bool) func(ctx context.Context) erro
 		if err != nil {
 			return err
 		}
-		a.prog.begin("watch " + id)
-		a.prog.lookup(c)
-		a.prog.waitFor(id, first.Kind)
+		if !first.Ready {
+			a.prog.begin("watch " + id)
+			a.prog.lookup(c)
+			a.prog.waitFor(id, first.Kind)
+		}
 		chg, err := c.WaitChange(ctx, id)
 		a.prog.end()
 		if err != nil && errors.Is(ctx.Err(), context.Canceled) {

@@ -177,7 +177,7 @@ func (a *app) report(err error) int {
 		}
 		fmt.Fprintf(a.stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, path)
 	} else {
-		msg := err.Error()
+		msg := oneLine(err.Error())
 		if line, ok := a.unreachableLine(err, v); ok {
 			msg = line
 		}
@@ -199,7 +199,7 @@ func (a *app) report(err error) int {
 		return v.code
 	}
 	var je jsonError
-	je.Error.Message = err.Error()
+	je.Error.Message = oneLine(err.Error())
 	je.Error.ExitCode = v.code
 	je.Error.Change = change
 	if ce != nil {
@@ -315,4 +315,13 @@ func dialReason(ce *snapsvc.ConnectionError) string {
 		msg = msg[i+2:]
 	}
 	return msg
+}
+
+// oneLine puts a message on one line: snapd's change errors list their
+// failed tasks on lines of their own ("cannot perform the following
+// tasks:\n- Run configure hook ... (boom)").
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, ":\n- ", ": ")
+	s = strings.ReplaceAll(s, "\n- ", "; ")
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
 }
