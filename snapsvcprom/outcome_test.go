@@ -12,7 +12,9 @@ import (
 
 // TestOutcome checks the outcome label of each kind of end.
 func TestOutcome(t *testing.T) {
-	op := func(err error) error { return &snapsvc.OpError{Op: "restart", Names: []string{"k8s.kubelet"}, Err: err} }
+	op := func(err error) error {
+		return &snapsvc.OpError{Op: "restart", Names: []string{"k8s.kubelet"}, Err: err}
+	}
 	for want, ev := range map[string]snapsvc.Event{
 		"done":            {Kind: snapsvc.EventDone},
 		"change-failed":   {Kind: snapsvc.EventFailed, Err: op(&snapsvc.ChangeError{ID: "2", Status: "Error"})},
