@@ -99,6 +99,10 @@ func (p *progress) waitForSnap(snap string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.snap, p.since, p.told = snap, p.now(), time.Time{}
+	if !p.off && !p.term {
+		p.told = p.since
+		fmt.Fprintf(p.w, "%s: waiting for snap %q to be idle\n", p.what, snap)
+	}
 }
 
 func (p *progress) set(id, kind string, own bool) {
