@@ -19,7 +19,7 @@ func (a *app) printJSON(v any) {
 
 // table returns a tab writer on stdout; call Flush when done.
 func (a *app) table() *tabwriter.Writer {
-	return tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	return tabwriter.NewWriter(a.stdout, 5, 3, 2, ' ', 0) // snap's tabWriter (cmd/snap/main.go)
 }
 
 // currentTask is the task a change is working on: the first Doing (or
