@@ -140,3 +140,28 @@ func TestWatchWakesOnNotices(t *testing.T) {
 		t.Errorf("watch did not report the change done:\n%s", stdout.String())
 	}
 }
+
+// TestFollowInterrupted checks that follow, like every command, exits 130
+// when interrupted (v0.1's watch exited 0), and that the deprecated
+// "watch SNAP" does too.
+func TestFollowInterrupted(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	for _, args := range [][]string{{"follow"}, {"watch", "k8s"}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, args, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
+		}()
+		safety, stop := context.WithTimeout(context.Background(), 30*time.Second)
+		if !stdout.waitFor(safety, "No change in progress; watching for new ones.") {
+			t.Fatalf("%q did not start: %q", args, stderr.String())
+		}
+		stop()
+		cancel() // what SIGINT does to realMain's context
+		if code := <-done; code != exitInterrupted || !strings.Contains(stderr.String(), "error: interrupted") {
+			t.Errorf("%q interrupted: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+}
