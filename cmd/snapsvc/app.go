@@ -122,6 +122,9 @@ func (a *app) newRoot() *cobra.Command {
 	root.AddCommand(snapCmds...)
 	root.AddCommand(extras...)
 	root.AddCommand(a.waitCmd()) // deprecated, hidden
+	for _, c := range root.Commands() {
+		c.DisableFlagsInUseLine = true // their Use lists their flags
+	}
 	return root
 }
 

@@ -108,6 +108,7 @@ func Apply(root *cobra.Command) {
 	root.SilenceUsage = true
 	root.Version = ReadBuild().Version
 	root.SetVersionTemplate(ReadBuild().Line(root.Name()) + "\n")
+	root.Flags().Bool("version", false, "print this build's version (module, Go, revision) and exit")
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
