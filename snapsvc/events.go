@@ -90,8 +90,9 @@ type Event struct {
 	GiveUpAt time.Time
 	// Err is the failure behind the event, if any.
 	Err error
-	// Elapsed is the time since the operation started (EventAccepted,
-	// EventDone, EventFailed).
+	// Elapsed is the time since the operation started: its whole
+	// duration for EventDone and EventFailed; for the events on the way
+	// (EventAccepted, EventConflict, ...) the time since its first attempt.
 	Elapsed time.Duration
 	// Status is the change's final status (EventDone).
 	Status string
