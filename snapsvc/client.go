@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,6 +105,7 @@ type settings struct {
 	stateFile          string
 	stateFileSet       bool
 	budget             *budgetRunner
+	transport          func(http.RoundTripper) http.RoundTripper
 }
 
 // WithSocket sets snapd's main socket (default /run/snapd.socket).
@@ -281,6 +283,7 @@ func New(opts ...Option) (*Client, error) {
 			c.main = c.ctl
 		}
 	}
+	s.wrapTransports(c) // WithTransport
 	c.instance = instanceKey(c.actingSocket())
 	switch {
 	case s.noFileLock:

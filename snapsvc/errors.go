@@ -58,7 +58,13 @@ type OpError struct {
 
 func (e *OpError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "snapsvc: %s %s", e.Op, strings.Join(e.Names, " "))
+	fmt.Fprintf(&b, "snapsvc: %s", e.Op)
+	for _, n := range e.Names {
+		if n == "" {
+			n = `""` // the input, even empty: never "restart : ..."
+		}
+		b.WriteString(" " + n)
+	}
 	if e.ChangeID != "" {
 		fmt.Fprintf(&b, " (change %s)", e.ChangeID)
 	}

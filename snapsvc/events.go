@@ -29,8 +29,19 @@ const (
 	// made before sending anything again. Err is the failure.
 	EventAnswerLost
 	// EventAccepted: snapd accepted the request; ChangeID is its change
-	// ("" in snapctl mode, where snapd does not say).
+	// ("" in snapctl mode, where snapd does not say). Elapsed is the time
+	// since the operation's first attempt.
 	EventAccepted
+	// EventStarted: Start, Stop or Restart (or an Async form) was called.
+	EventStarted
+	// EventDone: the operation succeeded. Elapsed is its whole duration
+	// (conflicts waited out and the change included); ChangeID, Status,
+	// Attempt and Conflicts are its Result's.
+	EventDone
+	// EventFailed: the operation failed with Err (an *OpError, unless the
+	// names were invalid). Elapsed is its duration; ChangeID is set when
+	// a change was made.
+	EventFailed
 )
 
 func (k EventKind) String() string {
@@ -45,12 +56,19 @@ func (k EventKind) String() string {
 		return "answer-lost"
 	case EventAccepted:
 		return "accepted"
+	case EventStarted:
+		return "started"
+	case EventDone:
+		return "done"
+	case EventFailed:
+		return "failed"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Event is a step of an operation that a user may want to see while it
-// waits: snapd unreachable, a conflict being waited out, a lost answer.
+// waits (snapd unreachable, a conflict being waited out, a lost answer)
+// or that metrics count (started, accepted, done, failed).
 type Event struct {
 	Kind EventKind
 	// Op is "start", "stop" or "restart" ("wait" while waiting for a
@@ -72,6 +90,14 @@ type Event struct {
 	GiveUpAt time.Time
 	// Err is the failure behind the event, if any.
 	Err error
+	// Elapsed is the time since the operation started: its whole
+	// duration for EventDone and EventFailed; for the events on the way
+	// (EventAccepted, EventConflict, ...) the time since its first attempt.
+	Elapsed time.Duration
+	// Status is the change's final status (EventDone).
+	Status string
+	// Conflicts is how many conflicts the operation absorbed (EventDone).
+	Conflicts int
 }
 
 // WithObserver sets a function called, in the operation's goroutine, at

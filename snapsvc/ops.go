@@ -89,34 +89,34 @@ func (o op) key() string {
 // waits until snapd's change is ready. Conflicts with other changes are
 // waited out and retried; the result reports the change snapd made.
 func (c *Client) Start(ctx context.Context, names []string, opts StartOptions) (*Result, error) {
-	return c.runSync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
+	return c.observedSync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
 }
 
 // Stop stops services and waits until snapd's change is ready.
 func (c *Client) Stop(ctx context.Context, names []string, opts StopOptions) (*Result, error) {
-	return c.runSync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
+	return c.observedSync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
 }
 
 // Restart restarts services and waits until snapd's change is ready.
 func (c *Client) Restart(ctx context.Context, names []string, opts RestartOptions) (*Result, error) {
-	return c.runSync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
+	return c.observedSync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
 }
 
 // StartAsync asks snapd to start services and returns as soon as snapd has
 // accepted the request (after waiting out any conflict). Wait on the
 // returned Operation for the outcome.
 func (c *Client) StartAsync(ctx context.Context, names []string, opts StartOptions) (*Operation, error) {
-	return c.runAsync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
+	return c.observedAsync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
 }
 
 // StopAsync is the asynchronous form of Stop.
 func (c *Client) StopAsync(ctx context.Context, names []string, opts StopOptions) (*Operation, error) {
-	return c.runAsync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
+	return c.observedAsync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
 }
 
 // RestartAsync is the asynchronous form of Restart.
 func (c *Client) RestartAsync(ctx context.Context, names []string, opts RestartOptions) (*Operation, error) {
-	return c.runAsync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
+	return c.observedAsync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
 }
 
 // Operation is an accepted request whose change may still be running.
@@ -128,6 +128,7 @@ type Operation struct {
 	result Result
 	done   bool
 	budget *asyncHold // WithRestartBudget: readiness and slot release
+	obs    opObs      // observer events of the operation (ops_observe.go)
 }
 
 // ChangeID returns the change snapd made ("" when snapd did not say, in
@@ -145,9 +146,8 @@ func (o *Operation) Result() Result {
 	return res
 }
 
-// Wait waits for the operation's change and returns its outcome. It may be
-// called more than once, from several goroutines.
-func (o *Operation) Wait(ctx context.Context) (*Result, error) {
+// wait is Wait without the observer events.
+func (o *Operation) wait(ctx context.Context) (*Result, error) {
 	res := o.Result()
 	o.mu.Lock()
 	done := o.done
@@ -172,6 +172,7 @@ func (c *Client) prepare(action string, names []string, set func(*op)) (op, erro
 	set(&o)
 	t, err := parseTarget(names)
 	if err != nil {
+		o.t.names = names // the error names the input
 		return o, c.opError(o, "", 0, err)
 	}
 	o.t = t

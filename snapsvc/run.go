@@ -78,7 +78,7 @@ func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
 
 // event is an Event about this operation.
 func (r *runner) event(kind EventKind) Event {
-	return Event{Kind: kind, Op: r.o.action, Names: r.o.t.names, Attempt: r.res.Attempts}
+	return Event{Kind: kind, Op: r.o.action, Names: r.o.t.names, Attempt: r.res.Attempts, Elapsed: r.elapsed()}
 }
 
 // waitOpts are the options for waiting for changes on behalf of r.

@@ -37,7 +37,7 @@ func (c *Client) Services(ctx context.Context, names ...string) ([]Service, erro
 		// (daemon/api_apps.go openAccess); a snap asks snapctl.
 		return c.snapctlServices(ctx, names)
 	}
-	apps, err := c.main.Apps(ctx, names, true)
+	apps, err := c.readApps(ctx, names, true)
 	if err != nil {
 		return nil, fmt.Errorf("snapsvc: reading %s: %w", strings.Join(append([]string{"services"}, names...), " "), err)
 	}
@@ -66,7 +66,7 @@ func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, er
 	if sel == "" {
 		sel = snapd.SelectInProgress
 	}
-	chgs, err := c.main.Changes(ctx, sel, "")
+	chgs, err := c.readChanges(ctx, sel, "")
 	if err != nil {
 		return nil, fmt.Errorf("snapsvc: listing changes: %w", err)
 	}

@@ -23,7 +23,7 @@ const noticeStrikes = 3
 
 // Change returns the change with the given id.
 func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
-	chg, err := c.main.Change(ctx, id)
+	chg, err := c.readChange(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ commands (answers are JSON unless said otherwise):
 func runCtl(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fakesnapd ctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, ctlUsage) }
+	fs.Usage = func() { fmt.Fprint(stdout, ctlUsage) } // help on stdout, as every command's
 	dir := fs.String("dir", "", "the directory fakesnapd serves its sockets in")
 	root := fs.String("root", "", "the --root fakesnapd was given")
 	if err := fs.Parse(args); err != nil {

@@ -2,7 +2,7 @@
 // from the command line, so that tools not written in Go — the real snap
 // client, curl, the snapsvc CLI, a shell script — can be tried against it.
 //
-//	fakesnapd (--dir D | --root R) [--version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--json]
+//	fakesnapd (--dir D | --root R) [--snapd-version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--json]
 //
 // It serves D/snapd.socket (the REST API), D/snapd-snap.socket (snapctl)
 // and D/control.socket (the control API, fake.Server.ControlHandler).

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/clistyle"
 )
 
 //go:embed k8s-snap.yaml
@@ -27,37 +29,90 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: fakesnapd (--dir D | --root R) [--version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--json]
-       fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]   (fakesnapd ctl -h lists the commands)
-`
+// exitError carries a command's exit code out of cobra.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// serveFlags are fakesnapd's own flags.
+type serveFlags struct {
+	dir, root, version, snapsFile string
+	snapYAMLs                     []string
+	asJSON                        bool
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "ctl" {
-		return runCtl(args[1:], stdout, stderr)
+	args = compatVersion(args, stderr)
+	var f serveFlags
+	ran := false
+	root := &cobra.Command{
+		Use:   "fakesnapd",
+		Short: "Serve snapsvc's fake snapd on real Unix sockets",
+		Long: `fakesnapd serves snapsvc's fake snapd (package fake) on real Unix sockets, so
+the real snap client, curl, the snapsvc CLI or a script can be pointed at it,
+with a control socket for "fakesnapd ctl". Ctrl-C removes the sockets.
+
+  fakesnapd (--dir D | --root R) [--snapd-version V] [--snaps FILE | --snap-yaml FILE...] [--json]
+  fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]   ("fakesnapd ctl -h" lists them)`,
+		// No Args: an argument is an unknown command, with suggestions.
+		RunE: func(c *cobra.Command, _ []string) error {
+			ran = true
+			if code := serve(f, stdout, stderr); code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
 	}
-	fs := flag.NewFlagSet("fakesnapd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	dir := fs.String("dir", "", "directory for snapd.socket, snapd-snap.socket and control.socket")
-	root := fs.String("root", "", "a SNAPPY_GLOBAL_ROOT for the real snap client: sockets in R/run/")
-	version := fs.String("version", "2.77", "snapd release to imitate: 2.57, 2.62, 2.68, 2.70, 2.77 (or a full version)")
-	snapsFile := fs.String("snaps", "", "YAML or JSON file describing the snaps (see go doc ./fake ParseSnaps)")
-	var snapYAMLs multiFlag
-	fs.Var(&snapYAMLs, "snap-yaml", "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
-	asJSON := fs.Bool("json", false, "print one JSON line describing the sockets instead of the text help")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	clistyle.Apply(root)
+	root.Flags().StringVar(&f.dir, "dir", "", "directory for snapd.socket, snapd-snap.socket and control.socket")
+	root.Flags().StringVar(&f.root, "root", "", "a SNAPPY_GLOBAL_ROOT for the real snap client: sockets in R/run/")
+	root.Flags().StringVar(&f.version, "snapd-version", "2.77", "snapd release to imitate: 2.57, 2.62, 2.68, 2.70, 2.77 (or a full version)")
+	root.Flags().StringVar(&f.snapsFile, "snaps", "", "YAML or JSON file describing the snaps (see go doc ./fake ParseSnaps)")
+	root.Flags().StringArrayVar(&f.snapYAMLs, "snap-yaml", nil, "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
+	root.Flags().BoolVar(&f.asJSON, "json", false, "print one JSON line describing the sockets instead of the text help")
+	root.AddCommand(&cobra.Command{
+		Use:                "ctl (--dir D | --root R) COMMAND [ARGS]",
+		Short:              "Drive a running fakesnapd through its control socket",
+		Long:               ctlUsage,
+		DisableFlagParsing: true, // ctl reads its own flags
+		RunE: func(c *cobra.Command, args []string) error {
+			ran = true
+			if code := runCtl(args, stdout, stderr); code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
+	})
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	c, err := root.ExecuteC()
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "fakesnapd: unexpected argument %q\n%s", fs.Arg(0), usage)
-		return 2
+	path := root.CommandPath()
+	if c != nil {
+		path = c.CommandPath()
 	}
+	ue, _ := clistyle.AsUsage(err, ran, path)
+	if ue == nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, ue.Cmd)
+	return 2
+}
+
+// serve runs the fake until SIGINT or SIGTERM and returns the exit code.
+func serve(f serveFlags, stdout, stderr io.Writer) int {
+	dir, root, version, snapsFile, snapYAMLs, asJSON := &f.dir, &f.root, &f.version, &f.snapsFile, f.snapYAMLs, &f.asJSON
 	d, err := socketDir(*dir, *root)
 	if err != nil {
-		fmt.Fprintf(stderr, "fakesnapd: %v\n%s", err, usage)
+		fmt.Fprintf(stderr, "error: %v\nRun 'fakesnapd --help' for usage.\n", err)
 		return 2
 	}
 	v, err := parseVersion(*version)
@@ -111,10 +166,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+// compatVersion turns v0.1's "--version X" (the snapd release to imitate)
+// into "--snapd-version X", with a notice: --version alone is this build's
+// version now, as for snapsvc.
+func compatVersion(args []string, stderr io.Writer) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "version" {
+			out = append(out, a)
+			continue
+		}
+		if !hasVal && i+1 < len(args) && len(args[i+1]) > 0 && args[i+1][0] >= '0' && args[i+1][0] <= '9' {
+			val, hasVal = args[i+1], true
+			i++
+		}
+		if hasVal && len(val) > 0 && val[0] >= '0' && val[0] <= '9' {
+			fmt.Fprintf(stderr, "fakesnapd: \"--version %s\" is deprecated and goes away in v0.3.0: use --snapd-version %s\n", val, val)
+			out = append(out, "--snapd-version", val)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
 
 func socketDir(dir, root string) (string, error) {
 	switch {
@@ -144,7 +220,7 @@ func parseVersion(s string) (fake.Version, error) {
 	}
 	var a, b int
 	if n, _ := fmt.Sscanf(s, "%d.%d", &a, &b); n != 2 || a != 2 {
-		return "", fmt.Errorf("--version %q: want 2.57, 2.62, 2.68, 2.70, 2.77 or a 2.x version", s)
+		return "", fmt.Errorf("--snapd-version %q: want 2.57, 2.62, 2.68, 2.70, 2.77 or a 2.x version", s)
 	}
 	return fake.Version(s), nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -138,7 +139,7 @@ func get(t *testing.T, sock, method, path, body string) (int, map[string]any) {
 
 func TestServeAndControl(t *testing.T) {
 	root := t.TempDir()
-	d := start(t, "--root", root, "--version", "2.68")
+	d := start(t, "--root", root, "--snapd-version", "2.68")
 	if d.ann.Version != "2.68.3" || d.ann.Socket != filepath.Join(root, "run", "snapd.socket") ||
 		d.ann.SnapSocket != filepath.Join(root, "run", "snapd-snap.socket") ||
 		d.ann.ControlSocket != filepath.Join(root, "run", "control.socket") || len(d.ann.Snaps) != 1 || d.ann.Snaps[0] != "k8s" {
@@ -276,12 +277,35 @@ func TestSnapsFileAndSnapYAML(t *testing.T) {
 	for _, args := range [][]string{
 		{"--snaps", filepath.Join(dir, "missing.yaml"), "--dir", dir},
 		{"--dir", dir, "--root", dir},
-		{"--version", "3.1", "--dir", dir},
+		{"--snapd-version", "3.1", "--dir", dir},
+		{"--version", "3.1", "--dir", dir}, // v0.1's spelling, still read
 		{},
 	} {
 		if out, rc := runBin(t, "fakesnapd", args...); rc != 2 {
 			t.Errorf("%v: exit %d: %s", args, rc, out)
 		}
+	}
+	// snapsvc's style: GNU flag errors and suggestions (exit 2), help and
+	// completion on stdout.
+	for args, want := range map[string]string{
+		"--bogus": "error: unknown flag: --bogus\nRun 'fakesnapd --help' for usage.",
+		"ctll":    "Did you mean this?\n\tctl",
+	} {
+		if out, rc := runBin(t, "fakesnapd", args); rc != 2 || !strings.Contains(out, want) {
+			t.Errorf("%s: exit %d: %s", args, rc, out)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"completion", "bash"}, {"ctl", "-h"}} {
+		cmd := exec.Command(filepath.Join(bins, "fakesnapd"), args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if out, err := cmd.Output(); err != nil || len(out) == 0 || stderr.Len() > 0 {
+			t.Errorf("%q: %v, %d bytes on stdout, stderr %q", args, err, len(out), stderr.String())
+		}
+	}
+	// --version alone is the build, in snapsvc's style.
+	if out, rc := runBin(t, "fakesnapd", "--version"); rc != 0 || !regexp.MustCompile(`^fakesnapd \S+ \(github.com/snapsvc/snapsvc, go`).MatchString(out) {
+		t.Errorf("--version: exit %d: %s", rc, out)
 	}
 }
 
@@ -298,8 +322,8 @@ func TestSnapsvcWaitsOutHeldChange(t *testing.T) {
 	id = strings.TrimSpace(id)
 
 	restart := exec.Command(filepath.Join(bins, "snapsvc"), "--socket", d.ann.Socket, "--json", "restart", "k8s.k8sd")
-	var rout bytes.Buffer
-	restart.Stdout, restart.Stderr = &rout, &rout
+	var rout, rerr bytes.Buffer
+	restart.Stdout, restart.Stderr = &rout, &rerr // progress lines go to stderr
 	if err := restart.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +341,7 @@ func TestSnapsvcWaitsOutHeldChange(t *testing.T) {
 		t.Fatal("finish")
 	}
 	if err := restart.Wait(); err != nil {
-		t.Fatalf("snapsvc restart: %v\n%s", err, rout.String())
+		t.Fatalf("snapsvc restart: %v\n%s%s", err, rout.String(), rerr.String())
 	}
 	var res struct {
 		Change, Status string

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -146,9 +147,9 @@ func TestUsageErrorsJSON(t *testing.T) {
 	}{
 		{[]string{"--json"}, "no command given"},
 		{[]string{"--json", "frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"--json", "--bogus", "status"}, "flag provided but not defined: -bogus"},
-		{[]string{"restart", "--bogus", "k8s.kubelet", "--json"}, "flag provided but not defined: -bogus"},
-		{[]string{"restart", "--json=true", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--json", "--bogus", "status"}, "unknown flag: --bogus"},
+		{[]string{"restart", "--bogus", "k8s.kubelet", "--json"}, "unknown flag: --bogus"},
+		{[]string{"restart", "--json=true", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"--json", "start"}, "start needs at least one snap or service name"},
 		{[]string{"--json", "restart", "K8S.kubelet"}, `invalid service name "K8S.kubelet"`},
 		{[]string{"change", "abc", "--json"}, `change id "abc" is not a number`},
@@ -183,9 +184,10 @@ func TestUnreachableSnapd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	sock := t.TempDir() + "/nosuch.socket"
-	for _, args := range [][]string{{"status", "k8s"}, {"changes"}, {"change", "1"}, {"--json", "status"}} {
+	for _, args := range [][]string{{"status", "k8s"}, {"changes"}, {"change", "1"}, {"--json", "status"}, {"services"}, {"watch", "1"}, {"wait-idle", "k8s"}, {"abort", "1"}, {"follow"}} {
+		args = append(args, "--wait-snapd", "100ms")
 		code, out, errOut := runWithSocket(ctx, sock, false, args...)
-		if code != exitTimeout || !strings.Contains(errOut, "snapd is unreachable at "+sock) {
+		if code != exitTimeout || !regexp.MustCompile(`(?m)^error: snapsvc [a-z-]+: cannot reach snapd at `+regexp.QuoteMeta(sock)+`: no socket there \(is snapd running\?\)(; gave up after 100ms \(--wait-snapd\))? \[retryable\]$`).MatchString(errOut) {
 			t.Errorf("%q against a missing socket: exit %d, stderr %q; want exit 3 naming the socket", args, code, errOut)
 		}
 		if args[0] == "--json" {

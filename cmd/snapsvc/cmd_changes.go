@@ -3,117 +3,220 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-func cmdChanges(a *app, args []string) (action, error) {
-	fs := a.flagSet("changes")
-	all := fs.Bool("all", false, "also list changes that are ready (done or failed)")
-	pos, err := a.parseCommand(fs, "changes", args)
-	if err != nil {
-		return nil, err
-	}
-	if len(pos) > 1 {
-		return nil, usagef("changes takes at most one snap name, got %d", len(pos))
-	}
-	opts := snapsvc.ChangesOptions{Select: "in-progress"}
-	if *all {
-		opts.Select = "all"
-	}
-	if len(pos) == 1 {
-		snap, err := snapArg("changes", pos[0])
-		if err != nil {
-			return nil, err
-		}
-		opts.Snap = snap
-	}
-	return func(ctx context.Context) error {
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		chgs, err := c.Changes(ctx, opts)
-		if err != nil {
-			return err
-		}
-		if chgs == nil {
-			chgs = []snapsvc.Change{}
-		}
-		if a.json {
-			a.printJSON(chgs)
-			return nil
-		}
-		if len(chgs) == 0 {
-			what := "in progress"
-			if *all {
-				what = "known to snapd"
+func (a *app) changesCmd() *cobra.Command {
+	var absTime, inProgress, all bool
+	c := &cobra.Command{
+		Use:   "changes [SNAP]",
+		Short: "List system changes",
+		Long: `The changes command displays a summary of the recent system changes performed:
+every change snapd still keeps (it prunes ready ones after a day), oldest
+first, with snap's columns ID, Status, Spawn, Ready and Summary. SNAP keeps
+those that touch the snap, changes made through snapctl included.
+
+--in-progress lists only the changes not ready yet: those a service command
+would wait for.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, pos []string) error {
+			if all {
+				a.deprecated("changes --all", `"snapsvc changes" (it lists every change now, as snap does)`)
 			}
-			if opts.Snap != "" {
-				what += fmt.Sprintf(" touching snap %q", opts.Snap)
+			opts := snapsvc.ChangesOptions{Select: "all"}
+			if inProgress {
+				opts.Select = "in-progress"
 			}
-			fmt.Fprintf(a.stdout, "No changes %s.\n", what)
-			return nil
-		}
-		writeChangeTable(a.stdout, chgs)
-		return nil
-	}, nil
+			if len(pos) == 1 {
+				if isChangeID(pos[0]) {
+					return usagef("changes takes a snap name, not a change id: try 'snapsvc tasks %s'", pos[0])
+				}
+				snap, err := snapArg("changes", pos[0])
+				if err != nil {
+					return err
+				}
+				opts.Snap = snap
+			}
+			return a.do(c, func(ctx context.Context) error {
+				cl, err := a.client()
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				chgs, err := cl.Changes(ctx, opts)
+				if err != nil {
+					return err
+				}
+				sort.SliceStable(chgs, func(i, j int) bool { return chgs[i].SpawnTime.Before(chgs[j].SpawnTime) })
+				if chgs == nil {
+					chgs = []snapsvc.Change{}
+				}
+				if a.json {
+					a.printJSON(chgs)
+					return nil
+				}
+				if len(chgs) == 0 {
+					// snap says "error: no changes found" and exits 1; an
+					// empty list is not a failure here (exit 0).
+					what := "no changes found"
+					if inProgress {
+						what = "no changes in progress"
+					}
+					if opts.Snap != "" {
+						what += fmt.Sprintf(" touching snap %q", opts.Snap)
+					}
+					fmt.Fprintln(a.stderr, what)
+					return nil
+				}
+				tw := a.table()
+				fmt.Fprintln(tw, "ID\tStatus\tSpawn\tReady\tSummary")
+				for i := range chgs {
+					chg := &chgs[i]
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", chg.ID, chg.Status, fmtTime(&chg.SpawnTime, absTime), fmtTime(chg.ReadyTime, absTime), chg.Summary)
+				}
+				tw.Flush()
+				fmt.Fprintln(a.stdout)
+				return nil
+			})
+		},
+	}
+	c.Flags().BoolVar(&absTime, "abs-time", false, "display absolute times (in RFC 3339 format); otherwise relative times up to 60 days, then YYYY-MM-DD")
+	c.Flags().BoolVar(&inProgress, "in-progress", false, "list only the changes in progress")
+	c.Flags().BoolVar(&all, "all", false, "deprecated: every change is listed now")
+	c.Flags().MarkHidden("all")
+	return c
 }
 
-func cmdChange(a *app, args []string) (action, error) {
-	fs := a.flagSet("change")
-	pos, err := a.parseCommand(fs, "change", args)
-	if err != nil {
-		return nil, err
+func (a *app) tasksCmd() *cobra.Command {
+	var absTime bool
+	c := &cobra.Command{
+		Use:               "tasks ID",
+		Aliases:           []string{"change"},
+		Short:             "List a change's tasks",
+		ValidArgsFunction: a.completeChanges(false),
+		Long: `The tasks command displays a summary of tasks associated with an individual
+change, then each task's log, as snap tasks does. --json prints snapd's
+change object.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, pos []string) error {
+			id, err := changeIDArg(c.CalledAs(), pos)
+			if err != nil {
+				return err
+			}
+			return a.do(c, func(ctx context.Context) error {
+				cl, err := a.client()
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				chg, err := cl.Change(ctx, id)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					a.printJSON(chg)
+					return nil
+				}
+				a.printTasks(chg, absTime)
+				return nil
+			})
+		},
 	}
-	id, err := changeIDArg("change", pos)
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		chg, err := c.Change(ctx, id)
-		if err != nil {
-			return fmt.Errorf("reading change %s: %w", id, err)
-		}
-		if a.json {
-			a.printJSON(chg)
-			return nil
-		}
-		a.printChange(chg)
-		return nil
-	}, nil
+	c.Flags().BoolVar(&absTime, "abs-time", false, "display absolute times (in RFC 3339 format); otherwise relative times up to 60 days, then YYYY-MM-DD")
+	return c
 }
 
-// printChange prints a change like "snap tasks": a header, then each task
-// with its status, times, summary and log.
-func (a *app) printChange(chg *snapsvc.Change) {
-	fmt.Fprintf(a.stdout, "Change %s (%s) %s: %s\n", chg.ID, chg.Kind, chg.Status, chg.Summary)
-	fmt.Fprintf(a.stdout, "Spawned %s, ready %s\n\n", formatTime(&chg.SpawnTime), formatTime(chg.ReadyTime))
+// taskLogRule separates task logs, as snap tasks prints them.
+const taskLogRule = "......................................................................"
+
+// printTasks prints a change as snap tasks does: Status, Spawn, Ready and
+// Summary of each task, then each task's log; snapsvc adds the change's
+// error at the end.
+func (a *app) printTasks(chg *snapsvc.Change, abs bool) {
 	tw := a.table()
-	fmt.Fprintln(tw, "Task\tStatus\tSpawn\tReady\tSummary")
+	fmt.Fprintln(tw, "Status\tSpawn\tReady\tSummary")
 	for _, t := range chg.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Status, formatTime(&t.SpawnTime), formatTime(t.ReadyTime), t.Summary)
+		summary := t.Summary
+		if t.Status == "Doing" && t.Progress.Total > 1 {
+			summary = fmt.Sprintf("%s (%.2f%%)", summary, float64(t.Progress.Done)/float64(t.Progress.Total)*100)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Status, fmtTime(&t.SpawnTime, abs), fmtTime(t.ReadyTime, abs), summary)
 	}
 	tw.Flush()
 	for _, t := range chg.Tasks {
 		if len(t.Log) == 0 {
 			continue
 		}
-		fmt.Fprintf(a.stdout, "\nLog of task %s (%s):\n", t.ID, t.Summary)
+		fmt.Fprintf(a.stdout, "\n%s\n%s\n\n", taskLogRule, t.Summary)
 		for _, l := range t.Log {
-			fmt.Fprintf(a.stdout, "  %s\n", strings.ReplaceAll(l, "\n", "\n  "))
+			fmt.Fprintln(a.stdout, l)
 		}
 	}
 	if chg.Err != "" {
-		fmt.Fprintf(a.stdout, "\nError: %s\n", chg.Err)
+		fmt.Fprintf(a.stdout, "\n%s\n", chg.Err)
 	}
+	fmt.Fprintln(a.stdout)
+}
+
+// fmtTime prints a time as snap does: RFC 3339 in UTC with --abs-time,
+// else relative to today in local time with the zone ("today at 10:17
+// UTC", "yesterday at ...", "3 days ago, at ...", then YYYY-MM-DD beyond
+// 60 days; snapd's timeutil.Human); "-" when unset.
+func fmtTime(t *time.Time, abs bool) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	if abs {
+		return t.UTC().Format(time.RFC3339)
+	}
+	return humanTime(t.Local(), time.Now().Local())
+}
+
+// humanTime is then relative to now, in whole calendar days.
+func humanTime(then, now time.Time) string {
+	d := dayDelta(then, now)
+	switch {
+	case d < -60 || d > 60:
+		return then.Format("2006-01-02")
+	case d < -1:
+		return fmt.Sprintf("%d days ago, at %s", -d, then.Format("15:04 MST"))
+	case d == -1:
+		return then.Format("yesterday at 15:04 MST")
+	case d == 0:
+		return then.Format("today at 15:04 MST")
+	case d == 1:
+		return then.Format("tomorrow at 15:04 MST")
+	}
+	return fmt.Sprintf("in %d days, at %s", d, then.Format("15:04 MST"))
+}
+
+// dayDelta is the number of calendar days from now's day to then's.
+func dayDelta(then, now time.Time) int {
+	y1, m1, d1 := then.Date()
+	y2, m2, d2 := now.Date()
+	a := time.Date(y1, m1, d1, 12, 0, 0, 0, time.UTC)
+	b := time.Date(y2, m2, d2, 12, 0, 0, 0, time.UTC)
+	return int(a.Sub(b).Round(24*time.Hour) / (24 * time.Hour))
+}
+
+// isChangeID reports whether s is all digits: a change id (a snap name has
+// at least one letter).
+func isChangeID(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // changeIDArg checks that args is exactly one change id.
@@ -121,16 +224,10 @@ func changeIDArg(cmd string, args []string) (string, error) {
 	if len(args) != 1 {
 		return "", usagef("%s takes exactly one change id, got %d arguments", cmd, len(args))
 	}
-	id := args[0]
-	for _, r := range id {
-		if r < '0' || r > '9' {
-			return "", usagef("change id %q is not a number", id)
-		}
+	if !isChangeID(args[0]) {
+		return "", usagef("%s: change id %q is not a number", cmd, args[0])
 	}
-	if id == "" {
-		return "", usagef("empty change id")
-	}
-	return id, nil
+	return args[0], nil
 }
 
 // snapArg validates a command's SNAP argument: a snap name, not a service.
@@ -143,4 +240,37 @@ func snapArg(cmd, arg string) (string, error) {
 		return "", usagef("%s takes a snap name, not a service (%q)", cmd, arg)
 	}
 	return snap, nil
+}
+
+// completeChanges completes change ids from snapd (in progress only, for
+// watch and abort), each with its summary, when snapd answers within a
+// second.
+func (a *app) completeChanges(inProgress bool) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(c.Context(), completionWait)
+		defer cancel()
+		cl, err := snapsvc.New(append(a.socketOpt(), snapsvc.WithPolicy(a.policy()))...)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer cl.Close()
+		opts := snapsvc.ChangesOptions{Select: "all"}
+		if inProgress {
+			opts.Select = "in-progress"
+		}
+		chgs, err := cl.Changes(ctx, opts)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, chg := range chgs {
+			if strings.HasPrefix(chg.ID, prefix) {
+				out = append(out, cobra.CompletionWithDesc(chg.ID, chg.Status+" "+chg.Summary))
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/spf13/cobra"
+
 	"context"
 	"errors"
 	"fmt"
@@ -113,26 +115,35 @@ func (d *demo) logger(who string) *slog.Logger {
 	return slog.New(h)
 }
 
-func cmdDemo(a *app, args []string) (action, error) {
-	fs := a.flagSet("demo")
-	scale := fs.Float64("scale", 1, "multiply the simulated service start/stop times by this `factor`")
-	if _, err := a.parseCommand(fs, "demo", args); err != nil {
-		return nil, err
+func (a *app) demoCmd() *cobra.Command {
+	var scale float64
+	c := &cobra.Command{
+		Use:   "demo [--scale F]",
+		Short: "Demonstrate the library against an in-process fake snapd",
+		Long: `The demo command starts a fake snapd with a Kubernetes-like snap in this
+process and plays a cluster bootstrap against it: the services started in
+order while an operator's "snap set" holds the snap, the conflict waited out,
+then a summary. It needs no snapd and no root.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if scale < 0 {
+				return usagef("--scale must not be negative")
+			}
+			return a.do(c, func(ctx context.Context) error {
+				rep, err := runDemo(ctx, a, scale)
+				switch {
+				case a.json && err != nil && rep != nil:
+					// One document: the error, with the report in it.
+					return &detailError{err: err, detail: rep}
+				case a.json && err == nil:
+					a.printJSON(rep)
+				}
+				return err
+			})
+		},
 	}
-	if *scale < 0 {
-		return nil, usagef("--scale must not be negative")
-	}
-	return func(ctx context.Context) error {
-		rep, err := runDemo(ctx, a, *scale)
-		switch {
-		case a.json && err != nil && rep != nil:
-			// One document: the error, with the report in it.
-			return &detailError{err: err, detail: rep}
-		case a.json && err == nil:
-			a.printJSON(rep)
-		}
-		return err
-	}, nil
+	c.Flags().Float64Var(&scale, "scale", 1, "multiply the simulated service start/stop times by this `factor`")
+	return c
 }
 
 func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
@@ -21,71 +23,93 @@ type opOutput struct {
 	WaitedFor []string `json:"waited-for"`
 }
 
-func cmdStart(a *app, args []string) (action, error) {
-	fs := a.flagSet("start")
-	enable := fs.Bool("enable", false, "also enable the services (start at boot)")
-	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
-	names, err := a.parseCommand(fs, "start", args)
-	if err != nil {
-		return nil, err
+const opNames = `NAME is a snap ("k8s": all its services) or a service ("k8s.kubelet").
+
+Like snap, it prints one word once the change is done; with --no-wait the
+change's id alone, for "snapsvc watch ID". Changes that hold the snap
+(a "snap set", a refresh) are waited out first.`
+
+func (a *app) startCmd() *cobra.Command {
+	var enable, noWait bool
+	c := &cobra.Command{
+		Use:   "start [--enable] [--no-wait] NAME...",
+		Short: "Start services",
+		Long:  "The start command starts, and optionally enables, the given services.\n\n" + opNames,
+		Args:  needNames("start"),
+		RunE: func(c *cobra.Command, names []string) error {
+			return a.do(c, func(ctx context.Context) error {
+				return a.operate(ctx, "start", names, noWait, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
+					return cl.StartAsync(ctx, names, snapsvc.StartOptions{Enable: enable})
+				})
+			})
+		},
+		ValidArgsFunction: a.completeNames,
 	}
-	return func(ctx context.Context) error {
-		return a.operate(ctx, "start", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
-			return c.StartAsync(ctx, names, snapsvc.StartOptions{Enable: *enable})
-		})
-	}, nil
+	c.Flags().BoolVar(&enable, "enable", false, "as well as starting the services now, arrange for them to be started on boot")
+	c.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the change: print its id and return")
+	return c
 }
 
-func cmdStop(a *app, args []string) (action, error) {
-	fs := a.flagSet("stop")
-	disable := fs.Bool("disable", false, "also disable the services (stay stopped at boot)")
-	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
-	names, err := a.parseCommand(fs, "stop", args)
-	if err != nil {
-		return nil, err
+func (a *app) stopCmd() *cobra.Command {
+	var disable, noWait bool
+	c := &cobra.Command{
+		Use:   "stop [--disable] [--no-wait] NAME...",
+		Short: "Stop services",
+		Long:  "The stop command stops, and optionally disables, the given services.\n\n" + opNames,
+		Args:  needNames("stop"),
+		RunE: func(c *cobra.Command, names []string) error {
+			return a.do(c, func(ctx context.Context) error {
+				return a.operate(ctx, "stop", names, noWait, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
+					return cl.StopAsync(ctx, names, snapsvc.StopOptions{Disable: disable})
+				})
+			})
+		},
+		ValidArgsFunction: a.completeNames,
 	}
-	return func(ctx context.Context) error {
-		return a.operate(ctx, "stop", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
-			return c.StopAsync(ctx, names, snapsvc.StopOptions{Disable: *disable})
-		})
-	}, nil
+	c.Flags().BoolVar(&disable, "disable", false, "as well as stopping the services now, arrange for them to no longer be started on boot")
+	c.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the change: print its id and return")
+	return c
 }
 
-func cmdRestart(a *app, args []string) (action, error) {
-	fs := a.flagSet("restart")
-	reload := fs.Bool("reload", false, "reload services that support it instead of restarting them")
-	noWait := fs.Bool("no-wait", false, "return once snapd accepted the request; print the change id")
-	names, err := a.parseCommand(fs, "restart", args)
-	if err != nil {
-		return nil, err
+func (a *app) restartCmd() *cobra.Command {
+	var reload, noWait bool
+	c := &cobra.Command{
+		Use:   "restart [--reload] [--no-wait] NAME...",
+		Short: "Restart services",
+		Long:  "The restart command restarts the given services.\n\nIf the --reload option is given, for each service whose app has a reload\ncommand, a reload is performed instead of a restart.\n\n" + opNames,
+		Args:  needNames("restart"),
+		RunE: func(c *cobra.Command, names []string) error {
+			return a.do(c, func(ctx context.Context) error {
+				return a.operate(ctx, "restart", names, noWait, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
+					return cl.RestartAsync(ctx, names, snapsvc.RestartOptions{Reload: reload})
+				})
+			})
+		},
+		ValidArgsFunction: a.completeNames,
 	}
-	return func(ctx context.Context) error {
-		return a.operate(ctx, "restart", names, *noWait, func(c *snapsvc.Client) (*snapsvc.Operation, error) {
-			return c.RestartAsync(ctx, names, snapsvc.RestartOptions{Reload: *reload})
-		})
-	}, nil
+	c.Flags().BoolVar(&reload, "reload", false, "if the service has a reload command, use it instead of restarting")
+	c.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the change: print its id and return")
+	return c
 }
+
+// done is what snap prints once a service command's change is done.
+var done = map[string]string{"start": "Started.", "stop": "Stopped.", "restart": "Restarted."}
 
 // operate runs one service command: submit (the library waits out
 // conflicts), then, unless noWait, wait for the change with progress.
 func (a *app) operate(ctx context.Context, action string, names []string, noWait bool, submit func(*snapsvc.Client) (*snapsvc.Operation, error)) error {
-	if len(names) == 0 {
-		return usagef("%s needs at least one snap or service name", action)
-	}
-	for _, n := range names {
-		if _, _, err := snapsvc.ValidateName(n); err != nil {
-			return err
-		}
+	if err := checkNames(names); err != nil {
+		return err
 	}
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	a.prog.set(fmt.Sprintf("%s %s: asking snapd", action, strings.Join(names, " ")))
+	a.prog.begin(action + " " + strings.Join(names, " "))
+	a.prog.lookup(c)
 	op, err := submit(c)
 	if err != nil {
-		a.prog.clear()
 		return err
 	}
 	// What the submit did (attempts, conflicts absorbed, changes waited
@@ -93,16 +117,10 @@ func (a *app) operate(ctx context.Context, action string, names []string, noWait
 	res := op.Result()
 	if !noWait {
 		if id := res.ChangeID; id != "" {
-			a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
-				chg, err := c.Change(ctx, id)
-				if err != nil {
-					return "", err
-				}
-				return describeChange(chg), nil
-			}))
+			a.prog.waitFor(id, "service-control")
 		}
 		final, err := op.Wait(ctx)
-		a.prog.clear()
+		a.prog.end()
 		if err != nil {
 			return err
 		}
@@ -112,7 +130,7 @@ func (a *app) operate(ctx context.Context, action string, names []string, noWait
 		// queued-in-hook operations are final when submitted).
 		res = *final
 	}
-	a.prog.clear()
+	a.prog.end()
 	out := opOutput{
 		Action: action, Names: names, Change: res.ChangeID, Status: res.Status, Queued: res.Queued,
 		Waited: !noWait, Attempts: res.Attempts, Conflicts: res.Conflicts,
@@ -122,19 +140,18 @@ func (a *app) operate(ctx context.Context, action string, names []string, noWait
 		a.printJSON(out)
 		return nil
 	}
-	what := action + " " + strings.Join(names, " ")
+	if len(out.WaitedFor) > 0 {
+		a.note("waited for change %s holding the snap (%d conflict(s) absorbed)", strings.Join(out.WaitedFor, ", "), out.Conflicts)
+	}
 	switch {
 	case out.Queued:
-		fmt.Fprintf(a.stdout, "%s: queued by snapd until the running hook ends\n", what)
-	case !out.Waited && out.Change != "":
-		fmt.Fprintf(a.stdout, "%s: change %s accepted (not waiting)\n", what, out.Change)
-	case out.Change != "":
-		fmt.Fprintf(a.stdout, "%s: change %s %s\n", what, out.Change, out.Status)
-	default:
-		fmt.Fprintf(a.stdout, "%s: %s\n", what, out.Status)
-	}
-	if len(out.WaitedFor) > 0 {
-		fmt.Fprintf(a.stdout, "waited for change %s holding the snap (%d conflict(s) absorbed)\n", strings.Join(out.WaitedFor, ", "), out.Conflicts)
+		a.note("%s %s: queued by snapd until the running hook ends", action, strings.Join(names, " "))
+	case noWait && out.Change != "":
+		// The bare id, as snap and pebble print it: id=$(snapsvc
+		// restart --no-wait k8s); snapsvc watch "$id".
+		fmt.Fprintln(a.stdout, out.Change)
+	case !noWait:
+		fmt.Fprintln(a.stdout, done[action])
 	}
 	return nil
 }
@@ -145,4 +162,31 @@ func doneContext(ctx context.Context) context.Context {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cancel()
 	return ctx
+}
+
+// completeNames completes service names from snapd, when it answers
+// within a second.
+func (a *app) completeNames(c *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	ctx, cancel := context.WithTimeout(c.Context(), completionWait)
+	defer cancel()
+	cl, err := snapsvc.New(append(a.socketOpt(), snapsvc.WithPolicy(a.policy()))...)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	defer cl.Close()
+	svcs, err := cl.Services(ctx)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range svcs {
+		for _, n := range []string{s.Snap, s.FullName()} {
+			if !seen[n] && strings.HasPrefix(n, prefix) {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }

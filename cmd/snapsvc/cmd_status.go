@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/spf13/cobra"
+
 	"context"
 	"fmt"
 	"sort"
@@ -15,17 +17,24 @@ type statusOutput struct {
 	Changes []snapsvc.Change `json:"changes"`
 }
 
-func cmdStatus(a *app, args []string) (action, error) {
-	fs := a.flagSet("status")
-	names, err := a.parseCommand(fs, "status", args)
-	if err != nil {
-		return nil, err
+func (a *app) statusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status [NAME...]",
+		Short: "Show services and the changes in progress that hold their snaps",
+		Long: `The status command lists the services, like services, then the changes in
+progress that hold their snaps (which a start, stop or restart would wait
+for), with the task each is on and its last log line.`,
+		ValidArgsFunction: a.completeNames,
+		RunE: func(c *cobra.Command, names []string) error {
+			if err := checkNames(names); err != nil {
+				return err
+			}
+			return a.do(c, a.status(names))
+		},
 	}
-	for _, n := range names {
-		if _, _, err := snapsvc.ValidateName(n); err != nil {
-			return nil, err
-		}
-	}
+}
+
+func (a *app) status(names []string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		c, err := a.client()
 		if err != nil {
@@ -98,7 +107,7 @@ func cmdStatus(a *app, args []string) (action, error) {
 			}
 		}
 		return nil
-	}, nil
+	}
 }
 
 // lessID orders change ids numerically (they are decimal counters).

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"github.com/spf13/cobra"
+
 	"context"
 	"fmt"
-	"runtime"
-	"runtime/debug"
-	"strings"
+	"github.com/snapsvc/snapsvc/internal/clistyle"
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
@@ -13,20 +13,8 @@ import (
 
 // versionOutput is version's --json shape.
 type versionOutput struct {
-	Snapsvc buildVersion `json:"snapsvc"`
-	Snapd   snapdVersion `json:"snapd"`
-}
-
-// buildVersion is what the binary knows of its own build.
-type buildVersion struct {
-	// Module is the module path, Version its version ("(devel)" for a
-	// build from a checkout without version control information).
-	Module   string `json:"module"`
-	Version  string `json:"version"`
-	Go       string `json:"go"`
-	Revision string `json:"revision,omitempty"`
-	Time     string `json:"time,omitempty"`
-	Modified bool   `json:"modified,omitempty"`
+	Snapsvc clistyle.Build `json:"snapsvc"`
+	Snapd   snapdVersion   `json:"snapd"`
 }
 
 // snapdVersion is snapd's version, or why it could not be read.
@@ -39,68 +27,30 @@ type snapdVersion struct {
 // snapdVersionWait bounds the one request version makes to snapd.
 const snapdVersionWait = 5 * time.Second
 
-func cmdVersion(a *app, args []string) (action, error) {
-	fs := a.flagSet("version")
-	pos, err := a.parseCommand(fs, "version", args)
-	if err != nil {
-		return nil, err
+func (a *app) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Show version details",
+		Long: `The version command prints snapsvc's version (as --version does) and snapd's,
+when snapd answers within 5 seconds, as snap version does.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return a.do(c, func(ctx context.Context) error {
+				out := versionOutput{Snapsvc: clistyle.ReadBuild(), Snapd: a.snapdVersion(ctx)}
+				if a.json {
+					a.printJSON(out)
+					return nil
+				}
+				fmt.Fprintln(a.stdout, out.Snapsvc.Line("snapsvc"))
+				if out.Snapd.Error != "" {
+					fmt.Fprintf(a.stdout, "snapd: unknown (%s)\n", out.Snapd.Error)
+				} else {
+					fmt.Fprintf(a.stdout, "snapd %s at %s\n", out.Snapd.Version, out.Snapd.Socket)
+				}
+				return nil
+			})
+		},
 	}
-	if len(pos) > 0 {
-		return nil, usagef("version takes no arguments, got %q", pos[0])
-	}
-	return func(ctx context.Context) error {
-		out := versionOutput{Snapsvc: readBuildVersion(), Snapd: a.snapdVersion(ctx)}
-		if a.json {
-			a.printJSON(out)
-			return nil
-		}
-		b := out.Snapsvc
-		var extra []string
-		extra = append(extra, b.Module, b.Go)
-		if b.Revision != "" {
-			extra = append(extra, "revision "+b.Revision)
-		}
-		if b.Time != "" {
-			extra = append(extra, b.Time)
-		}
-		if b.Modified {
-			extra = append(extra, "modified")
-		}
-		fmt.Fprintf(a.stdout, "snapsvc %s (%s)\n", b.Version, strings.Join(extra, ", "))
-		if out.Snapd.Error != "" {
-			fmt.Fprintf(a.stdout, "snapd: unknown (%s)\n", out.Snapd.Error)
-		} else {
-			fmt.Fprintf(a.stdout, "snapd %s at %s\n", out.Snapd.Version, out.Snapd.Socket)
-		}
-		return nil
-	}, nil
-}
-
-// readBuildVersion reads the module's version from the binary's build
-// information.
-func readBuildVersion() buildVersion {
-	v := buildVersion{Module: "github.com/snapsvc/snapsvc", Version: "(devel)", Go: runtime.Version()}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return v
-	}
-	if bi.Main.Path != "" {
-		v.Module = bi.Main.Path
-	}
-	if bi.Main.Version != "" {
-		v.Version = bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			v.Revision = s.Value
-		case "vcs.time":
-			v.Time = s.Value
-		case "vcs.modified":
-			v.Modified = s.Value == "true"
-		}
-	}
-	return v
 }
 
 // snapdVersion asks snapd its version, once: snapd being unreachable is

@@ -4,21 +4,69 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-func cmdWait(a *app, args []string) (action, error) {
-	fs := a.flagSet("wait")
-	pos, err := a.parseCommand(fs, "wait", args)
-	if err != nil {
-		return nil, err
+func (a *app) watchCmd() *cobra.Command {
+	f := &followFlags{}
+	c := &cobra.Command{
+		Use:               "watch ID",
+		Short:             "Watch a change in progress",
+		ValidArgsFunction: a.completeChanges(true),
+		Long: `The watch command waits for the change to be ready, showing its progress on
+stderr (on a terminal a self-erasing line, otherwise a line every few
+seconds), as snap watch does. It prints nothing more when the change is
+Done and fails (exit 1) with snapd's error when the change is not.
+
+Ctrl-C stops waiting, not the change: exit 130 with the command that
+waits again.
+
+Deprecated: "watch [SNAP]" without a change id follows every change as
+it happens; that is "snapsvc follow [SNAP]" now.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, pos []string) error {
+			if len(pos) == 0 || !isChangeID(pos[0]) {
+				// v0.1's "watch [SNAP]": a snap name is never all digits.
+				a.deprecated("watch [SNAP]", `"snapsvc follow [SNAP]" ("watch ID" waits for a change, as in snap)`)
+				a.followMode = true
+				return a.runFollow(c, f, pos)
+			}
+			if c.Flags().Changed("interval") || c.Flags().Changed("until-idle") {
+				return usagef("watch ID takes no --interval or --until-idle (those are follow's)")
+			}
+			return a.do(c, a.waitChange(pos[0], false))
+		},
 	}
-	id, err := changeIDArg("wait", pos)
-	if err != nil {
-		return nil, err
+	f.add(c, true)
+	return c
+}
+
+// waitCmd is v0.1's "wait ID", kept for one minor release: snap's own
+// "wait" is "snap wait SNAP KEY" (a configuration key), so snapsvc's
+// name for waiting for a change is watch, as snap's.
+func (a *app) waitCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "wait ID",
+		Short:  "Deprecated: use watch ID",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, pos []string) error {
+			a.deprecated("wait ID", `"snapsvc watch ID", as in snap`)
+			id, err := changeIDArg("wait", pos)
+			if err != nil {
+				return err
+			}
+			return a.do(c, a.waitChange(id, true))
+		},
 	}
+}
+
+// waitChange waits for change id with progress. summary: print the
+// change's final line on stdout (v0.1's wait did; snap watch does not).
+func (a *app) waitChange(id string, summary bool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		c, err := a.client()
 		if err != nil {
@@ -26,20 +74,19 @@ func cmdWait(a *app, args []string) (action, error) {
 		}
 		defer c.Close()
 		// Fail fast, with exit code 4, on an unknown change.
-		if _, err := c.Change(ctx, id); err != nil {
-			return fmt.Errorf("reading change %s: %w", id, err)
-		}
-		a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
-			chg, err := c.Change(ctx, id)
-			if err != nil {
-				return "", err
-			}
-			return describeChange(chg), nil
-		}))
-		chg, err := c.WaitChange(ctx, id)
-		a.prog.clear()
+		first, err := c.Change(ctx, id)
 		if err != nil {
-			err = fmt.Errorf("waiting for change %s: %w", id, err)
+			return err
+		}
+		if !first.Ready {
+			a.prog.begin("watch " + id)
+			a.prog.lookup(c)
+			a.prog.waitFor(id, first.Kind)
+		}
+		chg, err := c.WaitChange(ctx, id)
+		a.prog.end()
+		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+			err = &interruptedError{change: id, err: err}
 		}
 		switch {
 		case a.json && err != nil && chg != nil:
@@ -47,11 +94,45 @@ func cmdWait(a *app, args []string) (action, error) {
 			return &detailError{err: err, detail: chg}
 		case a.json && err == nil:
 			a.printJSON(chg)
-		case !a.json && chg != nil:
+		case !a.json && chg != nil && summary:
 			fmt.Fprintf(a.stdout, "change %s (%s) %s: %s\n", chg.ID, chg.Kind, chg.Status, chg.Summary)
 		}
 		return err
-	}, nil
+	}
+}
+
+func (a *app) abortCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:               "abort ID",
+		Short:             "Abort a pending change",
+		ValidArgsFunction: a.completeChanges(true),
+		Long: `The abort command attempts to abort a change that still has pending tasks,
+as snap abort does: tasks not started are held, a running one is undone
+when it ends. It prints nothing (--json: the change as snapd returned it);
+"snapsvc watch ID" waits for the change to settle.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, pos []string) error {
+			id, err := changeIDArg("abort", pos)
+			if err != nil {
+				return err
+			}
+			return a.do(c, func(ctx context.Context) error {
+				cl, err := a.client()
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				chg, err := cl.AbortChange(ctx, id)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					a.printJSON(chg)
+				}
+				return nil
+			})
+		},
+	}
 }
 
 // idleOutput is wait-idle's --json shape.
@@ -60,51 +141,45 @@ type idleOutput struct {
 	Idle bool   `json:"idle"`
 }
 
-func cmdWaitIdle(a *app, args []string) (action, error) {
-	fs := a.flagSet("wait-idle")
-	pos, err := a.parseCommand(fs, "wait-idle", args)
-	if err != nil {
-		return nil, err
-	}
-	if len(pos) != 1 {
-		return nil, usagef("wait-idle takes exactly one snap name, got %d arguments", len(pos))
-	}
-	snap, err := snapArg("wait-idle", pos[0])
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		if err := checkSnapKnown(ctx, c, snap); err != nil {
-			return err
-		}
-		a.prog.follow(a.followChange(ctx, func(ctx context.Context) (string, error) {
-			chgs, err := c.Changes(ctx, snapsvc.ChangesOptions{Snap: snap})
-			if err != nil || len(chgs) == 0 {
-				return "", err
+func (a *app) waitIdleCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "wait-idle SNAP",
+		Short: "Wait until no change in progress holds SNAP",
+		Long: `The wait-idle command returns once no change in progress touches SNAP
+(changes made through snapctl included): what a service command on SNAP
+would wait for first.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, pos []string) error {
+			snap, err := snapArg("wait-idle", pos[0])
+			if err != nil {
+				return err
 			}
-			var parts []string
-			for i := range chgs {
-				parts = append(parts, describeChange(&chgs[i]))
-			}
-			return "waiting for " + strings.Join(parts, "; "), nil
-		}))
-		err = c.WaitIdle(ctx, snap)
-		a.prog.clear()
-		if err != nil {
-			return err
-		}
-		if a.json {
-			a.printJSON(idleOutput{Snap: snap, Idle: true})
-		} else {
-			fmt.Fprintf(a.stdout, "snap %q is idle: no change in progress holds it\n", snap)
-		}
-		return nil
-	}, nil
+			return a.do(c, func(ctx context.Context) error {
+				c, err := a.client()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				if err := checkSnapKnown(ctx, c, snap); err != nil {
+					return err
+				}
+				a.prog.begin("wait-idle " + snap)
+				a.prog.lookup(c)
+				a.prog.waitForSnap(snap)
+				err = c.WaitIdle(ctx, snap)
+				a.prog.end()
+				if err != nil {
+					return err
+				}
+				if a.json {
+					a.printJSON(idleOutput{Snap: snap, Idle: true})
+				} else {
+					fmt.Fprintf(a.stdout, "snap %q is idle: no change in progress holds it\n", snap)
+				}
+				return nil
+			})
+		},
+	}
 }
 
 // checkSnapKnown fails, matching snapsvc.ErrNotFound, when snapd knows no

@@ -3,43 +3,35 @@
 // holds the snap (a "snap set", a refresh, another service command), it
 // waits for that change and tries again instead of failing.
 //
-// Usage:
+// Its commands, flags and outputs follow the snap command's where they
+// overlap; what it adds has names snap does not use:
 //
-//	snapsvc [global flags] COMMAND [flags] [ARGS]
+//	services [SNAP|SNAP.APP...]             as snap services
+//	start [--enable] [--no-wait] NAME...    as snap start: "Started."
+//	stop [--disable] [--no-wait] NAME...    as snap stop: "Stopped."
+//	restart [--reload] [--no-wait] NAME...  as snap restart: "Restarted.";
+//	                                        --no-wait prints the change id alone
+//	changes [--abs-time] [--in-progress] [SNAP]
+//	                                        as snap changes: every change snapd
+//	                                        keeps, ID Status Spawn Ready Summary
+//	tasks ID, change ID [--abs-time]        as snap tasks: a change's tasks and logs
+//	watch ID                                as snap watch: wait for the change
+//	abort ID                                as snap abort
+//	version                                 snapsvc's build and snapd's version
+//	status [NAME...]                        services and the changes in progress
+//	                                        that hold their snaps
+//	wait-idle SNAP                          wait until no change holds SNAP
+//	follow [--interval D] [--until-idle] [SNAP]
+//	                                        print changes, tasks and logs as they
+//	                                        happen
+//	demo [--scale F]                        a self-contained demonstration
+//	                                        against an in-process fake snapd
+//	completion bash|zsh|fish                the shell completion script
+//	help [COMMAND]                          help, on stdout (also --help, -h)
 //
-// Commands:
-//
-//	status [NAME...]            services (of snaps or "snap.app" names, or all)
-//	                            and the changes in progress that hold their snaps
-//	start [--enable] [--no-wait] NAME...
-//	stop [--disable] [--no-wait] NAME...
-//	restart [--reload] [--no-wait] NAME...
-//	                            act on services and wait for snapd's change;
-//	                            --no-wait prints the change id once snapd
-//	                            accepted the request (after any conflict),
-//	                            with the attempts, conflicts and changes
-//	                            waited for until then
-//	changes [--all] [SNAP]      changes in progress (--all: also finished ones),
-//	                            optionally only those touching SNAP
-//	change ID                   one change: its tasks, their status and log
-//	wait ID                     wait until change ID is ready
-//	wait-idle SNAP              wait until no change holds SNAP
-//	watch [--interval D] [--until-idle] [SNAP]
-//	                            follow changes and their tasks as they happen
-//	demo [--scale F]            run a self-contained demonstration against an
-//	                            in-process fake snapd (no snapd needed): k8sd's
-//	                            bootstrap code (a plain REST client, not a
-//	                            snap hook) and a controller race while a
-//	                            foreign change holds the snap; it checks its
-//	                            own outcome (exit 1 if wrong). Under --json
-//	                            its "at" and "elapsed" are seconds (numbers)
-//	version                     snapsvc's module version (from the binary's
-//	                            build information) and, when snapd answers
-//	                            within 5s, snapd's; exit 0 either way
-//	help [COMMAND]              the usage, or a command's, on stdout
-//
-// "COMMAND -h" prints the command's usage on stderr: its own flags with
-// their defaults, then the global flags.
+// Deprecated until v0.3.0, with a notice on stderr: "wait ID" (use watch
+// ID; snap's wait is "snap wait SNAP KEY"), "watch [SNAP]" without a change
+// id (use follow [SNAP]), "changes --all" (every change is listed now).
 //
 // Global flags (before or after the command):
 //
@@ -47,29 +39,33 @@
 //	--json           print the result, or the error, as JSON on stdout
 //	--timeout D      give up after D (e.g. 30s; default 0: no limit beyond
 //	                 the library's retry policy, 5m of conflict retries)
-//	--wait-snapd D   how long to keep trying while snapd is unreachable: its
-//	                 socket missing, nobody listening, a path that is not a
-//	                 socket (default 30s; 0: give up at the first failed
-//	                 connection). start, stop and restart keep trying to
-//	                 reach snapd this long, and a wait for a change keeps
-//	                 waiting through an outage this long; the other reads
-//	                 fail at once when snapd is unreachable, and watch
-//	                 rides out outages until it ends
-//	-v               log what the library does (slog text on stderr)
-//	--version        the same as the version command (before the command only)
+//	--wait-snapd D   how long every command keeps trying while snapd is
+//	                 unreachable or restarting: its socket missing, nobody
+//	                 listening, a path that is not a socket (default 30s;
+//	                 0: give up at the first failed connection)
+//	-v, --verbose    log what the library does (slog text on stderr)
+//	--version        this build's version (debug.ReadBuildInfo)
 //
 // Durations are Go durations (30s, 5m, 1h30m), never negative; a value that
-// is not one is a usage error saying why.
+// is not one is a usage error saying why. Flags are GNU-style, as pflag
+// reads them.
 //
 // Inside a snap (SNAP_COOKIE set) the library acts through snapctl on the
 // snap socket, and only on the snap's own services.
 //
-// On a terminal, long waits show on stderr which change and task snapd is
-// working on; otherwise only the result is printed, one plain line per item.
-// Whatever stderr is, a command that keeps trying (start, stop, restart, a
-// wait for a change) says there at once when it cannot reach snapd (which
-// socket, why, and until when it keeps trying) and when snapd answers
-// again.
+// # Progress and interruption
+//
+// While a command waits, for another change that holds the snap or for its
+// own, a terminal on stderr shows one self-erasing line as wide as the
+// terminal, the change's id and kind and the time waited first. Without a
+// terminal it prints a line when a wait starts and one every 5 seconds
+// ("still waiting for change 42 (configure-snap) ..., 10s"). Whatever
+// stderr is, a command says at once when it cannot reach snapd (which
+// socket, why, until when it keeps trying) and when snapd answers again.
+//
+// Ctrl-C (SIGINT) or SIGTERM stops the waiting, not the change (snap
+// aborts it): exit 130 with the change's id, "snapsvc watch ID" to wait
+// again and "snapsvc abort ID" to stop it.
 //
 // # Exit codes
 //
@@ -81,8 +77,8 @@
 //	3    nothing was done and retrying later may help: timed out (--timeout)
 //	     or gave up (the library's policy ran out) while waiting for another
 //	     change or for snapd; snapd is unreachable or restarting (the
-//	     message names the socket); a read or a wait (wait, wait-idle,
-//	     watch) ended early, which is always safe to run again
+//	     message names the socket); a read or a wait (watch, wait-idle,
+//	     follow) ended early, which is always safe to run again
 //	4    not found: unknown snap, service or change (wait-idle: a snap snapd
 //	     does not know and no change in progress touches)
 //	5    the request was, or may have been, carried out, but its outcome is
@@ -90,35 +86,42 @@
 //	     unreachable while it waited, or snapd's answer was lost and the
 //	     change could not be found. Running the command again would act
 //	     again (a second restart): the message names the change when there
-//	     is one, for "snapsvc wait ID"
-//	130  interrupted (SIGINT/SIGTERM); watch exits 0 when interrupted
+//	     is one, for "snapsvc watch ID"
+//	130  interrupted (SIGINT/SIGTERM), follow and watch included
 //
 // # JSON output
 //
-// With --json, every command but watch prints exactly one JSON document on
-// stdout: the command's result, or, when it fails for any reason (usage
+// With --json, every command but follow prints exactly one JSON document
+// on stdout: the command's result, or, when it fails for any reason (usage
 // errors included, wherever --json is on the command line), an error
 // object instead:
 //
 //	{"error":{"message":...,"exit-code":N,"change":ID,"status":S,
-//	          "retryable":bool,"detail":...}}
+//	          "kind":K,"retryable":bool,"detail":...}}
 //
 // retryable is always there and agrees with the exit code: true exactly
 // when running the same command again later may succeed (exit 3; an
 // interrupted command, exit 130, says which it would have been). change,
-// status and detail appear when known; detail is what the command found
-// before failing (wait: the change, with its tasks and error; demo: its
-// report). The message is printed on stderr too.
+// status, kind (snapd's error kind, e.g. "app-not-found") and detail
+// appear when known; detail is what the command found before failing
+// (watch: the change, with its tasks and error; demo: its report). The
+// message is printed on stderr too, on one line.
 //
-// watch --json prints JSON Lines (https://jsonlines.org): one JSON object
+// follow --json prints JSON Lines (https://jsonlines.org): one JSON object
 // per line, one line per event, and a failure as a last {"error":...}
-// line. Help (-h, help) is always text.
+// line. Help is always text.
 //
-// # Watching
+// # Following
 //
-// watch reads GET /v2/changes and prints what changed. Where snapd has
+// follow reads GET /v2/changes and prints what changed. Where snapd has
 // notices (2.62 and later) it wakes as soon as a change is spawned or
 // changes status, through a notices long-poll; it also reads again every
 // --interval (default 500ms) for task progress and log lines, which have
 // no notices. Before 2.62 it polls at --interval.
+//
+// # Completion and manual
+//
+// "snapsvc completion bash|zsh|fish" prints the completion script (service
+// names are completed from snapd); "snapsvc man DIR" (hidden) writes a man
+// page per command. Both come from the same definitions as the help.
 package main

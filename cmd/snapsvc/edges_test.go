@@ -74,7 +74,6 @@ func TestVerdicts(t *testing.T) {
 		retryable bool
 	}{
 		{"success", nil, exitOK, false},
-		{"help", errHelp, exitOK, false},
 		{"usage", usagef("bad"), exitUsage, false},
 		{"invalid name", op("", fmt.Errorf("%w %q", snapsvc.ErrInvalidName, "K8S")), exitUsage, false},
 		{"unknown service", op("", &snapsvc.APIError{StatusCode: 404, Kind: "app-not-found", Message: `snap "k8s" has no service "x"`}), exitNotFound, false},
@@ -112,7 +111,8 @@ func TestVerdicts(t *testing.T) {
 			}
 			var stdout, stderr lockedBuffer
 			a := &app{env: env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, json: true}
-			if got := a.report("restart", tc.err); got != tc.code {
+			a.name = "restart"
+			if got := a.report(tc.err); got != tc.code {
 				t.Errorf("report returned %d, want %d", got, tc.code)
 			}
 			doc := decodeError(t, tc.code, stdout.String())
@@ -197,7 +197,7 @@ func TestUnreachableToldAtOnce(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"restart", "k8s.kubelet"}, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
 	}()
-	want := "restart k8s.kubelet: cannot reach snapd at " + srv.SocketPath() + ": socket " + srv.SocketPath() + " does not exist"
+	want := "restart k8s.kubelet: cannot reach snapd at " + srv.SocketPath() + ": no socket there (is snapd running?)"
 	if !stderr.waitFor(ctx, want) {
 		t.Fatalf("nothing said while snapd is unreachable; stderr %q", stderr.String())
 	}
@@ -216,7 +216,7 @@ func TestUnreachableToldAtOnce(t *testing.T) {
 	if n := strings.Count(stderr.String(), "cannot reach snapd"); n != 1 {
 		t.Errorf("%d outage lines, want 1: %q", n, stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "restart k8s.kubelet: change 1 Done") {
+	if stdout.String() != "Restarted.\n" {
 		t.Errorf("stdout %q", stdout.String())
 	}
 }
@@ -231,8 +231,7 @@ func TestWaitSnapd(t *testing.T) {
 		t.Errorf("default policy: unreachable %v, elapsed %v", p.MaxUnreachable, p.MaxElapsedTime)
 	}
 	for flagValue, want := range map[string]time.Duration{"2s": 2 * time.Second, "0": time.Nanosecond} {
-		fs := a.flagSet("restart")
-		if _, err := a.parseCommand(fs, "restart", []string{"--wait-snapd", flagValue, "k8s"}); err != nil {
+		if err := a.newRoot().PersistentFlags().Parse([]string{"--wait-snapd", flagValue}); err != nil {
 			t.Fatal(err)
 		}
 		if got := a.policy().MaxUnreachable; got != want {
@@ -243,7 +242,7 @@ func TestWaitSnapd(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "nosuch.socket")
 	for _, wait := range []string{"100ms", "0"} {
 		code, out, errOut := runWithSocket(safetyNet(t), sock, false, "--json", "--wait-snapd", wait, "restart", "k8s.kubelet")
-		if code != exitTimeout || !strings.Contains(errOut, "gave up: snapd unreachable for") || !strings.Contains(errOut, "snapd is unreachable at "+sock) {
+		if code != exitTimeout || !strings.Contains(errOut, "error: restart k8s.kubelet: cannot reach snapd at "+sock+": no socket there (is snapd running?); gave up after "+wait) {
 			t.Errorf("--wait-snapd %s: exit %d, stderr %q; want exit 3, giving up on the absent snapd", wait, code, errOut)
 			continue
 		}
@@ -263,13 +262,13 @@ func TestSocketNotASocket(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]string{dir: dir + " is a directory, not a socket", file: file + " is not a socket (a regular file)"} {
-		code, _, errOut := runWithSocket(safetyNet(t), path, false, "status")
-		if code != exitTimeout || !strings.Contains(errOut, want) || !strings.Contains(errOut, "snapsvc: reading services: ") || strings.Contains(errOut, "[]") {
+	for path, want := range map[string]string{dir: dir + ": it is a directory, not a socket", file: file + ": it is not a socket (a regular file)"} {
+		code, _, errOut := runWithSocket(safetyNet(t), path, false, "status", "--wait-snapd", "100ms")
+		if code != exitTimeout || !strings.Contains(errOut, "error: snapsvc status: cannot reach snapd at "+want) || strings.Contains(errOut, "[]") {
 			t.Errorf("status --socket %s: exit %d, stderr %q; want exit 3 saying %q", path, code, errOut, want)
 		}
 		code, _, errOut = runWithSocket(safetyNet(t), path, false, "--wait-snapd", "0", "restart", "k8s.kubelet")
-		if code != exitTimeout || !strings.Contains(errOut, "restart k8s.kubelet: cannot reach snapd at "+path+": "+want) {
+		if code != exitTimeout || !strings.Contains(errOut, "restart k8s.kubelet: cannot reach snapd at "+want) {
 			t.Errorf("restart --socket %s: exit %d, stderr %q; want the first failure told as %q", path, code, errOut, want)
 		}
 	}
@@ -324,33 +323,35 @@ func TestWaitIdleUnknownSnap(t *testing.T) {
 	}
 }
 
-// TestCommandHelp checks every command's usage, from -h (stderr) and from
-// "help COMMAND" (stdout): the same text, the command's own flags once
-// with their real defaults, the global flags once, and never the values
-// given on the command line.
+// TestCommandHelp checks every command's help, from --help and from
+// "help COMMAND": the same text on stdout, nothing on stderr, the global
+// flags once with their real defaults, never the values given on the
+// command line.
 func TestCommandHelp(t *testing.T) {
 	const sock = "/given/by/the/env.socket"
-	for _, c := range commands {
-		if c.parse == nil {
+	a := &app{}
+	for _, c := range a.newRoot().Commands() {
+		if c.Hidden {
 			continue
 		}
-		t.Run(c.name, func(t *testing.T) {
-			code, _, viaFlag := runWithSocket(context.Background(), sock, false, "--timeout", "7s", "--wait-snapd", "9s", c.name, "-h")
-			if code != exitOK {
-				t.Fatalf("%s -h exited %d", c.name, code)
-			}
-			code, viaHelp, errOut := runWithSocket(context.Background(), sock, false, "help", c.name)
+		name := c.Name()
+		t.Run(name, func(t *testing.T) {
+			code, viaFlag, errOut := runWithSocket(context.Background(), sock, false, "--timeout", "7s", "--wait-snapd", "9s", name, "--help")
 			if code != exitOK || errOut != "" {
-				t.Fatalf("help %s: exit %d, stderr %q", c.name, code, errOut)
+				t.Fatalf("%s --help: exit %d, stderr %q", name, code, errOut)
+			}
+			code, viaHelp, errOut := runWithSocket(context.Background(), sock, false, "help", name)
+			if code != exitOK || errOut != "" {
+				t.Fatalf("help %s: exit %d, stderr %q", name, code, errOut)
 			}
 			if viaFlag != viaHelp {
-				t.Errorf("-h and help differ:\n%s\n---\n%s", viaFlag, viaHelp)
+				t.Errorf("--help and help differ:\n%s\n---\n%s", viaFlag, viaHelp)
 			}
-			if !strings.HasPrefix(viaHelp, "Usage: snapsvc "+c.name) || strings.Contains(viaHelp, "Commands:") {
-				t.Errorf("not %s's usage:\n%s", c.name, viaHelp)
+			if !strings.Contains(viaHelp, "snapsvc "+name) {
+				t.Errorf("not %s's usage:\n%s", name, viaHelp)
 			}
-			for _, g := range []string{"--socket", "--json", "--timeout", "--wait-snapd", "-v"} {
-				if n := len(regexp.MustCompile(`(?m)^ +`+g+`\b`).FindAllString(viaHelp, -1)); n != 1 {
+			for _, g := range []string{"--socket", "--json", "--timeout", "--wait-snapd", "--verbose"} {
+				if n := len(regexp.MustCompile(`(?m)^ +(-v, )?`+g+`\b`).FindAllString(viaHelp, -1)); n != 1 {
 					t.Errorf("global flag %s listed %d times:\n%s", g, n, viaHelp)
 				}
 			}
@@ -361,9 +362,9 @@ func TestCommandHelp(t *testing.T) {
 			}
 		})
 	}
-	_, _, watch := runWithSocket(context.Background(), sock, false, "watch", "--interval", "3s", "-h")
-	if !strings.Contains(watch, "--interval D") || !strings.Contains(watch, "(default 500ms)") || strings.Contains(watch, "3s") {
-		t.Errorf("watch -h does not show --interval's own default:\n%s", watch)
+	_, follow, _ := runWithSocket(context.Background(), sock, false, "follow", "--interval", "3s", "--help")
+	if !strings.Contains(follow, "--interval D") || !strings.Contains(follow, "(default 500ms)") || strings.Contains(follow, "3s") {
+		t.Errorf("follow --help does not show --interval's own default:\n%s", follow)
 	}
 }
 
@@ -373,7 +374,11 @@ func TestVersion(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	srv := fake.NewServer(t, fake.WithVersion(fake.Version268), fake.WithSnaps(k8sSnap(0)))
 	ctx := safetyNet(t)
-	for _, args := range [][]string{{"--json", "version"}, {"--version", "--json"}} {
+	code, out, _ := runWithSocket(ctx, srv.SocketPath(), false, "--version")
+	if code != exitOK || !regexp.MustCompile(`^snapsvc \S+ \(github.com/snapsvc/snapsvc, go[^)]*\)\n$`).MatchString(out) {
+		t.Errorf("--version: exit %d %q", code, out)
+	}
+	for _, args := range [][]string{{"--json", "version"}, {"version", "--json"}} {
 		code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, args...)
 		var v versionOutput
 		decodeOne(t, out, &v)
@@ -383,7 +388,7 @@ func TestVersion(t *testing.T) {
 		}
 	}
 	sock := filepath.Join(t.TempDir(), "nosuch.socket")
-	code, out, _ := runWithSocket(ctx, sock, false, "version")
+	code, out, _ = runWithSocket(ctx, sock, false, "version")
 	if code != exitOK || !strings.Contains(out, "snapsvc ") || !strings.Contains(out, "snapd: unknown (") || !strings.Contains(out, sock+" does not exist") {
 		t.Errorf("version without snapd: exit %d %q", code, out)
 	}
@@ -418,7 +423,7 @@ func TestJSONDocuments(t *testing.T) {
 	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--json", "watch", "--until-idle", "--interval", "5ms"}, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
+		done <- run(ctx, []string{"--json", "follow", "--until-idle", "--interval", "5ms"}, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
 	}()
 	if !stdout.waitFor(ctx, `"status":"Doing"`) {
 		t.Fatalf("watch did not show the change: %q %q", stdout.String(), stderr.String())
@@ -432,7 +437,7 @@ func TestJSONDocuments(t *testing.T) {
 		t.Errorf("watch printed %d lines, want the change's and its task's", n)
 	}
 	srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
-	code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "--json", "watch", "--interval", "5ms", "--timeout", "300ms", "k8s")
+	code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "--json", "follow", "--interval", "5ms", "--timeout", "300ms", "k8s")
 	if code != exitTimeout {
 		t.Fatalf("watch --timeout: exit %d: %s", code, errOut)
 	}
@@ -449,8 +454,8 @@ func TestJSONDocuments(t *testing.T) {
 	cli := string(readme)[strings.Index(string(readme), "## The CLI"):]
 	cli = cli[:strings.Index(cli, "\n## ")]
 	for name, text := range map[string]string{"README's CLI section": strings.Join(strings.Fields(cli), " "), "doc.go": strings.Join(strings.Fields(strings.ReplaceAll(string(pkgdoc), "//", "")), " ")} {
-		if !strings.Contains(text, "JSON Lines") || !strings.Contains(text, "except `watch --json`") && !strings.Contains(text, "every command but watch") {
-			t.Errorf("%s does not say that watch --json prints JSON Lines and every other command one document", name)
+		if !strings.Contains(text, "JSON Lines") || !strings.Contains(text, "except `follow --json`") && !strings.Contains(text, "every command but follow") {
+			t.Errorf("%s does not say that follow --json prints JSON Lines and every other command one document", name)
 		}
 	}
 }
@@ -472,23 +477,20 @@ func checkJSONLines(t *testing.T, out string, lastErr bool) {
 }
 
 // TestNotesAboveProgress checks that a note printed while the terminal
-// progress line is drawn goes above it, and the line is drawn again.
+// progress line is drawn erases it first.
 func TestNotesAboveProgress(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var buf lockedBuffer
-	p := newProgress(&buf, true)
-	p.set("restart k8s.kubelet: asking snapd")
+	p := newProgress(&buf, true, func() int { return 100 }, 0, false)
+	p.begin("restart k8s.kubelet")
+	p.mu.Lock()
+	p.chg, p.kind, p.own, p.since = "4", "service-control", true, time.Now()
+	p.tickLocked()
+	p.mu.Unlock()
 	p.println("restart k8s.kubelet: cannot reach snapd")
 	p.close()
 	got := buf.String()
-	i := strings.Index(got, "\r\033[Krestart k8s.kubelet: cannot reach snapd\n")
-	if i < 0 || !strings.Contains(got[i:], "asking snapd") {
-		t.Errorf("note not printed above a redrawn progress line: %q", got)
-	}
-	var plain lockedBuffer
-	off := newProgress(&plain, false)
-	off.println("a note")
-	if plain.String() != "a note\n" {
-		t.Errorf("off: %q", plain.String())
+	if !strings.Contains(got, "change 4 (service-control) running, 0s · restart k8s.kubelet\r\033[Krestart k8s.kubelet: cannot reach snapd\n") {
+		t.Errorf("note not printed over an erased progress line: %q", got)
 	}
 }

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"strconv"
+	"strings"
+	"syscall"
+
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/snapsvc/snapsvc/internal/clistyle"
 
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -42,10 +47,10 @@ type verdict struct {
 // is unreachable or restarting, or a read or a wait ended early (reading
 // or waiting again is harmless).
 func judge(err error) verdict {
-	var ue *usageError
+	var ue *clistyle.UsageError
 	var ce *snapsvc.ChangeError
 	switch {
-	case err == nil, errors.Is(err, errHelp):
+	case err == nil:
 		return verdict{code: exitOK}
 	case errors.As(err, &ue),
 		errors.Is(err, snapsvc.ErrInvalidName),
@@ -115,10 +120,13 @@ func (a *app) socketPath() string {
 // jsonError is the shape of an error under --json.
 type jsonError struct {
 	Error struct {
-		Message   string `json:"message"`
-		ExitCode  int    `json:"exit-code"`
-		Change    string `json:"change,omitempty"`
-		Status    string `json:"status,omitempty"`
+		Message  string `json:"message"`
+		ExitCode int    `json:"exit-code"`
+		Change   string `json:"change,omitempty"`
+		Status   string `json:"status,omitempty"`
+		// Kind is snapd's error kind ("app-not-found",
+		// "snap-not-found", "daemon-restart", ...), when snapd said one.
+		Kind      string `json:"kind,omitempty"`
 		Retryable bool   `json:"retryable"`
 		// Detail is what the command found before failing: the change
 		// for wait, the report for demo.
@@ -139,12 +147,16 @@ func (e *detailError) Unwrap() error { return e.err }
 // report prints err (if any) and returns the exit code. Under --json
 // stdout gets exactly one document for a failure, usage errors included:
 // the error object (commands print nothing on stdout when they fail).
-func (a *app) report(cmd string, err error) int {
+func (a *app) report(err error) int {
+	cmd := a.name
+	if cmd == "" {
+		cmd = strings.TrimPrefix(a.cmd, "snapsvc ")
+	}
 	v := judge(err)
 	if v.code == exitOK {
 		return v.code
 	}
-	var ue *usageError
+	var ue *clistyle.UsageError
 	var oe *snapsvc.OpError
 	var ce *snapsvc.ChangeError
 	change := ""
@@ -154,23 +166,31 @@ func (a *app) report(cmd string, err error) int {
 	if errors.As(err, &ce) && ce.ID != "" {
 		change = ce.ID
 	}
+	var ie *interruptedError
+	if errors.As(err, &ie) && ie.change != "" {
+		change = ie.change
+	}
 	if errors.As(err, &ue) {
-		if !ue.printed {
-			fmt.Fprintf(a.stderr, "error: %s\n", ue.msg)
-			if cmd != "" {
-				fmt.Fprintf(a.stderr, "Run 'snapsvc %s -h' for usage.\n", cmd)
-			} else {
-				fmt.Fprintf(a.stderr, "Run 'snapsvc -h' for usage.\n")
-			}
+		path := ue.Cmd
+		if path == "" {
+			path = "snapsvc"
 		}
+		fmt.Fprintf(a.stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, path)
 	} else {
-		if v.code == exitTimeout && unreachable(err) {
-			err = fmt.Errorf("snapd is unreachable at %s (is it running? retrying later may help): %w", a.socketPath(), err)
+		msg := oneLine(err.Error())
+		if line, ok := a.unreachableLine(err, v); ok {
+			msg = line
 		}
-		fmt.Fprintf(a.stderr, "error: %v\n", err)
+		fmt.Fprintf(a.stderr, "error: %s\n", msg)
 		switch {
 		case v.code == exitUnknown && change != "":
 			fmt.Fprintf(a.stderr, "Change %s was made and may still be running: 'snapsvc wait %s' waits for it; running %s again would act again.\n", change, change, cmd)
+		case v.code == exitInterrupted && change != "":
+			// Ctrl-C stops the waiting, not the change: a service
+			// command's change is short and half of one aborted leaves
+			// services in a mix of states (snap aborts it; we leave that
+			// to an explicit abort).
+			fmt.Fprintf(a.stderr, "Change %s goes on in snapd: 'snapsvc watch %s' waits for it again, 'snapsvc abort %s' stops what has not started.\n", change, change, change)
 		case v.code == exitUnknown:
 			fmt.Fprintf(a.stderr, "snapd may have acted on the request: check with 'snapsvc status' and 'snapsvc changes' before running %s again.\n", cmd)
 		}
@@ -179,18 +199,25 @@ func (a *app) report(cmd string, err error) int {
 		return v.code
 	}
 	var je jsonError
-	je.Error.Message = err.Error()
+	je.Error.Message = oneLine(err.Error())
 	je.Error.ExitCode = v.code
 	je.Error.Change = change
 	if ce != nil {
 		je.Error.Status = ce.Status
 	}
 	je.Error.Retryable = v.retryable
+	var ae *snapsvc.APIError
+	if errors.As(err, &ae) {
+		je.Error.Kind = ae.Kind
+	}
+	if line, ok := a.unreachableLine(err, v); ok {
+		je.Error.Message = line
+	}
 	var de *detailError
 	if errors.As(err, &de) {
 		je.Error.Detail = de.detail
 	}
-	if cmd == "watch" {
+	if cmd == "follow" || (cmd == "watch" && a.followMode) {
 		// watch prints JSON Lines: the error is the last line.
 		b, _ := json.Marshal(je)
 		fmt.Fprintf(a.stdout, "%s\n", b)
@@ -198,4 +225,103 @@ func (a *app) report(cmd string, err error) int {
 	}
 	a.printJSON(je)
 	return v.code
+}
+
+// jsonRequested reports whether args ask for --json before any "--" (a
+// usage error may stop cobra before it sets the flag).
+func jsonRequested(args []string) bool {
+	want := false
+	for _, arg := range args {
+		if arg == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "--") || name != "json" {
+			continue
+		}
+		want = true
+		if hasVal {
+			want, _ = strconv.ParseBool(val)
+		}
+	}
+	return want
+}
+
+// interruptedError is a wait that Ctrl-C (or SIGTERM) ended: the change,
+// if any, goes on in snapd. Exit 130.
+type interruptedError struct {
+	change string
+	err    error
+}
+
+func (e *interruptedError) Error() string {
+	if e.change == "" {
+		return "interrupted"
+	}
+	return "interrupted while waiting for change " + e.change
+}
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// unreachableLine is the one line for a command that gave up on an
+// unreachable snapd: what, where, why, for how long, retryable; each once
+// (the error chain names the socket three times and the request twice).
+func (a *app) unreachableLine(err error, v verdict) (string, bool) {
+	var ce *snapsvc.ConnectionError
+	if v.code != exitTimeout || !errors.As(err, &ce) || ce.Written {
+		return "", false
+	}
+	what := "snapsvc " + a.name
+	var oe *snapsvc.OpError
+	if errors.As(err, &oe) {
+		what = oe.Op + " " + strings.Join(oe.Names, " ")
+	}
+	socket := ce.Socket
+	if socket == "" {
+		socket = a.socketPath()
+	}
+	line := fmt.Sprintf("%s: cannot reach snapd at %s: %s", what, socket, dialReason(ce))
+	switch {
+	case errors.Is(err, snapsvc.ErrGaveUp):
+		line += fmt.Sprintf("; gave up after %v (--wait-snapd)", a.waitSnapd)
+	case errors.Is(err, context.DeadlineExceeded) && a.timeout > 0:
+		line += fmt.Sprintf("; timed out after %v (--timeout)", a.timeout)
+	case errors.Is(err, context.DeadlineExceeded):
+		line += "; timed out"
+	}
+	if oe != nil {
+		line += "; nothing was done"
+	}
+	return line + " [retryable]", true
+}
+
+// dialReason says why snapd's socket could not be dialled, without the
+// socket's path and the request the error chain repeats.
+func dialReason(ce *snapsvc.ConnectionError) string {
+	msg := ce.Err.Error()
+	for _, m := range []string{`: Get "`, `: Post "`} {
+		if i := strings.Index(msg, m); i >= 0 {
+			msg = msg[:i]
+		}
+	}
+	switch {
+	case strings.Contains(msg, "does not exist"):
+		return "no socket there (is snapd running?)"
+	case strings.HasPrefix(msg, ce.Socket+" "):
+		return "it " + strings.TrimPrefix(msg, ce.Socket+" ") // "it is a directory, not a socket"
+	case errors.Is(ce, syscall.ECONNREFUSED):
+		return "connection refused (nothing listens on the socket)"
+	}
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return msg
+}
+
+// oneLine puts a message on one line: snapd's change errors list their
+// failed tasks on lines of their own ("cannot perform the following
+// tasks:\n- Run configure hook ... (boom)").
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, ":\n- ", ": ")
+	s = strings.ReplaceAll(s, "\n- ", "; ")
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
 }

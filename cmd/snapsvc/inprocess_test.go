@@ -90,31 +90,46 @@ func TestDemoVerbose(t *testing.T) {
 	}
 }
 
-// TestProgress checks the terminal line: drawn, replaced, erased.
+// TestProgress checks the terminal line (drawn as wide as the terminal,
+// erased) and the lines without a terminal (at once for another's change,
+// then every quietEvery), on a manual clock.
 func TestProgress(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var buf lockedBuffer
-	p := newProgress(&buf, true)
-	p.set("restart k8s.kubelet: asking snapd")
-	p.set(strings.Repeat("x", 200))
-	p.clear()
-	p.close()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p := newProgress(&buf, true, func() int { return 40 }, 0, false)
+	p.close() // drive ticks by hand
+	p.now = func() time.Time { return now }
+	p.begin("restart k8s.kubelet")
+	p.waitFor("12", "configure-snap")
+	now = now.Add(3 * time.Second)
+	p.tickLocked()
+	p.end()
 	got := buf.String()
-	if !strings.Contains(got, "\r\033[K/ restart k8s.kubelet: asking snapd") {
-		t.Errorf("no progress line in %q", got)
-	}
-	if !strings.Contains(got, strings.Repeat("x", progressWidth-3)+"…") {
-		t.Errorf("long line not cut: %q", got)
+	if !strings.Contains(got, " change 12 (configure-snap) running, …\r") {
+		t.Errorf("line not cut at the terminal's 40 columns: %q", got)
 	}
 	if !strings.HasSuffix(got, "\r\033[K") {
 		t.Errorf("line not erased at the end: %q", got)
 	}
 
-	off := newProgress(&buf, false)
-	off.set("nothing")
-	off.close()
-	if strings.Contains(buf.String(), "nothing") {
-		t.Error("progress drawn while off")
+	var plain lockedBuffer
+	q := newProgress(&plain, false, nil, 10*time.Second, false)
+	q.close()
+	q.now = func() time.Time { return now }
+	q.begin("restart k8s.kubelet")
+	q.kind = "configure-snap"
+	q.blocked("42")
+	q.kind = "configure-snap"
+	for range 25 {
+		now = now.Add(time.Second)
+		q.tickLocked()
+	}
+	want := "restart k8s.kubelet: waiting for change 42 that holds the snap\n" +
+		"restart k8s.kubelet: still waiting for change 42 (configure-snap) that holds the snap, 10s\n" +
+		"restart k8s.kubelet: still waiting for change 42 (configure-snap) that holds the snap, 20s\n"
+	if plain.String() != want {
+		t.Errorf("without a terminal:\n%s\nwant\n%s", plain.String(), want)
 	}
 }
 
@@ -132,21 +147,6 @@ func TestReadableHandler(t *testing.T) {
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// TestFlagsAnywhere checks global flags before and after the command and
-// "--" ending the flags.
-func TestFlagsAnywhere(t *testing.T) {
-	a := &app{env: env{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }}}
-	fs := a.flagSet("restart")
-	reload := fs.Bool("reload", false, "")
-	pos, err := a.parseCommand(fs, "restart", []string{"k8s.a", "--json", "--reload", "k8s.b", "--timeout", "3s", "--", "--x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(pos, " ") != "k8s.a k8s.b --x" || !a.json || !*reload || a.timeout != 3*time.Second {
-		t.Errorf("pos %q json %t reload %t timeout %v", pos, a.json, *reload, a.timeout)
 	}
 }
 

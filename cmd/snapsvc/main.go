@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"golang.org/x/term"
 )
 
 func main() { os.Exit(realMain()) }
@@ -17,12 +19,17 @@ func realMain() int {
 		stdout:   os.Stdout,
 		stderr:   os.Stderr,
 		getenv:   os.Getenv,
-		terminal: isTerminal(os.Stderr) && os.Getenv("TERM") != "dumb",
+		terminal: term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("TERM") != "dumb",
+		width:    stderrWidth,
 	})
 }
 
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+// stderrWidth is the width of the terminal on stderr, 0 if unknown. It is
+// read at each redraw, so a resized terminal is followed.
+func stderrWidth() int {
+	w, _, err := term.GetSize(int(os.Stderr.Fd()))
+	if err != nil {
+		return 0
+	}
+	return w
 }

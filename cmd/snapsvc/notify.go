@@ -17,12 +17,27 @@ import (
 // would look hung.
 func (a *app) observe(ev snapsvc.Event) {
 	who := ev.Op
+	if ev.Op == "read" {
+		// A read the command makes (services, changes, watch, follow).
+		who = "snapsvc " + a.name
+	}
 	if len(ev.Names) > 0 {
 		who += " " + strings.Join(ev.Names, " ")
 	}
 	switch ev.Kind {
 	case snapsvc.EventUnreachable:
-		a.note("%s: cannot reach snapd at %s: %v; %s", who, a.eventSocket(ev), connectionCause(ev.Err), retryingUntil(ev.GiveUpAt))
+		if a.waitSnapd == 0 {
+			return // no retrying: the error says it all, once
+		}
+		a.note("%s: cannot reach snapd at %s: %s; %s", who, a.eventSocket(ev), connectionCause(ev.Err), retryingUntil(ev.GiveUpAt))
+	case snapsvc.EventConflict:
+		if len(ev.Blockers) > 0 {
+			a.prog.blocked(ev.Blockers[0])
+		}
+	case snapsvc.EventAccepted:
+		if ev.ChangeID != "" {
+			a.prog.waitFor(ev.ChangeID, "service-control")
+		}
 	case snapsvc.EventReachable:
 		a.note("%s: snapd answers again at %s", who, a.eventSocket(ev))
 	}
@@ -30,6 +45,10 @@ func (a *app) observe(ev snapsvc.Event) {
 
 // note prints one line on stderr, above the progress line if one is drawn.
 func (a *app) note(format string, args ...any) {
+	if a.prog == nil {
+		fmt.Fprintf(a.stderr, format+"\n", args...)
+		return
+	}
 	a.prog.println(fmt.Sprintf(format, args...))
 }
 
@@ -43,12 +62,12 @@ func (a *app) eventSocket(ev snapsvc.Event) string {
 
 // connectionCause is what made a connection fail, without the request's
 // description the ConnectionError wraps around it.
-func connectionCause(err error) error {
+func connectionCause(err error) string {
 	var ce *snapsvc.ConnectionError
 	if errors.As(err, &ce) && ce.Err != nil && retry.IsUnreachable(err) {
-		return ce.Err
+		return dialReason(ce)
 	}
-	return err
+	return err.Error()
 }
 
 // retryingUntil says until when an operation keeps trying.

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,15 +19,7 @@ func (a *app) printJSON(v any) {
 
 // table returns a tab writer on stdout; call Flush when done.
 func (a *app) table() *tabwriter.Writer {
-	return tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-}
-
-// formatTime prints a snapd timestamp in local time, or "-" when unset.
-func formatTime(t *time.Time) string {
-	if t == nil || t.IsZero() {
-		return "-"
-	}
-	return t.Local().Format("2006-01-02T15:04:05.000")
+	return tabwriter.NewWriter(a.stdout, 5, 3, 2, ' ', 0) // snap's tabWriter (cmd/snap/main.go)
 }
 
 // currentTask is the task a change is working on: the first Doing (or
@@ -76,16 +67,4 @@ func logText(line string) string {
 		}
 	}
 	return line
-}
-
-// writeChangeLines prints changes as a table (ID, status, kind, spawn,
-// ready, summary).
-func writeChangeTable(w io.Writer, chgs []snapsvc.Change) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tStatus\tKind\tSpawn\tReady\tSummary")
-	for i := range chgs {
-		c := &chgs[i]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Status, c.Kind, formatTime(&c.SpawnTime), formatTime(c.ReadyTime), c.Summary)
-	}
-	tw.Flush()
 }

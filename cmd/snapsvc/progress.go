@@ -4,47 +4,198 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-// progress draws one self-erasing status line on a terminal while a
-// command waits. When off (not a terminal, or -v), every method is a no-op.
+// progress tells, on stderr, what a command is waiting for: the change's
+// id and kind (the command's own change, or another's that holds the
+// snap) and for how long.
+//
+// On a terminal it is one self-erasing line, redrawn every progressTick,
+// as wide as the terminal. Without one (a pipe, a file, /dev/null, CI) it
+// prints a line when a wait starts, and then one every quietEvery ("still
+// waiting for change 42 (configure-snap), 10s"), so a log never looks
+// hung. With -v it is off (the library's log says it all).
 type progress struct {
-	w  io.Writer
-	on bool
+	w     io.Writer
+	term  bool
+	off   bool
+	width func() int
+	every time.Duration
+	now   func() time.Time
 
-	mu       sync.Mutex
-	text     string
-	describe func() string
-	drawn    bool
-	frame    int
+	mu        sync.Mutex
+	what      string // "restart k8s.kubelet"
+	cl        *snapsvc.Client
+	chg, kind string
+	own       bool   // chg is the command's own change
+	snap      string // waiting for SNAP to be idle
+	since     time.Time
+	told      time.Time // last line without a terminal
+	drawn     bool
+	frame     int
 
-	stop chan struct{}
-	done chan struct{}
+	stop, done chan struct{}
 }
 
-// progressTick is how often the line is redrawn (and a followed change
-// re-read).
+// progressTick is how often the terminal line is redrawn and the quiet
+// mode checks whether a line is due.
 const progressTick = 200 * time.Millisecond
 
-// progressWidth bounds the line so it never wraps on an 80-column terminal.
-const progressWidth = 78
+// progressQuietEvery is how often, without a terminal, a wait says it is
+// still waiting.
+const progressQuietEvery = 5 * time.Second
 
-func newProgress(w io.Writer, on bool) *progress {
-	p := &progress{w: w, on: on}
-	if on {
-		p.stop = make(chan struct{})
-		p.done = make(chan struct{})
-		go p.loop()
+// completionWait bounds the request shell completion makes to snapd.
+const completionWait = time.Second
+
+func newProgress(w io.Writer, term bool, width func() int, every time.Duration, off bool) *progress {
+	if every <= 0 {
+		every = progressQuietEvery
 	}
+	p := &progress{w: w, term: term, off: off, width: width, every: every, now: time.Now,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if off {
+		close(p.done)
+		return p
+	}
+	go p.loop()
 	return p
 }
 
-func (p *progress) enabled() bool { return p != nil && p.on }
+// begin names what the command does, for the line.
+func (p *progress) begin(what string) {
+	if p.off {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.what, p.since = what, p.now()
+	if p.term {
+		p.tickLocked()
+	}
+}
+
+// lookup lets the progress read the changes it names (their kind).
+func (p *progress) lookup(c *snapsvc.Client) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cl = c
+}
+
+// waitFor says the command now waits for its own change id.
+func (p *progress) waitFor(id, kind string) { p.set(id, kind, true) }
+
+// blocked says the command waits for another's change that holds the
+// snap.
+func (p *progress) blocked(id string) { p.set(id, "", false) }
+
+// waitForSnap says the command waits for snap to be idle.
+func (p *progress) waitForSnap(snap string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.snap, p.since, p.told = snap, p.now(), time.Time{}
+	if !p.off && !p.term {
+		p.told = p.since
+		fmt.Fprintf(p.w, "%s: waiting for snap %q to be idle\n", p.what, snap)
+	}
+}
+
+func (p *progress) set(id, kind string, own bool) {
+	if p.off {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id == p.chg && own == p.own {
+		return
+	}
+	p.chg, p.kind, p.own = id, kind, own
+	p.since, p.told = p.now(), time.Time{}
+	if p.term {
+		p.tickLocked()
+	}
+	if !p.term {
+		// Without a terminal, a line when a wait starts.
+		p.kind = p.kindLocked()
+		p.told = p.since
+		holds := ""
+		if !own {
+			holds = " that holds the snap"
+		}
+		fmt.Fprintf(p.w, "%s: waiting for change %s%s\n", p.what, p.changeLocked(), holds)
+	}
+}
+
+// kindLocked reads the change's kind once, if a client is known.
+func (p *progress) kindLocked() string {
+	if p.kind != "" || p.cl == nil || p.chg == "" {
+		return p.kind
+	}
+	cl, id := p.cl, p.chg
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), completionWait)
+	chg, err := cl.Change(ctx, id)
+	cancel()
+	p.mu.Lock()
+	if err != nil || id != p.chg {
+		return p.kind
+	}
+	return chg.Kind
+}
+
+// changeLocked is "42 (configure-snap)".
+func (p *progress) changeLocked() string {
+	if p.kind == "" {
+		return p.chg
+	}
+	return p.chg + " (" + p.kind + ")"
+}
+
+// end says the wait is over: the line is erased.
+func (p *progress) end() {
+	if p.off {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.chg, p.kind, p.snap, p.what = "", "", "", ""
+	p.eraseLocked()
+}
+
+func (p *progress) eraseLocked() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
+	}
+}
+
+// println prints a line; on a terminal above the progress line, which is
+// erased first and drawn again after.
+func (p *progress) println(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.eraseLocked()
+	fmt.Fprintln(p.w, line)
+}
+
+// close stops the progress for good and erases the line.
+func (p *progress) close() {
+	if p.off {
+		return
+	}
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+	p.end()
+}
 
 func (p *progress) loop() {
 	defer close(p.done)
@@ -57,196 +208,95 @@ func (p *progress) loop() {
 		case <-t.C:
 		}
 		p.mu.Lock()
-		describe := p.describe
-		p.mu.Unlock()
-		if describe != nil {
-			if s := describe(); s != "" {
-				p.mu.Lock()
-				if p.describe != nil { // not cleared meanwhile
-					p.text = s
-				}
-				p.mu.Unlock()
-			}
-		}
-		p.mu.Lock()
-		p.drawLocked()
+		p.tickLocked()
 		p.mu.Unlock()
 	}
 }
 
 var spinner = []string{"|", "/", "-", "\\"}
 
-func (p *progress) drawLocked() {
-	if p.text == "" {
-		return
-	}
-	p.frame++
-	line := spinner[p.frame%len(spinner)] + " " + p.text
-	if utf8.RuneCountInString(line) > progressWidth {
-		r := []rune(line)
-		line = string(r[:progressWidth-1]) + "…"
-	}
-	fmt.Fprintf(p.w, "\r\033[K%s", line)
-	p.drawn = true
-}
-
-// set shows text until the next set, follow or clear.
-func (p *progress) set(text string) {
-	if !p.enabled() {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.text = strings.ReplaceAll(text, "\n", " ")
-	p.drawLocked()
-}
-
-// println prints a line; on a terminal above the progress line, which is
-// erased first and drawn again after.
-func (p *progress) println(line string) {
-	if !p.enabled() {
-		fmt.Fprintln(p.w, line)
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.drawn {
-		fmt.Fprint(p.w, "\r\033[K")
-		p.drawn = false
-	}
-	fmt.Fprintln(p.w, line)
-	p.drawLocked()
-}
-
-// follow shows what describe returns, re-evaluated at every tick.
-func (p *progress) follow(describe func() string) {
-	if !p.enabled() {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.describe = describe
-}
-
-// clear stops following and erases the line, before results are printed.
-func (p *progress) clear() {
-	if !p.enabled() {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.describe = nil
-	p.text = ""
-	if p.drawn {
-		fmt.Fprint(p.w, "\r\033[K")
-		p.drawn = false
-	}
-}
-
-// close stops drawing for good.
-func (p *progress) close() {
-	if !p.enabled() {
-		return
-	}
-	close(p.stop)
-	<-p.done
-	p.clear()
-}
-
-// followChange is a describe function for progress.follow that reads the
-// change and says which task snapd is on.
-func (a *app) followChange(ctx context.Context, read func(ctx context.Context) (string, error)) func() string {
-	return func() string {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		s, err := read(ctx)
-		if err != nil {
-			return ""
+func (p *progress) tickLocked() {
+	if p.chg == "" && p.snap == "" {
+		if p.term && p.what != "" && !p.since.IsZero() {
+			// Before any change: the request is on its way.
+			p.drawLocked(fmt.Sprintf("asking snapd, %v · %s", p.now().Sub(p.since).Truncate(time.Second), p.what))
 		}
-		return s
+		return
 	}
+	if p.chg != "" {
+		p.kind = p.kindLocked()
+	}
+	if p.chg == "" && p.snap != "" {
+		// wait-idle: name the change that holds the snap.
+		p.chg, p.kind = p.holderLocked()
+	}
+	elapsed := p.now().Sub(p.since).Truncate(time.Second)
+	what := "waiting for change " + p.changeLocked()
+	switch {
+	case p.chg == "":
+		what = fmt.Sprintf("waiting for snap %q to be idle", p.snap)
+	case !p.own:
+		what += " that holds the snap"
+	}
+	if p.term {
+		// Most telling first, so a narrow terminal cuts the least useful
+		// part: the change, its kind and the time, then the command.
+		short := "change " + p.changeLocked() + " running"
+		switch {
+		case p.chg == "":
+			short = fmt.Sprintf("snap %q busy", p.snap)
+		case !p.own:
+			short = "change " + p.changeLocked() + " holds the snap"
+		}
+		p.drawLocked(fmt.Sprintf("%s, %v · %s", short, elapsed, p.what))
+		return
+	}
+	last := p.told
+	if last.IsZero() {
+		last = p.since
+	}
+	if p.now().Sub(last) < p.every {
+		return
+	}
+	p.told = p.now()
+	fmt.Fprintf(p.w, "%s: still %s, %v\n", p.what, what, elapsed)
 }
 
-// readableHandler renders the library's log records as short readable
-// lines ("k8s restart k8s.kubelet: change created (change 4, attempt 1)")
-// and hands them to sink. Records below Info are dropped unless debug.
-type readableHandler struct {
-	who   string
-	attrs []slog.Attr
-	debug bool
-	sink  func(msg, line string)
-	// ops remembers the names of each change's operation, for the records
-	// that only carry the change id ("change done").
-	ops *sync.Map
-}
-
-func (h *readableHandler) Enabled(_ context.Context, l slog.Level) bool {
-	return h.debug || l >= slog.LevelInfo
-}
-
-func (h *readableHandler) Handle(_ context.Context, r slog.Record) error {
-	attrs := append([]slog.Attr(nil), h.attrs...)
-	r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a); return true })
-	if h.ops != nil {
-		var change, names string
-		for _, a := range attrs {
-			switch a.Key {
-			case "change":
-				change = a.Value.String()
-			case "names":
-				names = a.Value.String()
+// drawLocked draws the terminal line: a spinner and text, cut to the
+// terminal's width (80 when unknown) so it never wraps.
+func (p *progress) drawLocked(text string) {
+	{
+		p.frame++
+		line := spinner[p.frame%len(spinner)] + " " + text
+		w := 80
+		if p.width != nil {
+			if n := p.width(); n > 0 {
+				w = n
 			}
 		}
-		if change != "" && names != "" {
-			h.ops.Store(change, names)
-		} else if v, ok := h.ops.Load(change); ok && change != "" {
-			attrs = append(attrs, slog.String("names", v.(string)))
+		if utf8.RuneCountInString(line) > w-1 {
+			r := []rune(line)
+			line = string(r[:w-2]) + "…"
 		}
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		p.drawn = true
 	}
-	h.sink(r.Message, renderRecord(r.Message, attrs))
-	return nil
 }
 
-func (h *readableHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	h2 := *h
-	h2.attrs = append(append([]slog.Attr(nil), h.attrs...), as...)
-	return &h2
-}
-
-func (h *readableHandler) WithGroup(string) slog.Handler { return h }
-
-// renderRecord puts the operation (snap, action, names) first, then the
-// message, then the other attributes in parentheses.
-func renderRecord(msg string, attrs []slog.Attr) string {
-	var action, names, snap string
-	var extra []string
-	for _, a := range attrs {
-		v := a.Value.Resolve()
-		switch a.Key {
-		case "action":
-			action = v.String()
-		case "names":
-			names = v.String()
-		case "snap":
-			snap = v.String()
-		default:
-			extra = append(extra, a.Key+" "+fmt.Sprint(v.Any()))
-		}
+// holderLocked finds a change in progress that touches p.snap.
+func (p *progress) holderLocked() (string, string) {
+	if p.cl == nil {
+		return "", ""
 	}
-	var b strings.Builder
-	switch {
-	case action != "" && names != "":
-		fmt.Fprintf(&b, "%s %s: ", action, strings.ReplaceAll(names, ",", " "))
-	case action != "" && snap != "":
-		fmt.Fprintf(&b, "%s %s: ", action, snap)
-	case action != "":
-		fmt.Fprintf(&b, "%s: ", action)
-	case snap != "":
-		fmt.Fprintf(&b, "%s: ", snap)
+	cl, snap := p.cl, p.snap
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), completionWait)
+	chgs, err := cl.Changes(ctx, snapsvc.ChangesOptions{Snap: snap})
+	cancel()
+	p.mu.Lock()
+	if err != nil || len(chgs) == 0 || p.snap != snap {
+		return "", ""
 	}
-	b.WriteString(msg)
-	if len(extra) > 0 {
-		fmt.Fprintf(&b, " (%s)", strings.Join(extra, ", "))
-	}
-	return b.String()
+	p.own = true // the "that holds the snap" is implied by wait-idle
+	return chgs[0].ID, chgs[0].Kind
 }

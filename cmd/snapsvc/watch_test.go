@@ -54,9 +54,10 @@ func (b *notifyBuffer) waitFor(ctx context.Context, text string) bool {
 	}
 }
 
-// TestWatchRidesOutSnapdRestart checks that watch keeps going while snapd
-// is away: one line saying so on stderr, however many polls fail, then it
-// picks up the change it was following once snapd is back.
+// TestWatchRidesOutSnapdRestart checks that follow keeps going while snapd
+// is away (within --wait-snapd): one line saying so on stderr, however
+// many reads fail, then it picks up the change it was following once
+// snapd is back.
 func TestWatchRidesOutSnapdRestart(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
@@ -67,18 +68,9 @@ func TestWatchRidesOutSnapdRestart(t *testing.T) {
 
 	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
 	done := make(chan int, 1)
-	failed := make(chan struct{}, 100)
 	go func() {
-		done <- run(ctx, []string{"watch", "--interval", "5ms", "--until-idle", "k8s"}, env{
+		done <- run(ctx, []string{"follow", "--interval", "5ms", "--until-idle", "k8s"}, env{
 			stdout: stdout, stderr: stderr,
-			watchPolled: func(err error) {
-				if err != nil {
-					select {
-					case failed <- struct{}{}:
-					default:
-					}
-				}
-			},
 			getenv: socketEnv(srv.SocketPath()),
 		})
 	}()
@@ -86,22 +78,14 @@ func TestWatchRidesOutSnapdRestart(t *testing.T) {
 		t.Fatalf("watch did not show the held change: %q / %q", stdout.String(), stderr.String())
 	}
 	srv.StopListening()
-	want := "snapd unavailable at " + srv.SocketPath() + ", retrying"
+	want := "snapsvc follow: cannot reach snapd at " + srv.SocketPath()
 	if !stderr.waitFor(ctx, want) {
 		t.Fatalf("no %q on stderr: %q", want, stderr.String())
-	}
-	// Several polls fail during the outage: still one line.
-	for range 3 {
-		select {
-		case <-failed:
-		case <-ctx.Done():
-			t.Fatal("watch stopped polling while snapd was away")
-		}
 	}
 	if err := srv.StartListening(); err != nil {
 		t.Fatal(err)
 	}
-	if !stderr.waitFor(ctx, "snapd is back at "+srv.SocketPath()) {
+	if !stderr.waitFor(ctx, "snapsvc follow: snapd answers again at "+srv.SocketPath()) {
 		t.Fatalf("watch did not see snapd come back: %q", stderr.String())
 	}
 	held.Finish()
@@ -116,7 +100,7 @@ func TestWatchRidesOutSnapdRestart(t *testing.T) {
 	if !strings.Contains(stdout.String(), "change 1 configure-snap Done") {
 		t.Errorf("watch did not report the change done:\n%s", stdout.String())
 	}
-	if n := strings.Count(stderr.String(), "snapd unavailable"); n != 1 {
+	if n := strings.Count(stderr.String(), "cannot reach snapd"); n != 1 {
 		t.Errorf("%d outage lines, want 1:\n%s", n, stderr.String())
 	}
 }
@@ -133,7 +117,7 @@ func TestWatchWakesOnNotices(t *testing.T) {
 	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"watch", "--interval", "1h", "--until-idle", "k8s"}, env{
+		done <- run(ctx, []string{"follow", "--interval", "1h", "--until-idle", "k8s"}, env{
 			stdout: stdout, stderr: stderr,
 			getenv: socketEnv(srv.SocketPath()),
 		})
@@ -154,5 +138,30 @@ func TestWatchWakesOnNotices(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "change 1 configure-snap Done") {
 		t.Errorf("watch did not report the change done:\n%s", stdout.String())
+	}
+}
+
+// TestFollowInterrupted checks that follow, like every command, exits 130
+// when interrupted (v0.1's watch exited 0), and that the deprecated
+// "watch SNAP" does too.
+func TestFollowInterrupted(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	for _, args := range [][]string{{"follow"}, {"watch", "k8s"}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, args, env{stdout: stdout, stderr: stderr, getenv: socketEnv(srv.SocketPath())})
+		}()
+		safety, stop := context.WithTimeout(context.Background(), 30*time.Second)
+		if !stdout.waitFor(safety, "No change in progress; watching for new ones.") {
+			t.Fatalf("%q did not start: %q", args, stderr.String())
+		}
+		stop()
+		cancel() // what SIGINT does to realMain's context
+		if code := <-done; code != exitInterrupted || !strings.Contains(stderr.String(), "error: interrupted") {
+			t.Errorf("%q interrupted: exit %d, stderr %q", args, code, stderr.String())
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/spf13/cobra"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,31 +40,57 @@ type watchState struct {
 	logs    map[string]int    // task id -> log lines seen
 }
 
-func cmdWatch(a *app, args []string) (action, error) {
-	fs := a.flagSet("watch")
-	interval := new(time.Duration)
-	*interval = 500 * time.Millisecond
-	fs.Var(&durationFlag{interval}, "interval", "read snapd's changes every `D`")
-	untilIdle := fs.Bool("until-idle", false, "exit once no change (touching SNAP) is in progress")
-	pos, err := a.parseCommand(fs, "watch", args)
-	if err != nil {
-		return nil, err
+// followFlags are follow's flags (also on watch, hidden, for v0.1's
+// "watch [SNAP]").
+type followFlags struct {
+	interval  time.Duration
+	untilIdle bool
+}
+
+func (f *followFlags) add(c *cobra.Command, hidden bool) {
+	f.interval = 500 * time.Millisecond
+	c.Flags().Var(&durationFlag{&f.interval}, "interval", "read snapd's changes every `D`")
+	c.Flags().BoolVar(&f.untilIdle, "until-idle", false, "exit once no change (touching SNAP) is in progress")
+	if hidden {
+		c.Flags().MarkHidden("interval")
+		c.Flags().MarkHidden("until-idle")
 	}
-	if len(pos) > 1 {
-		return nil, usagef("watch takes at most one snap name, got %d", len(pos))
+}
+
+func (a *app) followCmd() *cobra.Command {
+	f := &followFlags{}
+	c := &cobra.Command{
+		Use:   "follow [--interval D] [--until-idle] [SNAP]",
+		Short: "Follow changes, their tasks and logs as they happen",
+		Long: `The follow command prints a line whenever a change (touching SNAP) appears or
+changes status, one of its tasks does, or a task logs something; with --json
+one object per line. It runs until interrupted (exit 130) or, with
+--until-idle, until no change is in progress. It was "watch [SNAP]" in
+v0.1.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, pos []string) error {
+			a.followMode = true
+			return a.runFollow(c, f, pos)
+		},
 	}
-	if *interval <= 0 {
-		return nil, usagef("--interval must be positive")
+	f.add(c, false)
+	return c
+}
+
+func (a *app) runFollow(c *cobra.Command, f *followFlags, pos []string) error {
+	if f.interval <= 0 {
+		return usagef("--interval must be positive")
 	}
+	interval, untilIdle := &f.interval, &f.untilIdle
 	opts := snapsvc.ChangesOptions{Select: "all"}
 	if len(pos) == 1 {
-		snap, err := snapArg("watch", pos[0])
+		snap, err := snapArg(c.CalledAs(), pos[0])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		opts.Snap = snap
 	}
-	return func(ctx context.Context) error {
+	return a.do(c, func(ctx context.Context) error {
 		c, err := a.client()
 		if err != nil {
 			return err
@@ -70,7 +98,6 @@ func cmdWatch(a *app, args []string) (action, error) {
 		defer c.Close()
 		st := &watchState{changes: map[string]string{}, tasks: map[string]string{}, logs: map[string]int{}}
 		first := true
-		down := false // the last poll found snapd unreachable
 		tick := time.NewTicker(*interval)
 		defer tick.Stop()
 		useNotices := true
@@ -85,26 +112,12 @@ func cmdWatch(a *app, args []string) (action, error) {
 			}
 			switch {
 			case err == nil:
-				if down {
-					fmt.Fprintf(a.stderr, "snapd is back at %s\n", a.socketPath())
-					down = false
-				}
 			case ctx.Err() != nil:
 				return watchEnd(ctx)
-			case unreachable(err):
-				// snapd is restarting or its socket is gone: say so once
-				// per outage and keep polling at the same pace.
-				if !down {
-					fmt.Fprintf(a.stderr, "snapd unavailable at %s, retrying every %v: %v\n", a.socketPath(), *interval, err)
-					down = true
-				}
-				select {
-				case <-ctx.Done():
-					return watchEnd(ctx)
-				case <-tick.C:
-				}
-				continue
 			default:
+				// The library rode out an unreachable or restarting snapd
+				// for --wait-snapd (the observer said so on stderr); past
+				// that, follow gives up like every command.
 				return err
 			}
 			busy := false
@@ -148,16 +161,16 @@ func cmdWatch(a *app, args []string) (action, error) {
 			case <-tick.C:
 			}
 		}
-	}, nil
+	})
 }
 
-// watchEnd is how watch ends once ctx is done: interrupted is the normal
-// end (exit 0); --timeout is exit 3.
+// watchEnd is how follow ends once ctx is done: interrupted (exit 130)
+// or --timeout (exit 3).
 func watchEnd(ctx context.Context) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return nil
+		return &interruptedError{err: context.Canceled}
 	}
-	return fmt.Errorf("watching changes: %w", context.Cause(ctx))
+	return fmt.Errorf("following changes: %w", context.Cause(ctx))
 }
 
 func (a *app) rememberChange(st *watchState, chg *snapsvc.Change) {

@@ -1,0 +1,156 @@
+// Package clistyle is the one command-line style of snapsvc's binaries
+// (snapsvc, fakesnapd, and the etcdbudget commands that adopt it): help on
+// stdout, GNU-style flag errors that exit 2, suggestions for mistyped
+// commands, shell completion, man pages, and one --version flag that
+// prints the build from debug.ReadBuildInfo.
+//
+// It is built on cobra (and its pflag), as k8sd and kubectl are, rather
+// than on go-flags as snap and pebble are: cobra generates the bash, zsh
+// and fish completion scripts and the man pages (cobra/doc) from the same
+// command definitions, so help, completion and manual never disagree, and
+// it is the library the Kubernetes-side users of snapsvc already know.
+package clistyle
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+)
+
+// Build is what a binary knows of its own build.
+type Build struct {
+	// Module is the main module's path, Version its version ("(devel)"
+	// for a build from a checkout).
+	Module   string `json:"module"`
+	Version  string `json:"version"`
+	Go       string `json:"go"`
+	Revision string `json:"revision,omitempty"`
+	Time     string `json:"time,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+}
+
+// ReadBuild reads the binary's build information.
+func ReadBuild() Build {
+	v := Build{Module: "github.com/snapsvc/snapsvc", Version: "(devel)", Go: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	if bi.Main.Path != "" {
+		v.Module = bi.Main.Path
+	}
+	if bi.Main.Version != "" {
+		v.Version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Revision = s.Value
+		case "vcs.time":
+			v.Time = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
+}
+
+// Line is the build as one line: "NAME VERSION (module, go1.25.0,
+// revision R, TIME, modified)".
+func (b Build) Line(name string) string {
+	extra := []string{b.Module, b.Go}
+	if b.Revision != "" {
+		extra = append(extra, "revision "+b.Revision)
+	}
+	if b.Time != "" {
+		extra = append(extra, b.Time)
+	}
+	if b.Modified {
+		extra = append(extra, "modified")
+	}
+	return fmt.Sprintf("%s %s (%s)", name, b.Version, strings.Join(extra, ", "))
+}
+
+// UsageError is a bad command line: exit code 2. Flag errors, unknown
+// commands and wrong argument counts found by cobra are turned into one
+// by Apply; commands return one (Usagef) for arguments they refuse.
+type UsageError struct {
+	Msg string
+	// Cmd is the command whose usage was wrong ("snapsvc restart").
+	Cmd string
+}
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// Usagef returns a *UsageError.
+func Usagef(format string, args ...any) error {
+	return &UsageError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Apply gives root the common style:
+//   - help (--help, -h, "help COMMAND") and --version print on stdout;
+//   - errors are left to the caller (SilenceErrors), which prints them
+//     once, on stderr; usage is not dumped after an error, only a hint;
+//   - flag errors (pflag's GNU-style "unknown flag: --bogus") are
+//     *UsageError;
+//   - unknown commands are *UsageError with cobra's suggestions;
+//   - --version prints Build.Line;
+//   - completion bash|zsh|fish (cobra's), and a hidden "man DIR" command
+//     writing man pages for every command.
+func Apply(root *cobra.Command) {
+	root.SilenceErrors = true
+	root.SilenceUsage = true
+	root.Version = ReadBuild().Version
+	root.SetVersionTemplate(ReadBuild().Line(root.Name()) + "\n")
+	root.Flags().Bool("version", false, "print this build's version (module, Go, revision) and exit")
+	root.SuggestionsMinimumDistance = 2
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
+	})
+	root.CompletionOptions.HiddenDefaultCmd = false
+	root.AddCommand(manCommand(root))
+}
+
+// manCommand writes the man pages of every command of root into a
+// directory; go:generate or packaging runs it.
+func manCommand(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:    "man DIR",
+		Short:  "Write man pages for every command into DIR",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return err
+			}
+			hdr := &doc.GenManHeader{Title: strings.ToUpper(root.Name()), Section: "1", Source: ReadBuild().Line(root.Name())}
+			root.DisableAutoGenTag = true
+			return doc.GenManTree(root, hdr, args[0])
+		},
+	}
+}
+
+// AsUsage reports whether err, returned by root.Execute, is a bad
+// command line, and returns it as a *UsageError. Errors cobra makes
+// itself before any command runs (unknown command, wrong number of
+// arguments) carry no type: ran says whether a command's RunE started,
+// so anything before it is the command line's fault.
+func AsUsage(err error, ran bool, path string) (*UsageError, bool) {
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		if ue.Cmd == "" {
+			ue.Cmd = path
+		}
+		return ue, true
+	}
+	if err != nil && !ran {
+		return &UsageError{Msg: err.Error(), Cmd: path}, true
+	}
+	return nil, false
+}
