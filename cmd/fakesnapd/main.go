@@ -18,8 +18,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/internal/clistyle"
 )
 
 //go:embed k8s-snap.yaml

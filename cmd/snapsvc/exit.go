@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/snapsvc/snapsvc/internal/clistyle"
+	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
 
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
