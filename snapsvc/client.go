@@ -69,6 +69,7 @@ type Client struct {
 	observer   func(Event)
 	state      *stateWatch   // snapd's state file (WithStateFile); nil: none
 	budget     *budgetRunner // WithRestartBudget; nil: none
+	blind      blindState    // cadence.go
 }
 
 // notice support states.

@@ -81,6 +81,10 @@ type waitOpts struct {
 	found bool
 	// ev is the template of the events the wait emits.
 	ev Event
+	// since, when not zero, is when the caller began waiting (a blind
+	// wait that turned to listing, cadence.go): polling paces itself from
+	// then rather than from the wait's own start.
+	since time.Time
 }
 
 // waitChanges waits until every change in ids is ready, and returns them
@@ -110,6 +114,9 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	// would otherwise be waited for until the long-poll's timeout.
 	needCursor := true
 	started := c.clock.Now()
+	if !wo.since.IsZero() {
+		started = wo.since
+	}
 	// Where snapd has no notices its state file wakes us (the watch is
 	// opened before the first read, so no rewrite after it is missed).
 	var sw *stateWatch
