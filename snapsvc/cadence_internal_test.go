@@ -11,7 +11,7 @@ import (
 // nowClock is a retry.Clock whose time only the test moves.
 type nowClock struct{ now time.Time }
 
-func (c *nowClock) Now() time.Time                    { return c.now }
+func (c *nowClock) Now() time.Time                     { return c.now }
 func (c *nowClock) NewTimer(time.Duration) retry.Timer { panic("not used") }
 
 // The blind cadence's arithmetic (cadence.go): whatever the jitter and
