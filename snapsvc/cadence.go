@@ -188,7 +188,10 @@ func (c *Client) noteListing(err error) {
 }
 
 // retryBlind waits out a conflict blind: it reports the conflict and
-// pauses until the cadence's next retry. Its error is the context's end.
+// pauses until the cadence's next retry. Like waitOut, it lets go of the
+// cross-process locks meanwhile (a hook of the blocking change, another
+// process, may need them), keeping this process's own. Its error is final
+// for the operation.
 func (r *runner) retryBlind(ctx context.Context, ce *retry.ConflictError) error {
 	c := r.c
 	first := r.cad.n == 0
@@ -204,5 +207,14 @@ func (r *runner) retryBlind(ctx context.Context, ce *retry.ConflictError) error 
 	if left, ok := r.rt.Remaining(); ok {
 		d = min(d, max(left, 0))
 	}
-	return retry.Sleep(ctx, c.clock, d)
+	if r.h != nil {
+		r.h.releaseFiles()
+	}
+	if err := retry.Sleep(ctx, c.clock, d); err != nil {
+		return interrupted(ctx, ce)
+	}
+	if r.h != nil {
+		return c.lockFiles(ctx, r.h, r.o.t.snaps)
+	}
+	return nil
 }

@@ -2,12 +2,14 @@ package snapsvc_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/internal/flock"
 	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/testsupport/testclock"
 )
@@ -17,7 +19,8 @@ import (
 // and c), and returns the result and the time the foreign change ended.
 // The clock moves only while c sleeps: every timer pending is the
 // client's pause, or the end of the foreign change.
-func blindRun(t *testing.T, srv *fake.Server, mc *fake.ManualClock, c *snapsvc.Client, hold time.Duration) (*snapsvc.Result, time.Time) {
+// asleep, if not nil, runs the first time c sleeps.
+func blindRun(t *testing.T, srv *fake.Server, mc *fake.ManualClock, c *snapsvc.Client, hold time.Duration, asleep func()) (*snapsvc.Result, time.Time) {
 	t.Helper()
 	ctx := ctxT(t)
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
@@ -35,6 +38,10 @@ func blindRun(t *testing.T, srv *fake.Server, mc *fake.ManualClock, c *snapsvc.C
 	for {
 		added := mc.TimerAdded()
 		if dl, ok := mc.NextDeadline(); ok {
+			if asleep != nil {
+				asleep()
+				asleep = nil
+			}
 			if !finished && !dl.Before(end) {
 				mc.Set(end)
 				foreign.Finish()
@@ -105,7 +112,19 @@ func TestSnapctlBlindCadence(t *testing.T) {
 			mc := fake.NewManualClock(time.Now())
 			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(v), fake.WithClock(mc), fake.WithSnapSocketObserveDenied())
 			c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithClock(testclock.Of(mc)))
-			res, end := blindRun(t, srv, mc, c, time.Second)
+			// While it sleeps between retries it holds no file lock: a
+			// hook of the blocking change may need it.
+			lockFile := filepath.Join(filepath.Dir(srv.SnapSocketPath()), ".snapsvc-lock", "k8s.lock")
+			res, end := blindRun(t, srv, mc, c, time.Second, func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				l, err := flock.Acquire(ctx, lockFile)
+				if err != nil {
+					t.Errorf("file lock held while waiting blind: %v", err)
+					return
+				}
+				l.Unlock()
+			})
 			if res.Status != "Done" || res.Conflicts < 15 || res.Conflicts > 21 {
 				t.Errorf("result %+v: want Done after 15-21 refusals in 1s", res)
 			}
@@ -146,7 +165,7 @@ func TestRESTBlindCadence(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := len(srv.Requests())
-			_, end := blindRun(t, srv, mc, c, tc.hold)
+			_, end := blindRun(t, srv, mc, c, tc.hold, nil)
 			checkBlindWait(t, srv, "/v2/apps", end)
 			lists := 0
 			for _, r := range srv.Requests()[before:] {

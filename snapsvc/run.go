@@ -190,7 +190,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			optimistic = false
 			if r.blind() {
 				if err := r.retryBlind(ctx, ce); err != nil {
-					return r.fail("", interrupted(ctx, ce))
+					return r.fail("", err)
 				}
 				continue
 			}
@@ -207,7 +207,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 				r.log.Debug("cannot list changes to find the blocker", "error", ferr)
 				if c.noteListing(ferr); len(ids) == 0 && r.blind() {
 					if err := r.retryBlind(ctx, ce); err != nil {
-						return r.fail("", interrupted(ctx, ce))
+						return r.fail("", err)
 					}
 					continue
 				}
