@@ -70,6 +70,7 @@ type Client struct {
 	state      *stateWatch   // snapd's state file (WithStateFile); nil: none
 	budget     *budgetRunner // WithRestartBudget; nil: none
 	blind      blindState    // cadence.go
+	pace       paceState     // owncursor.go
 }
 
 // notice support states.

@@ -306,7 +306,7 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answere
 	c.emit(ev)
 	r.log.Info("change created", "change", changeID, "attempt", r.res.Attempts)
 	wo := r.waitOpts(false)
-	wo.fresh = true
+	wo.fresh, wo.answeredAt = true, answeredAt
 	return c.finish(ctx, r.o, r.res, wait, wo)
 }
 

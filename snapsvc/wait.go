@@ -69,7 +69,10 @@ type waitOpts struct {
 	listedMark    uint64
 	// fresh says ids is the operation's own change, just made: a notice
 	// with one or two occurrences (spawn, Doing) means it is not ready.
-	fresh bool
+	// answeredAt, when known, is when snapd answered the request that made
+	// it: a cursor for the notices (owncursor.go).
+	fresh      bool
+	answeredAt time.Time
 	// stallOnWait also gives up on a change in Wait (waiting for a reboot
 	// or a manual step: it will not become ready by itself), returning a
 	// *ChangeError for it.
@@ -113,6 +116,9 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	// that became ready before the cursor, unseen because its read failed,
 	// would otherwise be waited for until the long-poll's timeout.
 	needCursor := true
+	if cur, d, ok := c.ownCursor(wo, ids); ok && useNotices {
+		cursor, needCursor, w.firstWait = cur, false, d
+	}
 	started := c.clock.Now()
 	if !wo.since.IsZero() {
 		started = wo.since
@@ -220,6 +226,9 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 		}
 		remaining = next
 		if len(remaining) == 0 {
+			if wo.fresh && len(ids) == 1 {
+				c.pace.noteOwn(done[ids[0]], wo.answeredAt)
+			}
 			return done, nil
 		}
 		if failed != nil {
@@ -237,6 +246,8 @@ type changeWait struct {
 	rt    *retry.Retrier
 	reach *reach
 	ev    Event
+	// firstWait, when set, bounds the first long-poll (owncursor.go).
+	firstWait time.Duration
 }
 
 // notices reads (first: at once) or long-polls the change-update notices
@@ -252,6 +263,9 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, Keys: ids, After: *cursor}
 	if !first && !cursor.IsZero() {
 		opts.Timeout = noticeWait
+		if w.firstWait > 0 {
+			opts.Timeout, w.firstWait = w.firstWait, 0
+		}
 	} else {
 		opts.After = time.Time{} // a fresh cursor: every notice of ids
 	}
