@@ -155,7 +155,7 @@ func (o *Operation) Wait(ctx context.Context) (*Result, error) {
 	if done {
 		return &res, o.budgetWait(ctx)
 	}
-	chg, err := o.c.waitChange(ctx, res.ChangeID, waitOpts{ev: Event{Op: o.op.action, Names: o.op.t.names}})
+	chg, err := o.c.sharedWaitChange(ctx, res.ChangeID, Event{Op: o.op.action, Names: o.op.t.names})
 	if err != nil {
 		return nil, o.c.opError(o.op, res.ChangeID, res.Attempts, err)
 	}

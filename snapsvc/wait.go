@@ -34,7 +34,7 @@ func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
 // ends in Error, Undone or Hold is returned together with a *ChangeError
 // carrying snapd's err text.
 func (c *Client) WaitChange(ctx context.Context, id string) (*Change, error) {
-	chg, err := c.waitChange(ctx, id, waitOpts{ev: Event{Op: "wait"}})
+	chg, err := c.sharedWaitChange(ctx, id, Event{Op: "wait"})
 	return changeOf(chg), err
 }
 
@@ -415,6 +415,11 @@ func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 	if err := validateSnapName(snap); err != nil {
 		return fmt.Errorf("snapsvc: waiting for snap to be idle: %w %q: %v", ErrInvalidName, snap, err)
 	}
+	return c.sharedWaitIdle(ctx, snap)
+}
+
+// waitIdle is WaitIdle, not shared (watcher.go).
+func (c *Client) waitIdle(ctx context.Context, snap string) error {
 	skip := ""
 	if c.hook != "" {
 		// From inside a hook, the hook's own change cannot end first.
