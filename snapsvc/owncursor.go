@@ -99,3 +99,23 @@ func (c *Client) ownCursor(wo waitOpts, ids []string) (time.Time, time.Duration,
 	}
 	return wo.answeredAt, d, true
 }
+
+// ownFirstRead returns how long a wait that polls blind (no notices, no
+// state file watched: a confined snap on snapd 2.57) idles before its
+// first read of the operation's own change: about as long as the client's
+// last own change took (plus ownPollMargin), where the poll schedule
+// would read it every 20 ms from the start. A change that takes as long
+// as the last one is then read once, ready (three requests in all, where
+// a 70 ms restart took five); one that is not ready yet is polled as
+// before; one that ended sooner is found up to the difference later. It
+// returns false for any other wait.
+func (c *Client) ownFirstRead(wo waitOpts, ids []string, watched bool, lastRead time.Time) (time.Duration, bool) {
+	if !wo.fresh || watched || !lastRead.IsZero() || len(ids) != 1 {
+		return 0, false
+	}
+	d := time.Duration(c.pace.lastOwn.Load())
+	if d <= 0 {
+		return 0, false
+	}
+	return min(d+ownPollMargin, ownPollMax), true
+}

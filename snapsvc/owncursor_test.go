@@ -73,3 +73,30 @@ func TestOwnChangeSlowerThanLastOne(t *testing.T) {
 		t.Errorf("last request %+v, want the read of the change", last)
 	}
 }
+
+// Without notices and without the state file (a confined snap on snapd
+// 2.57) the wait for an own change idles about as long as the last one
+// took before its first read, instead of reading every 20 ms: a restart
+// like the last one costs the POST and one or two reads.
+func TestBlindOwnChangeFirstReadAtLastDuration(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(35*time.Millisecond)), fake.WithVersion(fake.Version257))
+	c := newClient(t, srv)
+	ctx := ctxT(t)
+	for range 2 {
+		if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(srv.Requests())
+	res, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil || res.Status != "Done" {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	reqs := srv.Requests()[before:]
+	if len(reqs) > 3 || len(reqs) < 2 || reqs[1].Path != "/v2/changes/"+res.ChangeID {
+		t.Fatalf("requests %+v: want the POST and one or two reads", reqs)
+	}
+	if first := reqs[1].Time.Sub(reqs[0].Time); first < 70*time.Millisecond {
+		t.Errorf("first read %v after the POST, want after about the last restart's 70ms", first)
+	}
+}

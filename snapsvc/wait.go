@@ -192,7 +192,11 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				}
 			}
 		} else if round > 0 || firstIdle() {
-			if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked); err != nil {
+			if d, ok := c.ownFirstRead(wo, ids, sw != nil, lastRead); ok {
+				if err := retry.Sleep(ctx, c.clock, d); err != nil {
+					return nil, ctxErr(ctx, "waiting for change "+ids[0])
+				}
+			} else if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked); err != nil {
 				return nil, err
 			}
 		}
