@@ -44,8 +44,9 @@ type Result struct {
 	// Conflicts counts the attempts snapd refused with a change conflict.
 	Conflicts int
 	// WaitedFor lists other changes the operation waited out, where it
-	// listed them (a conflict retried at a state file rewrite names none:
-	// see EventConflict).
+	// listed them (a conflict retried at a state file rewrite, or on the
+	// blind cadence where the blocker cannot be listed, names none: see
+	// EventConflict).
 	WaitedFor []string
 	// Shared is true when the call merged into an identical restart that
 	// was waiting for the same snap, and reports that restart's change.
