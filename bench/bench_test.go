@@ -23,7 +23,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func tiny(t *testing.T) config {
 	t.Helper()
 	c, err := parseFlags([]string{"--samples", "2", "--runs", "1", "--durations", "20ms", "--scale", "1000",
-		"--start", "2ms", "--stop", "2ms", "--hold", "60ms", "--socket-delay", "60ms", "--parallel", "4"}, io.Discard)
+		"--start", "2ms", "--stop", "2ms", "--hold", "60ms", "--socket-delay", "60ms", "--parallel", "4",
+		"--waiters-k", "1,2", "--waiters-p", "1,2", "--waiters-hold", "60ms"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,18 +49,29 @@ func TestEveryScenarioAndStrategy(t *testing.T) {
 		}
 		rows = append(rows, aggregate(samples)...)
 	}
-	if want := (len(allScenarios) + len(c.durations) - 1) * len(benchkit.Names) * len(c.versions); len(rows) != want {
+	snapsvcs := 0
+	for _, n := range benchkit.Names {
+		if benchkit.IsSnapsvc(n) {
+			snapsvcs++
+		}
+	}
+	if want := (len(allScenarios)+len(c.durations)-2)*len(benchkit.Names)*len(c.versions) +
+		len(c.waitersK)*len(c.waitersP)*snapsvcs*len(c.versions); len(rows) != want {
 		t.Fatalf("%d rows, want %d", len(rows), want)
 	}
 	for _, r := range rows {
 		n := c.samples
-		if r.Scenario == scBootstrap || r.Scenario == scStorm {
+		if r.Scenario == scBootstrap || r.Scenario == scStorm || r.Scenario == scWaiters {
 			n = c.runs
 		}
-		if r.Samples != n || r.Calls != n*callsPer[r.Scenario] || r.Failed > r.Calls || len(r.Errors) > 0 {
-			t.Errorf("row %+v: want %d samples of %d calls, no harness error", r, n, callsPer[r.Scenario])
+		calls := callsPer[r.Scenario]
+		if r.Scenario == scWaiters {
+			calls = r.K * r.P
 		}
-		if r.Strategy == benchkit.Snapsvc && r.Failed != 0 {
+		if r.Samples != n || r.Calls != n*calls || r.Failed > r.Calls || len(r.Errors) > 0 {
+			t.Errorf("row %+v: want %d samples of %d calls, no harness error", r, n, calls)
+		}
+		if benchkit.IsSnapsvc(r.Strategy) && r.Failed != 0 {
 			t.Errorf("%s on %s: snapsvc failed %d calls", r.Scenario, r.Version, r.Failed)
 		}
 		if r.Makespan <= 0 || r.Ideal <= 0 || r.Ratio <= 0 {
@@ -75,7 +87,9 @@ func TestEveryScenarioAndStrategy(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := table.String()
-	for _, want := range []string{"scale 1000 = 5ms", "wake p50", "target bootstrap (2.57.6)", "target no conflict (2.77.1)", "target storm", "target late-socket", "target foreign 20ms"} {
+	for _, want := range []string{"scale 1000 = 5ms", "wake p50", "target snapsvc bootstrap (2.57.6)", "target snapsvc no conflict (2.77.1)", "target snapsvc storm", "target snapsvc late-socket", "target snapsvc foreign 20ms",
+		"target snapsvc-snapctl foreign 20ms, snapctl, blind (2.57.6)", "target snapsvc-confined foreign 20ms, no notices, no state file (2.57.6)",
+		"target snapsvc waiters (2.77.1): req/s does not grow with K", "target snapsvc-snapctl waiters (2.57.6): req/s at most ~linear in P", "K=2 P=2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -111,8 +125,12 @@ func checkSample(t *testing.T, s sample) {
 		t.Errorf("%s: %v", where, s.err)
 		return
 	}
-	if len(s.outs) != callsPer[j.scenario] {
-		t.Errorf("%s: %d outcomes, want %d", where, len(s.outs), callsPer[j.scenario])
+	calls := callsPer[j.scenario]
+	if j.scenario == scWaiters {
+		calls = j.k * j.p
+	}
+	if len(s.outs) != calls {
+		t.Errorf("%s: %d outcomes, want %d", where, len(s.outs), calls)
 	}
 	m := measure(s)
 	attempts, shared := 0, 0
@@ -130,16 +148,18 @@ func checkSample(t *testing.T, s sample) {
 		if max := map[string]int{benchkit.Naive: 1, benchkit.Fixed: benchkit.FixedAttempts}[j.strategy]; max > 0 && o.Attempts > max {
 			t.Errorf("%s: %+v: more than %d attempts", where, o, max)
 		}
-		if !o.Failed() && !o.Shared && j.strategy != benchkit.Naive && o.ChangeID == "" {
+		if !o.Failed() && !o.Shared && j.strategy != benchkit.Naive && j.strategy != benchkit.SnapsvcSnapctl && o.ChangeID == "" {
 			t.Errorf("%s: %+v: done without a change", where, o)
 		}
 	}
 	own := len(benchkit.OwnChanges(s.outs))
 	switch {
-	case j.strategy == benchkit.Snapsvc && m.changes != own:
+	case j.strategy == benchkit.SnapsvcSnapctl || j.strategy == benchkit.Naive:
+		// snapctl's answers name no change.
+	case benchkit.IsSnapsvc(j.strategy) && m.changes != own:
 		// snapsvc makes one change per call that did not merge.
 		t.Errorf("%s: %d changes created, %d distinct changes reported", where, m.changes, own)
-	case j.strategy == benchkit.Snapsvc && own+shared != len(s.outs):
+	case benchkit.IsSnapsvc(j.strategy) && own+shared != len(s.outs):
 		t.Errorf("%s: %d own changes and %d merged calls for %d calls", where, own, shared, len(s.outs))
 	case m.changes < own:
 		t.Errorf("%s: %d changes created but %d reported", where, m.changes, own)
@@ -212,6 +232,40 @@ func TestMeasure(t *testing.T) {
 	}
 	if m := measure(ls); m.waited != 1020*time.Millisecond || m.waitedReq != 0 || !slices.Equal(m.wakes, []time.Duration{20 * time.Millisecond}) {
 		t.Errorf("measure of late-socket = %+v", m)
+	}
+}
+
+// A snapctl call's answer names no change: its wake is read from the
+// accepted snapctl request answered last within the call. In waiters the
+// window is the blocker's hold, every request in it counted.
+func TestMeasureSnapctlAndWaiters(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	conflict := `snapctl: snap "k8s" has "service-control" change in progress`
+	s := sample{
+		job: job{scenario: scForeign, strategy: benchkit.SnapsvcSnapctl},
+		t0:  t0,
+		outs: []benchkit.Outcome{{Call: benchkit.Call{Action: "restart"}, Start: at(0), End: at(120),
+			Attempts: 3, Conflicts: 2}},
+		requests: []fake.Request{
+			{Time: at(1), Done: at(1.5), Method: "POST", Path: "/v2/snapctl", Status: 400, Message: conflict},
+			{Time: at(16), Done: at(16.5), Method: "POST", Path: "/v2/snapctl", Status: 400, Message: conflict},
+			{Time: at(40), Done: at(115), Method: "POST", Path: "/v2/snapctl", Status: 200},
+		},
+		changes: []fake.ChangeInfo{
+			{ID: "1", Ready: true, SpawnTime: at(-20), ReadyTime: at(30)},
+			{ID: "2", Ready: true, SpawnTime: at(40.1), ReadyTime: at(114)},
+		},
+		counters: fake.Counters{Requests: map[string]int{"POST /v2/snapctl": 3}, ChangesCreated: 2},
+		base:     fake.Counters{Requests: map[string]int{}, ChangesCreated: 1},
+	}
+	m := measure(s)
+	if !slices.Equal(m.wakes, []time.Duration{10 * time.Millisecond}) || m.waited != 39*time.Millisecond || m.waitedReq != 1 {
+		t.Errorf("snapctl: measure = %+v, want a wake of 10ms and 1 request in 39ms", m)
+	}
+	s.job.scenario, s.freed = scWaiters, at(30)
+	if m := measure(s); m.waited != 30*time.Millisecond || m.waitedReq != 2 {
+		t.Errorf("waiters: measure = %+v, want 2 requests in 30ms", m)
 	}
 }
 

@@ -21,9 +21,19 @@ const (
 	scStorm       = "storm"
 	scLateSocket  = "late-socket"
 	scUncontended = "uncontended"
+	scWaiters     = "waiters"
 )
 
-var allScenarios = []string{scForeign, scBootstrap, scStorm, scLateSocket, scUncontended}
+var allScenarios = []string{scForeign, scBootstrap, scStorm, scLateSocket, scUncontended, scWaiters}
+
+// waiters' cells: K callers in each of P processes wait on one blocker
+// held for --waiters-hold.
+var (
+	defaultWaitersK = []int{1, 4, 16}
+	defaultWaitersP = []int{1, 4}
+)
+
+const defaultWaitersHold = time.Second
 
 // Default change durations, from real snapd on the CI machine type:
 //
@@ -71,6 +81,9 @@ type config struct {
 	hold        time.Duration
 	socketDelay time.Duration
 	parallel    int
+	waitersK    []int
+	waitersP    []int
+	waitersHold time.Duration
 	stateFile   bool
 	json        bool
 	markdown    bool
@@ -118,7 +131,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	strategies := fs.String("strategy", strings.Join(benchkit.Names, ","), "strategies to compare: "+strings.Join(benchkit.Names, ", "))
 	versions := fs.String("version", "2.57,2.77", "snapd versions the fake imitates (2.57: no notices; 2.62+: notices)")
 	samples := fs.Int("samples", 20, "samples per cell of foreign, late-socket and uncontended")
-	runs := fs.Int("runs", 5, "runs per cell of bootstrap and storm")
+	runs := fs.Int("runs", 5, "runs per cell of bootstrap, storm and waiters")
+	wk := fs.String("waiters-k", joinInts(defaultWaitersK), "waiters: callers per process")
+	wh := fs.Duration("waiters-hold", defaultWaitersHold, "waiters: how long the foreign change holds the snap")
+	wp := fs.String("waiters-p", joinInts(defaultWaitersP), "waiters: processes (separate Clients, each with a lock registry of its own)")
 	durs := fs.String("durations", joinDurations(defaultDurations), "how long the foreign change holds the snap in foreign")
 	scale := fs.Float64("scale", 1, "divide the fixed loop's 5 s pause by this (1: the real pause)")
 	start := fs.Duration("start", defaultStart, "how long a service's start takes")
@@ -137,7 +153,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c := config{
 		samples: *samples, runs: *runs, scale: *scale, start: *start, stop: *stop,
-		hold: *hold, socketDelay: *delay, parallel: *parallel, stateFile: *stateFile, json: *asJSON, markdown: *markdown,
+		hold: *hold, socketDelay: *delay, waitersHold: *wh, parallel: *parallel, stateFile: *stateFile, json: *asJSON, markdown: *markdown,
 	}
 	for _, s := range splitList(*scenarios) {
 		if !slices.Contains(allScenarios, s) {
@@ -164,6 +180,22 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			c.versions = append(c.versions, v)
 		}
 	}
+	for _, l := range []struct {
+		flag string
+		in   string
+		out  *[]int
+	}{{"--waiters-k", *wk, &c.waitersK}, {"--waiters-p", *wp, &c.waitersP}} {
+		for _, s := range splitList(l.in) {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return config{}, fmt.Errorf("bad count %q in %s", s, l.flag)
+			}
+			*l.out = append(*l.out, n)
+		}
+		if len(*l.out) == 0 && slices.Contains(c.scenarios, scWaiters) {
+			return config{}, fmt.Errorf("%s needs at least one count", l.flag)
+		}
+	}
 	for _, s := range splitList(*durs) {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
@@ -180,10 +212,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("--samples, --runs and --parallel must be at least 1")
 	case c.scale < 1:
 		return config{}, errors.New("--scale must be at least 1")
-	case c.start < 0 || c.stop < 0 || c.hold <= 0 || c.socketDelay <= 0:
-		return config{}, errors.New("--start and --stop must not be negative, --hold and --socket-delay must be positive")
+	case c.start < 0 || c.stop < 0 || c.hold <= 0 || c.socketDelay <= 0 || c.waitersHold <= 0:
+		return config{}, errors.New("--start and --stop must not be negative, --hold, --socket-delay and --waiters-hold must be positive")
 	}
 	return c, nil
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 func joinDurations(ds []time.Duration) string {

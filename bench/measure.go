@@ -37,6 +37,22 @@ func acceptedAt(reqs []fake.Request, id string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// acceptedFor returns when the request that did o's work arrived: the
+// one that made its change, or, for snapctl (whose answer names no
+// change), the accepted action answered last by the time o ended.
+func acceptedFor(reqs []fake.Request, o benchkit.Outcome) (time.Time, bool) {
+	if o.ChangeID != "" {
+		return acceptedAt(reqs, o.ChangeID)
+	}
+	var best fake.Request
+	for _, r := range reqs {
+		if isAction(r) && r.Status < 400 && !r.Time.Before(o.Start) && !r.Done.After(o.End) && r.Done.After(best.Done) {
+			best = r
+		}
+	}
+	return best.Time, !best.Time.IsZero()
+}
+
 // lastReadyBefore returns the latest ready time of a change ready before
 // t: when the snap last became free before t.
 func lastReadyBefore(chgs []fake.ChangeInfo, t time.Time) (time.Time, bool) {
@@ -130,7 +146,7 @@ func measure(s sample) metrics {
 		if o.End.After(end) {
 			end = o.End
 		}
-		arrived, ok := acceptedAt(s.requests, o.ChangeID)
+		arrived, ok := acceptedFor(s.requests, o)
 		if !ok || o.Shared || o.Failed() {
 			continue
 		}
@@ -145,6 +161,11 @@ func measure(s sample) metrics {
 	}
 	m.makespan = end.Sub(s.t0)
 	windows := waitWindows(s)
+	if s.job.scenario == scWaiters {
+		// Every caller waits on the one blocker: snapd's load is what
+		// arrives while it holds the snap.
+		windows = []benchkit.Interval{{From: s.t0, To: s.freed}}
+	}
 	m.waited = benchkit.Length(windows)
 	for _, r := range s.requests {
 		if benchkit.Contains(windows, r.Time) {

@@ -18,6 +18,8 @@ import (
 type row struct {
 	Scenario string        `json:"scenario"`
 	Hold     time.Duration `json:"-"`
+	K        int           `json:"waiters_per_process,omitempty"`
+	P        int           `json:"processes,omitempty"`
 	Version  fake.Version  `json:"snapd"`
 	Notices  bool          `json:"notices"`
 	Strategy string        `json:"strategy"`
@@ -60,8 +62,11 @@ func (r row) RequestsPerCall() float64 {
 
 // param is what distinguishes cells of one scenario: foreign's hold.
 func (r row) param() string {
-	if r.Scenario == scForeign {
+	switch r.Scenario {
+	case scForeign:
 		return benchkit.FormatDuration(r.Hold, true)
+	case scWaiters:
+		return fmt.Sprintf("K=%d P=%d", r.K, r.P)
 	}
 	return ""
 }
@@ -86,9 +91,10 @@ func aggregate(samples []sample) []row {
 	for _, s := range samples {
 		j := s.job
 		if n := len(rows); n == 0 || rows[n-1].Scenario != j.scenario || rows[n-1].Hold != j.param ||
+			rows[n-1].K != j.k || rows[n-1].P != j.p ||
 			rows[n-1].Version != j.version || rows[n-1].Strategy != j.strategy {
 			flush()
-			rows = append(rows, row{Scenario: j.scenario, Hold: j.param, Version: j.version, Notices: hasNotices(j.version), Strategy: j.strategy})
+			rows = append(rows, row{Scenario: j.scenario, Hold: j.param, K: j.k, P: j.p, Version: j.version, Notices: hasNotices(j.version), Strategy: j.strategy})
 		}
 		r := &rows[len(rows)-1]
 		if s.err != nil {
@@ -120,8 +126,10 @@ func (c config) header() []string {
 		"  (durations from real snapd: testdata/snapd-golden/*/change-*.json, integration/testdata/captured/*/change-*.json, integration/README.md; see bench/config.go)",
 		fmt.Sprintf("strategies: naive = one snapctl call; fixed = k8sd's RetryFor(5, 5s) around the snap command (100ms polls), pause 5s / scale %s = %v; backoff = backoff/v4 defaults around the snap command; snapsvc = the library (REST, file lock)",
 			scaleString(c.scale), benchkit.FixedPauseAt(c.scale)),
+		"  snapsvc-snapctl = the library in snapctl mode on the snap socket, the snap without snap-refresh-observe (no listing, no notices: blind); snapsvc-confined = REST without the state file (a confined snap with snapd-control)",
+		fmt.Sprintf("waiters: K callers in each of P processes (Clients with lock registries of their own, one lock directory) restart kubelet while a foreign change holds the snap %v; req/s waiting = snapd requests while it holds it", c.waitersHold),
 		fmt.Sprintf("snapd: 2.57.6 has no notices (snapsvc polls%s); 2.62+ has the notices long-poll", map[bool]string{true: " and watches the state file", false: ", state file not watched"}[c.stateFile]),
-		fmt.Sprintf("samples: %d per cell (foreign, late-socket, uncontended), %d runs per cell (bootstrap, storm); makespan = median; wake = snap free (or socket up) -> our accepted request's arrival", c.samples, c.runs),
+		fmt.Sprintf("samples: %d per cell (foreign, late-socket, uncontended), %d runs per cell (bootstrap, storm, waiters); makespan = median; wake = snap free (or socket up) -> our accepted request's arrival", c.samples, c.runs),
 	}
 }
 
@@ -168,7 +176,7 @@ func (c config) writeTable(w io.Writer, rows []row) error {
 	}
 	for _, r := range rows {
 		for _, e := range r.Errors {
-			fmt.Fprintf(w, "harness error (%s %s %s): %s\n", r.Scenario, r.Version, r.Strategy, e)
+			fmt.Fprintf(w, "harness error (%s %s %s %s): %s\n", r.Scenario, r.param(), r.Version, r.Strategy, e)
 		}
 	}
 	fmt.Fprintln(w)

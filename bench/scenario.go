@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -35,6 +37,7 @@ const jobTimeout = 5 * time.Minute
 type job struct {
 	scenario string
 	param    time.Duration // foreign: the blocker's hold
+	k, p     int           // waiters: callers per process, processes
 	version  fake.Version
 	strategy string
 	index    int
@@ -48,6 +51,7 @@ type sample struct {
 	ideal    time.Duration // the change durations snapd must serialise anyway
 	base     fake.Counters // the counters at t0 (the harness's own changes and warm-up)
 	socketUp time.Time     // late-socket: when the socket appeared
+	freed    time.Time     // waiters: when the blocker was ready
 	requests []fake.Request
 	changes  []fake.ChangeInfo
 	counters fake.Counters
@@ -84,13 +88,18 @@ func (c config) run(j job) (s sample) {
 	if c.stateFile {
 		opts = append(opts, fake.WithStateFile())
 	}
+	if j.strategy == benchkit.SnapsvcSnapctl {
+		// A snap without snap-refresh-observe (and every snap on 2.57,
+		// whose snap socket lists no changes): snapsvc waits blind.
+		opts = append(opts, fake.WithSnapSocketObserveDenied())
+	}
 	srv, err := fake.New(opts...)
 	if err != nil {
 		s.err = err
 		return s
 	}
 	defer srv.Close()
-	target := benchkit.Target{Socket: srv.SocketPath(), SnapSocket: srv.SnapSocketPath(), Cookie: srv.Cookie(snapName), StateFile: srv.StateFile()}
+	target := benchkit.Target{Socket: srv.SocketPath(), SnapSocket: srv.SnapSocketPath(), Cookie: srv.Cookie(snapName), StateFile: srv.StateFile(), Snap: snapName}
 	newStrategy := func() benchkit.Strategy {
 		st, err := benchkit.New(j.strategy, target, benchkit.Config{Scale: c.scale})
 		if err != nil {
@@ -195,6 +204,68 @@ func (c config) run(j job) (s sample) {
 		}
 		s.ideal = c.socketDelay + c.restart()
 
+	case scWaiters:
+		// P processes: Clients whose sockets are other paths to the fake's
+		// (symlinks in a directory of their own), so each has a lock
+		// registry of its own as another process has, sharing one lock
+		// directory (the file locks); K callers in each.
+		var procs []benchkit.Strategy
+		for i := range j.p {
+			dir, err := os.MkdirTemp("", "bench-proc")
+			if err != nil {
+				s.err = err
+				return s
+			}
+			defer os.RemoveAll(dir)
+			pt := target
+			pt.Socket, pt.SnapSocket = filepath.Join(dir, "snapd.socket"), filepath.Join(dir, "snapd-snap.socket")
+			pt.LockDir = filepath.Join(srv.Dir(), ".snapsvc-lock")
+			for _, l := range [][2]string{{srv.SocketPath(), pt.Socket}, {srv.SnapSocketPath(), pt.SnapSocket}} {
+				if err := os.Symlink(l[0], l[1]); err != nil {
+					s.err = err
+					return s
+				}
+			}
+			st, err := benchkit.New(j.strategy, pt, benchkit.Config{Scale: c.scale})
+			if err != nil {
+				s.err = fmt.Errorf("process %d: %w", i, err)
+				return s
+			}
+			defer st.Close()
+			// A process that has made a call before.
+			if o := st.Sequence(ctx, restart("kubelet")); o[0].Failed() {
+				s.err = fmt.Errorf("process %d: warm-up restart: %w", i, o[0].Err)
+			}
+			procs = append(procs, st)
+		}
+		blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: snapName})
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		s.base, s.t0 = srv.Counters(), time.Now()
+		tm := time.AfterFunc(c.waitersHold, blk.Finish)
+		for _, st := range procs {
+			for range j.k {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					o := st.Sequence(ctx, restart("kubelet"))
+					mu.Lock()
+					s.outs = append(s.outs, o...)
+					mu.Unlock()
+				}()
+			}
+		}
+		wg.Wait()
+		if !tm.Stop() {
+			<-blk.Ready()
+		}
+		for _, ch := range srv.Changes() {
+			if ch.ID == blk.ID() {
+				s.freed = ch.ReadyTime
+			}
+		}
+		s.ideal = c.waitersHold + c.restart()
+
 	case scUncontended:
 		// A caller that has made a call before: what it learns once
 		// (whether snapd has notices) is not counted against the call.
@@ -222,17 +293,31 @@ func (c config) jobs(sc string) []job {
 	var out []job
 	params := []time.Duration{0}
 	n := c.samples
+	type kp struct{ k, p int }
+	cells := []kp{{}}
 	switch sc {
 	case scForeign:
 		params = c.durations
 	case scBootstrap, scStorm:
 		n = c.runs
+	case scWaiters:
+		n, cells = c.runs, nil
+		for _, p := range c.waitersP {
+			for _, k := range c.waitersK {
+				cells = append(cells, kp{k, p})
+			}
+		}
 	}
 	for _, p := range params {
-		for _, v := range c.versions {
-			for _, st := range c.strategies {
-				for i := range n {
-					out = append(out, job{scenario: sc, param: p, version: v, strategy: st, index: i})
+		for _, cell := range cells {
+			for _, v := range c.versions {
+				for _, st := range c.strategies {
+					if sc == scWaiters && !benchkit.IsSnapsvc(st) {
+						continue // the others neither share nor watch anything
+					}
+					for i := range n {
+						out = append(out, job{scenario: sc, param: p, k: cell.k, p: cell.p, version: v, strategy: st, index: i})
+					}
 				}
 			}
 		}

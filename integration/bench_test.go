@@ -36,7 +36,7 @@ func TestBenchRealSnapd(t *testing.T) {
 		w.waitChange(t, w.setConf(t, map[string]any{"hook-sleep": 0}), time.Minute)
 		w.ensureBaseline(t)
 	})
-	target := benchkit.Target{Socket: e.Socket, SnapSocket: e.SnapSocket, Cookie: e.cookie(t), LockDir: t.TempDir()}
+	target := benchkit.Target{Socket: e.Socket, SnapSocket: e.SnapSocket, Cookie: e.cookie(t), LockDir: t.TempDir(), Snap: "svcdemo"}
 	notices := "no notices: snapsvc polls"
 	if versionAtLeast(e.Version, 2, 62) {
 		notices = "notices long-poll"
@@ -52,9 +52,14 @@ func TestBenchRealSnapd(t *testing.T) {
 	var rows []benchRow
 	t.Run("foreign", func(t *testing.T) { rows = append(rows, benchForeign(t, e, w, target)...) })
 	t.Run("bootstrap", func(t *testing.T) { rows = append(rows, benchBootstrap(t, e, w, target)...) })
+	t.Run("insnap", func(t *testing.T) { rows = append(rows, benchInSnap(t, e, w)...) })
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "real snapd %s (%s); fixed = k8sd's RetryFor(5, %v), unscaled\n", e.Version, notices, benchkit.FixedPause)
+	fmt.Fprintf(&b, "snapsvc-snapctl: snapctl mode from the host with svcdemo's cookie (it cannot read changes on the snap socket: blind); snapsvc-confined: REST, no state file%s\n",
+		map[bool]string{true: "", false: " (no notices on this snapd: blind)"}[versionAtLeast(e.Version, 2, 62)])
+	fmt.Fprintf(&b, "insnap: snapsvc-helper inside svcdemo (snapctl mode; snap-refresh-observe %s)\n",
+		map[bool]string{true: "connected: it lists the blocker and follows its notices", false: "absent on this snapd: blind"}[os.Getenv("SNAPSVC_REALSNAPD_OBSERVE") == "1"])
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tstrategy\tn\tcalls\tfailed\tmakespan p50\tx ideal\twake p50\twake max\tattempts/call")
 	for _, r := range rows {
@@ -119,7 +124,8 @@ func benchForeign(t *testing.T, e env, w *wire, target benchkit.Target) []benchR
 			return r.Change
 		}, func() { w.serviceOp(t, "start", []string{"svcdemo.gamma"}, nil, "Done") }},
 	}
-	samples := map[string]int{benchkit.Snapsvc: 5, benchkit.Naive: 1, benchkit.Fixed: 1, benchkit.Backoff: 1}
+	samples := map[string]int{benchkit.Snapsvc: 5, benchkit.Naive: 1, benchkit.Fixed: 1, benchkit.Backoff: 1,
+		benchkit.SnapsvcSnapctl: 10, benchkit.SnapsvcConfined: 5}
 	restart := benchkit.Call{Action: "restart", Names: []string{"svcdemo.alpha"}}
 	var rows []benchRow
 	for _, b := range blockers {
@@ -145,14 +151,18 @@ func benchForeign(t *testing.T, e env, w *wire, target benchkit.Target) []benchR
 				r.samples++
 				r.add(outs)
 				r.makespans = append(r.makespans, o.End.Sub(o.Start))
-				if !o.Failed() && o.ChangeID != "" && o.Conflicts > 0 {
-					r.wakes = append(r.wakes, lag(t, w, blk, o.ChangeID))
+				own := o.ChangeID
+				if own == "" && !o.Failed() && name != benchkit.Naive {
+					own = firstServiceChangeAfter(t, w, blk.ID) // snapctl names no change
+				}
+				if !o.Failed() && own != "" && o.Conflicts > 0 {
+					r.wakes = append(r.wakes, lag(t, w, blk, own))
 				}
 				switch {
-				case name == benchkit.Snapsvc && (o.Failed() || o.Conflicts < 1):
-					t.Errorf("%s: snapsvc %+v: want done after a conflict", b.name, o)
-				case name == benchkit.Snapsvc && lag(t, w, blk, o.ChangeID) < 0:
-					t.Errorf("%s: snapsvc's change %s spawned before blocker %s was ready", b.name, o.ChangeID, blk.ID)
+				case benchkit.IsSnapsvc(name) && (o.Failed() || o.Conflicts < 1):
+					t.Errorf("%s: %s %+v: want done after a conflict", b.name, name, o)
+				case benchkit.IsSnapsvc(name) && lag(t, w, blk, own) < 0:
+					t.Errorf("%s: %s's change %s spawned before blocker %s was ready", b.name, name, own, blk.ID)
 				case name == benchkit.Naive && (!o.Failed() || o.Conflicts != 1):
 					t.Errorf("%s: naive snapctl during change %s: %+v, want refused", b.name, blk.ID, o)
 				}
@@ -171,7 +181,8 @@ func benchForeign(t *testing.T, e env, w *wire, target benchkit.Target) []benchR
 // the changes snapd had to run anyway: the configure change and the
 // change that did each call.
 func benchBootstrap(t *testing.T, e env, w *wire, target benchkit.Target) []benchRow {
-	runs := map[string]int{benchkit.Snapsvc: 3, benchkit.Naive: 1, benchkit.Fixed: 1, benchkit.Backoff: 1}
+	runs := map[string]int{benchkit.Snapsvc: 3, benchkit.Naive: 1, benchkit.Fixed: 1, benchkit.Backoff: 1,
+		benchkit.SnapsvcSnapctl: 1, benchkit.SnapsvcConfined: 1}
 	hookCalls := []benchkit.Call{
 		{Action: "start", Names: []string{"svcdemo.alpha"}, Enable: true},
 		{Action: "start", Names: []string{"svcdemo.beta"}, Enable: true},
@@ -216,7 +227,7 @@ func benchBootstrap(t *testing.T, e env, w *wire, target benchkit.Target) []benc
 					c := w.change(t, o.ChangeID)
 					ideal += c.ReadyTime.Sub(c.SpawnTime)
 				}
-				if name == benchkit.Snapsvc && o.Failed() {
+				if benchkit.IsSnapsvc(name) && o.Failed() {
 					t.Errorf("bootstrap: snapsvc failed %s: %v", o.Call, o.Err)
 				}
 			}
@@ -233,4 +244,66 @@ func benchBootstrap(t *testing.T, e env, w *wire, target benchkit.Target) []benc
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// firstServiceChangeAfter returns the first service-control change made
+// after change id (the call's own, where its answer named none: snapctl).
+func firstServiceChangeAfter(t *testing.T, w *wire, id string) string {
+	t.Helper()
+	var all []change
+	decode(t, w.do(t, "GET", "/v2/changes?select=all", nil), &all)
+	own := ""
+	for _, c := range all {
+		if c.Kind == "service-control" && lessChangeID(id, c.ID) && (own == "" || lessChangeID(c.ID, own)) {
+			own = c.ID
+		}
+	}
+	if own == "" {
+		t.Fatalf("no service-control change after %s", id)
+	}
+	return own
+}
+
+// benchInSnap is foreign's configure-hook blocker (1 s) met by snapsvc
+// inside the snap (snapsvc-helper, integration/insnap, in snapctl mode as
+// any process of a snap runs it): 10 samples, the helper started at a
+// moment spread over the blocker's first 300 ms. The wake is from the
+// blocker's ready-time to the spawn-time of the helper's change. The
+// helper's own start (snap run, snap-confine) is part of its makespan,
+// not of the wake.
+func benchInSnap(t *testing.T, e env, w *wire) []benchRow {
+	const n = 10
+	r := benchRow{scenario: "insnap configure-snap (hook 1s)", strategy: "snapsvc in snap"}
+	for i := range n {
+		w.waitIdle(t)
+		id := w.setConf(t, map[string]any{"hook-sleep": 1})
+		// Not synchronisation: when, in the blocker's life, the helper
+		// starts.
+		time.Sleep(300 * time.Millisecond * time.Duration(2*i+1) / time.Duration(2*n))
+		start := time.Now()
+		out, err := e.helper(t, "restart", "svcdemo.alpha")
+		end := time.Now()
+		blk := w.waitChange(t, id, 2*time.Minute)
+		r.samples++
+		r.calls++
+		r.makespans = append(r.makespans, end.Sub(start))
+		if err != nil || out.Result == nil {
+			r.failed++
+			t.Errorf("helper restart during configure change %s: %v: %+v", id, err, out)
+			continue
+		}
+		r.attempts += out.Result.Attempts
+		if out.Result.Conflicts < 1 {
+			t.Logf("sample %d: the helper met no conflict (it started after the hook): %+v", i, out.Result)
+			continue
+		}
+		own := firstServiceChangeAfter(t, w, blk.ID)
+		l := lag(t, w, blk, own)
+		if l < 0 {
+			t.Errorf("helper's change %s spawned before blocker %s was ready", own, blk.ID)
+		}
+		r.wakes = append(r.wakes, l)
+	}
+	w.waitChange(t, w.setConf(t, map[string]any{"hook-sleep": 0}), time.Minute)
+	return []benchRow{r}
 }

@@ -70,6 +70,9 @@ type Client struct {
 	observer   func(Event)
 	state      *stateWatch   // snapd's state file (WithStateFile); nil: none
 	budget     *budgetRunner // WithRestartBudget; nil: none
+	blind      blindState    // cadence.go
+	pace       paceState     // owncursor.go
+	clockKey   string        // watcher.go: "real", or unique to a Client built WithClock
 }
 
 // notice support states.
@@ -273,6 +276,10 @@ func New(opts ...Option) (*Client, error) {
 		s.stateFile = DefaultStateFile
 	}
 	c.state = newStateWatch(s.stateFile)
+	c.clockKey = "real"
+	if s.clock != nil || (s.policy != nil && s.policy.Clock != nil) {
+		c.clockKey = fmt.Sprintf("clock%d", clockKeys.Add(1))
+	}
 	// In snapctl mode changes and notices are read on the snap socket
 	// (snapd allows that to snaps with snap-refresh-observe connected,
 	// daemon/api_general.go), unless WithSocket named a main socket the

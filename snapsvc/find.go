@@ -279,8 +279,12 @@ func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp
 // change out of the conflict check (hookstate Context.ChangeID), and
 // waiting for it from inside the hook would never end.
 func (c *Client) ownHookChange(ctx context.Context, snaps []string) string {
+	if c.blind.noListing.Load() {
+		return "" // snapd refuses this client its changes (cadence.go)
+	}
 	chgs, err := c.main.Changes(ctx, snapd.SelectInProgress, "")
 	if err != nil {
+		c.noteListing(err)
 		return ""
 	}
 	for _, chg := range chgs {

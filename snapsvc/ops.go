@@ -44,8 +44,9 @@ type Result struct {
 	// Conflicts counts the attempts snapd refused with a change conflict.
 	Conflicts int
 	// WaitedFor lists other changes the operation waited out, where it
-	// listed them (a conflict retried at a state file rewrite names none:
-	// see EventConflict).
+	// listed them (a conflict retried at a state file rewrite, or on the
+	// blind cadence where the blocker cannot be listed, names none: see
+	// EventConflict).
 	WaitedFor []string
 	// Shared is true when the call merged into an identical restart that
 	// was waiting for the same snap, and reports that restart's change.
@@ -155,7 +156,7 @@ func (o *Operation) wait(ctx context.Context) (*Result, error) {
 	if done {
 		return &res, o.budgetWait(ctx)
 	}
-	chg, err := o.c.waitChange(ctx, res.ChangeID, waitOpts{ev: Event{Op: o.op.action, Names: o.op.t.names}})
+	chg, err := o.c.sharedWaitChange(ctx, res.ChangeID, Event{Op: o.op.action, Names: o.op.t.names})
 	if err != nil {
 		return nil, o.c.opError(o.op, res.ChangeID, res.Attempts, err)
 	}

@@ -30,6 +30,7 @@ type runner struct {
 	last  error
 	skip  string // the running hook's own change, never a blocker
 	known map[string]bool
+	cad   *cadence // blind waits (cadence.go)
 }
 
 // lock takes the snaps' locks (unless snapd only queues the command, in a
@@ -96,6 +97,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		res:   &Result{},
 		rt:    c.policy.NewRetrier(),
 		known: map[string]bool{},
+		cad:   newCadence(c.clock, c.policy.MaxConflictInterval),
 	}
 	r.reach = &reach{c: c, rt: r.rt}
 	// A restart that must keep its distance from the last one waits with
@@ -191,6 +193,12 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 				}
 			}
 			optimistic = false
+			if r.blind() {
+				if err := r.retryBlind(ctx, ce); err != nil {
+					return r.fail("", err)
+				}
+				continue
+			}
 			// Where notices are absent (or not known yet) the wait may
 			// poll: the state watch is marked before the listing, so the
 			// wait can take the listing for its first read.
@@ -202,6 +210,12 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			ids, ferr := c.findBlockers(ctx, o.t.snaps, ce, r.skip)
 			if ferr != nil {
 				r.log.Debug("cannot list changes to find the blocker", "error", ferr)
+				if c.noteListing(ferr); len(ids) == 0 && r.blind() {
+					if err := r.retryBlind(ctx, ce); err != nil {
+						return r.fail("", err)
+					}
+					continue
+				}
 			}
 			ev := r.event(EventConflict)
 			ev.Blockers, ev.Err = ids, ce
@@ -217,6 +231,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 				if err := r.waitOut(ctx, ids, ce, watched, mark); err != nil {
 					return r.fail("", err)
 				}
+				r.cad.reset()
 				fresh = true
 				continue // retry at once: the blocker is done
 			}
@@ -270,8 +285,9 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answere
 		// identify.
 		all, err := c.wholeSnapServices(ctx, r.o)
 		var chgs []snapd.Change
-		if err == nil {
+		if err == nil && !c.blind.noListing.Load() {
 			chgs, err = c.main.Changes(ctx, snapd.SelectAll, "")
+			c.noteListing(err)
 		}
 		if err == nil {
 			if id := queuedIn(chgs, r.o, all, sentAt, answeredAt); id != "" {
@@ -295,7 +311,7 @@ func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answere
 	c.emit(ev)
 	r.log.Info("change created", "change", changeID, "attempt", r.res.Attempts)
 	wo := r.waitOpts(false)
-	wo.fresh = true
+	wo.fresh, wo.answeredAt = true, answeredAt
 	return c.finish(ctx, r.o, r.res, wait, wo)
 }
 
@@ -486,6 +502,7 @@ func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictEr
 	}
 	wo := r.waitOpts(true)
 	wo.listed, wo.listedWatched, wo.listedMark = true, watched, mark
+	wo.since, _ = r.cad.begun() // a blind wait turned to listing: poll at its pace
 	_, err := r.c.waitChanges(wctx, ids, wo)
 	var stalled *ChangeError
 	switch {

@@ -34,7 +34,7 @@ func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
 // ends in Error, Undone or Hold is returned together with a *ChangeError
 // carrying snapd's err text.
 func (c *Client) WaitChange(ctx context.Context, id string) (*Change, error) {
-	chg, err := c.waitChange(ctx, id, waitOpts{ev: Event{Op: "wait"}})
+	chg, err := c.sharedWaitChange(ctx, id, Event{Op: "wait"})
 	return changeOf(chg), err
 }
 
@@ -69,7 +69,10 @@ type waitOpts struct {
 	listedMark    uint64
 	// fresh says ids is the operation's own change, just made: a notice
 	// with one or two occurrences (spawn, Doing) means it is not ready.
-	fresh bool
+	// answeredAt, when known, is when snapd answered the request that made
+	// it: a cursor for the notices (owncursor.go).
+	fresh      bool
+	answeredAt time.Time
 	// stallOnWait also gives up on a change in Wait (waiting for a reboot
 	// or a manual step: it will not become ready by itself), returning a
 	// *ChangeError for it.
@@ -81,6 +84,10 @@ type waitOpts struct {
 	found bool
 	// ev is the template of the events the wait emits.
 	ev Event
+	// since, when not zero, is when the caller began waiting (a blind
+	// wait that turned to listing, cadence.go): polling paces itself from
+	// then rather than from the wait's own start.
+	since time.Time
 }
 
 // waitChanges waits until every change in ids is ready, and returns them
@@ -109,7 +116,13 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	// that became ready before the cursor, unseen because its read failed,
 	// would otherwise be waited for until the long-poll's timeout.
 	needCursor := true
+	if cur, d, ok := c.ownCursor(wo, ids); ok && useNotices {
+		cursor, needCursor, w.firstWait = cur, false, d
+	}
 	started := c.clock.Now()
+	if !wo.since.IsZero() {
+		started = wo.since
+	}
 	// Where snapd has no notices its state file wakes us (the watch is
 	// opened before the first read, so no rewrite after it is missed).
 	var sw *stateWatch
@@ -179,7 +192,11 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				}
 			}
 		} else if round > 0 || firstIdle() {
-			if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked); err != nil {
+			if d, ok := c.ownFirstRead(wo, ids, sw != nil, lastRead); ok {
+				if err := retry.Sleep(ctx, c.clock, d); err != nil {
+					return nil, ctxErr(ctx, "waiting for change "+ids[0])
+				}
+			} else if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked); err != nil {
 				return nil, err
 			}
 		}
@@ -213,6 +230,9 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 		}
 		remaining = next
 		if len(remaining) == 0 {
+			if wo.fresh && len(ids) == 1 {
+				c.pace.noteOwn(done[ids[0]], wo.answeredAt)
+			}
 			return done, nil
 		}
 		if failed != nil {
@@ -230,6 +250,8 @@ type changeWait struct {
 	rt    *retry.Retrier
 	reach *reach
 	ev    Event
+	// firstWait, when set, bounds the first long-poll (owncursor.go).
+	firstWait time.Duration
 }
 
 // notices reads (first: at once) or long-polls the change-update notices
@@ -245,6 +267,9 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, Keys: ids, After: *cursor}
 	if !first && !cursor.IsZero() {
 		opts.Timeout = noticeWait
+		if w.firstWait > 0 {
+			opts.Timeout, w.firstWait = w.firstWait, 0
+		}
 	} else {
 		opts.After = time.Time{} // a fresh cursor: every notice of ids
 	}
@@ -394,6 +419,11 @@ func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 	if err := validateSnapName(snap); err != nil {
 		return fmt.Errorf("snapsvc: waiting for snap to be idle: %w %q: %v", ErrInvalidName, snap, err)
 	}
+	return c.sharedWaitIdle(ctx, snap)
+}
+
+// waitIdle is WaitIdle, not shared (watcher.go).
+func (c *Client) waitIdle(ctx context.Context, snap string) error {
 	skip := ""
 	if c.hook != "" {
 		// From inside a hook, the hook's own change cannot end first.

@@ -25,10 +25,25 @@ const (
 	Fixed   = "fixed"
 	Backoff = "backoff"
 	Snapsvc = "snapsvc"
+	// SnapsvcSnapctl is snapsvc in snapctl mode, as a snap's own process
+	// runs it (a hook, a strictly confined daemon): snapctl on the snap
+	// socket with the snap's cookie. Where the snap cannot read changes
+	// there (no snap-refresh-observe; snapd 2.57) it waits blind.
+	SnapsvcSnapctl = "snapsvc-snapctl"
+	// SnapsvcConfined is snapsvc in REST mode as a strictly confined snap
+	// with snapd-control runs it: the main socket, but no state file to
+	// watch (a confined snap cannot see /var/lib/snapd); without notices
+	// (snapd < 2.62) it waits blind.
+	SnapsvcConfined = "snapsvc-confined"
 )
 
 // Names lists every strategy.
-var Names = []string{Naive, Fixed, Backoff, Snapsvc}
+var Names = []string{Naive, Fixed, Backoff, Snapsvc, SnapsvcSnapctl, SnapsvcConfined}
+
+// IsSnapsvc reports whether name is one of snapsvc's modes.
+func IsSnapsvc(name string) bool {
+	return name == Snapsvc || name == SnapsvcSnapctl || name == SnapsvcConfined
+}
 
 // k8sd's retry loop around service commands: control.RetryFor(ctx, 5,
 // 5*time.Second, ...) in canonical/k8s-snap (src/k8s/pkg/utils/control/
@@ -64,7 +79,11 @@ type Target struct {
 	// StateFile is snapd's state file, which snapsvc watches to wake
 	// early when snapd has no notices ("" for the library's default:
 	// /var/lib/snapd/state.json with snapd's default socket, else none).
+	// snapsvc-confined never watches it.
 	StateFile string
+	// Snap is the snap whose cookie Cookie is (snapsvc-snapctl refuses
+	// other snaps' services before any request); "" for no check.
+	Snap string
 }
 
 // Config tunes the strategies.
@@ -146,8 +165,8 @@ func New(name string, t Target, cfg Config) (Strategy, error) {
 		return &fixed{wire: snapd.New(t.Socket), pause: FixedPauseAt(cfg.Scale)}, nil
 	case Backoff:
 		return &withBackoff{wire: snapd.New(t.Socket)}, nil
-	case Snapsvc:
-		return newLibrary(t)
+	case Snapsvc, SnapsvcSnapctl, SnapsvcConfined:
+		return newLibrary(name, t)
 	}
 	return nil, fmt.Errorf("benchkit: unknown strategy %q (want one of %v)", name, Names)
 }
@@ -310,31 +329,49 @@ func (b *withBackoff) Sequence(ctx context.Context, calls ...Call) []Outcome {
 	return outs
 }
 
-// library is snapsvc in REST mode with its defaults: one Client per
-// caller, as a hook or a controller would hold.
+// library is snapsvc with its defaults in one of its modes: one Client
+// per caller, as a hook or a controller would hold.
 type library struct {
-	c *snapsvc.Client
+	name string
+	c    *snapsvc.Client
 }
 
-func newLibrary(t Target) (*library, error) {
-	opts := []snapsvc.Option{snapsvc.WithSocket(t.Socket), snapsvc.WithMode(snapsvc.ModeREST)}
-	if t.SnapSocket != "" {
-		opts = append(opts, snapsvc.WithSnapSocket(t.SnapSocket))
+func newLibrary(name string, t Target) (*library, error) {
+	var opts []snapsvc.Option
+	switch name {
+	case SnapsvcSnapctl:
+		if t.SnapSocket == "" || t.Cookie == "" {
+			return nil, errors.New("benchkit: snapsvc-snapctl needs the snap socket and the snap's cookie")
+		}
+		// Changes and notices are read on the snap socket too, as from
+		// inside a snap; the snap is the one whose cookie it is.
+		opts = []snapsvc.Option{snapsvc.WithMode(snapsvc.ModeSnapctl), snapsvc.WithSnapSocket(t.SnapSocket),
+			snapsvc.WithCookie(t.Cookie), snapsvc.WithHook("")}
+		if t.Snap != "" {
+			opts = append(opts, snapsvc.WithSnap(t.Snap))
+		}
+	default:
+		opts = []snapsvc.Option{snapsvc.WithSocket(t.Socket), snapsvc.WithMode(snapsvc.ModeREST)}
+		if t.SnapSocket != "" {
+			opts = append(opts, snapsvc.WithSnapSocket(t.SnapSocket))
+		}
+		if t.StateFile != "" && name == Snapsvc {
+			opts = append(opts, snapsvc.WithStateFile(t.StateFile))
+		} else {
+			opts = append(opts, snapsvc.WithStateFile(""))
+		}
 	}
 	if t.LockDir != "" {
 		opts = append(opts, snapsvc.WithLockDir(t.LockDir))
-	}
-	if t.StateFile != "" {
-		opts = append(opts, snapsvc.WithStateFile(t.StateFile))
 	}
 	c, err := snapsvc.New(opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &library{c: c}, nil
+	return &library{name: name, c: c}, nil
 }
 
-func (l *library) Name() string { return Snapsvc }
+func (l *library) Name() string { return l.name }
 func (l *library) Close()       { l.c.Close() }
 
 func (l *library) Sequence(ctx context.Context, calls ...Call) []Outcome {

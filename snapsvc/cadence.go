@@ -1,0 +1,220 @@
+package snapsvc
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// Blind waits: how a conflict is waited out when the end of the blocking
+// change cannot be observed.
+//
+// A wait is blind when snapd has no change notices for this client and
+// its state file is not watched (a strictly confined snap cannot see
+// /var/lib/snapd; snapd < 2.62 has no notices), or when the blocker cannot
+// even be listed. What each snapd lets a snap do on the snap socket
+// (/run/snapd-snap.socket; the main socket lets through whoever AppArmor
+// lets reach it, a snap with snapd-control included):
+//
+//   - POST /v2/snapctl: snapAccess, the snap socket only, every snapd
+//     (daemon/api_snapctl.go). snapctl start/stop/restart answer once
+//     their change is ready; a conflicting one is refused at once, before
+//     any change is made (ctlcmd runServiceCommand ->
+//     servicestate.Control -> snapstate.CheckChangeConflictMany): cheap.
+//   - GET /v2/changes and /v2/changes/{id}: openAccess in 2.57.6
+//     (daemon/api_general.go stateChangesCmd: requireSnapdSocket, so the
+//     snap socket gets 403 "access denied" whatever the snap plugs);
+//     interfaceOpenAccess{snap-refresh-observe} from 2.62 (2.77 adds
+//     ros-snapd-support for /v2/changes/{id}): a snap plugging
+//     snap-refresh-observe may list and read every change.
+//   - GET /v2/notices: none before 2.62 (404 "not found");
+//     interfaceOpenAccess{snap-refresh-observe,
+//     snap-interfaces-requests-control} from 2.62 (daemon/api_notices.go),
+//     and change-update notices need snap-refresh-observe
+//     (noticeReadInterfaces).
+//   - snapctl is-ready CHANGE (2.76+, ctlcmd/is_ready.go) answers only for
+//     changes the calling snap initiated itself ("initiated-by-snap"), so
+//     it cannot follow someone else's blocker; no snapctl command lists
+//     changes.
+//   - POST /v2/apps is openAccess (main socket only) up to 2.76; 2.77
+//     lets a snap plugging ros-snapd-support post it on the snap socket
+//     if it is also authenticated (interfaceAuthenticatedAccess,
+//     daemon/api_apps.go): not a path for an ordinary snap.
+//
+// So a snap with snap-refresh-observe on snapd >= 2.62 follows the blocker
+// with notices, as a host does (see waitChanges); everything else is blind:
+// snapctl without snap-refresh-observe or on 2.57, and REST from a
+// confined snap with snapd-control on 2.57 (no notices, no state file).
+//
+// A blind wait retries the refused request on a fixed grid, counted from
+// the refusal that began the wait (time 0):
+//
+//	retry 1 at 15 ms (± 5 ms), retry k at 15 ms + (k-1) × 50 ms (± 10 ms)
+//
+// for the first cadenceSteady (2 s); then the step grows by cadenceGrowth
+// per retry up to the policy's MaxConflictInterval (1 s by default), or,
+// where the blockers can be listed (REST; snapctl with
+// snap-refresh-observe but no notices), the wait lists them and follows
+// them by reading them at the poll interval (WithPollInterval, 100 ms).
+//
+// The arithmetic. Each retry is one request, and the one snapd accepts
+// ends the wait; so a wait that ends at retry k made k-1 requests while
+// waiting, over at least (k-1) x 50 ms (retry k comes no sooner than
+// 10 ms + (k-1) x 50 ms - 10 ms): never more than 20 requests per second,
+// at any moment of the wait, whatever its length; after 2 s fewer. A
+// blocker that ends at a random moment is seen by the next retry, within
+// one step (50 ms, 70 ms at worst with the jitter): the wait wakes about
+// 25 ms after it on average, and within 15 ms for the many service changes
+// that end within 15 ms of the refusal. Two retries are never less than
+// 30 ms apart. A retry whose pause fell behind (a slow answer) takes the
+// next grid point ahead, never two at once, so the bound holds. Jitter
+// keeps the retries of separate processes from marching in step.
+//
+// A retry costs snapd about what a read of the change costs (the state
+// lock, the conflict check against the changes in progress), and it needs
+// no second request to act once the blocker is gone: with reads, the read
+// that sees the change ready and the request that follows would both be
+// needed, and at the same 20 requests per second the wait would wake
+// later. The price is that a blind wait does not name its blocker
+// (Result.WaitedFor stays empty for it) and, where it cannot list, cannot
+// tell a blocker waiting for a reboot from a slow one: the policy's
+// MaxElapsedTime bounds it.
+const (
+	cadenceFirst       = 15 * time.Millisecond
+	cadenceFirstJitter = 5 * time.Millisecond
+	cadenceStep        = 50 * time.Millisecond
+	cadenceJitter      = 10 * time.Millisecond
+	cadenceSteady      = 2 * time.Second
+	cadenceGrowth      = 1.25
+)
+
+// blindState is what a Client learned about whether it can observe
+// blockers.
+type blindState struct {
+	// noListing: snapd refused to list changes to this client (snapctl
+	// without snap-refresh-observe, or on 2.57): it never tries again.
+	noListing atomic.Bool
+}
+
+// cadence paces the retries of one blind wait.
+type cadence struct {
+	clock retry.Clock
+	cap   time.Duration // the longest step
+	start time.Time     // the refusal that began the wait; zero: none yet
+	grid  time.Time     // the last retry's grid point
+	step  time.Duration // the step after grid
+	n     int           // retries so far
+	rnd   func() float64
+}
+
+func newCadence(clock retry.Clock, capStep time.Duration) *cadence {
+	if capStep <= 0 {
+		capStep = retry.DefaultPolicy().MaxConflictInterval
+	}
+	return &cadence{clock: clock, cap: max(capStep, cadenceStep), rnd: rand.Float64}
+}
+
+// begun reports whether a blind wait is under way, and since when.
+func (cd *cadence) begun() (time.Time, bool) { return cd.start, !cd.start.IsZero() }
+
+// reset ends the blind wait: the next refusal begins a new one.
+func (cd *cadence) reset() { cd.start, cd.n = time.Time{}, 0 }
+
+// steady reports whether the wait is still within its first cadenceSteady.
+func (cd *cadence) steady() bool {
+	return cd.start.IsZero() || cd.clock.Now().Sub(cd.start) < cadenceSteady
+}
+
+// jitter returns a uniform offset in [-j, j].
+func (cd *cadence) jitter(j time.Duration) time.Duration {
+	return time.Duration((2*cd.rnd() - 1) * float64(j))
+}
+
+// next returns the pause before the next retry, counted from now (the
+// refusal that begins the wait, or the refusal of the last retry).
+func (cd *cadence) next() time.Duration {
+	now := cd.clock.Now()
+	if cd.start.IsZero() {
+		cd.start, cd.n = now, 0
+	}
+	cd.n++
+	if cd.n == 1 {
+		cd.grid, cd.step = cd.start.Add(cadenceFirst), cadenceStep
+		return max(cd.grid.Add(cd.jitter(cadenceFirstJitter)).Sub(now), 0)
+	}
+	for {
+		cd.grid = cd.grid.Add(cd.step)
+		step := cd.step
+		if cd.grid.Sub(cd.start) >= cadenceSteady {
+			cd.step = min(time.Duration(float64(cd.step)*cadenceGrowth), cd.cap)
+		}
+		at := cd.grid.Add(cd.jitter(min(cadenceJitter, step/5)))
+		if d := at.Sub(now); d > 0 {
+			return d
+		}
+		// Behind (a slow answer): the next grid point ahead.
+	}
+}
+
+// blind reports whether a conflict must be waited out blind (see above):
+// neither notices nor the state file can show the blocker's end, and in
+// REST mode only within the first cadenceSteady of the wait (then the
+// blockers are listed and followed).
+func (r *runner) blind() bool {
+	c := r.c
+	if c.blind.noListing.Load() {
+		return true
+	}
+	if c.notices.Load() == noticesYes || c.state.open() {
+		return false
+	}
+	// Until snapd has said whether it has notices for us, list (and
+	// learn); after that, polling the blockers in the first seconds does
+	// no better than the cadence and pays a read per poll on top.
+	return c.notices.Load() == noticesNo && r.cad.steady()
+}
+
+// noteListing records that snapd refused to list changes to this client
+// (403: snapctl without snap-refresh-observe, or snapd 2.57's snap
+// socket), so that its later conflicts go straight to the blind cadence
+// instead of paying a refused listing each.
+func (c *Client) noteListing(err error) {
+	if err != nil && c.mode == ModeSnapctl && isForbidden(err) {
+		c.blind.noListing.Store(true)
+	}
+}
+
+// retryBlind waits out a conflict blind: it reports the conflict and
+// pauses until the cadence's next retry. Like waitOut, it lets go of the
+// cross-process locks meanwhile (a hook of the blocking change, another
+// process, may need them), keeping this process's own. Its error is final
+// for the operation.
+func (r *runner) retryBlind(ctx context.Context, ce *retry.ConflictError) error {
+	c := r.c
+	first := r.cad.n == 0
+	ev := r.event(EventConflict)
+	ev.Err = ce
+	c.emit(ev)
+	if first {
+		r.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+	} else {
+		r.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+	}
+	d := r.cad.next()
+	if left, ok := r.rt.Remaining(); ok {
+		d = min(d, max(left, 0))
+	}
+	if r.h != nil {
+		r.h.releaseFiles()
+	}
+	if err := retry.Sleep(ctx, c.clock, d); err != nil {
+		return interrupted(ctx, ce)
+	}
+	if r.h != nil {
+		return c.lockFiles(ctx, r.h, r.o.t.snaps)
+	}
+	return nil
+}
