@@ -104,6 +104,8 @@ type settings struct {
 	stateFile          string
 	stateFileSet       bool
 	budget             *budgetRunner
+	snapdRoot          string // WithSnapdRoot (installed.go)
+	snapdRootSet       bool
 }
 
 // WithSocket sets snapd's main socket (default /run/snapd.socket).
@@ -281,6 +283,7 @@ func New(opts ...Option) (*Client, error) {
 			c.main = c.ctl
 		}
 	}
+	checkInstalled(c, &s)
 	c.instance = instanceKey(c.actingSocket())
 	switch {
 	case s.noFileLock:
