@@ -1,6 +1,6 @@
 module github.com/snapsvc/snapsvc
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
@@ -8,8 +8,8 @@ require (
 	github.com/rogpeppe/go-internal v1.16.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
-	golang.org/x/sync v0.19.0
-	golang.org/x/sys v0.26.0
+	golang.org/x/sync v0.25.0
+	golang.org/x/sys v0.50.0
 )
 
-require golang.org/x/tools v0.26.0 // indirect
+require golang.org/x/tools v0.52.0 // indirect

@@ -3,11 +3,10 @@ module github.com/snapsvc/snapsvc/etcdbudget
 go 1.26.0
 
 require (
-	github.com/snapsvc/snapsvc v0.0.0
+	github.com/snapsvc/snapsvc v0.2.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
-	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 )
@@ -71,4 +70,3 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/snapsvc/snapsvc => ../
