@@ -3,7 +3,8 @@
 // them: each module's tree at one git revision, zipped by
 // golang.org/x/mod/zip as the go command and the module proxy do (nested
 // modules, vendor directories and files outside the module left out), with
-// its go.mod and an .info at the given version. A module in directory d
+// its go.mod and an .info at the given version. It only writes files;
+// the go command reads them with GOPROXY=file://DIR. A module in directory d
 // is tagged d/vX.Y.Z, the root module vX.Y.Z.
 //
 //	go run . -repo ../.. -rev HEAD -version v0.2.0 -out /tmp/proxy . etcdbudget
@@ -14,6 +15,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,7 +86,7 @@ func run(repo, rev, version, out string, dirs []string) error {
 		if err != nil {
 			return err
 		}
-		err = modzip.CreateFromVCS(zf, mv, repo, rev, subdir)
+		err = zipAt(zf, mv, repo, rev, subdir)
 		if cerr := zf.Close(); err == nil {
 			err = cerr
 		}
@@ -103,6 +105,43 @@ func run(repo, rev, version, out string, dirs []string) error {
 		fmt.Printf("%s@%s from %s:%s\n", path, version, rev, dir)
 	}
 	return nil
+}
+
+// zipAt zips the module in subdir of repo as it is at rev: the tree
+// comes from git archive (only committed files, as a tag would have them;
+// modzip.CreateFromVCS does the same but does not recognise a git
+// worktree), and modzip.CreateFromDir applies the module zip rules.
+func zipAt(w io.Writer, mv module.Version, repo, rev, subdir string) error {
+	tmp, err := os.MkdirTemp("", "modproxy")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	tree := rev
+	if subdir != "" {
+		tree = rev + ":" + subdir
+	}
+	archive := exec.Command("git", "archive", "--format=tar", tree)
+	archive.Dir = repo
+	untar := exec.Command("tar", "-x", "-C", tmp)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	untar.Stdin = pipe
+	var stderr bytes.Buffer
+	archive.Stderr, untar.Stderr = &stderr, &stderr
+	if err := untar.Start(); err != nil {
+		return err
+	}
+	if err := archive.Run(); err != nil {
+		untar.Wait()
+		return fmt.Errorf("git archive %s: %v: %s", tree, err, stderr.String())
+	}
+	if err := untar.Wait(); err != nil {
+		return fmt.Errorf("tar: %v: %s", err, stderr.String())
+	}
+	return modzip.CreateFromDir(w, mv, tmp)
 }
 
 func git(repo string, args ...string) ([]byte, error) {
