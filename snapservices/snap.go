@@ -93,9 +93,6 @@ func WithSnapctl() Option { return func(c *config) { c.snapctl = true } }
 // start cheap. A start without "--enable" is a plain start.
 func WithEnsureRunning() Option { return func(c *config) { c.ensure = true } }
 
-// withEnv replaces os.Getenv (tests).
-func withEnv(f func(string) string) Option { return func(c *config) { c.env = f } }
-
 // New builds a handle for one snap. Unless WithClient or WithCommandRunner
 // is given it builds a snapsvc.Client in REST mode on /run/snapd.socket
 // (WithSnapctl for snapctl) with retry.NestedPolicy, since callers of this

@@ -28,6 +28,9 @@ import (
 // checks that they are the README's text (after gofmt), so every snippet
 // compiles. The controller and the fake test also run.
 
+// The snippets are compiled, not all called.
+var _ = []any{readmeHook, readmeSnapservices, readmePlan}
+
 func readmeHook(ctx context.Context) error {
 	// readme:begin
 	c, err := snapsvc.New() // inside a snap: snapctl with $SNAP_COOKIE; outside: /run/snapd.socket

@@ -25,7 +25,7 @@ var member struct {
 // MemberBinary returns the path of the etcdmember command that runs each
 // member: $ETCDTEST_MEMBER_BIN when set, otherwise the etcdmember module
 // beside this file built once per content and toolchain, with the go
-// command of the running toolchain, into the user's cache directory
+// command in PATH, into the user's cache directory
 // (GOWORK=off: the module is self-contained). The first build compiles
 // etcd's server and takes a while; later ones reuse the binary.
 func MemberBinary() (string, error) {
@@ -70,9 +70,9 @@ func buildMember() (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("etcdtest: building etcdmember needs the go command in PATH (or set $%s): %w", memberBinEnv, err)
 	}
 	cmd := exec.Command(gobin, "build", "-o", tmp.Name(), ".")
 	cmd.Dir = src
