@@ -2,6 +2,7 @@ package fake_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +16,9 @@ import (
 // (here through the REST API directly, as the snapctl binary does).
 func snapctl(socket, cookie string, args ...string) string {
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
-		Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", socket) }}}
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}
 	body, _ := json.Marshal(map[string]any{"context-id": cookie, "args": args})
 	rsp, err := c.Post("http://localhost/v2/snapctl", "application/json", bytes.NewReader(body))
 	if err != nil {

@@ -36,7 +36,9 @@ hooks:
 	defer s.Close()
 
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
-		Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", s.SocketPath()) }}}
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", s.SocketPath())
+		}}}
 	send := func(method, path, body string) string {
 		req, _ := http.NewRequest(method, "http://localhost"+path, strings.NewReader(body))
 		rsp, err := c.Do(req)

@@ -75,6 +75,10 @@ func Classify(err error) Class {
 	if errors.As(err, &ind) && ind.Indeterminate() {
 		return Indeterminate
 	}
+	if errors.Is(err, snapd.ErrNotInstalled) {
+		// No socket and nothing that would create it: waiting cannot help.
+		return Permanent
+	}
 	var connErr *snapd.ConnectionError
 	if errors.As(err, &connErr) {
 		if connErr.Written && connErr.Method != http.MethodGet {
@@ -168,10 +172,12 @@ func stripPrefixes(msg string) string {
 
 // IsUnreachable reports whether err is a failure to connect to snapd at
 // all (no socket, nobody listening, a path that is not a socket): the
-// request never reached snapd.
+// request never reached snapd, and snapd may come back. A snapd that is
+// not installed (snapd.ErrNotInstalled) is not unreachable: it will not
+// come back.
 func IsUnreachable(err error) bool {
 	var connErr *snapd.ConnectionError
-	return errors.As(err, &connErr) && !connErr.Connected && !connErr.Written
+	return errors.As(err, &connErr) && !connErr.Connected && !connErr.Written && !errors.Is(err, snapd.ErrNotInstalled)
 }
 
 // IsRetryable reports whether retrying the operation that failed with err

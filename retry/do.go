@@ -5,19 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
 // Do calls fn until it succeeds, at most attempts times (the first
 // included), pausing delay between attempts. It has the shape of k8sd's
-// control.RetryFor, so a port changes one name, and fixes what such loops
-// get wrong:
+// control.RetryFor, so a port changes one name. It keeps RetryFor's useful
+// retries and drops the harmful ones; the rule (ShouldRetry) is:
 //
-//   - it stops at once on an error retrying cannot fix (see Loop.Retryable):
-//     a start that failed in snapd is reported once, not made into five
-//     changes;
-//   - when ctx ends it returns an error matching both the context's error
-//     and the last failure (errors.Is), not a bare context.Canceled;
-//   - it does not pause after the last attempt.
+//   - never repeat a request whose outcome is unknown: snapd's answer was
+//     lost after the request was sent, or a change was made and may still
+//     run (a --no-wait call, a wait cut short, snapsvc.ErrOutcomeUnknown);
+//     running a restart again could restart the services twice;
+//   - never retry bad input or a refusal that stays true: an invalid name,
+//     an unknown flag, an unknown service, a setup error, snapd not
+//     installed — every error that says of itself it is not retryable,
+//     other than a failed change;
+//   - retry a change that failed (status Error or Undone: the outcome is
+//     known, nothing of it runs): a start of kube-apiserver before etcd is
+//     ready fails once and succeeds on a later attempt, as k8sd expects;
+//   - retry conflicts and an unreachable snapd (snapsvc's own policy
+//     already absorbs most of them), and errors that say nothing about
+//     themselves (the loop body's own, a Kubernetes API call), as
+//     RetryFor did.
+//
+// It also returns, when ctx ends, an error matching both the context's
+// cause and the last failure (errors.Is), not a bare context.Canceled, and
+// does not pause after the last attempt.
 //
 // Do(ctx, n, d, fn) is Loop{Attempts: n, Delay: d}.Do(ctx, fn).
 func Do(ctx context.Context, attempts int, delay time.Duration, fn func() error) error {
@@ -33,13 +48,9 @@ type Loop struct {
 	// Delay is the pause between two attempts.
 	Delay time.Duration
 	// Retryable decides whether a failure is worth another attempt. The
-	// default, nil, asks the error: an error with a Retryable() bool
-	// method anywhere in its chain (snapsvc's *OpError has one; it answers
-	// false for bad input, a change that ended in error and an outcome
-	// that is unknown) decides; otherwise Classify does, so snapd's
-	// conflicts and an unreachable snapd are retried and everything it
-	// cannot classify is not. A loop that must also retry other errors
-	// (RetryFor retried anything) sets its own.
+	// default, nil, is ShouldRetry (the rule in Do's documentation). A
+	// loop that wants the operation's own verdict alone (a failed change
+	// not retried either) sets IsRetryableOnce.
 	Retryable func(error) bool
 	// Clock drives the pauses; nil means the real clock.
 	Clock Clock
@@ -81,19 +92,70 @@ func (l Loop) Do(ctx context.Context, fn func() error) error {
 	}
 }
 
-// ShouldRetry reports whether another attempt after err could succeed: the
-// first error in err's chain with a Retryable() bool method decides
-// (snapsvc's *OpError, StoppedError), otherwise Classify does. It is
-// Loop's default. Unlike IsRetryable, which classifies snapd's answers
-// alone, it lets snapsvc's verdict win: a change that ended in Error, or
-// an outcome that is unknown, is not retried although the underlying
-// answer may look transient.
+// ShouldRetry is Loop's default rule (see Do), in this order:
+//
+//  1. an outcome that is not known (Classify answers Indeterminate: a
+//     lost answer to a request to act, an error with Indeterminate()
+//     true) is not retried;
+//  2. the first error in err's chain with a Retryable() bool method
+//     (snapsvc's *OpError, StoppedError) decides when it answers true;
+//  3. a failed change (an error in the chain with a ChangeFailed() bool
+//     method answering true: snapsvc's *ChangeError with status Error,
+//     Undone or Hold) is retried;
+//  4. otherwise a Retryable() verdict of false stands (bad input, an
+//     unknown service, a change that may still run, snapd not installed);
+//  5. an error with no verdict is classified: snapd's own answers as
+//     Classify says (conflicts and unreachable snapd yes, refusals no), a
+//     context's error no, and anything else — errors from outside
+//     snapsvc — yes, as RetryFor did.
 func ShouldRetry(err error) bool {
+	if err == nil {
+		return false
+	}
+	class := Classify(err)
+	if class == Indeterminate {
+		return false
+	}
+	var r interface{ Retryable() bool }
+	verdict := errors.As(err, &r)
+	if verdict && r.Retryable() {
+		return true
+	}
+	var f interface{ ChangeFailed() bool }
+	if errors.As(err, &f) && f.ChangeFailed() {
+		return true
+	}
+	if verdict {
+		return false
+	}
+	if class != Permanent {
+		return true
+	}
+	return !fromSnapd(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// IsRetryableOnce is the operation's own verdict alone: the first error
+// in err's chain with a Retryable() bool method decides, otherwise
+// Classify does. A failed change and errors nobody classified are not
+// retried. It was Loop's default before v0.2.0.
+func IsRetryableOnce(err error) bool {
 	var r interface{ Retryable() bool }
 	if errors.As(err, &r) {
 		return r.Retryable()
 	}
 	return IsRetryable(err)
+}
+
+// fromSnapd reports whether err carries an answer of snapd's or a failure
+// to reach it.
+func fromSnapd(err error) bool {
+	var (
+		apiErr  *snapd.Error
+		respErr *snapd.ResponseError
+		connErr *snapd.ConnectionError
+		ctlErr  *snapd.UnsuccessfulError
+	)
+	return errors.As(err, &apiErr) || errors.As(err, &respErr) || errors.As(err, &connErr) || errors.As(err, &ctlErr)
 }
 
 // StoppedError is a Loop that ended without success while fn kept failing

@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -162,17 +163,17 @@ func TestDoAsksTheErrorFirst(t *testing.T) {
 	if calls != 3 {
 		t.Fatalf("calls %d, want 3", calls)
 	}
-	// Plain errors nobody classified are not retried, unless the loop says.
+	// Plain errors nobody classified (the loop body's own) are retried,
+	// as RetryFor did, unless the loop says otherwise.
 	calls = 0
 	_ = retry.Loop{Attempts: 3, Clock: clock}.Do(context.Background(), func() error { calls++; return errors.New("disk full") })
-	if calls != 1 {
-		t.Fatalf("plain error: calls %d, want 1", calls)
+	if calls != 3 {
+		t.Fatalf("plain error: calls %d, want 3", calls)
 	}
 	calls = 0
-	always := func(error) bool { return true }
-	_ = retry.Loop{Attempts: 3, Clock: clock, Retryable: always}.Do(context.Background(), func() error { calls++; return errors.New("disk full") })
-	if calls != 3 {
-		t.Fatalf("Retryable override: calls %d, want 3", calls)
+	_ = retry.Loop{Attempts: 3, Clock: clock, Retryable: retry.IsRetryableOnce}.Do(context.Background(), func() error { calls++; return errors.New("disk full") })
+	if calls != 1 {
+		t.Fatalf("Retryable override: calls %d, want 1", calls)
 	}
 }
 
@@ -218,3 +219,68 @@ func TestNestedPolicyIsShort(t *testing.T) {
 		t.Fatalf("NestedPolicy %+v against DefaultPolicy %+v", p, d)
 	}
 }
+
+// failedChange is an error like snapsvc's *ChangeError.
+type failedChange struct{ failed bool }
+
+func (f *failedChange) Error() string      { return "change 7 (service-control) ended \"Error\"" }
+func (f *failedChange) ChangeFailed() bool { return f.failed }
+
+// opError is like snapsvc's *OpError around a cause: not retryable once a
+// change was made.
+type opError struct {
+	err error
+	ok  bool
+}
+
+func (e *opError) Error() string   { return "snapsvc: start k8s.kube-apiserver: " + e.err.Error() }
+func (e *opError) Unwrap() error   { return e.err }
+func (e *opError) Retryable() bool { return e.ok }
+
+// The rule of Do, case by case: how many times fn runs within 4 attempts.
+func TestDoRule(t *testing.T) {
+	lostPost := &snapd.ConnectionError{Method: "POST", Path: "/v2/apps", Connected: true, Written: true, Err: errors.New("EOF")}
+	for _, c := range []struct {
+		name  string
+		err   error
+		calls int
+	}{
+		// A start whose change failed (kube-apiserver before etcd) is
+		// tried again, as k8sd's RetryFor loops expect.
+		{"failed change", &opError{err: &failedChange{failed: true}}, 4},
+		{"failed change wrapped", fmt.Errorf("failed to start services: %w", &opError{err: &failedChange{failed: true}}), 4},
+		// A change that may still run is not repeated.
+		{"change not failed", &opError{err: &failedChange{failed: false}}, 1},
+		// An outcome that is unknown is never repeated.
+		{"lost answer to a POST", lostPost, 1},
+		{"lost answer in an OpError", &opError{err: lostPost, ok: true}, 1},
+		{"indeterminate", &opError{err: indeterminate{}, ok: true}, 1},
+		// Bad input and refusals that stay true are not retried.
+		{"bad input", &opError{err: errors.New("invalid service name \"k8s.kube_let\"")}, 1},
+		{"unknown service", &snapd.Error{StatusCode: 404, Kind: "app-not-found", Message: "no such app"}, 1},
+		{"context error", fmt.Errorf("inner: %w", context.DeadlineExceeded), 1},
+		// Conflicts, an unreachable snapd and foreign errors are retried.
+		{"conflict", conflict(), 4},
+		{"unreachable", &snapd.ConnectionError{Method: "POST", Path: "/v2/apps", Err: errors.New("connection refused")}, 4},
+		{"foreign", errors.New("the server is currently unable to handle the request"), 4},
+		{"retryable verdict", &opError{err: errors.New("busy"), ok: true}, 4},
+	} {
+		calls := 0
+		err := retry.Loop{Attempts: 4, Clock: &recordingClock{}}.Do(context.Background(), func() error {
+			calls++
+			return c.err
+		})
+		if calls != c.calls {
+			t.Errorf("%s: %d calls, want %d", c.name, calls, c.calls)
+		}
+		if !errors.Is(err, c.err) {
+			t.Errorf("%s: %v lost the failure", c.name, err)
+		}
+	}
+}
+
+// indeterminate is an error that says its outcome is unknown.
+type indeterminate struct{}
+
+func (indeterminate) Error() string       { return "outcome unknown" }
+func (indeterminate) Indeterminate() bool { return true }

@@ -5,14 +5,24 @@
 //	StopServices(ctx, services []string, extraSnapArgs ...string) error
 //	RestartServices(ctx, services []string, extraSnapArgs ...string) error
 //
-// A Snap is a handle for one snap. Services are the snap's bare app names
-// ("kubelet"), mapped to "<instance>.<app>" ("k8s.kubelet"); the instance
-// name comes from $SNAP_INSTANCE_NAME (then $SNAP_NAME) or WithInstance.
-// A name with a dot, or the snap's own name, is refused before any
-// request, wrapping snapsvc.ErrInvalidName or snapsvc.ErrWrongSnap: a
-// bare name always means a service of this snap, never another snap
-// (passing "kubelet" to snapsvc.Client directly addresses a snap named
-// kubelet).
+// A Snap is a handle for one snap, and keeps k8sd's contract for names
+// (pkg/snap/service.go): a service is named bare ("kubelet") or prefixed
+// with the instance ("k8s.kubelet"), both meaning "<instance>.<app>", and
+// the instance name alone ("k8s") means every service of the snap. The
+// instance comes from WithInstance, then $SNAP_INSTANCE_NAME, $SNAP_NAME,
+// then WithDefaultInstance (k8sd's unit tests run with none of them set).
+// A name of another snap ("etcd.etcd") fails with snapsvc.ErrWrongSnap and
+// a malformed one with snapsvc.ErrInvalidName, before any request: a bare
+// name always means a service of this snap, never another snap (passing
+// "kubelet" to snapsvc.Client directly addresses a snap named kubelet).
+//
+// StartServices also enables and StopServices also disables, as k8sd's
+// implementation always passes "--enable" and "--disable" (ImplyFlags);
+// WithPlainFlags gives the flags the snap command's own meaning instead.
+//
+// New returns setup errors (no instance name, say); Open, for callers
+// that cannot handle one where they build the handle, keeps the error and
+// returns it from every call, wrapping ErrSetup.
 //
 // extraSnapArgs are the snap command's flags, spelled as it spells them
 // (cmd/snap/cmd_services.go): "--enable" and "--no-wait" for start,
@@ -24,10 +34,6 @@
 // Async forms of snapsvc.Client); the next operation of the process on the
 // snap waits for that change first, so no-wait calls in a row do not
 // conflict with each other.
-//
-// Unlike k8sd's own implementation, StartServices does not add "--enable"
-// and StopServices does not add "--disable" on their own: the flags mean
-// what they mean to the snap command. A k8sd-style wrapper passes them.
 //
 // # Modes
 //
@@ -49,7 +55,9 @@
 // Callers like k8sd keep their own retry loop around every call. A Snap
 // therefore builds its client with retry.NestedPolicy (conflicts absorbed
 // for up to 30 s), not snapsvc's 5-minute default; replace the loop itself
-// with retry.Do, which stops at once when retrying cannot help. Every
+// with retry.Do, which keeps RetryFor's useful retries (a failed change is
+// tried again) and stops at once when retrying cannot help (bad input) or
+// must not happen (an outcome that is unknown). Every
 // error is the client's *snapsvc.OpError (Retryable, ChangeID, snapd's
 // text), returned as is.
 //
@@ -57,5 +65,8 @@
 //
 // Package snapservicestest has a Recorder that implements Control in
 // memory, for unit tests of callers; package fake serves a snapd for
-// integration tests.
+// integration tests. Tests that assert the snap command line (k8sd's, with
+// its mock.Runner) keep doing so through WithCommandRunner: the handle
+// hands the runner the line k8sd built ("snap start k8s.kubelet --enable")
+// instead of acting through snapd; Recorder.Run is such a runner.
 package snapservices

@@ -15,19 +15,20 @@ import (
 )
 
 // k8sdSnap is the service part of k8sd's snap.Snap after the port. Before,
-// each method built a command line ("snap start --enable k8s.containerd
-// k8s.kubelet ...") and ran it; after, it hands the same names and flags
-// to a snapservices.Snap built once (snapservices.New() on a real system:
-// the instance comes from $SNAP_INSTANCE_NAME, REST on /run/snapd.socket).
-// The "--enable" and "--disable" k8sd always adds stay k8sd's.
+// each method built a command line ("snap start k8s.containerd
+// k8s.kubelet ... --enable") and ran it; after, it hands the same names
+// and flags to a snapservices.Snap built once (snapservices.Open on a real
+// system: the instance comes from $SNAP_INSTANCE_NAME, REST on
+// /run/snapd.socket). The Snap keeps k8sd's contract: bare or "k8s."
+// names, "k8s" for the whole snap, start enabling and stop disabling.
 type k8sdSnap struct{ services snapservices.Control }
 
 func (s *k8sdSnap) StartServices(ctx context.Context, names []string, extraSnapArgs ...string) error {
-	return s.services.StartServices(ctx, names, append([]string{"--enable"}, extraSnapArgs...)...)
+	return s.services.StartServices(ctx, names, extraSnapArgs...)
 }
 
 func (s *k8sdSnap) StopServices(ctx context.Context, names []string, extraSnapArgs ...string) error {
-	return s.services.StopServices(ctx, names, append([]string{"--disable"}, extraSnapArgs...)...)
+	return s.services.StopServices(ctx, names, extraSnapArgs...)
 }
 
 func (s *k8sdSnap) RestartServices(ctx context.Context, names []string, extraSnapArgs ...string) error {

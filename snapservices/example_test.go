@@ -30,18 +30,19 @@ func ExampleSnap_StopServices() {
 
 	err = snap.StopServices(ctx, []string{"kubelet"}, "--force")
 	fmt.Println(errors.Is(err, snapservices.ErrUnknownFlag), err)
-	err = snap.StopServices(ctx, []string{"k8s.kubelet"})
-	fmt.Println(errors.Is(err, snapsvc.ErrInvalidName), err)
+	err = snap.StopServices(ctx, []string{"etcd.etcd"})
+	fmt.Println(errors.Is(err, snapsvc.ErrWrongSnap), err)
 	fmt.Println("requests sent:", len(srv.Requests()))
 
-	// The remove hook's stop: --no-wait returns once snapd accepted it.
-	if err := snap.StopServices(ctx, []string{"kubelet"}, "--disable", "--no-wait"); err != nil {
+	// The remove hook's stop (and disable, as k8sd's StopServices always
+	// does): --no-wait returns once snapd accepted it.
+	if err := snap.StopServices(ctx, []string{"kubelet"}, "--no-wait"); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("requests sent:", len(srv.Requests()))
 	// Output:
 	// true snapsvc: stop k8s.kubelet: unknown flag --force: snap stop accepts --disable, --no-wait [not retryable]
-	// true snapsvc: stop k8s.kubelet: invalid service name "k8s.kubelet": give the bare service name "kubelet" (services are always of snap "k8s") [not retryable]
+	// true snapsvc: stop etcd.etcd: service of another snap: "etcd.etcd" names a service of snap "etcd"; this handle controls snap "k8s" only (give "<app>" or "k8s.<app>") [not retryable]
 	// requests sent: 0
 	// requests sent: 1
 }

@@ -47,6 +47,35 @@ type Request struct {
 	Enable, Disable, Reload bool
 	// NoWait is --no-wait: return once snapd has accepted the change.
 	NoWait bool
+	// Args are the flags in the order given, duplicates kept: with Names,
+	// the command line Command returns.
+	Args []string
+}
+
+// Command returns the snap command line the request stands for, as k8sd
+// builds it: "snap", the action, the names, then the flags
+// (["snap" "start" "k8s.kubelet" "--enable"]).
+func (r Request) Command() []string {
+	cmd := make([]string, 0, 2+len(r.Names)+len(r.Args))
+	cmd = append(cmd, "snap", r.Action)
+	cmd = append(cmd, r.Names...)
+	return append(cmd, r.Args...)
+}
+
+// ImplyFlags returns extraSnapArgs with the flag k8sd's implementation
+// always adds in front: "--enable" for "start", "--disable" for "stop";
+// restart gets none. A Snap does this unless built WithPlainFlags.
+func ImplyFlags(action string, extraSnapArgs []string) []string {
+	var implied string
+	switch action {
+	case "start":
+		implied = "--enable"
+	case "stop":
+		implied = "--disable"
+	default:
+		return slices.Clone(extraSnapArgs)
+	}
+	return append([]string{implied}, extraSnapArgs...)
 }
 
 // flagsOf lists the flags the snap command accepts for each action besides
@@ -59,9 +88,11 @@ var flagsOf = map[string][]string{
 }
 
 // ParseRequest checks a call the way Snap does before sending anything:
-// action is "start", "stop" or "restart", services are bare app names of
-// the snap instance, extraSnapArgs are snap command flags valid for the
-// action. Errors are *snapsvc.OpError wrapping snapsvc.ErrNoNames,
+// action is "start", "stop" or "restart"; services are app names of the
+// snap instance, bare ("kubelet") or prefixed with the instance
+// ("k8s.kubelet"), or the instance name alone for every service of the
+// snap; extraSnapArgs are snap command flags valid for the action, taken
+// as given (no flag is implied here: see ImplyFlags). Errors are *snapsvc.OpError wrapping snapsvc.ErrNoNames,
 // snapsvc.ErrInvalidName, snapsvc.ErrWrongSnap, ErrUnknownFlag or
 // ErrUnsupportedFlag.
 func ParseRequest(instance, action string, services []string, extraSnapArgs ...string) (Request, error) {
@@ -86,6 +117,7 @@ func ParseRequest(instance, action string, services []string, extraSnapArgs ...s
 	for _, a := range extraSnapArgs {
 		switch {
 		case slices.Contains(allowed, a):
+			req.Args = append(req.Args, a)
 			switch a {
 			case "--enable":
 				req.Enable = true
@@ -123,17 +155,29 @@ func isFlagOfAnotherAction(a string) bool {
 	return false
 }
 
-// serviceName maps a bare app name of the snap instance to "instance.app".
+// serviceName maps a name as k8sd's contract allows it to the name snapd
+// uses: a bare app name ("kubelet") or one prefixed with the instance
+// ("k8s.kubelet") to "<instance>.<app>", and the instance name alone
+// ("k8s") to itself, which means every service of the snap.
 func serviceName(instance, name string) (string, error) {
-	snapName, _, _ := strings.Cut(instance, "_")
-	if prefix, app, ok := strings.Cut(name, "."); ok {
-		if prefix == instance {
-			return "", fmt.Errorf("%w %q: give the bare service name %q (services are always of snap %q)", snapsvc.ErrInvalidName, name, app, instance)
-		}
-		return "", fmt.Errorf("%w: %q names a service of snap %q; this handle controls snap %q only, by bare service names", snapsvc.ErrWrongSnap, name, prefix, instance)
+	if name == "" {
+		return "", fmt.Errorf("%w \"\": empty service name (give \"<app>\", %q or %q for the whole snap)", snapsvc.ErrInvalidName, instance+".<app>", instance)
 	}
-	if name == instance || name == snapName {
-		return "", fmt.Errorf("%w %q: that is the snap's own name, not one of its services (a bare name means %q)", snapsvc.ErrInvalidName, name, instance+"."+name)
+	if name == instance {
+		return instance, nil
+	}
+	if prefix, _, ok := strings.Cut(name, "."); ok {
+		if prefix != instance {
+			return "", fmt.Errorf("%w: %q names a service of snap %q; this handle controls snap %q only (give \"<app>\" or %q)", snapsvc.ErrWrongSnap, name, prefix, instance, instance+".<app>")
+		}
+		if _, _, err := snapsvc.ValidateName(name); err != nil {
+			return "", err
+		}
+		return name, nil
+	}
+	snapName, _, hasKey := strings.Cut(instance, "_")
+	if hasKey && name == snapName {
+		return "", fmt.Errorf("%w: %q is snap %q, not instance %q (give %q for the whole instance)", snapsvc.ErrWrongSnap, name, snapName, instance, instance)
 	}
 	full := instance + "." + name
 	if _, _, err := snapsvc.ValidateName(full); err != nil {

@@ -68,12 +68,18 @@ func TestParseRequestNames(t *testing.T) {
 		{"k8s", "kubelet", "k8s.kubelet", nil},
 		{"k8s", "kube-apiserver", "k8s.kube-apiserver", nil},
 		{"k8s_dev", "kubelet", "k8s_dev.kubelet", nil},
-		{"k8s", "k8s.kubelet", "", snapsvc.ErrInvalidName},
-		{"k8s_dev", "k8s_dev.kubelet", "", snapsvc.ErrInvalidName},
+		// k8sd's contract: "either prefixed or not", and the snap's own
+		// name for all of its services (k8sd pkg/snap/service.go).
+		{"k8s", "k8s.kubelet", "k8s.kubelet", nil},
+		{"k8s_dev", "k8s_dev.kubelet", "k8s_dev.kubelet", nil},
+		{"k8s", "k8s", "k8s", nil},
+		{"k8s_dev", "k8s_dev", "k8s_dev", nil},
 		{"k8s", "microk8s.kubelet", "", snapsvc.ErrWrongSnap},
 		{"k8s_dev", "k8s.kubelet", "", snapsvc.ErrWrongSnap},
-		{"k8s", "k8s", "", snapsvc.ErrInvalidName},
-		{"k8s_dev", "k8s", "", snapsvc.ErrInvalidName},
+		{"k8s_dev", "k8s", "", snapsvc.ErrWrongSnap},
+		{"k8s", "k8s.", "", snapsvc.ErrInvalidName},
+		{"k8s", "k8s.kube_let", "", snapsvc.ErrInvalidName},
+		{"k8s", "k8s.a.b", "", snapsvc.ErrInvalidName},
 		{"k8s", "", "", snapsvc.ErrInvalidName},
 		{"k8s", "kube_let", "", snapsvc.ErrInvalidName},
 		{"k8s", "-kubelet", "", snapsvc.ErrInvalidName},
@@ -92,5 +98,39 @@ func TestParseRequestNames(t *testing.T) {
 	}
 	if _, err := snapservices.ParseRequest("k8s", "start", nil, "--enable"); !errors.Is(err, snapsvc.ErrNoNames) {
 		t.Fatalf("no names: %v", err)
+	}
+}
+
+func TestRequestCommandAndImpliedFlags(t *testing.T) {
+	// The command lines k8sd's own tests expect (pkg/snap/snap_test.go).
+	for _, c := range []struct {
+		action   string
+		services []string
+		extra    []string
+		want     string
+	}{
+		{"start", []string{"test-service"}, nil, "snap start k8s.test-service --enable"},
+		{"start", []string{"test-service"}, []string{"--no-wait"}, "snap start k8s.test-service --enable --no-wait"},
+		{"stop", []string{"test-service"}, nil, "snap stop k8s.test-service --disable"},
+		{"stop", []string{"k8s.test-service"}, []string{"--no-wait"}, "snap stop k8s.test-service --disable --no-wait"},
+		{"restart", []string{"test-service"}, nil, "snap restart k8s.test-service"},
+		{"restart", []string{"k8s"}, []string{"--no-wait"}, "snap restart k8s --no-wait"},
+	} {
+		req, err := snapservices.ParseRequest("k8s", c.action, c.services, snapservices.ImplyFlags(c.action, c.extra)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(req.Command(), " "); got != c.want {
+			t.Errorf("%s %v %v: %q, want %q", c.action, c.services, c.extra, got, c.want)
+		}
+	}
+	req, err := snapservices.ParseRequest("k8s", "start", []string{"kubelet"}, snapservices.ImplyFlags("start", []string{"--enable"})...)
+	if err != nil || !req.Enable || !slices.Equal(req.Args, []string{"--enable", "--enable"}) {
+		t.Fatalf("an explicit --enable on top of the implied one: %+v, %v", req, err)
+	}
+	extra := []string{"--no-wait"}
+	_ = snapservices.ImplyFlags("start", extra)
+	if !slices.Equal(extra, []string{"--no-wait"}) {
+		t.Fatal("ImplyFlags changed its argument")
 	}
 }

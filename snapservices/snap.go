@@ -18,6 +18,9 @@ type Snap struct {
 	owned    bool // built by New, closed by Close
 	instance string
 	ensure   bool
+	plain    bool                                              // WithPlainFlags
+	run      func(ctx context.Context, command []string) error // WithCommandRunner
+	err      error                                             // Open's setup error, returned by every call
 }
 
 var _ Control = (*Snap)(nil)
@@ -27,6 +30,9 @@ type Option func(*config)
 
 type config struct {
 	instance   string
+	fallback   string
+	plain      bool
+	run        func(ctx context.Context, command []string) error
 	client     *snapsvc.Client
 	clientOpts []snapsvc.Option
 	snapctl    bool
@@ -35,8 +41,30 @@ type config struct {
 }
 
 // WithInstance names the snap instance (default $SNAP_INSTANCE_NAME, then
-// $SNAP_NAME).
+// $SNAP_NAME, then WithDefaultInstance's name). An empty name means the
+// default, so a caller can pass on a setting that may be unset.
 func WithInstance(name string) Option { return func(c *config) { c.instance = name } }
+
+// WithDefaultInstance names the instance to use when WithInstance gives
+// none and neither $SNAP_INSTANCE_NAME nor $SNAP_NAME is set: outside a
+// snap, in unit tests. k8sd passes "k8s", the name its own code assumed.
+func WithDefaultInstance(name string) Option { return func(c *config) { c.fallback = name } }
+
+// WithPlainFlags gives extraSnapArgs the snap command's own meaning:
+// StartServices starts without enabling unless "--enable" is passed, and
+// StopServices stops without disabling unless "--disable" is passed. By
+// default a Snap keeps k8sd's contract, where StartServices always adds
+// "--enable" and StopServices "--disable" (ImplyFlags).
+func WithPlainFlags() Option { return func(c *config) { c.plain = true } }
+
+// WithCommandRunner makes the handle hand each checked call, as the snap
+// command line k8sd would run (Request.Command: "snap start k8s.kubelet
+// --enable"), to run instead of acting through snapd; no client is built.
+// It is the test seam for code whose tests assert the command line (k8sd's
+// mock.Runner): tests keep passing their runner and assertions unchanged.
+func WithCommandRunner(run func(ctx context.Context, command []string) error) Option {
+	return func(c *config) { c.run = run }
+}
 
 // WithClient makes the handle act through c, in c's mode and with c's
 // retry policy, instead of building its own client.
@@ -65,32 +93,54 @@ func WithSnapctl() Option { return func(c *config) { c.snapctl = true } }
 // start cheap. A start without "--enable" is a plain start.
 func WithEnsureRunning() Option { return func(c *config) { c.ensure = true } }
 
-// withEnv replaces os.Getenv (tests).
-func withEnv(f func(string) string) Option { return func(c *config) { c.env = f } }
-
-// New builds a handle for one snap. Unless WithClient is given it builds a
-// snapsvc.Client in REST mode on /run/snapd.socket (WithSnapctl for
-// snapctl) with retry.NestedPolicy, since callers of this interface keep
-// their own retry loop. It sends no request.
+// New builds a handle for one snap. Unless WithClient or WithCommandRunner
+// is given it builds a snapsvc.Client in REST mode on /run/snapd.socket
+// (WithSnapctl for snapctl) with retry.NestedPolicy, since callers of this
+// interface keep their own retry loop. It sends no request. The errors it
+// returns are the setup's: no instance name, an invalid one, client
+// options that do not fit; they wrap ErrSetup.
 func New(opts ...Option) (*Snap, error) {
 	cfg := config{env: os.Getenv}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.instance == "" {
-		cfg.instance = cfg.env("SNAP_INSTANCE_NAME")
+	return build(cfg)
+}
+
+// Open is New for callers that cannot handle an error where they build
+// the handle (k8sd's NewSnap returns no error): a setup error is kept and
+// returned by every call, as a non-retryable *snapsvc.OpError wrapping
+// ErrSetup and the cause; Err reports it at once.
+func Open(opts ...Option) *Snap {
+	cfg := config{env: os.Getenv}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := build(cfg)
+	if err != nil {
+		return &Snap{instance: cfg.instance, err: err}
+	}
+	return s
+}
+
+// ErrSetup: the handle could not be set up (see New); retrying the call
+// cannot help.
+var ErrSetup = errors.New("snapservices: handle not set up")
+
+func build(cfg config) (*Snap, error) {
+	for _, name := range []string{cfg.env("SNAP_INSTANCE_NAME"), cfg.env("SNAP_NAME"), cfg.fallback} {
+		if cfg.instance == "" {
+			cfg.instance = name
+		}
 	}
 	if cfg.instance == "" {
-		cfg.instance = cfg.env("SNAP_NAME")
-	}
-	if cfg.instance == "" {
-		return nil, errors.New("snapservices: no snap instance name: $SNAP_INSTANCE_NAME and $SNAP_NAME are unset (not running inside a snap?); use WithInstance")
+		return nil, fmt.Errorf("%w: no snap instance name: $SNAP_INSTANCE_NAME and $SNAP_NAME are unset (not running inside a snap?); use WithInstance or WithDefaultInstance", ErrSetup)
 	}
 	if snap, app, err := snapsvc.ValidateName(cfg.instance); err != nil || app != "" || snap != cfg.instance {
-		return nil, fmt.Errorf("snapservices: %w %q: not a snap instance name", snapsvc.ErrInvalidName, cfg.instance)
+		return nil, fmt.Errorf("%w: %w %q: not a snap instance name", ErrSetup, snapsvc.ErrInvalidName, cfg.instance)
 	}
-	s := &Snap{client: cfg.client, instance: cfg.instance, ensure: cfg.ensure}
-	if s.client == nil {
+	s := &Snap{client: cfg.client, instance: cfg.instance, ensure: cfg.ensure, plain: cfg.plain, run: cfg.run}
+	if s.client == nil && s.run == nil {
 		mode := snapsvc.ModeREST
 		if cfg.snapctl {
 			mode = snapsvc.ModeSnapctl
@@ -98,34 +148,39 @@ func New(opts ...Option) (*Snap, error) {
 		base := []snapsvc.Option{snapsvc.WithMode(mode), snapsvc.WithSnap(cfg.instance), snapsvc.WithPolicy(retry.NestedPolicy())}
 		c, err := snapsvc.New(append(base, cfg.clientOpts...)...)
 		if err != nil {
-			return nil, fmt.Errorf("snapservices: %w", err)
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 		s.client, s.owned = c, true
 	}
 	return s, nil
 }
 
+// Err returns the setup error Open kept, or nil.
+func (s *Snap) Err() error { return s.err }
+
 // Instance returns the snap instance the handle controls.
 func (s *Snap) Instance() string { return s.instance }
 
-// Client returns the client the handle acts through.
+// Client returns the client the handle acts through (nil with
+// WithCommandRunner, or after a setup error).
 func (s *Snap) Client() *snapsvc.Client { return s.client }
 
 // Close releases the idle connections of a client New built; a client
 // given with WithClient is left alone.
 func (s *Snap) Close() error {
-	if s.owned {
+	if s.owned && s.client != nil {
 		return s.client.Close()
 	}
 	return nil
 }
 
-// StartServices starts the snap's services, like "snap start
-// [--enable] [--no-wait] <instance>.<service>...". It returns once the
-// change is done (or, with --no-wait, accepted).
+// StartServices starts and enables the snap's services, like "snap start
+// --enable [--no-wait] <instance>.<service>..." (k8sd's contract; with
+// WithPlainFlags it enables only when "--enable" is passed). It returns
+// once the change is done (or, with --no-wait, accepted).
 func (s *Snap) StartServices(ctx context.Context, services []string, extraSnapArgs ...string) error {
-	req, err := s.parse("start", services, extraSnapArgs)
-	if err != nil {
+	req, err := s.parse(ctx, "start", services, extraSnapArgs)
+	if err != nil || s.run != nil {
 		return err
 	}
 	opts := snapsvc.StartOptions{Enable: req.Enable}
@@ -142,11 +197,12 @@ func (s *Snap) StartServices(ctx context.Context, services []string, extraSnapAr
 	return err
 }
 
-// StopServices stops the snap's services, like "snap stop [--disable]
-// [--no-wait] <instance>.<service>...".
+// StopServices stops and disables the snap's services, like "snap stop
+// --disable [--no-wait] <instance>.<service>..." (k8sd's contract; with
+// WithPlainFlags it disables only when "--disable" is passed).
 func (s *Snap) StopServices(ctx context.Context, services []string, extraSnapArgs ...string) error {
-	req, err := s.parse("stop", services, extraSnapArgs)
-	if err != nil {
+	req, err := s.parse(ctx, "stop", services, extraSnapArgs)
+	if err != nil || s.run != nil {
 		return err
 	}
 	opts := snapsvc.StopOptions{Disable: req.Disable}
@@ -161,8 +217,8 @@ func (s *Snap) StopServices(ctx context.Context, services []string, extraSnapArg
 // RestartServices restarts the snap's services, like "snap restart
 // [--reload] [--no-wait] <instance>.<service>...".
 func (s *Snap) RestartServices(ctx context.Context, services []string, extraSnapArgs ...string) error {
-	req, err := s.parse("restart", services, extraSnapArgs)
-	if err != nil {
+	req, err := s.parse(ctx, "restart", services, extraSnapArgs)
+	if err != nil || s.run != nil {
 		return err
 	}
 	opts := snapsvc.RestartOptions{Reload: req.Reload}
@@ -174,12 +230,22 @@ func (s *Snap) RestartServices(ctx context.Context, services []string, extraSnap
 	return err
 }
 
-// parse checks a call and refuses --no-wait where it cannot return at
-// once.
-func (s *Snap) parse(action string, services, extraSnapArgs []string) (Request, error) {
+// parse checks a call, adds the implied flag and refuses --no-wait where
+// it cannot return at once. With a command runner it also runs the
+// command: the error returned is then the runner's.
+func (s *Snap) parse(ctx context.Context, action string, services, extraSnapArgs []string) (Request, error) {
+	if s.err != nil {
+		return Request{}, &snapsvc.OpError{Op: action, Snap: s.instance, Names: services, Err: s.err}
+	}
+	if !s.plain {
+		extraSnapArgs = ImplyFlags(action, extraSnapArgs)
+	}
 	req, err := ParseRequest(s.instance, action, services, extraSnapArgs...)
 	if err != nil {
 		return req, err
+	}
+	if s.run != nil {
+		return req, s.run(ctx, req.Command())
 	}
 	if req.NoWait && !s.noWaitReturnsAtOnce() {
 		return req, &snapsvc.OpError{Op: action, Snap: s.instance, Names: req.Names, Err: fmt.Errorf(

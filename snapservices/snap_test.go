@@ -82,58 +82,65 @@ func TestPortRaceAbsorbsForeignChange(t *testing.T) {
 	}
 }
 
-func TestFailedStartInRetryLoopMakesOneChange(t *testing.T) {
+// k8sd's bootstrap starts kube-apiserver before etcd is ready: the first
+// start's change fails, and its RetryFor loop starts again 5 s later. The
+// port's retry.Do keeps that retry (the change's outcome is known: it
+// failed), so the second attempt succeeds.
+func TestFailedStartInRetryLoopIsTriedAgain(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "containerd", Daemon: "notify"},
+		{Name: "kube-apiserver", Daemon: "simple", FailStart: fake.SystemctlJobFailed("k8s", "kube-apiserver")},
+	}}))
+	s := newREST(t, srv)
+	before := srv.Counters().ChangesCreated
+	var errs []error
+	err := retry.Loop{Attempts: 5}.Do(context.Background(), func() error {
+		if len(errs) == 1 {
+			srv.SetFailStart("k8s", "kube-apiserver", "") // etcd is up now
+		}
+		err := s.StartServices(context.Background(), []string{"containerd", "kube-apiserver"})
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return err
+	})
+	if err != nil || len(errs) != 1 {
+		t.Fatalf("err %v after failures %v: want success on the second attempt", err, errs)
+	}
+	var opErr *snapsvc.OpError
+	var chgErr *snapsvc.ChangeError
+	if !errors.As(errs[0], &opErr) || opErr.Retryable() || opErr.ChangeID == "" || !errors.As(errs[0], &chgErr) ||
+		!strings.Contains(chgErr.Err, "Job for snap.k8s.kube-apiserver.service failed") {
+		t.Fatalf("first failure %v: want a non-retryable *OpError with the change and snapd's text", errs[0])
+	}
+	if n := srv.Counters().ChangesCreated - before; n != 2 {
+		t.Fatalf("%d changes created, want 2 (one per attempt)", n)
+	}
+	if st, _ := srv.Service("k8s", "kube-apiserver"); !st.Active || !st.Enabled {
+		t.Fatalf("kube-apiserver %+v", st)
+	}
+}
+
+// A start that keeps failing is tried as often as the loop allows, then
+// reported with snapd's text and the attempts.
+func TestFailedStartInRetryLoopGivesUp(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", FailStart: fake.SystemctlJobFailed("k8s", "kubelet")},
 	}}))
 	s := newREST(t, srv)
 	before := srv.Counters().ChangesCreated
 	calls := 0
-	err := retry.Do(context.Background(), 5, 5*time.Second, func() error {
+	err := retry.Loop{Attempts: 3}.Do(context.Background(), func() error {
 		calls++
-		return s.StartServices(context.Background(), []string{"containerd", "kubelet"}, "--enable")
+		return s.StartServices(context.Background(), []string{"kubelet"})
 	})
-	if calls != 1 {
-		t.Fatalf("the loop ran its body %d times, want 1", calls)
-	}
-	if n := srv.Counters().ChangesCreated - before; n != 1 {
-		t.Fatalf("%d changes created, want exactly 1", n)
-	}
-	var opErr *snapsvc.OpError
+	var stopped *retry.StoppedError
 	var chgErr *snapsvc.ChangeError
-	if !errors.As(err, &opErr) || opErr.Retryable() || opErr.ChangeID == "" || !errors.As(err, &chgErr) {
-		t.Fatalf("%v: want a non-retryable *OpError with the change id and a *ChangeError", err)
+	if calls != 3 || !errors.As(err, &stopped) || stopped.Attempts != 3 || !errors.As(err, &chgErr) {
+		t.Fatalf("calls %d, err %v: want 3 calls and a StoppedError wrapping the change's failure", calls, err)
 	}
-	if !strings.Contains(err.Error(), "Job for snap.k8s.kubelet.service failed") || !strings.Contains(chgErr.Err, "Job for snap.k8s.kubelet.service failed") {
-		t.Fatalf("%v does not carry snapd's text", err)
-	}
-	if !slices.Equal(opErr.Names, []string{"k8s.containerd", "k8s.kubelet"}) {
-		t.Fatalf("error names %v", opErr.Names)
-	}
-}
-
-// retryForShape is the loop k8sd wraps its calls in (retry any error,
-// pause, give up after n): the contrast for the test above.
-func retryForShape(n int, fn func() error) error {
-	var err error
-	for i := 0; i < n; i++ {
-		if err = fn(); err == nil {
-			return nil
-		}
-	}
-	return err
-}
-
-func TestFailedStartInOldLoopMakesAChangePerAttempt(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
-		{Name: "kubelet", Daemon: "simple", FailStart: fake.SystemctlJobFailed("k8s", "kubelet")},
-	}}))
-	s := newREST(t, srv)
-	before := srv.Counters().ChangesCreated
-	_ = retryForShape(5, func() error { return s.StartServices(context.Background(), []string{"kubelet"}, "--enable") })
-	if n := srv.Counters().ChangesCreated - before; n != 5 {
-		t.Fatalf("%d changes, want 5: the old loop retries a failed change", n)
+	if n := srv.Counters().ChangesCreated - before; n != 3 {
+		t.Fatalf("%d changes, want 3", n)
 	}
 }
 
@@ -172,9 +179,9 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"--force", func() error { return s.StopServices(ctx, []string{"kubelet"}, "--force") }, snapservices.ErrUnknownFlag, "--force"},
 		{"--enable on stop", func() error { return s.StopServices(ctx, []string{"kubelet"}, "--enable") }, snapservices.ErrUnknownFlag, "--enable"},
 		{"--users=all", func() error { return s.RestartServices(ctx, []string{"kubelet"}, "--users=all") }, snapservices.ErrUnsupportedFlag, "--users=all"},
-		{"qualified", func() error { return s.RestartServices(ctx, []string{"k8s.kubelet"}) }, snapsvc.ErrInvalidName, `"k8s.kubelet"`},
+		{"bad prefixed", func() error { return s.RestartServices(ctx, []string{"k8s.kube_let"}) }, snapsvc.ErrInvalidName, `"k8s.kube_let"`},
 		{"other snap", func() error { return s.RestartServices(ctx, []string{"etcd.etcd"}) }, snapsvc.ErrWrongSnap, `"etcd"`},
-		{"own name", func() error { return s.StartServices(ctx, []string{"k8s"}) }, snapsvc.ErrInvalidName, `"k8s"`},
+		{"empty", func() error { return s.StartServices(ctx, []string{""}) }, snapsvc.ErrInvalidName, `""`},
 		{"no names", func() error { return s.StartServices(ctx, nil) }, snapsvc.ErrNoNames, "no services"},
 	}
 	for _, c := range cases {
@@ -266,7 +273,7 @@ func TestEnsureRunningActsOnTheDifference(t *testing.T) {
 			{Name: "kubelet", Daemon: "simple", Active: true}, // a revert left it disabled
 			{Name: "kube-proxy", Daemon: "simple"},
 		}}))
-		s := newREST(t, srv, snapservices.WithEnsureRunning())
+		s := newREST(t, srv, snapservices.WithEnsureRunning(), snapservices.WithPlainFlags())
 		args := []string{"--enable"}
 		if noWait {
 			args = append(args, "--no-wait")

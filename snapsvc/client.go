@@ -109,6 +109,8 @@ type settings struct {
 	stateFileSet       bool
 	budget             *budgetRunner
 	transport          func(http.RoundTripper) http.RoundTripper
+	snapdRoot          string // WithSnapdRoot (installed.go)
+	snapdRootSet       bool
 }
 
 // WithSocket sets snapd's main socket (default /run/snapd.socket).
@@ -291,6 +293,7 @@ func New(opts ...Option) (*Client, error) {
 		}
 	}
 	s.wrapTransports(c) // WithTransport
+	checkInstalled(c, &s)
 	c.instance = instanceKey(c.actingSocket())
 	switch {
 	case s.noFileLock:

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,7 +30,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the go command is not in PATH:", err)
+		os.Exit(1)
+	}
 	for _, pkg := range []string{".", "../snapsvc"} {
 		out := filepath.Join(dir, filepath.Base(pkg))
 		if pkg == "." {
@@ -189,9 +192,9 @@ func TestServeAndControl(t *testing.T) {
 	if _, rc := d.ctl("fail-start", "k8s.kubelet"); rc != 0 {
 		t.Fatal("fail-start")
 	}
-	code, m = get(t, d.ann.Socket, "POST", "/v2/apps", `{"action":"start","names":["k8s.kubelet"]}`)
+	_, m = get(t, d.ann.Socket, "POST", "/v2/apps", `{"action":"start","names":["k8s.kubelet"]}`)
 	d.ctl("wait", "idle", "timeout=10s")
-	code, m = get(t, d.ann.Socket, "GET", "/v2/changes/"+m["change"].(string), "")
+	_, m = get(t, d.ann.Socket, "GET", "/v2/changes/"+m["change"].(string), "")
 	if r := m["result"].(map[string]any); r["status"] != "Error" || !strings.Contains(r["err"].(string), "Job for snap.k8s.kubelet.service failed") {
 		t.Errorf("failing start: %v", r)
 	}

@@ -76,9 +76,6 @@ func judge(err error) verdict {
 	return verdict{code: exitFailed}
 }
 
-// exitCode is judge's exit code.
-func exitCode(err error) int { return judge(err).code }
-
 // actedOn reports whether err ends a request to act that snapd carried
 // out, or may have: one that made a change (named by the OpError), or
 // whose outcome is unknown.

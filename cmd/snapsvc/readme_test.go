@@ -28,6 +28,9 @@ import (
 // checks that they are the README's text (after gofmt), so every snippet
 // compiles. The controller and the fake test also run.
 
+// The snippets are compiled, not all called.
+var _ = []any{readmeHook, readmeSnapservices, readmePlan}
+
 func readmeHook(ctx context.Context) error {
 	// readme:begin
 	c, err := snapsvc.New() // inside a snap: snapctl with $SNAP_COOKIE; outside: /run/snapd.socket
@@ -65,14 +68,14 @@ func readmeController(ctx context.Context, c *snapsvc.Client) error {
 
 func readmeSnapservices(ctx context.Context) error {
 	// readme:begin
-	svc, err := snapservices.New() // instance from $SNAP_INSTANCE_NAME; REST on /run/snapd.socket
-	if err != nil {
-		return err
-	}
+	svc := snapservices.Open(snapservices.WithDefaultInstance("k8s")) // $SNAP_INSTANCE_NAME, else "k8s"; REST on /run/snapd.socket
 	defer svc.Close()
-	// k8sd's bootstrap with its RetryFor loop replaced: stops at once when retrying cannot help.
-	err = retry.Do(ctx, 5, 5*time.Second, func() error {
-		return svc.StartServices(ctx, []string{"containerd", "k8s-dqlite", "kube-apiserver"}, "--enable")
+	// k8sd's bootstrap with RetryFor replaced: a failed start is tried again, bad input and unknown outcomes are not.
+	err := retry.Do(ctx, 5, 5*time.Second, func() error {
+		if err := svc.StartServices(ctx, []string{"etcd"}); err != nil { // start implies --enable, as in k8sd
+			return err
+		}
+		return svc.StartServices(ctx, []string{"containerd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"})
 	})
 	// readme:end
 	return err

@@ -38,6 +38,7 @@ type Client struct {
 	http          *http.Client
 	ua            string
 	longPollGrace time.Duration
+	installRoot   string // CheckInstalled (installed.go)
 }
 
 // New returns a client for the snapd socket at path (DefaultSocket when
@@ -239,6 +240,9 @@ func (c *Client) explainDial(err error) error {
 	fi, serr := os.Stat(c.socket)
 	switch {
 	case errors.Is(serr, fs.ErrNotExist):
+		if nerr := c.notInstalled(err); nerr != nil {
+			return nerr
+		}
 		return fmt.Errorf("socket %s does not exist (is snapd running?): %w", c.socket, err)
 	case serr != nil:
 		return err

@@ -23,8 +23,8 @@ func TestRecorderRecordsAndChecks(t *testing.T) {
 	if err := r.StopServices(ctx, []string{"kube-proxy"}, "--force"); !errors.Is(err, snapservices.ErrUnknownFlag) {
 		t.Fatalf("--force: %v", err)
 	}
-	if err := r.RestartServices(ctx, []string{"k8s.kubelet"}); !errors.Is(err, snapsvc.ErrInvalidName) {
-		t.Fatalf("qualified name: %v", err)
+	if err := r.RestartServices(ctx, []string{"etcd.etcd"}); !errors.Is(err, snapsvc.ErrWrongSnap) {
+		t.Fatalf("another snap's service: %v", err)
 	}
 	calls := r.Calls()
 	if len(calls) != 3 {
@@ -32,7 +32,8 @@ func TestRecorderRecordsAndChecks(t *testing.T) {
 	}
 	c := calls[0]
 	if c.Action != "start" || !slices.Equal(c.Services, []string{"containerd", "kubelet"}) || !slices.Equal(c.Args, []string{"--enable"}) ||
-		!slices.Equal(c.Names, []string{"k8s.containerd", "k8s.kubelet"}) || c.Err != nil {
+		!slices.Equal(c.Names, []string{"k8s.containerd", "k8s.kubelet"}) || c.Err != nil ||
+		!slices.Equal(c.Command, []string{"snap", "start", "k8s.containerd", "k8s.kubelet", "--enable", "--enable"}) {
 		t.Fatalf("first call %+v", c)
 	}
 	if calls[1].Names != nil || !errors.Is(calls[1].Err, snapservices.ErrUnknownFlag) {

@@ -1,8 +1,13 @@
 // Package etcdtest runs real etcd clusters on loopback for etcdbudget's
 // tests, benchmarks and demonstration: members are go.etcd.io/etcd's own
-// server (embed.Etcd), either in this process (StartEmbedded) or, so that
-// tests can kill -9 them, each in a child process that re-executes the
-// running binary (StartProcesses, with MaybeRunMember in TestMain).
+// server (embed.Etcd), each in a child process running the etcdmember
+// command (StartEmbedded, StartProcesses), so tests can kill -9 them.
+//
+// etcdmember is a module of its own (./etcdmember), so that etcd's server
+// is not in etcdbudget's module graph: a consumer of etcdbudget does not
+// download or build it. etcdtest builds it on first use with the go
+// command of the running toolchain (cached by content under the user's
+// cache directory), or runs the binary named by $ETCDTEST_MEMBER_BIN.
 //
 // Every member listens on free ports of a loopback address of its own
 // cluster, keeps its data in a temporary directory, and is stopped and
@@ -12,14 +17,11 @@ package etcdtest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,7 +29,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
@@ -39,31 +40,6 @@ type MemberConfig struct {
 	ClientURL      string `json:"client-url"`
 	InitialCluster string `json:"initial-cluster"`
 	Existing       bool   `json:"existing"` // restart of a member with data
-}
-
-func (m MemberConfig) embedConfig() (*embed.Config, error) {
-	cfg := embed.NewConfig()
-	cfg.Name = m.Name
-	cfg.Dir = m.Dir
-	peer, err := url.Parse(m.PeerURL)
-	if err != nil {
-		return nil, err
-	}
-	client, err := url.Parse(m.ClientURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
-	cfg.InitialCluster = m.InitialCluster
-	cfg.InitialClusterToken = "etcdtest"
-	cfg.ClusterState = embed.ClusterStateFlagNew
-	if m.Existing {
-		cfg.ClusterState = embed.ClusterStateFlagExisting
-	}
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{filepath.Join(m.Dir, "..", m.Name+".log")}
-	return cfg, nil
 }
 
 // plan assigns n members' names, ports and directories under dir.
@@ -103,67 +79,29 @@ func freePort(ip string) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Embedded is a cluster whose members run in this process.
+// Embedded is a cluster started by StartEmbedded. Its members run in
+// child processes (they ran in the test's own process before etcd's server
+// left etcdbudget's module graph); the API is unchanged.
 type Embedded struct {
-	dir     string
-	members []*embed.Etcd
-	cfgs    []MemberConfig
+	p *Processes
 }
 
-// StartEmbedded starts an n-member cluster in this process and waits
-// until it serves.
+// StartEmbedded starts an n-member cluster and waits until it serves.
 func StartEmbedded(n int) (*Embedded, error) {
-	dir, err := os.MkdirTemp("", "etcdtest")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := StartProcesses(ctx, n)
 	if err != nil {
 		return nil, err
 	}
-	cfgs, err := plan(dir, n)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	c := &Embedded{dir: dir, cfgs: cfgs}
-	errs := make(chan error, n)
-	var mu sync.Mutex
-	for _, m := range cfgs {
-		go func() {
-			cfg, err := m.embedConfig()
-			if err == nil {
-				var e *embed.Etcd
-				e, err = embed.StartEtcd(cfg)
-				if err == nil {
-					mu.Lock()
-					c.members = append(c.members, e)
-					mu.Unlock()
-					select {
-					case <-e.Server.ReadyNotify():
-					case <-time.After(time.Minute):
-						err = errors.New("etcdtest: member not ready within a minute")
-					}
-				}
-			}
-			errs <- err
-		}()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			c.Close()
-			return nil, err
-		}
-	}
-	return c, nil
+	return &Embedded{p: p}, nil
 }
 
 // Endpoints are the members' client URLs.
-func (c *Embedded) Endpoints() []string { return endpoints(c.cfgs) }
+func (c *Embedded) Endpoints() []string { return c.p.Endpoints() }
 
 // Close stops every member and removes their data.
-func (c *Embedded) Close() {
-	for _, e := range c.members {
-		e.Close()
-	}
-	os.RemoveAll(c.dir)
-}
+func (c *Embedded) Close() { c.p.Close() }
 
 func endpoints(cfgs []MemberConfig) []string {
 	var out []string
@@ -181,53 +119,10 @@ func Client(endpoints ...string) (*clientv3.Client, error) {
 // memberEnv carries a child member's configuration.
 const memberEnv = "ETCDTEST_MEMBER"
 
-// MaybeRunMember runs this process as a cluster member when it was started
-// as one by StartProcesses, and never returns then; otherwise it returns
-// at once. Call it first in TestMain.
-func MaybeRunMember() {
-	raw := os.Getenv(memberEnv)
-	if raw == "" {
-		return
-	}
-	var m MemberConfig
-	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		fmt.Fprintln(os.Stderr, "etcdtest member:", err)
-		os.Exit(2)
-	}
-	os.Exit(runMember(m))
-}
-
-func runMember(m MemberConfig) int {
-	cfg, err := m.embedConfig()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "etcdtest member:", err)
-		return 2
-	}
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "etcdtest member:", err)
-		return 1
-	}
-	defer e.Close()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	parent := os.Getppid()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-sig:
-			return 0
-		case err := <-e.Err():
-			fmt.Fprintln(os.Stderr, "etcdtest member:", err)
-			return 1
-		case <-tick.C:
-			if os.Getppid() != parent { // the test binary is gone
-				return 0
-			}
-		}
-	}
-}
+// MaybeRunMember returns at once. Members used to be this test binary
+// re-executed; they are now the etcdmember command. It stays so that
+// existing TestMain functions compile.
+func MaybeRunMember() {}
 
 // Processes is a cluster whose members each run in a child process, so
 // that they can be killed.
@@ -240,8 +135,8 @@ type Processes struct {
 }
 
 // StartProcesses starts an n-member cluster, each member a child process
-// re-executing this binary (whose TestMain calls MaybeRunMember), and
-// waits until every member serves.
+// running etcdmember (see MemberBinary), and waits until every member
+// serves.
 func StartProcesses(ctx context.Context, n int) (*Processes, error) {
 	dir, err := os.MkdirTemp("", "etcdtest")
 	if err != nil {
@@ -249,6 +144,10 @@ func StartProcesses(ctx context.Context, n int) (*Processes, error) {
 	}
 	cfgs, err := plan(dir, n)
 	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if _, err := MemberBinary(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -273,7 +172,11 @@ func (p *Processes) start(i int) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	bin, err := MemberBinary()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
