@@ -207,7 +207,7 @@ func New(cfg Config) (*Budget, error) {
 	if cfg.LockDelay == 0 {
 		cfg.LockDelay = DefaultLockDelay
 	}
-	if cfg.LockDelay%time.Second != 0 {
+	if cfg.LockDelay > 0 && cfg.LockDelay%time.Second != 0 {
 		return nil, fmt.Errorf("etcdbudget: LockDelay %s must be whole seconds", cfg.LockDelay)
 	}
 	if cfg.Recheck == 0 {
@@ -448,7 +448,8 @@ func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*
 		// Wait for a change that can let this waiter in: the deletion of
 		// one of the Max entries just ahead of it (no other deletion can
 		// bring the count ahead below Max), or the end of a lock-delay.
-		watch := q.older[:min(len(q.older), b.cfg.Max)]
+		// Its own entry too: deleted by an operator, or its lease gone.
+		watch := append(slices.Clone(q.older[:min(len(q.older), b.cfg.Max)]), w.entry)
 		if len(q.orphans) > 0 && len(q.older) < b.cfg.Max {
 			w.held = true
 		}

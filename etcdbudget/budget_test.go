@@ -30,6 +30,7 @@ var (
 func TestMain(m *testing.M) {
 	etcdtest.MaybeRunMember()
 	maybeRunMachine()
+	maybeRunHolder()
 	code := m.Run()
 	if shared != nil {
 		shared.Close()
@@ -66,12 +67,18 @@ func newCluster(t *testing.T) *etcdtest.Processes {
 
 func client(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	cli, err := etcdtest.Client(endpoints...)
+	cli, err := newClient(endpoints)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// newClient is an etcd client with etcdbudget's defaults (gRPC
+// keep-alive), as a daemon would build it.
+func newClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(etcdbudget.ClientConfig(endpoints))
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

@@ -94,7 +94,7 @@ func (k *keeper) renew(ctx context.Context) error {
 		}
 		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, min(k.b.cfg.Attempt, left))
-		_, err := k.b.cfg.Client.KeepAliveOnce(actx, k.id)
+		err := k.b.keepAliveOnce(actx, k.id)
 		if err == nil && extra != 0 {
 			// The guard's lease lives TTL+LockDelay: a missed renewal
 			// is retried next round, and its loss only shortens the
@@ -166,6 +166,34 @@ func (k *keeper) setExtra(id clientv3.LeaseID) {
 	k.mu.Lock()
 	k.extra = id
 	k.mu.Unlock()
+}
+
+// keepAliveOnce renews lease id with two requests at once, which the
+// client's round-robin balancer sends to two different members: one
+// member that hangs can no longer eat the whole attempt (a keep-alive
+// that misses its few attempts within the TTL loses the slot). It
+// returns the first success, or an error once both failed.
+func (b *Budget) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := b.cfg.Client.KeepAliveOnce(ctx, id)
+			errs <- err
+		}()
+	}
+	var err error
+	for i := range 2 {
+		if err = <-errs; err == nil || isLeaseGone(err) {
+			cancel()
+			if i == 0 {
+				<-errs // the other one ends with ctx at once
+			}
+			return err
+		}
+	}
+	return err
 }
 
 // stop ends the keep-alives and waits for the keeper (its requests end

@@ -192,8 +192,7 @@ func (s *slot) Fence(ctx context.Context) error {
 	sent := time.Now()
 	err := s.b.call(fctx, out, "fencing "+s.entry, func(actx context.Context) error {
 		sent = time.Now()
-		_, err := s.b.cfg.Client.KeepAliveOnce(actx, s.k.id)
-		return err
+		return s.b.keepAliveOnce(actx, s.k.id)
 	})
 	var held bool
 	if err == nil {
