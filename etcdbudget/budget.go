@@ -122,6 +122,8 @@ type Budget struct {
 	seq atomic.Uint64
 
 	requests  atomic.Uint64
+	keepalive atomic.Uint64
+	reads     atomic.Uint64
 	failOpen  atomic.Uint64
 	lost      atomic.Uint64
 	delayed   atomic.Uint64
@@ -146,14 +148,20 @@ type Stats struct {
 	// DelayedTakeovers counts slots taken over from a vanished holder
 	// after its lock-delay.
 	DelayedTakeovers uint64
-	// Requests counts etcd request attempts (keep-alives included).
+	// Requests counts etcd request attempts, keep-alives included.
 	Requests uint64
+	// KeepAlives counts keep-alive requests (two per renewal).
+	KeepAlives uint64
+	// QueueReads counts the reads of a key's queue by waiters (one when
+	// a waiter enqueues, one each time something ahead of it changed).
+	QueueReads uint64
 }
 
 // Stats returns the budget's counters.
 func (b *Budget) Stats() Stats {
 	return Stats{Acquired: b.acquired.Load(), FailOpenGrants: b.failOpen.Load(), Unreachable: b.unreached.Load(),
-		Refused: b.refusals.Load(), Lost: b.lost.Load(), DelayedTakeovers: b.delayed.Load(), Requests: b.requests.Load()}
+		Refused: b.refusals.Load(), Lost: b.lost.Load(), DelayedTakeovers: b.delayed.Load(), Requests: b.requests.Load(),
+		KeepAlives: b.keepalive.Load(), QueueReads: b.reads.Load()}
 }
 
 // entry is the value of a waiter's or holder's key.
@@ -336,6 +344,7 @@ func (w *waiter) read(ctx context.Context) (queue, error) {
 	b := w.b
 	var q queue
 	err := b.call(ctx, w.out, "reading the queue of "+w.key, func(actx context.Context) error {
+		b.reads.Add(1)
 		resp, err := b.cfg.Client.Txn(actx).Then(
 			clientv3.OpGet(b.dir(w.key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),

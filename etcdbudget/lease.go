@@ -99,10 +99,9 @@ func (k *keeper) renew(ctx context.Context) error {
 			// The guard's lease lives TTL+LockDelay: a missed renewal
 			// is retried next round, and its loss only shortens the
 			// lock-delay the guard would impose.
-			_, _ = k.b.cfg.Client.KeepAliveOnce(actx, extra)
+			_ = k.b.keepAliveOnce(actx, extra)
 		}
 		cancel()
-		k.b.requests.Add(1)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -177,6 +176,8 @@ func (b *Budget) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, 2)
+	b.requests.Add(2)
+	b.keepalive.Add(2)
 	for range 2 {
 		go func() {
 			_, err := b.cfg.Client.KeepAliveOnce(ctx, id)
