@@ -110,6 +110,7 @@ func runMachine(cfg machineConfig) error {
 	ready := &probe.HTTP{URL: cfg.ReadyURL}
 	c, err := snapsvc.New(snapsvc.WithSocket(cfg.Socket), snapsvc.WithMode(snapsvc.ModeREST),
 		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
+			Key:   func(string) string { return cfg.Key },
 			Ready: func(string) probe.Probe { return ready },
 			Probe: probe.Options{Interval: 5 * time.Millisecond, Timeout: time.Second},
 			Progress: func(ev snapsvc.BudgetEvent) {
