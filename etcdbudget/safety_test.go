@@ -232,7 +232,7 @@ func TestHungMember(t *testing.T) {
 			t.Fatalf("acquire %d of a free key with one member hung: %v", i, err)
 		}
 		if strings.Contains(s.Holder(), "unbudgeted") || b.Stats().FailOpenGrants != 0 {
-			t.Fatalf("acquire %d of a free key failed open with a quorum up", i)
+			t.Errorf("acquire %d of a free key failed open with a quorum up", i)
 		}
 		if err := s.Release(ctx); err != nil {
 			t.Fatalf("release %d: %v", i, err)
