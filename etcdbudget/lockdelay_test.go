@@ -18,6 +18,7 @@ import (
 // vanished holder ready ends the delay early (issue 19, defect 5).
 func TestLockDelay(t *testing.T) {
 	p := cluster(t)
+	checkLeaks(t)
 	ctx := ctxT(t, 2*time.Minute)
 	cli := client(t, p.Endpoints()...)
 	const ttl = 3 * time.Second
@@ -98,6 +99,7 @@ func TestLockDelay(t *testing.T) {
 // act (issue 19, defect 3).
 func TestFencePausedHolder(t *testing.T) {
 	p := cluster(t)
+	checkLeaks(t)
 	ctx := ctxT(t, time.Minute)
 	cli := client(t, p.Endpoints()...)
 	key := uniqueKey(t)

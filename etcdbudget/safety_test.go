@@ -189,6 +189,7 @@ func TestRefusals(t *testing.T) {
 // cancelled Acquire returns at once.
 func TestHungMember(t *testing.T) {
 	p := newCluster(t)
+	checkLeaks(t)
 	ctx := ctxT(t, 2*time.Minute)
 	const ttl = 3 * time.Second
 	cli := client(t, p.Endpoints()...)
