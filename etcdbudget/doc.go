@@ -35,7 +35,7 @@
 // the revision of that read, so nothing between the read and the watch is
 // missed; when one of them is deleted it reads again and re-checks before
 // acting, as etcd's Mutex waits on its predecessor. A release wakes only
-// the next waiter: one queue read and five requests per hand-over with
+// the next waiter: one queue read and seven requests per hand-over with
 // 1,000 waiters on a key (BenchmarkHandOver). etcd itself still filters
 // and sorts the key's entries in memory for each read.
 //
@@ -106,7 +106,9 @@
 // or a datastore member, tens of seconds to be ready, and a margin) after
 // the expiry. Each holder puts a guard PREFIX/KEY#lock-delay/ENTRY on a
 // second lease of TTL+LockDelay, kept alive with the entry's; Release
-// revokes the guard first, so an orderly release hands over at once, while
+// revokes both leases together, so an orderly release hands over at once
+// (the next waiter sees the guard gone with the entry, or watches it for
+// the milliseconds until it is), while
 // a vanished holder's guard outlives its entry by LockDelay and counts as
 // a held slot until it expires. With Config.HolderReady (a probe of the
 // vanished holder's service, as Cluster API's control plane checks each

@@ -167,34 +167,16 @@ func (k *keeper) setExtra(id clientv3.LeaseID) {
 	k.mu.Unlock()
 }
 
-// keepAliveOnce renews lease id with two requests at once, which the
-// client's round-robin balancer sends to two different members: one
+// keepAliveOnce renews lease id with two requests at once (hedge): one
 // member that hangs can no longer eat the whole attempt (a keep-alive
-// that misses its few attempts within the TTL loses the slot). It
-// returns the first success, or an error once both failed.
+// that misses its few attempts within the TTL loses the slot).
 func (b *Budget) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, 2)
-	b.requests.Add(2)
+	b.requests.Add(1)
 	b.keepalive.Add(2)
-	for range 2 {
-		go func() {
-			_, err := b.cfg.Client.KeepAliveOnce(ctx, id)
-			errs <- err
-		}()
-	}
-	var err error
-	for i := range 2 {
-		if err = <-errs; err == nil || isLeaseGone(err) {
-			cancel()
-			if i == 0 {
-				<-errs // the other one ends with ctx at once
-			}
-			return err
-		}
-	}
-	return err
+	return b.hedge(ctx, func(hctx context.Context) error {
+		_, err := b.cfg.Client.KeepAliveOnce(hctx, id)
+		return err
+	})
 }
 
 // stop ends the keep-alives and waits for the keeper (its requests end
@@ -204,22 +186,59 @@ func (k *keeper) stop() {
 	<-k.done
 }
 
-// revoke revokes ids, each bounded by ctx and Config.Attempt per attempt
-// (a lease etcd no longer knows is revoked already).
+// revoke revokes ids (the lock-delay guard's lease, then the slot's),
+// all at once, each bounded by ctx and sent as two requests at once (as
+// keep-alives are: a hung member cannot eat the bound). A lease etcd no
+// longer knows is revoked already. Revoking the guard and the slot
+// together lets the next waiter see the guard deleted at once or a few
+// milliseconds after the slot.
 func (b *Budget) revoke(ctx context.Context, what string, ids ...clientv3.LeaseID) error {
-	var errs []error
-	for _, id := range ids {
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
 		if id == 0 {
 			continue
 		}
-		out := &outage{bound: b.cfg.Unreachable}
-		err := b.call(ctx, out, fmt.Sprintf("revoking lease %x of %s", int64(id), what), func(actx context.Context) error {
-			_, err := b.cfg.Client.Revoke(actx, id)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := &outage{bound: b.cfg.Unreachable}
+			err := b.call(ctx, out, fmt.Sprintf("revoking lease %x of %s", int64(id), what), func(actx context.Context) error {
+				return b.hedge(actx, func(hctx context.Context) error {
+					_, err := b.cfg.Client.Revoke(hctx, id)
+					return err
+				})
+			})
+			if err != nil && !errors.Is(err, errLeaseGone) {
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// hedge runs the idempotent request f twice at once (the client's
+// round-robin balancer sends them to two members) and returns the first
+// success, or an error once both failed; the other request ends with
+// ctx at once.
+func (b *Budget) hedge(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	b.requests.Add(1) // call counts one
+	for range 2 {
+		go func() { errs <- f(ctx) }()
+	}
+	var err error
+	for i := range 2 {
+		if err = <-errs; err == nil || isLeaseGone(err) {
+			cancel()
+			if i == 0 {
+				<-errs
+			}
 			return err
-		})
-		if err != nil && !errors.Is(err, errLeaseGone) {
-			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return err
 }

@@ -229,8 +229,8 @@ func (s *slot) Fence(ctx context.Context) error {
 }
 
 // Release gives the slot back at once: it revokes the lock-delay guard's
-// lease and then the slot's (which deletes the entry, and the next
-// waiter's watch fires), each bounded by ctx and by TTL (past it the
+// lease and the slot's (which deletes the entry, and the next waiter's
+// watch fires) together, each bounded by ctx and by TTL (past it the
 // lease has expired anyway), before it stops the slot's keep-alives and
 // watch. It never waits on anything ctx does not bound.
 func (s *slot) Release(ctx context.Context) error {
@@ -238,9 +238,8 @@ func (s *slot) Release(ctx context.Context) error {
 		s.releasing.Store(true)
 		rctx, cancel := context.WithTimeout(ctx, s.b.cfg.TTL)
 		defer cancel()
-		// The guard first: a holder that releases hands over without
-		// lock-delay; if this revoke fails, the guard expires after
-		// TTL+LockDelay.
+		// A holder that releases hands over without lock-delay; if the
+		// guard's revoke fails, the guard expires after TTL+LockDelay.
 		err := s.b.revoke(rctx, s.entry, s.guard, s.k.id)
 		s.cancel()
 		s.k.stop()
