@@ -275,17 +275,19 @@ func TestHungMember(t *testing.T) {
 		}
 	}
 
-	// etcd unreachable: every member hung (no answer, no reset).
+	// A waiter queued (its lease granted), then etcd unreachable: every
+	// member hung (no answer, no reset).
+	wb := newBudget(t, cli, "late", 1, func(c *etcdbudget.Config) { c.LockDelay = -1; c.Unreachable = 30 * time.Second })
+	wctx, cancel := context.WithCancel(ctx)
+	lateWaits := make(chan snapsvc.BudgetWait, 10)
+	acquireAsync(wctx, wb, "late", contended, res, lateWaits)
+	<-lateWaits
 	for _, i := range []int{0, 2} {
 		if err := p.Pause(i); err != nil {
 			t.Fatal(err)
 		}
 		defer p.Resume(i)
 	}
-	wb := newBudget(t, cli, "late", 1, func(c *etcdbudget.Config) { c.LockDelay = -1; c.Unreachable = 30 * time.Second })
-	wctx, cancel := context.WithCancel(ctx)
-	acquireAsync(wctx, wb, "late", key+"-late", res, nil)
-	time.Sleep(500 * time.Millisecond) // let it start trying (no assertion rests on this)
 	cancelled := time.Now()
 	cancel()
 	r := <-res
