@@ -15,7 +15,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -25,17 +25,31 @@ const (
 	DefaultPrefix      = "/snapsvc/restart-budget/"
 	DefaultTTL         = 10 * time.Second
 	DefaultUnreachable = 15 * time.Second
+	// DefaultLockDelay is how long a slot whose holder vanished (its
+	// lease expired: killed, paused, cut off) stays unusable after the
+	// expiry. The vanished holder may have sent its restart just before
+	// it vanished, and snapd carries it out without it: the service may
+	// be down, then not ready, for the restart plus its readiness. A
+	// kube-apiserver or a datastore member of a snap-based Kubernetes
+	// needs seconds to stop and start and up to tens of seconds to be
+	// ready again; one minute covers that with a margin, and is what
+	// Chubby uses as its lock-delay bound. Set Config.HolderReady to end
+	// the delay as soon as the vanished holder is seen ready again.
+	DefaultLockDelay = time.Minute
 )
 
 // Config configures a Budget.
 type Config struct {
 	// Client reaches the etcd cluster. The Budget does not close it.
+	// Build it from ClientConfig, whose gRPC keep-alive drops a
+	// connection to a member that hangs.
 	Client *clientv3.Client
 	// Prefix is where the budget's keys live (default DefaultPrefix).
 	Prefix string
 	// Max is how many holders a key may have at once (default 1). Every
-	// participant should use the same Max; when they differ, a waiter
-	// obeys the smallest Max among itself and the entries ahead of it.
+	// participant must use the same Max for a key: a waiter that finds a
+	// holder of its key with another Max fails with an error wrapping
+	// snapsvc.ErrBudgetRefused.
 	Max int
 	// TTL is the lease of each slot and waiter, in whole seconds (default
 	// DefaultTTL; at least 2s, etcd's minimum with its default timing): a
@@ -47,11 +61,32 @@ type Config struct {
 	Holder string
 	// Unreachable bounds how long Acquire keeps trying while etcd cannot
 	// be reached or has no quorum (default DefaultUnreachable). Past it
-	// Acquire fails closed with an error wrapping
-	// snapsvc.ErrBudgetUnavailable, unless FailOpen.
+	// Acquire fails closed with an *UnreachableError (wrapping
+	// snapsvc.ErrBudgetUnavailable), unless FailOpen.
 	Unreachable time.Duration
-	// FailOpen makes Acquire grant an unbudgeted slot, instead of failing,
-	// when etcd stayed unreachable for Unreachable. Logged at warning level.
+	// Attempt bounds each attempt of each etcd request (default TTL/5,
+	// at least 500ms, at most 2s). A member that hangs costs one attempt;
+	// the next goes to another member.
+	Attempt time.Duration
+	// LockDelay is how long a slot taken over from a holder that
+	// vanished, rather than released it, stays unusable after the
+	// holder's lease expired (default DefaultLockDelay; negative: none).
+	// An orderly Release hands the slot over at once.
+	LockDelay time.Duration
+	// HolderReady, when set, is asked (every 500ms) while a slot is held
+	// back by the lock-delay of a vanished holder; when it reports true
+	// (that holder's service is ready again, as a probe from this machine
+	// sees it) the delay ends early. holder is the vanished holder's
+	// Holder string.
+	HolderReady func(ctx context.Context, holder string) bool
+	// Recheck is how long a waiter or holder trusts a silent watch before
+	// reading again (default TTL): it bounds what a watch stuck on a
+	// member that hangs can hide.
+	Recheck time.Duration
+	// FailOpen makes Acquire grant an unbudgeted slot, instead of
+	// failing, when etcd stayed unreachable for Unreachable; never when
+	// etcd answered with a refusal. Each grant is logged at warning
+	// level and counted in Stats.
 	FailOpen bool
 	// ClusterExists, when set, is asked first by every Acquire; when it
 	// reports false (no cluster has been bootstrapped yet, so there is
@@ -63,17 +98,82 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// ClientConfig returns an etcd client configuration for endpoints with
+// the defaults a budget needs on a real cluster: a 5s dial timeout, and
+// gRPC keep-alive pings every 10s (gRPC's minimum) answered within 3s,
+// so a connection to a member that hangs without closing it (a frozen
+// machine, a black-holed network) is dropped and its requests and
+// watches move to another member. It logs nothing. Add TLS and
+// credentials as needed.
+func ClientConfig(endpoints []string) clientv3.Config {
+	return clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+		Logger:               zap.NewNop(),
+	}
+}
+
 // Budget is a snapsvc.RestartBudget on etcd. It is safe for concurrent
 // use.
 type Budget struct {
 	cfg Config
 	seq atomic.Uint64
+
+	requests  atomic.Uint64
+	keepalive atomic.Uint64
+	reads     atomic.Uint64
+	failOpen  atomic.Uint64
+	lost      atomic.Uint64
+	delayed   atomic.Uint64
+	refusals  atomic.Uint64
+	acquired  atomic.Uint64
+	unreached atomic.Uint64
+}
+
+// Stats counts what a Budget did since New.
+type Stats struct {
+	// Acquired counts slots taken from etcd.
+	Acquired uint64
+	// FailOpenGrants counts unbudgeted slots granted because etcd was
+	// unreachable (Config.FailOpen).
+	FailOpenGrants uint64
+	// Unreachable counts Acquires that found etcd unreachable.
+	Unreachable uint64
+	// Refused counts Acquires that etcd refused (ErrBudgetRefused).
+	Refused uint64
+	// Lost counts slots lost while held.
+	Lost uint64
+	// DelayedTakeovers counts slots taken over from a vanished holder
+	// after its lock-delay.
+	DelayedTakeovers uint64
+	// Requests counts etcd request attempts, keep-alives included.
+	Requests uint64
+	// KeepAlives counts keep-alive requests (two per renewal).
+	KeepAlives uint64
+	// QueueReads counts the reads of a key's queue by waiters (one when
+	// a waiter enqueues, one each time something ahead of it changed).
+	QueueReads uint64
+}
+
+// Stats returns the budget's counters.
+func (b *Budget) Stats() Stats {
+	return Stats{Acquired: b.acquired.Load(), FailOpenGrants: b.failOpen.Load(), Unreachable: b.unreached.Load(),
+		Refused: b.refusals.Load(), Lost: b.lost.Load(), DelayedTakeovers: b.delayed.Load(), Requests: b.requests.Load(),
+		KeepAlives: b.keepalive.Load(), QueueReads: b.reads.Load()}
 }
 
 // entry is the value of a waiter's or holder's key.
 type entry struct {
 	Holder string    `json:"holder"`
 	Max    int       `json:"max"`
+	Since  time.Time `json:"since"`
+}
+
+// guard is the value of a holder's lock-delay guard.
+type guard struct {
+	Holder string    `json:"holder"`
 	Since  time.Time `json:"since"`
 }
 
@@ -103,6 +203,24 @@ func New(cfg Config) (*Budget, error) {
 	if cfg.Unreachable == 0 {
 		cfg.Unreachable = DefaultUnreachable
 	}
+	if cfg.Attempt == 0 {
+		cfg.Attempt = min(max(cfg.TTL/5, 500*time.Millisecond), 2*time.Second)
+	}
+	if cfg.Attempt < 0 || cfg.Unreachable < 0 || cfg.Recheck < 0 {
+		return nil, errors.New("etcdbudget: Attempt, Unreachable and Recheck must not be negative")
+	}
+	if cfg.Attempt > cfg.TTL/2 {
+		return nil, fmt.Errorf("etcdbudget: Attempt %s must be at most half the TTL %s (keep-alives need retries within it)", cfg.Attempt, cfg.TTL)
+	}
+	if cfg.LockDelay == 0 {
+		cfg.LockDelay = DefaultLockDelay
+	}
+	if cfg.LockDelay > 0 && cfg.LockDelay%time.Second != 0 {
+		return nil, fmt.Errorf("etcdbudget: LockDelay %s must be whole seconds", cfg.LockDelay)
+	}
+	if cfg.Recheck == 0 {
+		cfg.Recheck = cfg.TTL
+	}
 	if cfg.Holder == "" {
 		cfg.Holder = DefaultHolder()
 	}
@@ -124,38 +242,41 @@ func DefaultHolder() string {
 // Max returns the number of slots per key.
 func (b *Budget) Max() int { return b.cfg.Max }
 
-// dir is where key's entries live.
-func (b *Budget) dir(key string) string { return b.cfg.Prefix + key + "/" }
+// dir is where key's entries live; guards is where its lock-delay guards
+// live ('#' cannot occur in a key, so neither range holds the other's
+// keys, nor another key's).
+func (b *Budget) dir(key string) string    { return b.cfg.Prefix + key + "/" }
+func (b *Budget) guards(key string) string { return b.cfg.Prefix + key + "#lock-delay/" }
 
-// Acquire waits for a slot of key. It enqueues an entry under the key,
-// bound to a lease of its own, and holds a slot once fewer than Max
-// entries created before it remain; waiters are served in the order they
-// enqueued (etcd's create revision). While it waits it watches the key's
-// entries and reports who holds and how many are ahead. When ctx ends or
-// Acquire fails, its entry is removed (its lease revoked; if even that
-// cannot reach etcd, the lease expires within TTL).
+// Acquire waits for a slot of key (normalised as Key does). It enqueues
+// an entry under the key, bound to a lease of its own, and holds a slot
+// once fewer than Max entries created before it remain and no slot is
+// held back by a vanished holder's lock-delay; waiters are served in the
+// order they enqueued (etcd's create revision). While it waits it
+// watches only the Max entries just ahead of it, and reports who holds
+// and how many are ahead. When ctx ends or Acquire fails, its entry is
+// removed (its lease revoked, one attempt at most; if etcd does not
+// answer at once, the lease expires within TTL).
 func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.BudgetWait)) (snapsvc.BudgetSlot, error) {
-	if key == "" || strings.Contains(key, "/") {
-		return nil, fmt.Errorf("etcdbudget: invalid key %q (empty or containing '/')", key)
+	key, err := normaliseKey(key)
+	if err != nil {
+		b.refusals.Add(1)
+		return nil, err
 	}
 	if b.cfg.ClusterExists != nil && !b.cfg.ClusterExists(ctx) {
 		b.cfg.Logger.Info("no cluster exists yet: proceeding without a slot", "key", key)
 		return newUnbudgeted(key, b.cfg.Holder+" (no cluster yet, unbudgeted)"), nil
 	}
-	sess, err := b.session(ctx)
+	out := &outage{bound: b.cfg.Unreachable}
+	k, err := b.grant(ctx, out)
 	if err != nil {
-		return b.unreachable(ctx, key, err)
+		return b.failed(ctx, key, err)
 	}
-	s, err := b.wait(ctx, sess, key, progress)
+	w := &waiter{b: b, k: k, out: out, key: key}
+	s, err := w.wait(ctx, progress)
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(err, snapsvc.ErrBudgetUnavailable) {
-			// A revoke would only wait for the same outage: stop the
-			// keep-alives and let the lease, and the entry, expire.
-			sess.Orphan()
-			return b.unreachable(ctx, key, err)
-		}
-		b.revoke(ctx, sess)
-		return nil, err
+		w.abandon()
+		return b.failed(ctx, key, err)
 	}
 	// Operator controls (control.go): a paused key keeps the slot just
 	// granted, and the queue behind it, until it is resumed.
@@ -163,343 +284,390 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.
 		_ = s.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	b.acquired.Add(1)
 	return s, nil
 }
 
-// session grants a lease of TTL and keeps it alive. The grant is bounded
-// by Unreachable (concurrency.NewSession would wait on the client's own,
-// unbounded context).
-func (b *Budget) session(ctx context.Context) (*concurrency.Session, error) {
-	gctx, cancel := context.WithTimeout(ctx, b.cfg.Unreachable)
-	defer cancel()
-	lease, err := b.cfg.Client.Grant(gctx, int64(b.cfg.TTL/time.Second))
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+// failed decides what an Acquire that failed with err returns: a slot
+// only under FailOpen and only when etcd was unreachable.
+func (b *Budget) failed(ctx context.Context, key string, err error) (snapsvc.BudgetSlot, error) {
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	var u *UnreachableError
+	switch {
+	case errors.As(err, &u):
+		b.unreached.Add(1)
+		if b.cfg.FailOpen {
+			n := b.failOpen.Add(1)
+			b.cfg.Logger.Warn("etcd unreachable: proceeding without a slot (fail open)", "key", key, "grants", n, "error", err)
+			return newUnbudgeted(key, b.cfg.Holder+" (etcd unreachable, fail open: unbudgeted)"), nil
 		}
-		return nil, fmt.Errorf("%w: granting a lease: %w", snapsvc.ErrBudgetUnavailable, err)
+	case errors.Is(err, snapsvc.ErrBudgetRefused):
+		b.refusals.Add(1)
 	}
-	return concurrency.NewSession(b.cfg.Client, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(b.cfg.TTL/time.Second)))
+	return nil, err
 }
 
-// revoke ends sess and deletes its keys, bounded in time even when ctx has
-// ended; if etcd cannot be reached the lease expires by itself.
-func (b *Budget) revoke(ctx context.Context, sess *concurrency.Session) error {
-	sess.Orphan()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(b.cfg.Unreachable, b.cfg.TTL))
+// waiter is one Acquire in progress.
+type waiter struct {
+	b     *Budget
+	k     *keeper
+	out   *outage
+	key   string
+	name  string // the entry's name under dir
+	entry string // its key
+	rev   int64  // its create revision
+	held  bool   // waited behind a vanished holder's lock-delay
+}
+
+// abandon stops the waiter's lease: revoked (one attempt) when etcd
+// answers, else left to expire, so a cancelled Acquire returns promptly.
+func (w *waiter) abandon() {
+	healthy := w.k.healthy() && !w.out.failing()
+	w.k.stop()
+	if !healthy {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.b.cfg.Attempt)
 	defer cancel()
-	_, err := b.cfg.Client.Revoke(rctx, sess.Lease())
-	return err
+	_, _ = w.b.cfg.Client.Revoke(ctx, w.k.id)
 }
 
-// unreachable decides what an Acquire that cannot reach etcd returns.
-func (b *Budget) unreachable(ctx context.Context, key string, cause error) (snapsvc.BudgetSlot, error) {
-	if ctx.Err() != nil || !errors.Is(cause, snapsvc.ErrBudgetUnavailable) {
-		return nil, cause
-	}
-	if b.cfg.FailOpen {
-		b.cfg.Logger.Warn("etcd unreachable: proceeding without a slot (fail open)", "key", key, "error", cause)
-		return newUnbudgeted(key, b.cfg.Holder+" (etcd unreachable, fail open: unbudgeted)"), nil
-	}
-	return nil, cause
+// queue is what one read of the key says about a waiter.
+type queue struct {
+	rev     int64              // revision of the read
+	mine    bool               // the waiter's entry exists
+	older   []string           // keys of entries created before it, nearest first
+	holders []*mvccpb.KeyValue // the first Max entries
+	orphans []*mvccpb.KeyValue // guards whose holder's entry is gone
 }
 
-// outage tracks the time etcd has been failing, for the Unreachable bound.
-type outage struct {
-	bound time.Duration
-	since time.Time
+// read reads, in one linearizable transaction, the entries ahead of the
+// waiter (keys only, nearest first), the first Max entries (the holders)
+// and the key's lock-delay guards.
+func (w *waiter) read(ctx context.Context) (queue, error) {
+	b := w.b
+	var q queue
+	err := b.call(ctx, w.out, "reading the queue of "+w.key, func(actx context.Context) error {
+		b.reads.Add(1)
+		resp, err := b.cfg.Client.Txn(actx).Then(
+			clientv3.OpGet(b.dir(w.key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
+			clientv3.OpGet(b.dir(w.key), clientv3.WithPrefix(), clientv3.WithLimit(int64(b.cfg.Max)),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+			clientv3.OpGet(b.guards(w.key), clientv3.WithPrefix()),
+			clientv3.OpGet(w.entry, clientv3.WithKeysOnly()),
+		).Commit()
+		if err != nil {
+			return err
+		}
+		q = queue{rev: resp.Header.Revision}
+		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+			q.older = append(q.older, string(kv.Key))
+		}
+		q.holders = resp.Responses[1].GetResponseRange().Kvs
+		for _, g := range resp.Responses[2].GetResponseRange().Kvs {
+			name := strings.TrimPrefix(string(g.Key), b.guards(w.key))
+			if !slices.ContainsFunc(q.holders, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == b.dir(w.key)+name }) {
+				q.orphans = append(q.orphans, g)
+			}
+		}
+		q.mine = len(resp.Responses[3].GetResponseRange().Kvs) == 1
+		return nil
+	})
+	return q, err
 }
 
-// failed records a failure of a request sent at sent and says whether
-// the bound has run out. The outage counts from the first failed
-// request's start, so the bound holds across retries.
-func (o *outage) failed(sent time.Time) bool {
-	if o.since.IsZero() {
-		o.since = sent
-	}
-	return time.Since(o.since) >= o.bound
-}
-
-func (o *outage) ok() { o.since = time.Time{} }
-
-// remaining is how long requests may still take.
-func (o *outage) remaining() time.Duration {
-	if o.since.IsZero() {
-		return o.bound
-	}
-	return max(o.bound-time.Since(o.since), 0)
-}
-
-// wait enqueues sess's entry for key and waits until it holds a slot.
-func (b *Budget) wait(ctx context.Context, sess *concurrency.Session, key string, progress func(snapsvc.BudgetWait)) (*slot, error) {
-	cli := b.cfg.Client
-	dir := b.dir(key)
-	myKey := fmt.Sprintf("%s%016x-%d", dir, int64(sess.Lease()), b.seq.Add(1))
+// wait enqueues the waiter's entry and waits until it holds a slot.
+func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*slot, error) {
+	b := w.b
+	w.name = fmt.Sprintf("%016x-%d", int64(w.k.id), b.seq.Add(1))
+	w.entry = b.dir(w.key) + w.name
 	val, err := json.Marshal(entry{Holder: b.cfg.Holder, Max: b.cfg.Max, Since: time.Now().UTC()})
 	if err != nil {
 		return nil, err
 	}
-	// Requests end with the caller's context and with the session: a
+	// Requests end with the caller's context and with the lease: a
 	// waiter whose keep-alives go unanswered for TTL is told at once.
 	caller := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(sess.Ctx(), cancel)()
-	out := &outage{bound: b.cfg.Unreachable}
-	unavailable := func(what string, err error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-w.k.gone:
+			cancel(w.leaseErr())
+		case <-ctx.Done():
+		}
+	}()
+	fail := func(err error) error {
 		if caller.Err() != nil {
 			return context.Cause(caller)
 		}
-		if sess.Ctx().Err() != nil {
-			what, err = "waiting", errSessionDone
+		if errors.Is(err, errLeaseGone) {
+			return w.leaseErr()
 		}
-		return fmt.Errorf("%w: %s for %s (etcd unreachable or without quorum): %w", snapsvc.ErrBudgetUnavailable, what, b.cfg.Unreachable, err)
+		return err
 	}
 
 	// Enqueue. A retry after a lost answer finds the entry it made.
-	var myRev int64
-	for {
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, out.remaining())
-		resp, err := cli.Txn(rctx).
-			If(clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)).
-			Then(clientv3.OpPut(myKey, string(val), clientv3.WithLease(sess.Lease()))).
-			Else(clientv3.OpGet(myKey)).Commit()
-		cancel()
-		if err == nil {
-			myRev = resp.Header.Revision
-			if !resp.Succeeded {
-				myRev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
-			}
-			out.ok()
-			break
+	err = b.call(ctx, w.out, "enqueuing "+w.entry, func(actx context.Context) error {
+		resp, err := b.cfg.Client.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", 0)).
+			Then(clientv3.OpPut(w.entry, string(val), clientv3.WithLease(w.k.id))).
+			Else(clientv3.OpGet(w.entry)).Commit()
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil || out.failed(sent) {
-			return nil, unavailable("enqueuing", err)
+		w.rev = resp.Header.Revision
+		if !resp.Succeeded {
+			w.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fail(err)
 	}
 
 	var last snapsvc.BudgetWait
 	reported := false
 	for {
-		// Who is ahead (a linearizable read: it needs a quorum).
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, out.remaining())
-		resp, err := cli.Get(rctx, dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		cancel()
+		q, err := w.read(ctx)
 		if err != nil {
-			if ctx.Err() != nil || out.failed(sent) {
-				return nil, unavailable("reading the queue", err)
-			}
-			continue
+			return nil, fail(err)
 		}
-		out.ok()
-		idx := slices.IndexFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == myKey })
-		if idx < 0 {
-			return nil, fmt.Errorf("%w: this waiter's entry vanished (its lease expired: etcd was unreachable for longer than the %s TTL)", snapsvc.ErrBudgetUnavailable, b.cfg.TTL)
+		if !q.mine {
+			return nil, fail(w.vanished(ctx))
 		}
-		limit := b.cfg.Max
-		holders := make([]string, 0, limit)
-		for i, kv := range resp.Kvs[:idx+1] {
-			var e entry
-			if json.Unmarshal(kv.Value, &e) == nil && e.Max > 0 {
-				limit = min(limit, e.Max)
-			}
-			if i < idx {
-				holders = append(holders, e.Holder)
+		if err := w.checkMax(q); err != nil {
+			return nil, err
+		}
+		if len(q.older)+len(q.orphans) < b.cfg.Max {
+			return w.take(ctx, q)
+		}
+		holders := make([]string, 0, b.cfg.Max)
+		for _, kv := range q.holders {
+			if string(kv.Key) != w.entry {
+				holders = append(holders, holderOf(kv.Value))
 			}
 		}
-		if idx < limit {
-			b.cfg.Logger.Debug("slot acquired", "key", key, "entry", myKey, "revision", myRev)
-			return newSlot(b, sess, key, myKey, myRev), nil
+		for _, g := range q.orphans {
+			holders = append(holders, holderOf(g.Value)+" (vanished; lock-delay)")
 		}
-		w := snapsvc.BudgetWait{Key: key, Holders: holders[:min(limit, len(holders))], Ahead: idx - limit, Max: limit}
-		if progress != nil && (!reported || w.Ahead != last.Ahead || !slices.Equal(w.Holders, last.Holders)) {
-			progress(w)
-			last, reported = w, true
+		ahead := max(len(q.older)+len(q.orphans)-b.cfg.Max, 0)
+		wt := snapsvc.BudgetWait{Key: w.key, Holders: holders, Ahead: ahead, Max: b.cfg.Max}
+		if progress != nil && (!reported || wt.Ahead != last.Ahead || !slices.Equal(wt.Holders, last.Holders)) {
+			progress(wt)
+			last, reported = wt, true
 		}
-		if err := b.watchDeletes(ctx, sess, dir, resp.Header.Revision+1); err != nil {
-			if ctx.Err() != nil || errors.Is(err, errSessionDone) {
-				return nil, unavailable("waiting", err)
-			}
-			// A watch may fail long after it started: the outage
-			// counts from its failure.
-			if out.failed(time.Now()) {
-				return nil, unavailable("watching the queue", err)
-			}
-			// Do not spin on a watch that fails at once (no leader).
-			select {
-			case <-ctx.Done():
-				return nil, unavailable("waiting", err)
-			case <-time.After(100 * time.Millisecond):
-			}
+		// Wait for a change that can let this waiter in: the deletion of
+		// one of the Max entries just ahead of it (no other deletion can
+		// bring the count ahead below Max), or the end of a lock-delay.
+		// Its own entry too: deleted by an operator, or its lease gone.
+		watch := append(slices.Clone(q.older[:min(len(q.older), b.cfg.Max)]), w.entry)
+		if len(q.orphans) > 0 && len(q.older) < b.cfg.Max {
+			w.held = true
+		}
+		if err := w.waitDeletes(ctx, watch, q); err != nil {
+			return nil, fail(err)
 		}
 	}
 }
 
-var errSessionDone = errors.New("the waiter's lease keep-alive ended (no answer for its TTL)")
+func holderOf(v []byte) string {
+	var e entry
+	if json.Unmarshal(v, &e) != nil || e.Holder == "" {
+		return "?"
+	}
+	return e.Holder
+}
 
-// watchDeletes returns once an entry of dir is deleted at or after rev,
-// or when the watch fails (no leader, connection lost), sess ends or ctx
-// ends.
-func (b *Budget) watchDeletes(ctx context.Context, sess *concurrency.Session, dir string, rev int64) error {
+// leaseErr is the error of a waiter whose lease is gone.
+func (w *waiter) leaseErr() error {
+	err := w.k.Err()
+	if err == nil {
+		err = errLeaseGone
+	}
+	return fmt.Errorf("%w: waiting for %s: this waiter's lease expired, its place in the queue is lost: %w", snapsvc.ErrBudgetUnavailable, w.key, err)
+}
+
+// vanished explains a waiter's entry that is gone: its lease expired
+// (retryable), or someone deleted it (an operator: refused).
+func (w *waiter) vanished(ctx context.Context) error {
+	err := w.b.call(ctx, w.out, "checking lease of "+w.entry, func(actx context.Context) error {
+		_, err := w.b.cfg.Client.KeepAliveOnce(actx, w.k.id)
+		return err
+	})
+	if err == nil {
+		return refused("waiting for "+w.key, fmt.Errorf("this waiter's entry %s was deleted by someone else (an operator?) while its lease is alive", w.entry))
+	}
+	return err
+}
+
+// checkMax refuses a key whose holders were configured with another Max.
+func (w *waiter) checkMax(q queue) error {
+	for _, kv := range q.holders {
+		var e entry
+		if json.Unmarshal(kv.Value, &e) == nil && e.Max != w.b.cfg.Max {
+			return refused("waiting for "+w.key, fmt.Errorf("%s holds it with Max %d, this machine has Max %d: every machine must use the same Max for a key", e.Holder, e.Max, w.b.cfg.Max))
+		}
+	}
+	return nil
+}
+
+// waitDeletes waits until one of keys or of q's orphan guards is
+// deleted after q.rev, a vanished holder is seen ready (HolderReady),
+// Recheck passed, or the watch failed (compaction, no leader: the caller
+// reads again; a compacted or closed watch is never taken for a
+// deletion).
+func (w *waiter) waitDeletes(ctx context.Context, keys []string, q queue) error {
+	b := w.b
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := b.cfg.Client.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut())
-	for {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-sess.Done():
-			return errSessionDone
-		case wr, ok := <-wch:
-			if !ok {
-				return errors.New("watch closed")
-			}
-			if err := wr.Err(); err != nil {
-				return err
-			}
-			if len(wr.Events) > 0 {
-				return nil
-			}
-		}
-	}
-}
-
-// slot is a held slot: an entry among the first Max of its key, bound to
-// its own lease.
-type slot struct {
-	b     *Budget
-	sess  *concurrency.Session
-	key   string
-	entry string
-
-	lost     chan struct{}
-	released chan struct{}
-	once     sync.Once
-	rel      sync.Once
-	mu       sync.Mutex
-	err      error
-	relErr   error
-	watching sync.WaitGroup
-}
-
-func newSlot(b *Budget, sess *concurrency.Session, key, entryKey string, rev int64) *slot {
-	s := &slot{b: b, sess: sess, key: key, entry: entryKey, lost: make(chan struct{}), released: make(chan struct{})}
-	s.watching.Add(1)
-	go s.watch(rev)
-	return s
-}
-
-// watch reports the slot lost when its lease's keep-alive ends or its
-// entry is deleted by anyone else.
-func (s *slot) watch(rev int64) {
-	defer s.watching.Done()
-	wctx, cancel := context.WithCancel(context.Background())
+	woke := make(chan error, len(keys)+len(q.orphans)+1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer cancel()
-	wch := s.b.cfg.Client.Watch(wctx, s.entry, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
-	for {
-		select {
-		case <-s.released:
-			return
-		case <-s.sess.Done():
-			s.setLost(fmt.Errorf("%w: lease %x of %s expired (etcd answered no keep-alive for its %s TTL), so another machine may hold the slot now",
-				snapsvc.ErrSlotLost, int64(s.sess.Lease()), s.entry, s.b.cfg.TTL))
-			return
-		case wr, ok := <-wch:
-			if !ok {
-				wch = nil // client closing; the session ends too
-				continue
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					s.setLost(fmt.Errorf("%w: entry %s was deleted by someone else", snapsvc.ErrSlotLost, s.entry))
+	watch := func(key string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for wr := range b.cfg.Client.Watch(wctx, key, clientv3.WithRev(q.rev+1), clientv3.WithFilterPut()) {
+				if err := wr.Err(); err != nil {
+					woke <- err
+					return
+				}
+				if len(wr.Events) > 0 {
+					woke <- nil
 					return
 				}
 			}
-		}
+			woke <- errors.New("watch closed")
+		}()
 	}
-}
-
-func (s *slot) setLost(err error) {
+	for _, k := range keys {
+		watch(k)
+	}
+	for _, g := range q.orphans {
+		watch(string(g.Key))
+	}
+	if b.cfg.HolderReady != nil && len(q.orphans) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			woke <- w.pollReady(wctx, q.orphans)
+		}()
+	}
+	recheck := time.NewTimer(b.cfg.Recheck)
+	defer recheck.Stop()
 	select {
-	case <-s.released:
-		return
-	default:
-	}
-	s.once.Do(func() {
-		s.mu.Lock()
-		s.err = err
-		s.mu.Unlock()
-		s.b.cfg.Logger.Warn("slot lost", "key", s.key, "error", err)
-		close(s.lost)
-	})
-}
-
-// Key is the slot's key.
-func (s *slot) Key() string { return s.key }
-
-// Holder is this participant's identity.
-func (s *slot) Holder() string { return s.b.cfg.Holder }
-
-// Lost is closed when the slot's lease expired or its entry was deleted.
-func (s *slot) Lost() <-chan struct{} { return s.lost }
-
-// Err says why the slot was lost, or nil.
-func (s *slot) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
-// Release revokes the slot's lease, which deletes its entry: the next
-// waiter's watch sees the delete at once.
-func (s *slot) Release(ctx context.Context) error {
-	s.rel.Do(func() {
-		close(s.released)
-		s.watching.Wait()
-		s.relErr = s.b.revoke(ctx, s.sess)
-		if s.relErr != nil {
-			s.relErr = fmt.Errorf("etcdbudget: releasing %s (the lease expires within %s anyway): %w", s.entry, s.b.cfg.TTL, s.relErr)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-recheck.C:
+		return nil
+	case err := <-woke:
+		if err != nil {
+			// The watch failed (compacted, no leader): read again, after
+			// a pause so that a watch failing at once does not spin.
+			b.cfg.Logger.Debug("watch failed; reading the queue again", "key", w.key, "error", err)
+			return sleep(ctx, 100*time.Millisecond)
 		}
-	})
-	return s.relErr
+		return nil
+	}
 }
 
-// unbudgeted is a slot granted without etcd (no cluster yet, or fail
-// open). It is never lost.
-type unbudgeted struct {
-	key, holder string
-	never       chan struct{}
+// pollReady asks HolderReady about each orphan guard's holder every
+// 500ms; once one is ready it deletes that guard (if unchanged) and
+// returns.
+func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) error {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for _, g := range orphans {
+			if w.b.cfg.HolderReady(ctx, holderOf(g.Value)) {
+				_, err := w.b.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(g.Key)), "=", g.ModRevision)).
+					Then(clientv3.OpDelete(string(g.Key))).Commit()
+				w.b.cfg.Logger.Info("vanished holder ready again: lock-delay ended", "key", w.key, "holder", holderOf(g.Value))
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
-func newUnbudgeted(key, holder string) *unbudgeted {
-	return &unbudgeted{key: key, holder: holder, never: make(chan struct{})}
+// take turns the waiter's entry into a held slot: it puts the slot's
+// lock-delay guard, on a lease of TTL+LockDelay kept alive with the
+// entry's, which outlives the entry by LockDelay when the holder
+// vanishes and is revoked first by Release.
+func (w *waiter) take(ctx context.Context, q queue) (*slot, error) {
+	b := w.b
+	rev := q.rev
+	var gid clientv3.LeaseID
+	if b.cfg.LockDelay > 0 {
+		err := b.call(ctx, w.out, "granting the lock-delay lease of "+w.entry, func(actx context.Context) error {
+			r, err := b.cfg.Client.Grant(actx, int64((b.cfg.TTL+b.cfg.LockDelay)/time.Second))
+			if err == nil {
+				gid = r.ID
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		w.k.setExtra(gid)
+		val, _ := json.Marshal(guard{Holder: b.cfg.Holder, Since: time.Now().UTC()})
+		var ok bool
+		err = b.call(ctx, w.out, "putting the lock-delay guard of "+w.entry, func(actx context.Context) error {
+			resp, err := b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", w.rev)).
+				Then(clientv3.OpPut(b.guards(w.key)+w.name, string(val), clientv3.WithLease(gid))).Commit()
+			if err == nil {
+				ok, rev = resp.Succeeded, resp.Header.Revision
+			}
+			return err
+		})
+		if err == nil && !ok {
+			err = w.vanished(ctx)
+		}
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
+			defer cancel()
+			_, _ = b.cfg.Client.Revoke(rctx, gid)
+			return nil, err
+		}
+	}
+	if w.held {
+		b.delayed.Add(1)
+		b.cfg.Logger.Info("slot taken over after a vanished holder's lock-delay", "key", w.key)
+	}
+	b.cfg.Logger.Debug("slot acquired", "key", w.key, "entry", w.entry, "revision", w.rev)
+	return newSlot(w, gid, rev), nil
 }
-
-func (u *unbudgeted) Key() string                   { return u.key }
-func (u *unbudgeted) Holder() string                { return u.holder }
-func (u *unbudgeted) Lost() <-chan struct{}         { return u.never }
-func (u *unbudgeted) Err() error                    { return nil }
-func (u *unbudgeted) Release(context.Context) error { return nil }
 
 // Holders lists who holds or waits for key, oldest first (for status
 // output). It is a linearizable read.
 func (b *Budget) Holders(ctx context.Context, key string) (holding, waiting []string, err error) {
-	resp, err := b.cfg.Client.Get(ctx, b.dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	key, err = normaliseKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", snapsvc.ErrBudgetUnavailable, err)
+		return nil, nil, err
 	}
-	limit := b.cfg.Max
+	var resp *clientv3.GetResponse
+	err = b.call(ctx, &outage{bound: b.cfg.Unreachable}, "reading the queue of "+key, func(actx context.Context) error {
+		var err error
+		resp, err = b.cfg.Client.Get(actx, b.dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
 	for i, kv := range resp.Kvs {
-		var e entry
-		if json.Unmarshal(kv.Value, &e) == nil && e.Max > 0 {
-			limit = min(limit, e.Max)
-		}
-		if i < limit {
-			holding = append(holding, e.Holder)
+		if i < b.cfg.Max {
+			holding = append(holding, holderOf(kv.Value))
 		} else {
-			waiting = append(waiting, e.Holder)
+			waiting = append(waiting, holderOf(kv.Value))
 		}
 	}
 	return holding, waiting, nil

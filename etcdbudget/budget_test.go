@@ -30,6 +30,7 @@ var (
 func TestMain(m *testing.M) {
 	etcdtest.MaybeRunMember()
 	maybeRunMachine()
+	maybeRunHolder()
 	code := m.Run()
 	if shared != nil {
 		shared.Close()
@@ -66,12 +67,18 @@ func newCluster(t *testing.T) *etcdtest.Processes {
 
 func client(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	cli, err := etcdtest.Client(endpoints...)
+	cli, err := newClient(endpoints)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// newClient is an etcd client with etcdbudget's defaults (gRPC
+// keep-alive), as a daemon would build it.
+func newClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(etcdbudget.ClientConfig(endpoints))
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
@@ -197,29 +204,32 @@ func TestMaxTwo(t *testing.T) {
 	}
 }
 
-func TestSmallestMaxWins(t *testing.T) {
+// Machines configured with different Max values for one key: the later
+// one is refused (permanent, cause named), not silently given the
+// smallest (issue 19).
+func TestMaxMismatchRefused(t *testing.T) {
 	p := cluster(t)
 	checkLeaks(t)
 	ctx := ctxT(t, time.Minute)
 	cli := client(t, p.Endpoints()...)
 	key := uniqueKey(t)
-	// node-a thinks one slot; node-b, configured with two, must still wait.
 	sa, err := newBudget(t, cli, "node-a", 1).Acquire(ctx, key, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make(chan acquired, 1)
-	waits := make(chan snapsvc.BudgetWait, 10)
-	acquireAsync(ctx, newBudget(t, cli, "node-b", 2), "node-b", key, out, waits)
-	if w := <-waits; w.Max != 1 {
-		t.Fatalf("node-b waits with max %d, want 1", w.Max)
+	defer sa.Release(ctx)
+	b := newBudget(t, cli, "node-b", 2, func(c *etcdbudget.Config) { c.FailOpen = true })
+	_, err = b.Acquire(ctx, key, nil)
+	if !errors.Is(err, snapsvc.ErrBudgetRefused) || errors.Is(err, snapsvc.ErrBudgetUnavailable) || !strings.Contains(err.Error(), "Max 1") {
+		t.Fatalf("want a refusal naming the other Max, got %v", err)
 	}
-	sa.Release(ctx)
-	a := <-out
-	if a.err != nil {
-		t.Fatal(a.err)
+	if st := b.Stats(); st.FailOpenGrants != 0 || st.Refused != 1 {
+		t.Fatalf("stats %+v: a refusal must never fail open", st)
 	}
-	a.slot.Release(ctx)
+	_, waiting, err := b.Holders(ctx, key)
+	if err != nil || len(waiting) != 0 {
+		t.Fatalf("the refused waiter left its entry: %q %v", waiting, err)
+	}
 }
 
 func TestCancelledWaiterLeavesNoEntry(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
@@ -16,17 +18,20 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/etcdbudget"
-	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // A simulated machine is this test binary re-executed with machineEnv set:
-// its own fake snapd with a k8s-like snap, a snapsvc client with the etcd
-// budget, and a readiness probe that passes ReadyDelay after the restart's
-// change is done. It restarts the service Restarts times and prints one
-// JSON event per line on stdout.
+// a snapsvc client with the etcd budget, talking to the machine's fake
+// snapd, with an HTTP readiness probe. It restarts the service Restarts
+// times and prints one JSON event per line on stdout. The fake snapd and
+// the readiness endpoint (ready ReadyDelay after the last change is done)
+// live in the test process, a site per machine: killing or pausing the
+// machine process does not stop a restart it sent, as on a real machine
+// where snapd carries on, and the test rebuilds who was restarting or not
+// ready from the sites' change records, outside the faulted processes.
 
 const machineEnv = "ETCDBUDGET_TEST_MACHINE"
 
@@ -40,6 +45,9 @@ type machineConfig struct {
 	Restarts    int           `json:"restarts"`
 	StepDur     time.Duration `json:"step"`        // stop and start durations of the service
 	ReadyDelay  time.Duration `json:"ready-delay"` // service ready this long after its change
+	LockDelay   time.Duration `json:"lock-delay"`
+	Socket      string        `json:"socket"`    // set by startMachine: the site's fake snapd
+	ReadyURL    string        `json:"ready-url"` // set by startMachine: the site's readiness
 }
 
 // event is one line a machine prints.
@@ -90,44 +98,19 @@ func maybeRunMachine() {
 
 func runMachine(cfg machineConfig) error {
 	out := &emitter{name: cfg.Name, enc: json.NewEncoder(os.Stdout)}
-	app := fake.App{Name: "kube-apiserver", Daemon: "simple", Enabled: true, Active: true, StartDuration: cfg.StepDur, StopDuration: cfg.StepDur}
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{app, {Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	cli, err := etcdtest.Client(cfg.Endpoints...)
+	cli, err := newClient(cfg.Endpoints)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Max: cfg.Max, TTL: cfg.TTL, Holder: cfg.Name, Unreachable: cfg.Unreachable})
+	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Max: cfg.Max, TTL: cfg.TTL, Holder: cfg.Name, Unreachable: cfg.Unreachable, LockDelay: cfg.LockDelay})
 	if err != nil {
 		return err
 	}
-	// The service is ready ReadyDelay after its restart's change is done;
-	// the probe records when it first saw that, per change.
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	ready := probe.Func("kube-apiserver readyz", func(context.Context) error {
-		chgs := srv.Changes()
-		if len(chgs) == 0 {
-			return nil
-		}
-		last := chgs[len(chgs)-1]
-		if !last.Ready || time.Since(last.ReadyTime) < cfg.ReadyDelay {
-			return errors.New("not ready")
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !seen[last.ID] {
-			seen[last.ID] = true
-			out.emit(event{Ev: "probe-ready", Change: last.ID})
-		}
-		return nil
-	})
-	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST),
+	ready := &probe.HTTP{URL: cfg.ReadyURL}
+	c, err := snapsvc.New(snapsvc.WithSocket(cfg.Socket), snapsvc.WithMode(snapsvc.ModeREST),
 		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
+			Key:   func(string) string { return cfg.Key },
 			Ready: func(string) probe.Probe { return ready },
 			Probe: probe.Options{Interval: 5 * time.Millisecond, Timeout: time.Second},
 			Progress: func(ev snapsvc.BudgetEvent) {
@@ -142,9 +125,11 @@ func runMachine(cfg machineConfig) error {
 		return err
 	}
 	defer c.Close()
-	ctx := context.Background()
 	for done := 0; done < cfg.Restarts; {
+		// Every call is bounded.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		res, err := c.Restart(ctx, []string{"k8s.kube-apiserver"}, snapsvc.RestartOptions{})
+		cancel()
 		var opErr *snapsvc.OpError
 		if err != nil {
 			retryable := errors.As(err, &opErr) && opErr.Retryable()
@@ -158,15 +143,49 @@ func runMachine(cfg machineConfig) error {
 			}
 			res = &snapsvc.Result{ChangeID: opErr.ChangeID}
 		}
-		if ci, ok := srv.ChangeByID(res.ChangeID); ok {
-			out.emit(event{Ev: "change", Change: ci.ID, Spawn: ci.SpawnTime, Ready: ci.ReadyTime})
-		}
+		out.emit(event{Ev: "change", Change: res.ChangeID})
 		done++
 	}
 	out.emit(event{Ev: "done"})
 	return nil
 }
 
+// site is what outlives a machine process: its fake snapd and its
+// service's readiness endpoint.
+type site struct {
+	srv        *fake.Server
+	ready      *httptest.Server
+	readyDelay time.Duration
+}
+
+func newSite(t *testing.T, stepDur, readyDelay time.Duration) *site {
+	t.Helper()
+	app := fake.App{Name: "kube-apiserver", Daemon: "simple", Enabled: true, Active: true, StartDuration: stepDur, StopDuration: stepDur}
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{app, {Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
+	st := &site{srv: srv, readyDelay: readyDelay}
+	st.ready = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if _, ok := st.notReadyUntil(time.Now()); ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(st.ready.Close)
+	return st
+}
+
+// notReadyUntil reports whether the service is restarting or not ready
+// at now, and until when (zero: not known yet).
+func (st *site) notReadyUntil(now time.Time) (time.Time, bool) {
+	chgs := st.srv.Changes()
+	if len(chgs) == 0 {
+		return time.Time{}, false
+	}
+	last := chgs[len(chgs)-1]
+	if !last.Ready {
+		return time.Time{}, true
+	}
+	until := last.ReadyTime.Add(st.readyDelay)
+	return until, now.Before(until)
+}
 func changeOf(e *snapsvc.OpError) string {
 	if e == nil {
 		return ""
@@ -178,6 +197,7 @@ func changeOf(e *snapsvc.OpError) string {
 type machine struct {
 	name   string
 	cmd    *exec.Cmd
+	site   *site
 	events chan event
 	exited chan error
 
@@ -187,6 +207,14 @@ type machine struct {
 
 func startMachine(t *testing.T, cfg machineConfig) *machine {
 	t.Helper()
+	return startMachineAt(t, cfg, newSite(t, cfg.StepDur, cfg.ReadyDelay))
+}
+
+// startMachineAt starts a machine process on an existing site (a machine
+// started again after it was killed).
+func startMachineAt(t *testing.T, cfg machineConfig, st *site) *machine {
+	t.Helper()
+	cfg.Socket, cfg.ReadyURL = st.srv.SocketPath(), st.ready.URL
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +230,7 @@ func startMachine(t *testing.T, cfg machineConfig) *machine {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m := &machine{name: cfg.Name, cmd: cmd, events: make(chan event, 10000), exited: make(chan error, 1)}
+	m := &machine{name: cfg.Name, cmd: cmd, site: st, events: make(chan event, 10000), exited: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -270,35 +298,32 @@ func (m *machine) wait(t *testing.T, ctx context.Context) []event {
 	}
 }
 
-// interval is one restart as the machines' fake snapds and probes saw it:
-// from the change's spawn until the probe first passed.
+// interval is one restart as a machine's site saw it: from the change's
+// spawn until its service was ready (the change done, plus ReadyDelay).
 type interval struct {
 	machine, change string
 	from, to        time.Time
 }
 
-// restartIntervals rebuilds, from the fake snapds' change times and the
-// probes' ready times (not the budget's own events), when each machine's
-// service was restarting or not yet ready.
-func restartIntervals(t *testing.T, timelines map[string][]event) []interval {
+// restartIntervals rebuilds, from the sites' change records (not the
+// budget's events, nor anything in the machine processes), when each
+// machine's service was restarting or not yet ready. A change not done
+// yet is open until far in the future.
+func restartIntervals(t *testing.T, ms []*machine) []interval {
 	t.Helper()
 	var out []interval
-	for name, evs := range timelines {
-		readyAt := map[string]time.Time{}
-		for _, ev := range evs {
-			if ev.Ev == "probe-ready" {
-				readyAt[ev.Change] = ev.T
-			}
+	seen := map[*site]bool{}
+	for _, m := range ms {
+		if seen[m.site] {
+			continue
 		}
-		for _, ev := range evs {
-			if ev.Ev != "change" {
-				continue
+		seen[m.site] = true
+		for _, c := range m.site.srv.Changes() {
+			to := time.Now().Add(time.Hour)
+			if c.Ready {
+				to = c.ReadyTime.Add(m.site.readyDelay)
 			}
-			to, ok := readyAt[ev.Change]
-			if !ok {
-				t.Fatalf("machine %s: change %s never seen ready by its probe", name, ev.Change)
-			}
-			out = append(out, interval{machine: name, change: ev.Change, from: ev.Spawn, to: to})
+			out = append(out, interval{machine: m.name, change: c.ID, from: c.SpawnTime, to: to})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].from.Before(out[j].from) })

@@ -1,0 +1,179 @@
+package etcdbudget
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// UnreachableError is a failure to reach etcd (or a quorum of it) within
+// Config.Unreachable: every attempt timed out or found no member able to
+// answer. It wraps snapsvc.ErrBudgetUnavailable (retryable) and the last
+// attempt's error. It is the only failure on which a FailOpen budget
+// grants an unbudgeted slot.
+type UnreachableError struct {
+	// What the budget was doing ("reading the queue of k8s.kube-apiserver").
+	What string
+	// For is how long etcd had been failing.
+	For time.Duration
+	// Err is the last attempt's error.
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("%v: %s: etcd unreachable or without quorum for %s: %v", snapsvc.ErrBudgetUnavailable, e.What, e.For.Round(time.Millisecond), e.Err)
+}
+
+// Unwrap returns snapsvc.ErrBudgetUnavailable and the cause.
+func (e *UnreachableError) Unwrap() []error { return []error{snapsvc.ErrBudgetUnavailable, e.Err} }
+
+// refused wraps a permanent answer of etcd.
+func refused(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", snapsvc.ErrBudgetRefused, what, err)
+}
+
+// errLeaseGone: etcd answered that a lease does not exist (it expired
+// or was revoked).
+var errLeaseGone = errors.New("lease not found")
+
+// isRefusal reports whether err is etcd (or the connection to it)
+// refusing the request for good: retrying cannot help until an operator
+// acts. Anything else (timeouts, no leader, connection refused, too many
+// requests) is unreachability, and retried.
+func isRefusal(err error) bool {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	if errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) {
+		return true
+	}
+	code, msg := codeOf(err)
+	switch code {
+	case codes.InvalidArgument, // request too large, auth failed, user empty, ...
+		codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition,
+		codes.Unimplemented, codes.AlreadyExists, codes.OutOfRange:
+		return true
+	case codes.ResourceExhausted:
+		// "too many requests" is load and passes; a message over the
+		// size limit or "database space exceeded" (an alarm) does not.
+		return !strings.Contains(msg, "too many requests")
+	case codes.Unavailable, codes.Unknown:
+		// gRPC reports a failed TLS handshake as Unavailable.
+		return strings.Contains(msg, "authentication handshake failed") ||
+			strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:")
+	}
+	return false
+}
+
+// isLeaseGone reports whether err says the lease does not exist.
+func isLeaseGone(err error) bool {
+	if errors.Is(err, errLeaseGone) || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return true
+	}
+	code, _ := codeOf(err)
+	return code == codes.NotFound
+}
+
+func codeOf(err error) (codes.Code, string) {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code(), ee.Error()
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code(), s.Message()
+	}
+	return codes.Unknown, err.Error()
+}
+
+// outage tracks how long etcd has been failing, for the Unreachable
+// bound. It counts from the start of the first failed attempt, so the
+// bound holds across retries and across the requests of one Acquire.
+type outage struct {
+	bound time.Duration
+	since time.Time
+}
+
+func (o *outage) failed(sent time.Time) bool {
+	if o.since.IsZero() {
+		o.since = sent
+	}
+	return time.Since(o.since) >= o.bound
+}
+
+func (o *outage) ok() { o.since = time.Time{} }
+
+func (o *outage) failing() bool { return !o.since.IsZero() }
+
+func (o *outage) lasted() time.Duration {
+	if o.since.IsZero() {
+		return 0
+	}
+	return time.Since(o.since)
+}
+
+// call runs one etcd request f, each attempt bounded by Config.Attempt
+// so that a member that hangs (a frozen machine, a black-holed network:
+// no error ever comes back) costs one attempt, and the next attempt goes
+// to another member (the client balances requests round-robin over its
+// endpoints). It retries unreachability with jittered backoff until out
+// has lasted Config.Unreachable, then returns an *UnreachableError; a
+// refusal returns at once, wrapping snapsvc.ErrBudgetRefused; a lease
+// etcd does not know returns errLeaseGone. When ctx ends it returns its
+// cause.
+func (b *Budget) call(ctx context.Context, out *outage, what string, f func(context.Context) error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
+		err := f(actx)
+		cancel()
+		b.requests.Add(1)
+		if err == nil {
+			out.ok()
+			return nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case isLeaseGone(err):
+			return fmt.Errorf("%s: %w: %w", what, errLeaseGone, err)
+		case isRefusal(err):
+			return refused(what, err)
+		case out.failed(sent):
+			return &UnreachableError{What: what, For: out.lasted(), Err: err}
+		}
+		b.cfg.Logger.Debug("etcd request failed, retrying", "what", what, "error", err)
+		if err := sleep(ctx, backoff/2+rand.N(backoff/2+1)); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,134 @@
+package etcdbudget_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/etcdbudget"
+	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// A slot whose holder vanished (kill -9: its lease expires, nobody
+// released it) stays unusable for the lock-delay after the expiry; an
+// orderly release hands over at once; a configured probe that sees the
+// vanished holder ready ends the delay early (issue 19, defect 5).
+func TestLockDelay(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, 2*time.Minute)
+	cli := client(t, p.Endpoints()...)
+	const ttl = 3 * time.Second
+
+	takeover := func(t *testing.T, lockDelay time.Duration, ready func(context.Context, string) bool, release bool) (time.Duration, etcdbudget.Stats, []snapsvc.BudgetWait) {
+		key := uniqueKey(t)
+		h := startHolder(t, holderConfig{Endpoints: p.Endpoints(), Key: key, Name: "vanishing", TTL: ttl, LockDelay: lockDelay})
+		h.next(t, ctx, "acquired")
+		b := newBudget(t, cli, "next", 1, func(c *etcdbudget.Config) { c.LockDelay = lockDelay; c.HolderReady = ready })
+		out := make(chan acquired, 1)
+		waits := make(chan snapsvc.BudgetWait, 10)
+		acquireAsync(ctx, b, "next", key, out, waits)
+		seen := []snapsvc.BudgetWait{<-waits}
+		var at time.Time
+		if release {
+			h.send(t, "release")
+			at = h.next(t, ctx, "released").T
+		} else {
+			at = time.Now()
+			h.cmd.Process.Kill()
+		}
+		var r acquired
+		for r.name == "" {
+			select {
+			case w := <-waits:
+				seen = append(seen, w)
+			case r = <-out:
+			}
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		d := time.Since(at)
+		r.slot.Release(ctx)
+		return d, b.Stats(), seen
+	}
+
+	t.Run("killed", func(t *testing.T) {
+		const delay = 2 * time.Second
+		d, st, waits := takeover(t, delay, nil, false)
+		t.Logf("holder killed: next holder after %s (TTL %s, lock-delay %s)", d.Round(time.Millisecond), ttl, delay)
+		// The lease expires 2/3 TTL to TTL after the kill (keep-alives
+		// every TTL/3), the guard LockDelay later; etcd checks expiry
+		// every 500ms; 1.5s of margin for a loaded machine.
+		if d < ttl*2/3+delay || d > ttl+delay+1500*time.Millisecond {
+			t.Errorf("next holder after %s, want within [%s, %s]", d, ttl*2/3+delay, ttl+delay+1500*time.Millisecond)
+		}
+		if st.DelayedTakeovers != 1 {
+			t.Errorf("stats %+v: want one delayed takeover", st)
+		}
+		last := waits[len(waits)-1]
+		if len(last.Holders) != 1 || !strings.Contains(last.Holders[0], "vanishing (vanished; lock-delay)") {
+			t.Errorf("the wait did not say it is held by a vanished holder's lock-delay: %+v", waits)
+		}
+	})
+
+	t.Run("released", func(t *testing.T) {
+		d, st, _ := takeover(t, 30*time.Second, nil, true)
+		t.Logf("holder released: next holder after %s", d.Round(time.Millisecond))
+		if d > time.Second || st.DelayedTakeovers != 0 {
+			t.Errorf("an orderly release handed over after %s (stats %+v), want at once", d, st)
+		}
+	})
+
+	t.Run("seen ready", func(t *testing.T) {
+		var asked atomic.Int32
+		ready := func(_ context.Context, holder string) bool { asked.Add(1); return holder == "vanishing" }
+		d, _, _ := takeover(t, 30*time.Second, ready, false)
+		t.Logf("holder killed, seen ready by the probe: next holder after %s", d.Round(time.Millisecond))
+		if d > ttl+1500*time.Millisecond || asked.Load() == 0 {
+			t.Errorf("next holder after %s (probe asked %d times), want at the lease expiry, not the 30s lock-delay", d, asked.Load())
+		}
+	})
+}
+
+// A holder paused (SIGSTOP) past its lease while another machine took the
+// slot: when it runs again, Fence says the slot is lost, so it does not
+// act (issue 19, defect 3).
+func TestFencePausedHolder(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	const ttl = 3 * time.Second
+	h := startHolder(t, holderConfig{Endpoints: p.Endpoints(), Key: key, Name: "paused", TTL: ttl, LockDelay: -1})
+	h.next(t, ctx, "acquired")
+	h.send(t, "fence")
+	if ev := h.next(t, ctx, "fence"); ev.Err != "" {
+		t.Fatalf("fence of a held slot: %s", ev.Err)
+	}
+	if err := etcdtest.Pause(h.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	b := newBudget(t, cli, "successor", 1, func(c *etcdbudget.Config) { c.LockDelay = -1 })
+	s, err := b.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	if err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+		t.Fatalf("successor's fence: %v", err)
+	}
+	h.send(t, "fence") // read as soon as it runs again
+	if err := etcdtest.Resume(h.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.next(t, ctx, "fence")
+	t.Logf("paused holder's fence after resuming (Lost already closed: %v): %s", ev.LostBefore, ev.Err)
+	if !ev.Lost {
+		t.Fatalf("the paused holder's fence says %q while the successor holds the slot", ev.Err)
+	}
+}

@@ -1,0 +1,327 @@
+package etcdbudget_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snapsvc/snapsvc/etcdbudget"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// Regression tests of issue 19, on real 3-member clusters.
+
+// Names given in another order are one key (issue 19, defect 8).
+func TestKeysNormalised(t *testing.T) {
+	if k := etcdbudget.Key("k8s.kubelet", "k8s.kube-apiserver", "k8s.kubelet"); k != "k8s.kube-apiserver+k8s.kubelet" {
+		t.Fatalf("Key = %q", k)
+	}
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	a, err := newBudget(t, cli, "node-a", 1).Acquire(ctx, key+".a+"+key+".b", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan acquired, 1)
+	waits := make(chan snapsvc.BudgetWait, 10)
+	acquireAsync(ctx, newBudget(t, cli, "node-b", 1), "node-b", key+".b+"+key+".a+"+key+".b", out, waits)
+	select {
+	case w := <-waits:
+		if w.Key != a.Key() {
+			t.Fatalf("waits on %q, the holder has %q", w.Key, a.Key())
+		}
+	case r := <-out:
+		t.Fatalf("%s acquired %q while node-a holds %q", r.name, r.slot.Key(), a.Key())
+	}
+	a.Release(ctx)
+	r := <-out
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.slot.Release(ctx)
+	for _, bad := range []string{"", "+", "a/b", "a#b", "a b"} {
+		if _, err := newBudget(t, cli, "x", 1).Acquire(ctx, bad, nil); !errors.Is(err, snapsvc.ErrBudgetRefused) {
+			t.Errorf("key %q: %v, want a refusal", bad, err)
+		}
+	}
+}
+
+// A waiter that queued before a compaction, and then holds, is still
+// told when its entry is deleted (issue 19, defect 6): its watch starts
+// after the read that found it holding, and a compacted watch is read
+// again, never taken for "closing".
+func TestCompactionLossStillReported(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	first, err := newBudget(t, cli, "node-a", 1).Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan acquired, 1)
+	waits := make(chan snapsvc.BudgetWait, 10)
+	acquireAsync(ctx, newBudget(t, cli, "node-b", 1), "node-b", key, out, waits)
+	<-waits
+	// Writes elsewhere, then a compaction past node-b's enqueue, as
+	// kube-apiserver compacts every 5 minutes.
+	var rev int64
+	for range 5 {
+		r, err := cli.Put(ctx, "/other/"+key, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	first.Release(ctx)
+	r := <-out
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.slot.Release(ctx)
+	if _, err := cli.Delete(ctx, etcdbudget.DefaultPrefix+key+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.slot.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("node-b's entry was deleted after a compaction, and it was never told")
+	}
+	if !errors.Is(r.slot.Err(), snapsvc.ErrSlotLost) {
+		t.Fatalf("Err %v", r.slot.Err())
+	}
+	// A compaction while waiting: the waiter is still served.
+	second, err := newBudget(t, cli, "node-c", 1).Acquire(ctx, key+"-2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquireAsync(ctx, newBudget(t, cli, "node-d", 1), "node-d", key+"-2", out, waits)
+	<-waits
+	for range 3 {
+		r, err := cli.Put(ctx, "/other/"+key, "y")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	if _, err := cli.Compact(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	second.Release(ctx)
+	if r := <-out; r.err != nil {
+		t.Fatal(r.err)
+	} else {
+		r.slot.Release(ctx)
+	}
+}
+
+// Permanent errors are refusals, kept apart from unreachability, with
+// their cause, returned at once, and never granted under FailOpen (issue
+// 19, defect 4).
+func TestRefusals(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	open := func(c *etcdbudget.Config) { c.FailOpen = true; c.Unreachable = 10 * time.Second }
+
+	t.Run("too large", func(t *testing.T) {
+		b := newBudget(t, cli, strings.Repeat("h", 1600<<10), 1, open)
+		start := time.Now()
+		_, err := b.Acquire(ctx, key, nil)
+		if !errors.Is(err, snapsvc.ErrBudgetRefused) || errors.Is(err, snapsvc.ErrBudgetUnavailable) || !strings.Contains(err.Error(), "too large") {
+			t.Fatalf("want a refusal naming the cause, got %.300v", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("refused after %s: retried a permanent error", d)
+		}
+		if st := b.Stats(); st.FailOpenGrants != 0 {
+			t.Errorf("fail-open grant on a refusal: %+v", st)
+		}
+	})
+
+	t.Run("entry deleted by an operator", func(t *testing.T) {
+		a, err := newBudget(t, cli, "node-a", 1).Acquire(ctx, key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Release(ctx)
+		out := make(chan acquired, 1)
+		waits := make(chan snapsvc.BudgetWait, 10)
+		b := newBudget(t, cli, "node-b", 1, open)
+		acquireAsync(ctx, b, "node-b", key, out, waits)
+		<-waits
+		resp, err := cli.Get(ctx, etcdbudget.DefaultPrefix+key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+		if err != nil || len(resp.Kvs) == 0 {
+			t.Fatal(resp, err)
+		}
+		if _, err := cli.Delete(ctx, string(resp.Kvs[0].Key)); err != nil {
+			t.Fatal(err)
+		}
+		r := <-out
+		if !errors.Is(r.err, snapsvc.ErrBudgetRefused) || errors.Is(r.err, snapsvc.ErrBudgetUnavailable) || !strings.Contains(r.err.Error(), "deleted") {
+			t.Fatalf("want a refusal, got slot %v, %v", r.slot, r.err)
+		}
+	})
+
+	// TLS and authentication failures: TestIsRefusal (a TLS handshake
+	// failure reaches the budget only as a timeout: etcd's client waits
+	// for a ready connection, see README).
+}
+
+// One member hung (SIGSTOP: it keeps its connections open and answers
+// nothing), a follower, while two keep a quorum, with long-lived clients (issue 19,
+// defects 1, 2 and 7): no holder loses its slot, FailOpen grants nothing,
+// every acquire of a free key succeeds, Release returns promptly. Then
+// every member hung: Fence cannot confirm in time, a cancelled Acquire and
+// a Release return at once.
+func TestHungMember(t *testing.T) {
+	p := newCluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, 2*time.Minute)
+	const ttl = 3 * time.Second
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	mod := func(c *etcdbudget.Config) { c.FailOpen = true; c.Unreachable = 4 * time.Second; c.LockDelay = -1 }
+
+	// Nine holders of nine keys, and one holder of the contended key.
+	var holders []snapsvc.BudgetSlot
+	var buds []*etcdbudget.Budget
+	for i := range 10 {
+		b := newBudget(t, cli, "holder", 1, mod)
+		s, err := b.Acquire(ctx, key+"-"+string(rune('a'+i)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders = append(holders, s)
+		buds = append(buds, b)
+	}
+	contended := holders[0].Key()
+	// A follower: a hung leader also costs an election (seconds without
+	// a leader), a genuine outage the Unreachable bound is for.
+	hungMember := -1
+	for i := range 3 {
+		st, err := cli.Status(ctx, p.Endpoint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Leader != st.Header.MemberId {
+			hungMember = i
+			break
+		}
+	}
+	if err := p.Pause(hungMember); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Resume(hungMember)
+	hung := time.Now()
+
+	// Eight machines want the contended key for 6 s: none may get a slot.
+	res := make(chan acquired, 8)
+	var waiters []*etcdbudget.Budget
+	for range 8 {
+		b := newBudget(t, cli, "waiter", 1, mod)
+		waiters = append(waiters, b)
+		wctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+		defer cancel()
+		acquireAsync(wctx, b, "waiter", contended, res, nil)
+	}
+	// Ten acquires of free keys succeed meanwhile.
+	for i := range 10 {
+		b := newBudget(t, cli, "free", 1, mod)
+		s, err := b.Acquire(ctx, key+"-free-"+string(rune('a'+i)), nil)
+		if err != nil {
+			t.Fatalf("acquire %d of a free key with one member hung: %v", i, err)
+		}
+		if strings.Contains(s.Holder(), "unbudgeted") || b.Stats().FailOpenGrants != 0 {
+			t.Errorf("acquire %d of a free key failed open with a quorum up", i)
+		}
+		if err := s.Release(ctx); err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+	}
+	granted := 0
+	for range 8 {
+		r := <-res
+		if r.err == nil {
+			granted++
+			t.Errorf("a waiter got %q while %q holds the only slot", r.slot.Holder(), holders[0].Holder())
+			r.slot.Release(ctx)
+		} else if !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Errorf("waiter: %v, want it still waiting at its deadline", r.err)
+		}
+	}
+	for _, b := range waiters {
+		if n := b.Stats().FailOpenGrants; n != 0 {
+			t.Errorf("%d fail-open grants with a quorum up", n)
+		}
+	}
+	lost := 0
+	for _, s := range holders {
+		if err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil || s.Err() != nil {
+			lost++
+			t.Errorf("holder of %s: fence %v, lost %v", s.Key(), err, s.Err())
+		}
+	}
+	t.Logf("one member hung %s: %d of 8 waiters granted, %d of 10 holders lost, 10 of 10 free acquires", time.Since(hung).Round(time.Millisecond), granted, lost)
+
+	// Releases return promptly, and the key's next waiter is served.
+	for i, s := range holders[1:] {
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := s.Release(rctx)
+		cancel()
+		if d := time.Since(start); err != nil || d > 3*time.Second {
+			t.Errorf("release %d with a hung member: %v after %s", i, err, d)
+		}
+	}
+
+	// A waiter queued (its lease granted), then etcd unreachable: every
+	// member hung (no answer, no reset).
+	wb := newBudget(t, cli, "late", 1, func(c *etcdbudget.Config) { c.LockDelay = -1; c.Unreachable = 30 * time.Second })
+	wctx, cancel := context.WithCancel(ctx)
+	lateWaits := make(chan snapsvc.BudgetWait, 10)
+	acquireAsync(wctx, wb, "late", contended, res, lateWaits)
+	<-lateWaits
+	for i := range 3 {
+		if i == hungMember {
+			continue
+		}
+		if err := p.Pause(i); err != nil {
+			t.Fatal(err)
+		}
+		defer p.Resume(i)
+	}
+	cancelled := time.Now()
+	cancel()
+	r := <-res
+	if d := time.Since(cancelled); !errors.Is(r.err, context.Canceled) || d > time.Second {
+		t.Errorf("cancelled Acquire with etcd unreachable: %v after %s, want context.Canceled within 1s", r.err, d)
+	}
+	start := time.Now()
+	err := holders[0].(snapsvc.BudgetFencer).Fence(ctx)
+	d := time.Since(start)
+	if err == nil || !(errors.Is(err, snapsvc.ErrBudgetUnavailable) || errors.Is(err, snapsvc.ErrSlotLost)) || d > ttl+time.Second {
+		t.Errorf("fence with etcd unreachable: %v after %s, want unavailable (or lost) within the TTL", err, d)
+	}
+	t.Logf("etcd unreachable: fence said %q after %s", err, d.Round(time.Millisecond))
+	start = time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	holders[0].Release(rctx)
+	rcancel()
+	if d := time.Since(start); d > 2*time.Second+500*time.Millisecond {
+		t.Errorf("release with etcd unreachable took %s, past its 2s context", d)
+	}
+}
