@@ -25,9 +25,8 @@ type memBudget struct {
 	mu      sync.Mutex
 	held    map[string][]*memSlot
 	log     []string
-	fail    error                    // Acquire fails with it
-	blocked chan struct{}            // when set, Acquire waits for it to close
-	waiting func(snapsvc.BudgetWait) // last progress callback
+	fail    error         // Acquire fails with it
+	blocked chan struct{} // when set, Acquire waits for it to close
 
 	// fence, when set, makes the slots BudgetFencers whose Fence returns
 	// its result (and records "fence KEY").
