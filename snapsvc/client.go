@@ -69,6 +69,7 @@ type Client struct {
 	observer   func(Event)
 	state      *stateWatch   // snapd's state file (WithStateFile); nil: none
 	budget     *budgetRunner // WithRestartBudget; nil: none
+	bg         *background   // work owed after calls returned; ended by Close
 }
 
 // notice support states.
@@ -263,6 +264,7 @@ func New(opts ...Option) (*Client, error) {
 		minRestart: s.minRestart,
 		observer:   s.observer,
 		budget:     s.budget,
+		bg:         newBackground(),
 	}
 	if c.budget != nil {
 		c.budget.init(c)
@@ -412,6 +414,7 @@ func (c *Client) Close() error {
 	if c.budget != nil {
 		c.budget.close()
 	}
+	c.bg.close()
 	c.main.CloseIdleConnections()
 	if c.ctl != nil {
 		c.ctl.CloseIdleConnections()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"time"
 
@@ -12,10 +13,9 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// interruptGrace bounds the look-up an operation makes after its context
-// ended while snapd's answer to its request was pending: it tells a
-// request that made no change (safe to retry) from one that did (retrying
-// would act twice).
+// interruptGrace bounds the look-up, in the background, for the change of
+// a request whose call ended while snapd's answer was pending: a change it
+// made is then waited for by the next operation on the snaps.
 const interruptGrace = 2 * time.Second
 
 // runner is the state of one operation while it runs.
@@ -397,28 +397,28 @@ func (c *Client) touchedSince(ctx context.Context, snaps []string, chg *snapd.Ch
 	return false, nil
 }
 
-// interruptedInFlight ends an operation whose context ended while snapd's
-// answer to its request was pending. The request may have made a change:
-// a short look-up, past the context, finds it (then the error names the
-// change and is not retryable: retrying would act twice); otherwise the
-// outcome is unknown (ErrOutcomeUnknown): snapd may have the request
-// queued and act on it later.
+// interruptedInFlight ends an operation whose context (or the policy's
+// time) ended while snapd's answer to its request was pending. The request
+// may have made a change, or snapd may still make it: the outcome is
+// unknown (ErrOutcomeUnknown, not retryable: retrying could act twice).
+// The call's time is over, so it looks nothing up: a look-up in the
+// background, bounded by interruptGrace and ended by Close, finds the
+// change if there is one and records it, so the next operation on the
+// snaps waits for it (and WithMinRestartInterval counts it).
 func (r *runner) interruptedInFlight(ctx context.Context, sentAt time.Time) (*Result, bool, error) {
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
-	defer cancel()
-	id, err := r.c.findOpChange(lctx, r.o, sentAt, time.Time{}, r.known)
-	switch {
-	case err != nil:
-		return r.fail("", &outcomeUnknownError{reason: "interrupted while snapd's answer was pending, and its changes could not be listed to find out whether the request was carried out", last: interrupted(ctx, r.last)})
-	case id == "":
-		// No change yet, but snapd may still be about to make one: the
-		// request reached it and nothing says it was dropped.
-		return r.fail("", &outcomeUnknownError{reason: "interrupted while snapd's answer was pending; no change made for the request was found yet, but snapd may still act on it", last: interrupted(ctx, r.last)})
-	}
-	r.c.recordRestart(r.o)
-	r.c.addPending(r.o, id)
-	r.log.Info("interrupted while snapd's answer was pending; the request made a change", "change", id)
-	return r.fail(id, &inFlightError{id: id, ctx: context.Cause(ctx)})
+	c, o, known, log := r.c, r.o, maps.Clone(r.known), r.log
+	c.bg.do(interruptGrace, func(bctx context.Context) {
+		id, err := c.findOpChange(bctx, o, sentAt, time.Time{}, known)
+		switch {
+		case err != nil:
+			log.Debug("cannot look for the change of a request cut off in flight", "error", err)
+		case id != "":
+			c.recordRestart(o)
+			c.addPending(o, id)
+			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", id)
+		}
+	})
+	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: interrupted(ctx, r.last)})
 }
 
 // adopted finishes an operation whose change was found after its answer

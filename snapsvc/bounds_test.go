@@ -1,0 +1,154 @@
+package snapsvc_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// boundEpsilon is how far past its bound (its context's deadline, its
+// policy's MaxElapsedTime) a call may return: the README's stated epsilon.
+const boundEpsilon = 50 * time.Millisecond
+
+// checkBound fails the test when a call that started at start, bounded
+// by bound, returned (now) more than boundEpsilon past it.
+func checkBound(t *testing.T, what string, start time.Time, bound time.Duration) {
+	t.Helper()
+	took := time.Since(start)
+	if over := took - bound; over > boundEpsilon {
+		t.Errorf("%s returned %v after it began, %v past its bound of %v (epsilon %v)", what, took.Round(time.Millisecond), over.Round(time.Millisecond), bound, boundEpsilon)
+	}
+}
+
+// wedge makes the fake a wedged snapd for every request matching f (its
+// Kind and Hold are set here) until the test ends.
+func wedge(t *testing.T, srv *fake.Server, f fake.Fault) {
+	t.Helper()
+	hold := make(chan struct{})
+	f.Kind, f.Hold = fake.FaultWedge, hold
+	inj := srv.InjectFault(f)
+	t.Cleanup(func() { inj.Remove(); close(hold) })
+}
+
+// boundCalls are the calls issue 18 found outliving their deadline.
+var boundCalls = []struct {
+	name string
+	call func(ctx context.Context, c *snapsvc.Client) error
+}{
+	{"Restart", func(ctx context.Context, c *snapsvc.Client) error {
+		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		return err
+	}},
+	{"RestartAsync", func(ctx context.Context, c *snapsvc.Client) error {
+		_, err := c.RestartAsync(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		return err
+	}},
+	{"Start --enable", func(ctx context.Context, c *snapsvc.Client) error {
+		_, err := c.Start(ctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{Enable: true})
+		return err
+	}},
+	{"whole-snap Stop", func(ctx context.Context, c *snapsvc.Client) error {
+		_, err := c.Stop(ctx, []string{"k8s"}, snapsvc.StopOptions{})
+		return err
+	}},
+}
+
+// Issue 18, defect 1: with a 300 ms deadline against a snapd that accepts
+// requests and never answers, calls returned after 2.3 s: after the
+// deadline the client looked the change up for 2 s more. A call now
+// returns by its deadline; its outcome is unknown and not retryable.
+func TestDeadlineAgainstWedgedSnapd(t *testing.T) {
+	for _, tc := range boundCalls {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			c := newClient(t, srv)
+			wedge(t, srv, fake.Fault{})
+			const d = 300 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			start := time.Now()
+			err := tc.call(ctx, c)
+			checkBound(t, tc.name, start, d)
+			var opErr *snapsvc.OpError
+			if !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("error %v: want the deadline, outcome unknown, not retryable", err)
+			}
+		})
+	}
+}
+
+// Issue 18, defect 2: with MaxElapsedTime = MaxUnreachable = 500 ms and
+// no context deadline, a restart against a wedged snapd had not returned
+// after 4 s: the policy was only checked between attempts. It is now a
+// deadline on every request.
+func TestPolicyBoundAgainstWedgedSnapd(t *testing.T) {
+	policy := retry.DefaultPolicy()
+	policy.MaxElapsedTime, policy.MaxUnreachable = 500*time.Millisecond, 500*time.Millisecond
+	for _, tc := range boundCalls {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			c := newClient(t, srv, snapsvc.WithPolicy(policy))
+			wedge(t, srv, fake.Fault{})
+			start := time.Now()
+			err := tc.call(context.Background(), c)
+			checkBound(t, tc.name, start, policy.MaxElapsedTime)
+			var opErr *snapsvc.OpError
+			if !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.Is(err, snapsvc.ErrGaveUp) {
+				t.Fatalf("error %v: want gave up, outcome unknown, not retryable", err)
+			}
+		})
+	}
+	t.Run("wedged while waiting for the change", func(t *testing.T) {
+		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		c := newClient(t, srv, snapsvc.WithPolicy(policy))
+		wedge(t, srv, fake.Fault{Method: "GET"})
+		start := time.Now()
+		_, err := c.Restart(context.Background(), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		checkBound(t, "Restart", start, policy.MaxElapsedTime)
+		var opErr *snapsvc.OpError
+		if !errors.As(err, &opErr) || opErr.Retryable() || opErr.ChangeID == "" || !errors.Is(err, snapsvc.ErrGaveUp) {
+			t.Fatalf("error %v: want gave up, naming the change, not retryable", err)
+		}
+	})
+}
+
+// A call cut off in flight looks its change up in the background, so the
+// next operation on the snap waits for it instead of running into it.
+func TestInFlightChangeFoundInBackground(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	logs := newLogWatch()
+	c := newClient(t, srv, snapsvc.WithLogger(logs.logger()))
+	hold := make(chan struct{})
+	// snapd acts on the restart at once but its answer hangs.
+	srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
+	defer close(hold)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Requests() > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	found := logs.seen("a request cut off in flight made a change")
+	cancel()
+	err := <-errc
+	var opErr *snapsvc.OpError
+	if !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v: want cancelled, outcome unknown, not retryable", err)
+	}
+	select {
+	case <-found:
+	case <-ctxT(t).Done():
+		t.Fatal("the change of the request cut off was not found in the background")
+	}
+	if n := srv.Counters().ChangesCreated; n != 1 {
+		t.Fatalf("%d changes for one restart", n)
+	}
+}
