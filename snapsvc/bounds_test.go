@@ -152,3 +152,59 @@ func TestInFlightChangeFoundInBackground(t *testing.T) {
 		t.Fatalf("%d changes for one restart", n)
 	}
 }
+
+// Issue 18, defect 6: a joiner (5 min policy) got its leader's give-up
+// (the leader's short policy) without sending a request. A joiner shares
+// only the change's outcome; otherwise it acts itself, within its own
+// bounds.
+func TestCoalesceJoinerKeepsItsOwnPolicy(t *testing.T) {
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	ctx := ctxT(t)
+	short, long := retry.DefaultPolicy(), retry.DefaultPolicy()
+	short.MaxElapsedTime = time.Second
+	c0 := newClient(t, srv)
+	logs := newLogWatch()
+	ca := newClient(t, srv, snapsvc.WithPolicy(short), snapsvc.WithLogger(logs.logger()))
+	cb := newClient(t, srv, snapsvc.WithPolicy(long), snapsvc.WithLogger(logs.logger()))
+
+	first := make(chan restartOutcome, 1)
+	restartAsync(c0, ctx, first, "k8s.kubelet") // holds the snap's lock
+	running := waitNewChange(ctx, t, srv)
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	leader, joiner := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	leading := logs.seen("leading identical restarts")
+	restartAsync(ca, ctx, leader, "k8s.kubelet")
+	<-leading
+	joined := logs.seen("joining an identical restart")
+	restartAsync(cb, ctx, joiner, "k8s.kubelet")
+	<-joined
+	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	// The leader acts, runs into the foreign change and gives up within
+	// its own second.
+	if o := <-leader; !errors.Is(o.err, snapsvc.ErrGaveUp) {
+		t.Fatalf("leader: %+v, %v; want gave up", o.res, o.err)
+	}
+	select {
+	case o := <-joiner:
+		t.Fatalf("joiner ended with its leader: %+v, %v", o.res, o.err)
+	default:
+	}
+	leaderPosts := srv.Counters().Requests["POST /v2/apps"]
+	// The joiner acts itself: once the foreign change is done, it restarts.
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.RequestsTo("POST /v2/apps") > leaderPosts }); err != nil {
+		t.Fatal(err)
+	}
+	foreign.Finish()
+	own := waitNewChange(ctx, t, srv, running, foreign.ID())
+	if err := srv.AdvanceUntilReady(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	o := <-joiner
+	if o.err != nil || o.res.Shared || o.res.Status != "Done" {
+		t.Fatalf("joiner: %+v, %v; want its own restart, done", o.res, o.err)
+	}
+}
