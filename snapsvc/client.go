@@ -144,7 +144,8 @@ func WithHook(name string) Option {
 // (ContextWithLogger, WithContextLogger) is used instead for that call.
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 
-// WithPolicy sets the retry policy (default retry.DefaultPolicy()).
+// WithPolicy sets the retry policy (default retry.DefaultPolicy()). New
+// fails on a policy retry.Policy.Validate rejects.
 func WithPolicy(p retry.Policy) Option { return func(s *settings) { s.policy = &p } }
 
 // WithClock sets the clock used for pauses and polling (tests).
@@ -239,6 +240,9 @@ func New(opts ...Option) (*Client, error) {
 	}
 	policy := retry.DefaultPolicy()
 	if s.policy != nil {
+		if err := s.policy.Validate(); err != nil {
+			return nil, fmt.Errorf("snapsvc: WithPolicy: %w", err)
+		}
 		policy = *s.policy
 	}
 	if s.clock != nil {
