@@ -208,3 +208,24 @@ func TestCoalesceJoinerKeepsItsOwnPolicy(t *testing.T) {
 		t.Fatalf("joiner: %+v, %v; want its own restart, done", o.res, o.err)
 	}
 }
+
+// Issue 18, defect 7: WithMinRestartInterval ignored restarts made by
+// another Client of the process without the option. A paced restart
+// right after one now waits (here: past its deadline).
+func TestRestartPacingCountsEveryClient(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	plain := newClient(t, srv)
+	paced := newClient(t, srv, snapsvc.WithMinRestartInterval(time.Hour))
+	if _, err := plain.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := paced.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("paced restart right after another client's: %+v, %v; want it held by the interval", res, err)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 {
+		t.Fatalf("%d restarts sent, want 1", n)
+	}
+}
