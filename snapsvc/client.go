@@ -413,15 +413,18 @@ func (c *Client) queuesInHook() bool {
 }
 
 // Close releases idle connections (and, with WithRestartBudget, the
-// slots the Client still holds).
+// slots the Client still holds), ends the state file's watch and the
+// background look-ups the Client owns, and waits for them. It is safe
+// concurrently with every call: a call racing it, or made after it, still
+// works, but keeps no connection or watch open once it returns.
 func (c *Client) Close() error {
 	if c.budget != nil {
 		c.budget.close()
 	}
 	c.bg.close()
-	c.main.CloseIdleConnections()
+	c.main.Close()
 	if c.ctl != nil {
-		c.ctl.CloseIdleConnections()
+		c.ctl.Close()
 	}
 	c.state.close()
 	return nil
