@@ -3,6 +3,7 @@ package snapsvc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -277,5 +278,33 @@ func TestCloseRacingFirstCall(t *testing.T) {
 	wg.Wait()
 	if after := inotifyCount(t); after != before {
 		t.Fatalf("%d inotify instances before 50 clients closed while calling, %d after", before, after)
+	}
+}
+
+// Issue 18: a POST whose 2xx answer arrives cut, garbled or not at all,
+// followed by the deadline (snapd answering the look-ups or wedged), may
+// have acted: it is never reported retryable, and the call returns by
+// its deadline.
+func TestLostAnswerThenDeadlineIsNotRetryable(t *testing.T) {
+	for _, kind := range []fake.FaultKind{fake.FaultCut, fake.FaultGarble, fake.FaultDrop} {
+		for _, wedged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v wedged=%t", kind, wedged), func(t *testing.T) {
+				srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Hour)))
+				c := newClient(t, srv)
+				srv.InjectFault(fake.Fault{Kind: kind, Method: "POST", Path: "/v2/apps", Times: 1})
+				if wedged {
+					wedge(t, srv, fake.Fault{Method: "GET"})
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+				checkBound(t, "Restart", start, 300*time.Millisecond)
+				var opErr *snapsvc.OpError
+				if !errors.As(err, &opErr) || opErr.Retryable() {
+					t.Fatalf("error %v: want not retryable", err)
+				}
+			})
+		}
 	}
 }
