@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -307,4 +308,47 @@ func TestLostAnswerThenDeadlineIsNotRetryable(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Issue 18: while snapd was unreachable the library logged "snapd
+// unavailable; backing off" at Info every 50 ms. The state change is
+// logged at Info once, repeats at Debug, and the end at Info with the
+// count of repeats.
+func TestUnreachableLogsOnceAtInfo(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	clock := &instantClock{}
+	clock.onPause = func(n int) {
+		if n == 30 {
+			if err := srv.StartListening(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c := newClient(t, srv, snapsvc.WithClock(clock), snapsvc.WithLogger(logger))
+	if _, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if n := strings.Count(out, "snapd unavailable"); n != 1 {
+		t.Errorf("%d Info lines 'snapd unavailable' for one outage:\n%s", n, out)
+	}
+	if !strings.Contains(out, "no longer unable to reach snapd") || !strings.Contains(out, "repeats_logged_at_debug=") {
+		t.Errorf("the outage's end and its repeats are not logged at Info:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

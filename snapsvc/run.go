@@ -30,6 +30,7 @@ type runner struct {
 	last  error
 	skip  string // the running hook's own change, never a blocker
 	known map[string]bool
+	flog  faultLog
 }
 
 // lock takes the snaps' locks (unless snapd only queues the command, in a
@@ -73,6 +74,7 @@ func (r *runner) unlock() {
 }
 
 func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
+	r.flog.end(r.log)
 	return nil, false, r.c.opError(r.o, changeID, r.res.Attempts, err)
 }
 
@@ -222,7 +224,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 				r.log.Info("conflict; blocker already gone, retrying", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 				continue
 			}
-			r.log.Info("conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+			r.flog.log(r.log, "in conflict with an unseen blocker", "conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 		case retry.Indeterminate:
 			ev := r.event(EventAnswerLost)
 			ev.Err = err
@@ -233,7 +235,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			}
 			r.log.Info("the request made no change; sending it again", "attempt", r.res.Attempts, "error", r.last)
 		case retry.Transient:
-			r.log.Info("snapd unavailable; backing off", "attempt", r.res.Attempts, "error", err)
+			r.flog.log(r.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", r.res.Attempts, "error", err)
 		}
 		if reason := r.rt.Exhausted(); reason != "" {
 			return r.fail("", &gaveUpError{reason: reason, last: r.last})
@@ -251,6 +253,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 // succeeded handles snapd's acceptance of the request.
 func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answeredAt time.Time, wait bool) (*Result, bool, error) {
 	c := r.c
+	r.flog.end(r.log)
 	c.recordRestart(r.o)
 	if c.queuesInHook() {
 		r.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", r.res.Attempts)
