@@ -292,6 +292,10 @@ func (r *Retrier) Pause(ctx context.Context) error {
 		if left, bounded := r.Remaining(); bounded && left < d {
 			d = left
 		}
+		// Nor past MaxUnreachable: the give-up is not delayed by a pause.
+		if u, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && r.policy.MaxUnreachable-u < d {
+			d = max(r.policy.MaxUnreachable-u, 0)
+		}
 		return Sleep(ctx, r.policy.Clock, d)
 	}
 	return Sleep(ctx, r.policy.Clock, r.NextPause())
