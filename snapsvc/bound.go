@@ -29,6 +29,37 @@ func (e *policyTimeError) Error() string {
 
 func (e *policyTimeError) Is(target error) bool { return target == ErrGaveUp }
 
+// lookupReserve is the most of a call's time a request to act leaves for
+// looking up its change should its answer still be pending at the end; it
+// is at most a quarter of the time left when the request is sent.
+const lookupReserve = 100 * time.Millisecond
+
+// reserveLookup returns ctx ended lookupReserve (or a quarter of the time
+// left) before its deadline, for a request to act.
+func reserveLookup(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	reserve := min(lookupReserve, time.Until(dl)/4)
+	return context.WithDeadline(ctx, dl.Add(-reserve))
+}
+
+// deadlineCauseKey carries the cause of a call's deadline (bound).
+type deadlineCauseKey struct{}
+
+// deadlineCause returns why ctx ended, or will end at its deadline: the
+// policy's time when bound set the earlier deadline, else the context's.
+func deadlineCause(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if err, ok := ctx.Value(deadlineCauseKey{}).(error); ok {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 // bound returns ctx, ended also once the policy's MaxElapsedTime has
 // passed from now (when the policy sets one), on the real clock.
 func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -47,7 +78,13 @@ func boundBy(ctx context.Context, clock retry.Clock, d time.Duration) (context.C
 		// attempts only.
 		return ctx, func() {}
 	}
-	return context.WithDeadlineCause(ctx, time.Now().Add(d), &policyTimeError{d: d})
+	at := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && !at.Before(dl) {
+		return ctx, func() {} // the caller's deadline comes first
+	}
+	cause := &policyTimeError{d: d}
+	ctx = context.WithValue(ctx, deadlineCauseKey{}, error(cause))
+	return context.WithDeadlineCause(ctx, at, cause)
 }
 
 // background runs the work a Client still owes after a call returned

@@ -143,18 +143,23 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			sendMark = c.state.mark()
 		}
 		sentAt := c.clock.Now()
-		changeID, err := c.send(ctx, o)
-		r.reach.observe(ctx, r.event(0), err)
+		// The request leaves the last of the call's time to look up its
+		// change should its answer still be pending then.
+		sctx, scancel := reserveLookup(ctx)
+		changeID, err := c.send(sctx, o)
+		cutOff := sctx.Err() != nil
+		scancel()
+		r.reach.observe(sctx, r.event(0), err)
 		if err == nil {
 			return r.succeeded(ctx, changeID, sentAt, c.clock.Now(), wait)
 		}
 		r.last = err
 		class := retry.Classify(err)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || cutOff {
 			if class == retry.Indeterminate {
 				return r.interruptedInFlight(ctx, sentAt)
 			}
-			return r.fail("", interrupted(ctx, r.last))
+			return r.fail("", &interruptedError{ctx: deadlineCause(ctx), last: r.last})
 		}
 		switch class {
 		case retry.Permanent:
@@ -400,16 +405,28 @@ func (c *Client) touchedSince(ctx context.Context, snaps []string, chg *snapd.Ch
 	return false, nil
 }
 
-// interruptedInFlight ends an operation whose context (or the policy's
-// time) ended while snapd's answer to its request was pending. The request
-// may have made a change, or snapd may still make it: the outcome is
-// unknown (ErrOutcomeUnknown, not retryable: retrying could act twice).
-// The call's time is over, so it looks nothing up: a look-up in the
-// background, bounded by interruptGrace and ended by Close, finds the
-// change if there is one and records it, so the next operation on the
-// snaps waits for it (and WithMinRestartInterval counts it).
+// interruptedInFlight ends an operation whose call's time (its context,
+// or the policy's) ran out, or was about to, while snapd's answer to its
+// request was pending. The request may have made a change, or snapd may
+// still make it. What is left of the call's time (reserveLookup) goes to
+// looking the change up: found, the error names it (not retryable:
+// retrying would act twice) and the next operation on the snaps waits for
+// it; otherwise the outcome is unknown (ErrOutcomeUnknown) and the look-up
+// goes on in the background, bounded by interruptGrace and ended by Close,
+// never on the caller's time.
 func (r *runner) interruptedInFlight(ctx context.Context, sentAt time.Time) (*Result, bool, error) {
-	c, o, known, log := r.c, r.o, maps.Clone(r.known), r.log
+	c, o, log := r.c, r.o, r.log
+	cause := &interruptedError{ctx: deadlineCause(ctx), last: r.last}
+	if ctx.Err() == nil {
+		id, err := c.findOpChange(ctx, o, sentAt, time.Time{}, r.known)
+		if err == nil && id != "" {
+			c.recordRestart(o)
+			c.addPending(o, id)
+			log.Info("the call's time ran out while snapd's answer was pending; the request made a change", "change", id)
+			return r.fail(id, &inFlightError{id: id, ctx: cause.ctx})
+		}
+	}
+	known := maps.Clone(r.known)
 	c.bg.do(interruptGrace, func(bctx context.Context) {
 		id, err := c.findOpChange(bctx, o, sentAt, time.Time{}, known)
 		switch {
@@ -421,7 +438,7 @@ func (r *runner) interruptedInFlight(ctx context.Context, sentAt time.Time) (*Re
 			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", id)
 		}
 	})
-	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: interrupted(ctx, r.last)})
+	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause})
 }
 
 // adopted finishes an operation whose change was found after its answer
