@@ -149,7 +149,9 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 		changeID, err := c.send(sctx, o)
 		cutOff := sctx.Err() != nil
 		scancel()
-		r.reach.observe(sctx, r.event(0), err)
+		if !cutOff { // a request cut off says nothing about snapd
+			r.reach.observe(ctx, r.event(0), err)
+		}
 		if err == nil {
 			return r.succeeded(ctx, changeID, sentAt, c.clock.Now(), wait)
 		}
