@@ -36,6 +36,14 @@ const (
 	// its handler may get to it late (waiting for the state lock, say), so
 	// a client that looks for the request's change too soon finds none.
 	FaultLate
+	// FaultWedge is a wedged snapd (its state lock held by a stuck task):
+	// it accepts the connection and reads the request, then does nothing
+	// until Hold is closed (for good, until the server closes or stops,
+	// when Hold is nil). Then it handles the request as snapd would once
+	// it got the lock, and answers it normally — or, if the client went
+	// away meanwhile, still acts on it (snapd carries on with a request
+	// whose client left) and answers nobody.
+	FaultWedge
 )
 
 func (k FaultKind) String() string {
@@ -54,6 +62,8 @@ func (k FaultKind) String() string {
 		return "reply"
 	case FaultLate:
 		return "late"
+	case FaultWedge:
+		return "wedge"
 	}
 	return fmt.Sprintf("FaultKind(%d)", int(k))
 }
@@ -92,8 +102,9 @@ type Fault struct {
 	// FaultDrop, FaultCut, FaultGarble) is acted on first and its answer
 	// held, so snapd has acted while the client still waits; FaultReject
 	// and FaultReply wait before doing anything; FaultLate closes the
-	// connection at once and acts when Hold is closed. A Fault with Hold
-	// and no Kind only delays the answer.
+	// connection at once and acts when Hold is closed; FaultWedge waits
+	// before doing anything, then acts and answers. A Fault with Hold and
+	// no Kind only delays the answer.
 	Hold <-chan struct{}
 }
 
@@ -108,7 +119,7 @@ type InjectedFault struct {
 // InjectFault adds a fault. Faults are tried in the order they were
 // injected; the first that matches a request applies to it.
 func (s *Server) InjectFault(f Fault) *InjectedFault {
-	if f.Kind < 0 || f.Kind > FaultLate || (f.Kind == 0 && f.Hold == nil) {
+	if f.Kind < 0 || f.Kind > FaultWedge || (f.Kind == 0 && f.Hold == nil) {
 		panic(fmt.Sprintf("fake snapd: InjectFault: unknown kind %v", f.Kind))
 	}
 	if f.Kind == FaultReply && f.Status == 0 {

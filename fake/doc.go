@@ -182,7 +182,9 @@
 //     the answers of matching requests: FaultDrop (handled, then no
 //     answer), FaultCut (handled, body cut short), FaultGarble (handled,
 //     answered with a body that is not an envelope), FaultReject (not
-//     handled, no answer) and FaultReply (not handled, a canned status
+//     handled, no answer), FaultWedge (a wedged snapd: nothing until
+//     Hold is closed, for good without one, then handled and answered)
+//     and FaultReply (not handled, a canned status
 //     and body such as ErrorBody(500, "", "request canceled") or an
 //     instant empty notices list, SyncBody([]any{})). Request.Fault
 //     records which applied. DropNextResponse(method, path) is the

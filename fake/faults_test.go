@@ -425,3 +425,36 @@ func TestFaultLateActsAfterTheConnectionIsGone(t *testing.T) {
 		t.Fatalf("request %+v, counters %+v", reqs[0], srv.Counters())
 	}
 }
+
+// FaultWedge holds a request without acting on it until Hold is closed,
+// then handles and answers it.
+func TestFaultWedgeActsOnceReleased(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
+	hold := make(chan struct{})
+	srv.InjectFault(fake.Fault{Kind: fake.FaultWedge, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
+	type answer struct {
+		status int
+		err    error
+	}
+	out := make(chan answer, 1)
+	go func() {
+		status, _, err := callErr(srv.SocketPath(), "POST", "/v2/apps", `{"action":"restart","names":["k8s.kubelet"]}`)
+		out <- answer{status, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.InFlight() > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Counters().ChangesCreated; n != 0 {
+		t.Fatalf("%d changes while wedged", n)
+	}
+	close(hold)
+	a := <-out
+	if a.err != nil || a.status != 202 || srv.Counters().ChangesCreated != 1 {
+		t.Fatalf("answer %d, %v, counters %+v; want 202 and one change", a.status, a.err, srv.Counters())
+	}
+	if reqs := srv.Requests(); len(reqs) != 1 || reqs[0].Fault != "wedge" || reqs[0].Dropped {
+		t.Fatalf("requests %+v", reqs)
+	}
+}

@@ -135,6 +135,25 @@ func (s *Server) handler(sock string) http.Handler {
 			}
 		}
 
+		if fault != nil && fault.Kind == FaultWedge {
+			// Wedged: nothing happens until Hold is closed (a nil Hold
+			// blocks for good), then the request is handled as usual.
+			select {
+			case <-fault.Hold:
+			case <-stopping:
+				return
+			case <-s.closeCh:
+				return
+			}
+			if r.Context().Err() != nil {
+				// The client left: acted on with nobody to answer.
+				w = discardWriter{}
+				r = r.WithContext(context.WithoutCancel(r.Context()))
+				req.Dropped = true
+			}
+			fault = nil
+			req.Fault = FaultWedge.String()
+		}
 		if fault != nil && fault.Kind == FaultLate {
 			closeWithoutAnswer(w)
 			if f := fault.Hold; f != nil {

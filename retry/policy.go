@@ -2,6 +2,9 @@ package retry
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -64,7 +67,43 @@ func DefaultPolicy() Policy {
 	}
 }
 
-// withDefaults fills zero fields from DefaultPolicy.
+// Validate reports the first field of p that has no meaning: a NaN or
+// infinite Multiplier or RandomizationFactor, a negative Multiplier, a
+// negative interval (InitialInterval, MaxInterval, MaxConflictInterval,
+// RedialInterval) or a negative MaxAttempts. Zero fields take their
+// defaults, and a negative MaxElapsedTime, MaxUnreachable or
+// RandomizationFactor has its documented meaning. Such a policy would
+// otherwise turn the backoff into a busy loop or a nonsense wait.
+func (p Policy) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"Multiplier", p.Multiplier}, {"RandomizationFactor", p.RandomizationFactor}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			errs = append(errs, fmt.Errorf("retry policy: %s is %v; want a finite number", f.name, f.v))
+		}
+	}
+	if p.Multiplier < 0 {
+		errs = append(errs, fmt.Errorf("retry policy: Multiplier is %v; want at least 1 (or 0 for the default)", p.Multiplier))
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"InitialInterval", p.InitialInterval}, {"MaxInterval", p.MaxInterval}, {"MaxConflictInterval", p.MaxConflictInterval}, {"RedialInterval", p.RedialInterval}} {
+		if f.d < 0 {
+			errs = append(errs, fmt.Errorf("retry policy: %s is %v; want a positive duration (or 0 for the default)", f.name, f.d))
+		}
+	}
+	if p.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("retry policy: MaxAttempts is %d; want 0 (no bound) or more", p.MaxAttempts))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills zero fields from DefaultPolicy. Values Validate
+// rejects are replaced by the defaults too, so a policy that was never
+// validated still cannot spin.
 func (p Policy) withDefaults() Policy {
 	d := DefaultPolicy()
 	if p.InitialInterval <= 0 {
@@ -76,10 +115,12 @@ func (p Policy) withDefaults() Policy {
 	if p.MaxConflictInterval <= 0 {
 		p.MaxConflictInterval = d.MaxConflictInterval
 	}
-	if p.Multiplier < 1 {
+	if !(p.Multiplier >= 1) || math.IsInf(p.Multiplier, 0) { // NaN too
 		p.Multiplier = d.Multiplier
 	}
 	switch {
+	case math.IsNaN(p.RandomizationFactor) || math.IsInf(p.RandomizationFactor, 0):
+		p.RandomizationFactor = d.RandomizationFactor
 	case p.RandomizationFactor == 0 || p.RandomizationFactor > 1:
 		p.RandomizationFactor = d.RandomizationFactor
 	case p.RandomizationFactor < 0:
@@ -250,6 +291,10 @@ func (r *Retrier) Pause(ctx context.Context) error {
 		d := r.policy.RedialInterval
 		if left, bounded := r.Remaining(); bounded && left < d {
 			d = left
+		}
+		// Nor past MaxUnreachable: the give-up is not delayed by a pause.
+		if u, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && r.policy.MaxUnreachable-u < d {
+			d = max(r.policy.MaxUnreachable-u, 0)
 		}
 		return Sleep(ctx, r.policy.Clock, d)
 	}

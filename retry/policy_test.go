@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +122,45 @@ func TestUnreachableIsBoundedAndRedialledQuickly(t *testing.T) {
 	clock.now = clock.now.Add(time.Second)
 	if reason := rt.Exhausted(); !strings.Contains(reason, "snapd unreachable for 1s") {
 		t.Fatalf("exhausted %q", reason)
+	}
+}
+
+// Issue 18, defect 8: a NaN Multiplier or RandomizationFactor turned the
+// backoff into a busy loop. Validate rejects such policies, and a policy
+// never validated falls back to the defaults instead of spinning.
+func TestPolicyValidateRejectsMeaninglessValues(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	bad := map[string]func(*retry.Policy){
+		"NaN Multiplier":               func(p *retry.Policy) { p.Multiplier = nan },
+		"Inf Multiplier":               func(p *retry.Policy) { p.Multiplier = inf },
+		"negative Multiplier":          func(p *retry.Policy) { p.Multiplier = -2 },
+		"NaN RandomizationFactor":      func(p *retry.Policy) { p.RandomizationFactor = nan },
+		"-Inf RandomizationFactor":     func(p *retry.Policy) { p.RandomizationFactor = math.Inf(-1) },
+		"negative InitialInterval":     func(p *retry.Policy) { p.InitialInterval = -time.Second },
+		"negative MaxInterval":         func(p *retry.Policy) { p.MaxInterval = -time.Second },
+		"negative MaxConflictInterval": func(p *retry.Policy) { p.MaxConflictInterval = -time.Second },
+		"negative RedialInterval":      func(p *retry.Policy) { p.RedialInterval = -time.Second },
+		"negative MaxAttempts":         func(p *retry.Policy) { p.MaxAttempts = -1 },
+	}
+	for name, set := range bad {
+		p := retry.DefaultPolicy()
+		set(&p)
+		if err := p.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		// Unvalidated, it still never spins: every pause is a real one.
+		r := p.NewRetrier()
+		if name != "negative MaxAttempts" {
+			for i := 0; i < 5; i++ {
+				if d := r.NextPause(); !(d >= 10*time.Millisecond) {
+					t.Errorf("%s: pause %v", name, d)
+				}
+			}
+		}
+	}
+	ok := retry.DefaultPolicy()
+	ok.MaxElapsedTime, ok.MaxUnreachable, ok.RandomizationFactor = -1, -1, -1
+	if err := ok.Validate(); err != nil || (retry.Policy{}).Validate() != nil {
+		t.Errorf("documented values rejected: %v", err)
 	}
 }

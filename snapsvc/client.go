@@ -73,6 +73,7 @@ type Client struct {
 	blind      blindState    // cadence.go
 	pace       paceState     // owncursor.go
 	clockKey   string        // watcher.go: "real", or unique to a Client built WithClock
+	bg         *background   // work owed after calls returned; ended by Close
 }
 
 // notice support states.
@@ -150,7 +151,8 @@ func WithHook(name string) Option {
 // (ContextWithLogger, WithContextLogger) is used instead for that call.
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 
-// WithPolicy sets the retry policy (default retry.DefaultPolicy()).
+// WithPolicy sets the retry policy (default retry.DefaultPolicy()). New
+// fails on a policy retry.Policy.Validate rejects.
 func WithPolicy(p retry.Policy) Option { return func(s *settings) { s.policy = &p } }
 
 // WithClock sets the clock used for pauses and polling (tests).
@@ -245,6 +247,9 @@ func New(opts ...Option) (*Client, error) {
 	}
 	policy := retry.DefaultPolicy()
 	if s.policy != nil {
+		if err := s.policy.Validate(); err != nil {
+			return nil, fmt.Errorf("snapsvc: WithPolicy: %w", err)
+		}
 		policy = *s.policy
 	}
 	if s.clock != nil {
@@ -270,6 +275,7 @@ func New(opts ...Option) (*Client, error) {
 		minRestart: s.minRestart,
 		observer:   s.observer,
 		budget:     s.budget,
+		bg:         newBackground(),
 	}
 	if c.budget != nil {
 		c.budget.init(c)
@@ -420,14 +426,18 @@ func (c *Client) queuesInHook() bool {
 }
 
 // Close releases idle connections (and, with WithRestartBudget, the
-// slots the Client still holds).
+// slots the Client still holds), ends the state file's watch and the
+// background look-ups the Client owns, and waits for them. It is safe
+// concurrently with every call: a call racing it, or made after it, still
+// works, but keeps no connection or watch open once it returns.
 func (c *Client) Close() error {
 	if c.budget != nil {
 		c.budget.close()
 	}
-	c.main.CloseIdleConnections()
+	c.bg.close()
+	c.main.Close()
 	if c.ctl != nil {
-		c.ctl.CloseIdleConnections()
+		c.ctl.Close()
 	}
 	c.state.close()
 	return nil

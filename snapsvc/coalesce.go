@@ -24,7 +24,10 @@ var errLeaderGone = errors.New("coalesced request ended before acting")
 // lock: the first becomes the leader, later identical ones share its
 // result. A request never joins one that already holds the lock (whose
 // change may already be running), so every caller's restart happens after
-// the call was made.
+// the call was made. A joiner shares only the change's outcome (done, or
+// failed): when the leader ends otherwise (its own policy or deadline ran
+// out, or its outcome is unknown) the joiner acts itself, within its own
+// bounds, so joining never shortens or lengthens a caller's bound.
 func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 	if o.action != "restart" || len(o.t.snaps) != 1 || c.queuesInHook() {
 		res, _, err := c.run(ctx, o, true)
@@ -43,12 +46,16 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 			break // lead, with l.mu held
 		}
 		l.mu.Unlock()
+		c.log(ctx).Debug("joining an identical restart waiting for the snap's lock", "snap", o.t.snaps[0])
 		select {
 		case <-ctx.Done():
 			return nil, c.opError(o, "", 0, ctxErr(ctx, "waiting for an identical restart"))
 		case <-f.done:
 		}
-		if errors.Is(f.err, errLeaderGone) {
+		if errors.Is(f.err, errLeaderGone) || !sharedOutcome(f.err) {
+			// The leader ended without the change's outcome (it gave up
+			// within its own policy or deadline, or cannot tell): that
+			// says nothing about this caller's bounds, so it acts itself.
 			continue
 		}
 		c.log(ctx).Debug("restart merged into an identical request", "snap", o.t.snaps[0], "change", resultChange(f.res))
@@ -63,6 +70,7 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 	f := &flight{done: make(chan struct{})}
 	l.waiting[key] = f
 	l.mu.Unlock()
+	c.log(ctx).Debug("leading identical restarts until the snap's lock is taken", "snap", o.t.snaps[0])
 
 	ctx = context.WithValue(ctx, lockedHookKey{}, func() {
 		l.mu.Lock()
@@ -85,6 +93,14 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 	}
 	close(f.done)
 	return res, err
+}
+
+// sharedOutcome reports whether a leader's error is its change's own
+// outcome (the change ran and failed), which every joiner shares; any
+// other failure is the leader's alone.
+func sharedOutcome(err error) bool {
+	var ce *ChangeError
+	return err == nil || errors.As(err, &ce)
 }
 
 // lockedHookKey carries, in an operation's context, a function to call

@@ -176,12 +176,12 @@ type outcomeUnknownError struct {
 func (e *outcomeUnknownError) Error() string   { return e.reason + ": " + e.last.Error() }
 func (e *outcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.last} }
 
-// inFlightError is an operation whose context ended while snapd's answer
+// inFlightError is an operation whose time ran out while snapd's answer
 // was pending, with a change found that does what the request asked,
 // spawned since it was sent: most likely the request's own (the action is
 // under way, so retrying would do it twice), though an identical request
 // of someone else's cannot be told from it. It matches the context's
-// error and ErrOutcomeUnknown.
+// error (or ErrGaveUp) and ErrOutcomeUnknown.
 type inFlightError struct {
 	id  string
 	ctx error

@@ -192,6 +192,9 @@ func (c *Client) runSync(ctx context.Context, action string, names []string, set
 	if err != nil {
 		return nil, err
 	}
+	// The policy's time bounds the whole call, as a deadline.
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	if c.budget != nil {
 		return c.runBudgeted(ctx, o)
 	}
@@ -203,6 +206,8 @@ func (c *Client) runAsync(ctx context.Context, action string, names []string, se
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	if c.budget != nil {
 		return c.runAsyncBudgeted(ctx, o)
 	}

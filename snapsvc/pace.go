@@ -51,8 +51,10 @@ func (c *Client) restartWait(o op) time.Duration {
 }
 
 // recordRestart notes that snapd accepted a restart of o's services now.
+// Every Client records its restarts, with WithMinRestartInterval or not:
+// the interval counts every restart made through the process.
 func (c *Client) recordRestart(o op) {
-	if o.action != "restart" || c.minRestart <= 0 {
+	if o.action != "restart" {
 		return
 	}
 	now := c.clock.Now()

@@ -290,12 +290,15 @@ func TestContextEndWithAnswerPendingIsNotRetryable(t *testing.T) {
 		}
 		cancel()
 		err := <-errc
+		// The call's time is over: it looks nothing up (issue 18), the
+		// outcome is unknown (TestInFlightChangeFoundInBackground shows
+		// the change found in the background).
 		var opErr *snapsvc.OpError
-		if !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, context.Canceled) || opErr.ChangeID == "" {
-			t.Fatalf("error %v: want cancelled, not retryable, naming the change made", err)
+		if !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, context.Canceled) || !errors.Is(err, snapsvc.ErrOutcomeUnknown) {
+			t.Fatalf("error %v: want cancelled, outcome unknown, not retryable", err)
 		}
-		if _, ok := srv.ChangeByID(opErr.ChangeID); !ok || srv.Counters().ChangesCreated != 1 {
-			t.Fatalf("change %s not the one made", opErr.ChangeID)
+		if n := srv.Counters().ChangesCreated; n != 1 {
+			t.Fatalf("%d changes made", n)
 		}
 	})
 	t.Run("cannot tell", func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"time"
 
@@ -12,10 +13,9 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// interruptGrace bounds the look-up an operation makes after its context
-// ended while snapd's answer to its request was pending: it tells a
-// request that made no change (safe to retry) from one that did (retrying
-// would act twice).
+// interruptGrace bounds the look-up, in the background, for the change of
+// a request whose call ended while snapd's answer was pending: a change it
+// made is then waited for by the next operation on the snaps.
 const interruptGrace = 2 * time.Second
 
 // runner is the state of one operation while it runs.
@@ -31,6 +31,7 @@ type runner struct {
 	skip  string // the running hook's own change, never a blocker
 	known map[string]bool
 	cad   *cadence // blind waits (cadence.go)
+	flog  faultLog
 }
 
 // lock takes the snaps' locks (unless snapd only queues the command, in a
@@ -74,6 +75,7 @@ func (r *runner) unlock() {
 }
 
 func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
+	r.flog.end(r.log)
 	return nil, false, r.c.opError(r.o, changeID, r.res.Attempts, err)
 }
 
@@ -148,18 +150,25 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			sendMark = c.state.mark()
 		}
 		sentAt := c.clock.Now()
-		changeID, err := c.send(ctx, o)
-		r.reach.observe(ctx, r.event(0), err)
+		// The request leaves the last of the call's time to look up its
+		// change should its answer still be pending then.
+		sctx, scancel := reserveLookup(ctx)
+		changeID, err := c.send(sctx, o)
+		cutOff := sctx.Err() != nil
+		scancel()
+		if !cutOff { // a request cut off says nothing about snapd
+			r.reach.observe(ctx, r.event(0), err)
+		}
 		if err == nil {
 			return r.succeeded(ctx, changeID, sentAt, c.clock.Now(), wait)
 		}
 		r.last = err
 		class := retry.Classify(err)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || cutOff {
 			if class == retry.Indeterminate {
 				return r.interruptedInFlight(ctx, sentAt)
 			}
-			return r.fail("", interrupted(ctx, r.last))
+			return r.fail("", &interruptedError{ctx: deadlineCause(ctx), last: r.last})
 		}
 		switch class {
 		case retry.Permanent:
@@ -242,7 +251,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 				r.log.Info("conflict; blocker already gone, retrying", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 				continue
 			}
-			r.log.Info("conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+			r.flog.log(r.log, "in conflict with an unseen blocker", "conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 		case retry.Indeterminate:
 			ev := r.event(EventAnswerLost)
 			ev.Err = err
@@ -253,7 +262,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			}
 			r.log.Info("the request made no change; sending it again", "attempt", r.res.Attempts, "error", r.last)
 		case retry.Transient:
-			r.log.Info("snapd unavailable; backing off", "attempt", r.res.Attempts, "error", err)
+			r.flog.log(r.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", r.res.Attempts, "error", err)
 		}
 		if reason := r.rt.Exhausted(); reason != "" {
 			return r.fail("", &gaveUpError{reason: reason, last: r.last})
@@ -271,6 +280,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 // succeeded handles snapd's acceptance of the request.
 func (r *runner) succeeded(ctx context.Context, changeID string, sentAt, answeredAt time.Time, wait bool) (*Result, bool, error) {
 	c := r.c
+	r.flog.end(r.log)
 	c.recordRestart(r.o)
 	if c.queuesInHook() {
 		r.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", r.res.Attempts)
@@ -418,28 +428,40 @@ func (c *Client) touchedSince(ctx context.Context, snaps []string, chg *snapd.Ch
 	return false, nil
 }
 
-// interruptedInFlight ends an operation whose context ended while snapd's
-// answer to its request was pending. The request may have made a change:
-// a short look-up, past the context, finds it (then the error names the
-// change and is not retryable: retrying would act twice); otherwise the
-// outcome is unknown (ErrOutcomeUnknown): snapd may have the request
-// queued and act on it later.
+// interruptedInFlight ends an operation whose call's time (its context,
+// or the policy's) ran out, or was about to, while snapd's answer to its
+// request was pending. The request may have made a change, or snapd may
+// still make it. What is left of the call's time (reserveLookup) goes to
+// looking the change up: found, the error names it (not retryable:
+// retrying would act twice) and the next operation on the snaps waits for
+// it; otherwise the outcome is unknown (ErrOutcomeUnknown) and the look-up
+// goes on in the background, bounded by interruptGrace and ended by Close,
+// never on the caller's time.
 func (r *runner) interruptedInFlight(ctx context.Context, sentAt time.Time) (*Result, bool, error) {
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
-	defer cancel()
-	id, err := r.c.findOpChange(lctx, r.o, sentAt, time.Time{}, r.known)
-	switch {
-	case err != nil:
-		return r.fail("", &outcomeUnknownError{reason: "interrupted while snapd's answer was pending, and its changes could not be listed to find out whether the request was carried out", last: interrupted(ctx, r.last)})
-	case id == "":
-		// No change yet, but snapd may still be about to make one: the
-		// request reached it and nothing says it was dropped.
-		return r.fail("", &outcomeUnknownError{reason: "interrupted while snapd's answer was pending; no change made for the request was found yet, but snapd may still act on it", last: interrupted(ctx, r.last)})
+	c, o, log := r.c, r.o, r.log
+	cause := &interruptedError{ctx: deadlineCause(ctx), last: r.last}
+	if ctx.Err() == nil {
+		id, err := c.findOpChange(ctx, o, sentAt, time.Time{}, r.known)
+		if err == nil && id != "" {
+			c.recordRestart(o)
+			c.addPending(o, id)
+			log.Info("the call's time ran out while snapd's answer was pending; the request made a change", "change", id)
+			return r.fail(id, &inFlightError{id: id, ctx: cause.ctx})
+		}
 	}
-	r.c.recordRestart(r.o)
-	r.c.addPending(r.o, id)
-	r.log.Info("interrupted while snapd's answer was pending; the request made a change", "change", id)
-	return r.fail(id, &inFlightError{id: id, ctx: context.Cause(ctx)})
+	known := maps.Clone(r.known)
+	c.bg.do(interruptGrace, func(bctx context.Context) {
+		id, err := c.findOpChange(bctx, o, sentAt, time.Time{}, known)
+		switch {
+		case err != nil:
+			log.Debug("cannot look for the change of a request cut off in flight", "error", err)
+		case id != "":
+			c.recordRestart(o)
+			c.addPending(o, id)
+			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", id)
+		}
+	})
+	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause})
 }
 
 // adopted finishes an operation whose change was found after its answer

@@ -37,9 +37,12 @@ func WithStateFile(path string) Option {
 // a time and tells the others, so an event wakes every waiter.
 type stateWatch struct {
 	path string
-	once sync.Once
-	f    *os.File // nil: no watch (no such directory, no inotify, no permission)
 	name string
+
+	omu    sync.Mutex // guards opening and closing f
+	tried  bool       // open was attempted
+	closed bool       // Client.Close: never open again
+	f      *os.File   // nil: no watch (no such directory, no inotify, no permission)
 
 	mu      sync.Mutex
 	reading bool
@@ -55,29 +58,43 @@ func newStateWatch(path string) *stateWatch {
 }
 
 // open starts watching the state file's directory, once; it reports
-// whether the watch works.
+// whether the watch works. Once closed (Client.Close) it never opens
+// again, so a call racing Close cannot leave an inotify instance behind.
 func (w *stateWatch) open() bool {
 	if w == nil {
 		return false
 	}
-	w.once.Do(func() {
+	w.omu.Lock()
+	defer w.omu.Unlock()
+	if w.closed {
+		return false
+	}
+	if !w.tried {
+		w.tried = true
 		fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 		if err != nil {
-			return
+			return false
 		}
 		// A rename over the file (snapd's atomic write) or a write in place.
 		if _, err := unix.InotifyAddWatch(fd, filepath.Dir(w.path), unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
 			unix.Close(fd)
-			return
+			return false
 		}
 		// Non-blocking, so the runtime's poller serves reads with deadlines.
 		w.f = os.NewFile(uintptr(fd), "inotify:"+w.path)
-	})
+	}
 	return w.f != nil
 }
 
+// close ends the watch for good; waits reading it see it broken and poll.
 func (w *stateWatch) close() {
-	if w != nil && w.f != nil {
+	if w == nil {
+		return
+	}
+	w.omu.Lock()
+	defer w.omu.Unlock()
+	w.closed = true
+	if w.f != nil {
 		w.f.Close()
 	}
 }

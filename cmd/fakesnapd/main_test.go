@@ -307,7 +307,7 @@ func TestSnapsFileAndSnapYAML(t *testing.T) {
 		}
 	}
 	// --version alone is the build, in snapsvc's style.
-	if out, rc := runBin(t, "fakesnapd", "--version"); rc != 0 || !regexp.MustCompile(`^fakesnapd \S+ \(github.com/snapsvc/snapsvc, go`).MatchString(out) {
+	if out, rc := runBin(t, "fakesnapd", "--version"); rc != 0 || !regexp.MustCompile(`^fakesnapd \S+ \(github.com/snapsvc/snapsvc/cmd, go`).MatchString(out) {
 		t.Errorf("--version: exit %d: %s", rc, out)
 	}
 }

@@ -375,14 +375,14 @@ func TestVersion(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithVersion(fake.Version268), fake.WithSnaps(k8sSnap(0)))
 	ctx := safetyNet(t)
 	code, out, _ := runWithSocket(ctx, srv.SocketPath(), false, "--version")
-	if code != exitOK || !regexp.MustCompile(`^snapsvc \S+ \(github.com/snapsvc/snapsvc, go[^)]*\)\n$`).MatchString(out) {
+	if code != exitOK || !regexp.MustCompile(`^snapsvc \S+ \(github.com/snapsvc/snapsvc/cmd, go[^)]*\)\n$`).MatchString(out) {
 		t.Errorf("--version: exit %d %q", code, out)
 	}
 	for _, args := range [][]string{{"--json", "version"}, {"version", "--json"}} {
 		code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, args...)
 		var v versionOutput
 		decodeOne(t, out, &v)
-		if code != exitOK || v.Snapsvc.Module != "github.com/snapsvc/snapsvc" || v.Snapsvc.Version == "" || v.Snapsvc.Go != runtime.Version() ||
+		if code != exitOK || v.Snapsvc.Module != "github.com/snapsvc/snapsvc/cmd" || v.Snapsvc.Version == "" || v.Snapsvc.Go != runtime.Version() ||
 			!strings.HasPrefix(v.Snapd.Version, string(fake.Version268)) || v.Snapd.Socket != srv.SocketPath() || v.Snapd.Error != "" {
 			t.Errorf("%q: exit %d %+v %s", args, code, v, errOut)
 		}

@@ -19,6 +19,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,6 +40,7 @@ type Client struct {
 	ua            string
 	longPollGrace time.Duration
 	installRoot   string // CheckInstalled (installed.go)
+	closed        atomic.Bool
 }
 
 // New returns a client for the snapd socket at path (DefaultSocket when
@@ -64,6 +66,15 @@ func (c *Client) Socket() string { return c.socket }
 
 // CloseIdleConnections closes connections kept alive for reuse.
 func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// Close closes the connections kept alive for reuse, and from now on
+// keeps none: a request still in flight, or made later, closes its
+// connection when it is done, so no connection (nor its goroutines)
+// outlives Close. The Client stays usable.
+func (c *Client) Close() {
+	c.closed.Store(true)
+	c.http.CloseIdleConnections()
+}
 
 // ConnectionError is a failure to reach snapd or to read its answer.
 // Written reports whether the whole request had been written before the
@@ -142,6 +153,13 @@ type request struct {
 // do sends req and decodes the envelope. A "type":"error" envelope comes
 // back as *Error; transport failures as *ConnectionError.
 func (c *Client) do(ctx context.Context, req request) (*Response, error) {
+	// After Close, drop the connection this request returned to the pool
+	// (this runs after the body is closed).
+	defer func() {
+		if c.closed.Load() {
+			c.http.CloseIdleConnections()
+		}
+	}()
 	var body io.Reader
 	if req.body != nil {
 		b, err := json.Marshal(req.body)

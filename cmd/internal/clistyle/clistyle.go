@@ -37,7 +37,7 @@ type Build struct {
 
 // ReadBuild reads the binary's build information.
 func ReadBuild() Build {
-	v := Build{Module: "github.com/snapsvc/snapsvc", Version: "(devel)", Go: runtime.Version()}
+	v := Build{Module: "github.com/snapsvc/snapsvc/cmd", Version: "(devel)", Go: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return v
