@@ -198,7 +198,6 @@ func TestHungMember(t *testing.T) {
 
 	// Nine holders of nine keys, and one holder of the contended key.
 	var holders []snapsvc.BudgetSlot
-	var buds []*etcdbudget.Budget
 	for i := range 10 {
 		b := newBudget(t, cli, "holder", 1, mod)
 		s, err := b.Acquire(ctx, key+"-"+string(rune('a'+i)), nil)
@@ -206,7 +205,6 @@ func TestHungMember(t *testing.T) {
 			t.Fatal(err)
 		}
 		holders = append(holders, s)
-		buds = append(buds, b)
 	}
 	contended := holders[0].Key()
 	// A follower: a hung leader also costs an election (seconds without

@@ -146,6 +146,8 @@ type schedule struct {
 	faults     []string // what was injected, for the counts and the report
 	clientList []*snapsvc.Client
 	holds      []hold
+	budget     *memBudget // every client's restart budget, with slow releases (nil: none)
+	stopsToo   bool       // the budget also takes stops (BudgetOptions.StopsAndStarts)
 	mu         sync.Mutex
 }
 
@@ -253,7 +255,24 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	if err := srv.WaitIdle(ctx); err != nil {
 		return scheduleCounts{}, fmt.Errorf("snapd never idle: %v", err)
 	}
-	return s.check(srv)
+	counts, err := s.check(srv)
+	if err != nil || s.budget == nil {
+		return counts, err
+	}
+	// Close waits for the releases it owns (each well under its
+	// ReleaseTimeout here): after it, no slot may still be held.
+	for _, c := range clients {
+		c.Close()
+	}
+	s.budget.mu.Lock()
+	defer s.budget.mu.Unlock()
+	for key, held := range s.budget.held {
+		if len(held) > 0 {
+			return counts, fmt.Errorf("restart budget: %d slot(s) of %s still held after every client was closed (faults %v)", len(held), key, s.faults)
+		}
+	}
+	counts.checks++
+	return counts, nil
 }
 
 // planSchedule draws a schedule from seed.
@@ -289,6 +308,29 @@ func planSchedule(seed uint64) *schedule {
 			cl.timeout = time.Duration(1+rng.IntN(40)) * time.Millisecond
 		}
 		s.calls = append(s.calls, cl)
+	}
+	if rng.IntN(5) == 0 {
+		// A restart budget whose releases are slow, as a lease revoke is
+		// when etcd is unreachable: no call may wait for one past its
+		// bound, and every slot is back once the clients are closed.
+		s.budget = newMemBudget(100)
+		s.stopsToo = rng.IntN(2) == 0
+		seed := rng.Uint64()
+		var mu sync.Mutex
+		r := rand.New(rand.NewPCG(seed, seed))
+		s.budget.release = func(ctx context.Context, _ *memSlot, _ int) error {
+			mu.Lock()
+			d := time.Duration(r.IntN(300)) * time.Millisecond
+			mu.Unlock()
+			t := time.NewTimer(d) // the revoke's own duration, not synchronisation
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
 	}
 	return s
 }
@@ -358,6 +400,9 @@ func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client
 			// Replaying a seed: the library's log on stderr.
 			opts = append(opts, snapsvc.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i)))
 		}
+		if s.budget != nil {
+			opts = append(opts, snapsvc.WithRestartBudget(s.budget, snapsvc.BudgetOptions{StopsAndStarts: s.stopsToo}))
+		}
 		c, err := snapsvc.New(opts...)
 		if err != nil {
 			return nil, err
@@ -382,6 +427,9 @@ func (s *schedule) injectFaults(srv *fake.Server) []chan struct{} {
 			return n == k
 		}
 	}
+	if s.budget != nil {
+		s.faults = append(s.faults, "slow budget releases")
+	}
 	for i := rng.IntN(4); i > 0; i-- {
 		var f fake.Fault
 		switch rng.IntN(11) {
@@ -397,8 +445,6 @@ func (s *schedule) injectFaults(srv *fake.Server) []chan struct{} {
 			if rng.IntN(2) == 0 {
 				f.Method, f.Path = "POST", "/v2/apps"
 			}
-		// Slow budget releases are issue 19's (snapsvc/budget.go): this
-		// is where that fault kind goes once budgets can be slow.
 		case 0, 1, 2:
 			f = fake.Fault{Method: "POST", Path: "/v2/apps", Kind: []fake.FaultKind{fake.FaultDrop, fake.FaultCut, fake.FaultGarble, fake.FaultReject}[rng.IntN(4)]}
 		case 3:
