@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -106,7 +107,7 @@ func run(args []string, w io.Writer) error {
 		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 			v = bi.Main.Version
 		}
-		fmt.Fprintln(w, "rollout-demo", v)
+		fmt.Fprintf(w, "rollout-demo %s (github.com/snapsvc/snapsvc/etcdbudget, %s)\n", v, runtime.Version())
 		return nil
 	}
 	fmt.Fprintln(w, "starting a 3-member etcd cluster on loopback ...")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -31,7 +32,7 @@ func TestHelpOnStdoutAndVersion(t *testing.T) {
 		t.Fatalf("--help: %v %q", err, out.String())
 	}
 	out.Reset()
-	if err := run([]string{"--version"}, &out); err != nil || !strings.HasPrefix(out.String(), "rollout-demo ") {
+	if err := run([]string{"--version"}, &out); err != nil || !regexp.MustCompile(`^rollout-demo \S+ \(github.com/snapsvc/snapsvc/etcdbudget, go[^)]*\)\n$`).MatchString(out.String()) {
 		t.Fatalf("--version: %v %q", err, out.String())
 	}
 }

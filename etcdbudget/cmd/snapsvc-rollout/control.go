@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"text/tabwriter"
 	"time"
@@ -33,17 +34,20 @@ Flags (--name value or --name=value; after KEY or before it):
 
 // version is the module version the binary was built from.
 func version() string {
+	v := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
 		for _, d := range bi.Deps {
 			if d.Path == "github.com/snapsvc/snapsvc/etcdbudget" {
-				return d.Version
+				v = d.Version
 			}
 		}
-		if bi.Main.Version != "" {
-			return bi.Main.Version
-		}
 	}
-	return "(devel)"
+	// The style every binary of the project prints (cmd/snapsvc's
+	// --version): NAME VERSION (MODULE, GO).
+	return fmt.Sprintf("%s (github.com/snapsvc/snapsvc/etcdbudget, %s)", v, runtime.Version())
 }
 
 // runControl runs an operator command: status, pause or resume.

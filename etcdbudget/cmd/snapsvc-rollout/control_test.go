@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestHelpOnStdoutAndVersion(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--version"}, {"version"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), args, &out, &errb); code != exitOK || !strings.HasPrefix(out.String(), "snapsvc-rollout ") {
+		if code := run(context.Background(), args, &out, &errb); code != exitOK || !regexp.MustCompile(`^snapsvc-rollout \S+ \(github.com/snapsvc/snapsvc/etcdbudget, go[^)]*\)\n$`).MatchString(out.String()) {
 			t.Errorf("%q: exit %d, stdout %q", args, code, out.String())
 		}
 	}
