@@ -88,7 +88,7 @@ func (b *Budget) retryControl(ctx context.Context, what string, f func(context.C
 		case time.Since(start) >= b.cfg.Unreachable:
 			return unavailable(what, err)
 		}
-		if err := sleepCtx(ctx, pause); err != nil {
+		if err := sleep(ctx, pause); err != nil {
 			return unavailable(what, err)
 		}
 		pause = min(2*pause, time.Second)
@@ -368,25 +368,13 @@ func (b *Budget) watchGone(ctx context.Context, key string, rev int64, lost <-ch
 				// no leader): read again. Never take a failed watch for
 				// a deletion: the read decides.
 				if !ok || wr.Err() != nil {
-					if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+					if err := sleep(ctx, 100*time.Millisecond); err != nil {
 						return err
 					}
 				}
 				return nil
 			}
 		}
-	}
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
 }
 
