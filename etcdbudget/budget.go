@@ -296,6 +296,11 @@ func (b *Budget) failed(ctx context.Context, key string, err error) (snapsvc.Bud
 	}
 	var u *UnreachableError
 	switch {
+	case errors.Is(err, errLeaseGone) && !errors.Is(err, snapsvc.ErrBudgetUnavailable):
+		// Every path where this waiter's own lease expired is the same
+		// failure whatever request noticed it: its place in the queue
+		// is lost and a later Acquire may succeed (retryable).
+		return nil, fmt.Errorf("%w: waiting for %s: this waiter's lease expired: %w", snapsvc.ErrBudgetUnavailable, key, err)
 	case errors.As(err, &u):
 		b.unreached.Add(1)
 		if b.cfg.FailOpen {
@@ -498,8 +503,14 @@ func (w *waiter) vanished(ctx context.Context) error {
 		_, err := w.b.cfg.Client.KeepAliveOnce(actx, w.k.id)
 		return err
 	})
-	if err == nil {
+	switch {
+	case err == nil:
 		return refused("waiting for "+w.key, fmt.Errorf("this waiter's entry %s was deleted by someone else (an operator?) while its lease is alive", w.entry))
+	case errors.Is(err, errLeaseGone):
+		// The entry went with this waiter's own lease (cut off or
+		// paused past its TTL): retryable, never a bare "lease not
+		// found".
+		return w.leaseErr()
 	}
 	return err
 }

@@ -3,9 +3,11 @@ package etcdbudget
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/snapsvc/snapsvc/snapsvc"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -42,5 +44,32 @@ func TestIsRefusal(t *testing.T) {
 	}
 	if !isLeaseGone(rpctypes.ErrLeaseNotFound) || isLeaseGone(rpctypes.ErrNoLeader) {
 		t.Error("isLeaseGone")
+	}
+}
+
+// Whatever request notices that this waiter's own lease expired (the
+// enqueue, a re-read, the lock-delay guard's put, the check of a vanished
+// entry), Acquire reports it as retryable unavailability, never as a bare
+// "lease not found" and never as a fail-open grant. TestRolloutFaults
+// once ended a machine's rollout on "checking lease of ...: lease not
+// found [not retryable]", from the guard's put.
+func TestOwnLeaseGoneIsRetryable(t *testing.T) {
+	b := &Budget{cfg: Config{FailOpen: true}}
+	raw := fmt.Errorf("checking lease of /snapsvc/restart-budget/k/1-3: %w: %w", errLeaseGone, rpctypes.ErrLeaseNotFound)
+	slot, err := b.failed(context.Background(), "k", raw)
+	if slot != nil {
+		t.Fatalf("granted %v on an expired lease", slot)
+	}
+	if !errors.Is(err, snapsvc.ErrBudgetUnavailable) || errors.Is(err, snapsvc.ErrBudgetRefused) || !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Fatalf("want ErrBudgetUnavailable keeping the cause, got %v", err)
+	}
+	if n := b.failOpen.Load(); n != 0 {
+		t.Errorf("%d fail-open grants", n)
+	}
+	// Already classified: returned as it is, not wrapped twice.
+	w := &waiter{key: "k", k: &keeper{}}
+	classified := w.leaseErr()
+	if _, err := b.failed(context.Background(), "k", classified); err != classified {
+		t.Errorf("a classified error was changed: %v", err)
 	}
 }

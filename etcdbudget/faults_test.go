@@ -20,8 +20,8 @@ import (
 // a quorum, and compactions. The number of machines restarting or not
 // ready at once, rebuilt from the sites' change records (outside the
 // faulted processes), never exceeds the budget; every machine call is
-// bounded (2 minutes) and the whole run too. The seed is logged;
-// ETCDBUDGET_FAULT_SEED replays one.
+// bounded (2 minutes) and the whole run too. The seed is fixed and
+// logged; ETCDBUDGET_FAULT_SEED=N replays another, =random draws one.
 //
 // Pauses stay below 2/3 TTL + LockDelay - 1s: a holder paused longer,
 // whose restart was not sent yet, needs the core to fence before it acts
@@ -30,9 +30,21 @@ func TestRolloutFaults(t *testing.T) {
 	p := cluster(t)
 	ctx := ctxT(t, 3*time.Minute)
 	cli := client(t, p.Endpoints()...)
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("ETCDBUDGET_FAULT_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
+	// A fixed schedule by default, so the suite runs the same faults every
+	// time: the one that found an expired waiter's lease reported as not
+	// retryable. ETCDBUDGET_FAULT_SEED=N replays another; =random draws one
+	// (for sweeps).
+	seed := uint64(1796385466236575672)
+	switch s := os.Getenv("ETCDBUDGET_FAULT_SEED"); s {
+	case "":
+	case "random":
+		seed = uint64(time.Now().UnixNano())
+	default:
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("ETCDBUDGET_FAULT_SEED: %v", err)
+		}
+		seed = n
 	}
 	rng := rand.New(rand.NewPCG(seed, 19))
 	t.Logf("seed %d (ETCDBUDGET_FAULT_SEED=%d replays it)", seed, seed)

@@ -176,6 +176,37 @@ func TestRefusals(t *testing.T) {
 		}
 	})
 
+	t.Run("own lease expired while queued", func(t *testing.T) {
+		// Not a refusal: the waiter was cut off or paused past its TTL,
+		// so its place is lost and a later Acquire may succeed. (Seen in
+		// TestRolloutFaults: "lease not found" reached a machine as a
+		// non-retryable error and ended its rollout.)
+		a, err := newBudget(t, cli, "node-a", 1).Acquire(ctx, key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Release(ctx)
+		out := make(chan acquired, 1)
+		waits := make(chan snapsvc.BudgetWait, 10)
+		b := newBudget(t, cli, "node-c", 1, open)
+		acquireAsync(ctx, b, "node-c", key, out, waits)
+		<-waits
+		resp, err := cli.Get(ctx, etcdbudget.DefaultPrefix+key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+		if err != nil || len(resp.Kvs) == 0 {
+			t.Fatal(resp, err)
+		}
+		if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+			t.Fatal(err)
+		}
+		r := <-out
+		if !errors.Is(r.err, snapsvc.ErrBudgetUnavailable) || errors.Is(r.err, snapsvc.ErrBudgetRefused) || r.slot != nil {
+			t.Fatalf("want a retryable ErrBudgetUnavailable, got slot %v, %v", r.slot, r.err)
+		}
+		if st := b.Stats(); st.FailOpenGrants != 0 {
+			t.Errorf("fail-open grant on an expired lease: %+v", st)
+		}
+	})
+
 	// TLS and authentication failures: TestIsRefusal (a TLS handshake
 	// failure reaches the budget only as a timeout: etcd's client waits
 	// for a ready connection, see README).
