@@ -149,6 +149,32 @@ func run(ctx context.Context, args []string, e env) int {
 
 // do runs a command's work under the global flags: --timeout, progress
 // on stderr. Every RunE ends in do.
+// withClient runs f through do with a Client of the command's settings,
+// closed when f returns.
+func (a *app) withClient(c *cobra.Command, f func(ctx context.Context, cl *snapsvc.Client) error) error {
+	return a.do(c, func(ctx context.Context) error {
+		cl, err := a.client()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return f(ctx, cl)
+	})
+}
+
+// serviceState is how snap's services table words a service's startup and
+// current state.
+func serviceState(s snapsvc.Service) (startup, current string) {
+	startup, current = "disabled", "inactive"
+	if s.Enabled {
+		startup = "enabled"
+	}
+	if s.Active {
+		current = "active"
+	}
+	return startup, current
+}
+
 func (a *app) do(c *cobra.Command, f func(ctx context.Context) error) error {
 	a.ran = true
 	a.cmd = c.CommandPath()

@@ -43,12 +43,7 @@ would wait for.`,
 				}
 				opts.Snap = snap
 			}
-			return a.do(c, func(ctx context.Context) error {
-				cl, err := a.client()
-				if err != nil {
-					return err
-				}
-				defer cl.Close()
+			return a.withClient(c, func(ctx context.Context, cl *snapsvc.Client) error {
 				chgs, err := cl.Changes(ctx, opts)
 				if err != nil {
 					return err
@@ -109,12 +104,7 @@ change object.`,
 			if err != nil {
 				return err
 			}
-			return a.do(c, func(ctx context.Context) error {
-				cl, err := a.client()
-				if err != nil {
-					return err
-				}
-				defer cl.Close()
+			return a.withClient(c, func(ctx context.Context, cl *snapsvc.Client) error {
 				chg, err := cl.Change(ctx, id)
 				if err != nil {
 					return err

@@ -40,13 +40,7 @@ the services in all currently installed snaps, as snap services does
 				tw := a.table()
 				fmt.Fprintln(tw, "Service\tStartup\tCurrent\tNotes")
 				for _, s := range svcs {
-					startup, current := "disabled", "inactive"
-					if s.Enabled {
-						startup = "enabled"
-					}
-					if s.Active {
-						current = "active"
-					}
+					startup, current := serviceState(s)
 					fmt.Fprintf(tw, "%s\t%s\t%s\t-\n", s.FullName(), startup, current)
 				}
 				return tw.Flush()

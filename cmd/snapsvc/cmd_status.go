@@ -81,13 +81,7 @@ func (a *app) status(names []string) func(ctx context.Context) error {
 		tw := a.table()
 		fmt.Fprintln(tw, "Service\tStartup\tCurrent")
 		for _, s := range svcs {
-			startup, current := "disabled", "inactive"
-			if s.Enabled {
-				startup = "enabled"
-			}
-			if s.Active {
-				current = "active"
-			}
+			startup, current := serviceState(s)
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.FullName(), startup, current)
 		}
 		tw.Flush()

@@ -116,12 +116,7 @@ when it ends. It prints nothing (--json: the change as snapd returned it);
 			if err != nil {
 				return err
 			}
-			return a.do(c, func(ctx context.Context) error {
-				cl, err := a.client()
-				if err != nil {
-					return err
-				}
-				defer cl.Close()
+			return a.withClient(c, func(ctx context.Context, cl *snapsvc.Client) error {
 				chg, err := cl.AbortChange(ctx, id)
 				if err != nil {
 					return err
