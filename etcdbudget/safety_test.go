@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snapsvc/snapsvc/etcdbudget"
@@ -152,22 +153,30 @@ func TestRefusals(t *testing.T) {
 		}
 	})
 
-	t.Run("entry deleted by an operator", func(t *testing.T) {
+	// queuedBehind has node-a hold key's one slot and name wait behind
+	// it (fail open); it returns name's budget, its result and its queue
+	// entry as etcd has it.
+	queuedBehind := func(t *testing.T, name string) (*etcdbudget.Budget, chan acquired, *mvccpb.KeyValue, func()) {
 		a, err := newBudget(t, cli, "node-a", 1).Acquire(ctx, key, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer a.Release(ctx)
 		out := make(chan acquired, 1)
 		waits := make(chan snapsvc.BudgetWait, 10)
-		b := newBudget(t, cli, "node-b", 1, open)
-		acquireAsync(ctx, b, "node-b", key, out, waits)
+		b := newBudget(t, cli, name, 1, open)
+		acquireAsync(ctx, b, name, key, out, waits)
 		<-waits
 		resp, err := cli.Get(ctx, etcdbudget.DefaultPrefix+key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
 		if err != nil || len(resp.Kvs) == 0 {
 			t.Fatal(resp, err)
 		}
-		if _, err := cli.Delete(ctx, string(resp.Kvs[0].Key)); err != nil {
+		return b, out, resp.Kvs[0], func() { a.Release(ctx) }
+	}
+
+	t.Run("entry deleted by an operator", func(t *testing.T) {
+		_, out, kv, release := queuedBehind(t, "node-b")
+		defer release()
+		if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
 			t.Fatal(err)
 		}
 		r := <-out
@@ -181,21 +190,9 @@ func TestRefusals(t *testing.T) {
 		// so its place is lost and a later Acquire may succeed. (Seen in
 		// TestRolloutFaults: "lease not found" reached a machine as a
 		// non-retryable error and ended its rollout.)
-		a, err := newBudget(t, cli, "node-a", 1).Acquire(ctx, key, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Release(ctx)
-		out := make(chan acquired, 1)
-		waits := make(chan snapsvc.BudgetWait, 10)
-		b := newBudget(t, cli, "node-c", 1, open)
-		acquireAsync(ctx, b, "node-c", key, out, waits)
-		<-waits
-		resp, err := cli.Get(ctx, etcdbudget.DefaultPrefix+key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
-		if err != nil || len(resp.Kvs) == 0 {
-			t.Fatal(resp, err)
-		}
-		if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		b, out, kv, release := queuedBehind(t, "node-c")
+		defer release()
+		if _, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
 			t.Fatal(err)
 		}
 		r := <-out
