@@ -58,7 +58,7 @@ func BenchmarkClassify(b *testing.B) {
 		}
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
-			for b.Loop() {
+			for i := 0; i < b.N; i++ {
 				retry.Classify(tc.err)
 			}
 		})
@@ -94,7 +94,7 @@ func BenchmarkClassify(b *testing.B) {
 	}
 	b.Run("every-golden-error", func(b *testing.B) {
 		b.ReportAllocs()
-		for b.Loop() {
+		for i := 0; i < b.N; i++ {
 			for _, err := range all {
 				retry.Classify(err)
 			}

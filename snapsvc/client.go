@@ -243,7 +243,7 @@ func New(opts ...Option) (*Client, error) {
 		s.snapSocket = snapd.DefaultSnapSocket
 	}
 	if s.logger == nil {
-		s.logger = slog.New(slog.DiscardHandler)
+		s.logger = slog.New(discardHandler{})
 	}
 	policy := retry.DefaultPolicy()
 	if s.policy != nil {

@@ -30,14 +30,16 @@ func BenchmarkLock(b *testing.B) {
 	b.Run("in-process", func(b *testing.B) {
 		c := newClient(b, WithoutFileLock())
 		b.ReportAllocs()
-		for b.Loop() {
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
 			lockOnce(b, c)
 		}
 	})
 	b.Run("with-file-lock", func(b *testing.B) {
 		c := newClient(b, WithLockDir(b.TempDir()))
 		b.ReportAllocs()
-		for b.Loop() {
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
 			lockOnce(b, c)
 		}
 	})

@@ -50,3 +50,13 @@ func (c *Client) log(ctx context.Context) *slog.Logger {
 	}
 	return c.logger
 }
+
+// discardHandler drops every record: the default logger, silent. (The
+// standard library's slog.DiscardHandler is Go 1.24; the module supports
+// Go 1.22.)
+type discardHandler struct{}
+
+func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
+func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
+func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
+func (d discardHandler) WithGroup(string) slog.Handler           { return d }

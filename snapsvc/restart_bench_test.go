@@ -37,7 +37,8 @@ func BenchmarkRestartUncontended(b *testing.B) {
 			}
 			before := totalRequests(srv)
 			b.ReportAllocs()
-			for b.Loop() {
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
 				res, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 				if err != nil || res.Attempts != 1 || res.Conflicts != 0 {
 					b.Fatalf("restart: %+v, %v", res, err)

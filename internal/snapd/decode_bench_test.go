@@ -55,7 +55,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.Run("envelope/"+g.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
-			for b.Loop() {
+			for i := 0; i < b.N; i++ {
 				if _, err := snapd.Decode(g.method, g.path, status, body); (err != nil) != wantErr {
 					b.Fatalf("Decode: %v", err)
 				}
@@ -67,7 +67,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.Run("result/"+g.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
-			for b.Loop() {
+			for i := 0; i < b.N; i++ {
 				rsp, err := snapd.Decode(g.method, g.path, status, body)
 				if err != nil {
 					b.Fatal(err)
