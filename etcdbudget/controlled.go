@@ -336,7 +336,7 @@ type controlledSlot struct {
 type fencingControlledSlot struct{ *controlledSlot }
 
 // Fence confirms the slot is still held (see snapsvc.BudgetFencer).
-func (s fencingControlledSlot) Fence(ctx context.Context) error {
+func (s fencingControlledSlot) Fence(ctx context.Context) (time.Duration, error) {
 	return s.BudgetSlot.(snapsvc.BudgetFencer).Fence(ctx)
 }
 

@@ -87,7 +87,7 @@ func runHolder(cfg holderConfig) error {
 			default:
 			}
 			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := s.(snapsvc.BudgetFencer).Fence(fctx)
+			_, err := s.(snapsvc.BudgetFencer).Fence(fctx)
 			cancel()
 			ev.T = time.Now()
 			if err != nil {

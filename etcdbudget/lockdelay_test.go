@@ -119,7 +119,7 @@ func TestFencePausedHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Release(ctx)
-	if err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
 		t.Fatalf("successor's fence: %v", err)
 	}
 	h.send(t, "fence") // read as soon as it runs again

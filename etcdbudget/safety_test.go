@@ -296,7 +296,7 @@ func TestHungMember(t *testing.T) {
 	}
 	lost := 0
 	for _, s := range holders {
-		if err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil || s.Err() != nil {
+		if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil || s.Err() != nil {
 			lost++
 			t.Errorf("holder of %s: fence %v, lost %v", s.Key(), err, s.Err())
 		}
@@ -337,7 +337,7 @@ func TestHungMember(t *testing.T) {
 		t.Errorf("cancelled Acquire with etcd unreachable: %v after %s, want context.Canceled within 1s", r.err, d)
 	}
 	start := time.Now()
-	err := holders[0].(snapsvc.BudgetFencer).Fence(ctx)
+	_, err := holders[0].(snapsvc.BudgetFencer).Fence(ctx)
 	d := time.Since(start)
 	if err == nil || !(errors.Is(err, snapsvc.ErrBudgetUnavailable) || errors.Is(err, snapsvc.ErrSlotLost)) || d > ttl+time.Second {
 		t.Errorf("fence with etcd unreachable: %v after %s, want unavailable (or lost) within the TTL", err, d)

@@ -171,20 +171,21 @@ func (s *slot) Err() error {
 // time the lease is known to live: a holder that cannot confirm before
 // its lease might expire gets an error wrapping
 // snapsvc.ErrBudgetUnavailable and must not act; a slot not held gives
-// an error wrapping snapsvc.ErrSlotLost (and Lost is closed).
-func (s *slot) Fence(ctx context.Context) error {
+// an error wrapping snapsvc.ErrSlotLost (and Lost is closed). The
+// confirmation stands until the lease's local deadline.
+func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 	if err := s.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	if s.releasing.Load() {
-		return fmt.Errorf("%w: %s of %s was released", snapsvc.ErrSlotLost, s.entry, s.key)
+		return 0, fmt.Errorf("%w: %s of %s was released", snapsvc.ErrSlotLost, s.entry, s.key)
 	}
 	deadline, ok := s.k.alive()
 	if !ok {
 		err := fmt.Errorf("%w: %s of %s: lease %x may have expired by this machine's clock (no keep-alive answered for its %s TTL)",
 			snapsvc.ErrSlotLost, s.entry, s.key, int64(s.k.id), s.b.cfg.TTL)
 		s.setLost(err)
-		return s.Err()
+		return 0, s.Err()
 	}
 	fctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -212,20 +213,21 @@ func (s *slot) Fence(ctx context.Context) error {
 	case errors.Is(err, errLeaseGone) || (err == nil && !held):
 		s.setLost(fmt.Errorf("%w: fencing %s of %s: the slot is no longer held (lease expired or entry deleted): %v", snapsvc.ErrSlotLost, s.entry, s.key, err))
 		if lerr := s.Err(); lerr != nil {
-			return lerr
+			return 0, lerr
 		}
-		return fmt.Errorf("%w: %s of %s", snapsvc.ErrSlotLost, s.entry, s.key)
+		return 0, fmt.Errorf("%w: %s of %s", snapsvc.ErrSlotLost, s.entry, s.key)
 	case err != nil && ctx.Err() != nil:
-		return fmt.Errorf("%w: fencing %s of %s: %w", snapsvc.ErrBudgetUnavailable, s.entry, s.key, context.Cause(ctx))
+		return 0, fmt.Errorf("%w: fencing %s of %s: %w", snapsvc.ErrBudgetUnavailable, s.entry, s.key, context.Cause(ctx))
 	case errors.Is(err, snapsvc.ErrBudgetRefused):
-		return err
+		return 0, err
 	case err != nil:
-		return fmt.Errorf("%w: fencing %s of %s: could not confirm the slot before its lease might expire: %w", snapsvc.ErrBudgetUnavailable, s.entry, s.key, err)
+		return 0, fmt.Errorf("%w: fencing %s of %s: could not confirm the slot before its lease might expire: %w", snapsvc.ErrBudgetUnavailable, s.entry, s.key, err)
 	}
-	if _, ok := s.k.alive(); !ok {
-		return fmt.Errorf("%w: fencing %s of %s: confirmed too late, its lease may have expired meanwhile", snapsvc.ErrBudgetUnavailable, s.entry, s.key)
+	until, ok := s.k.alive()
+	if !ok {
+		return 0, fmt.Errorf("%w: fencing %s of %s: confirmed too late, its lease may have expired meanwhile", snapsvc.ErrBudgetUnavailable, s.entry, s.key)
 	}
-	return nil
+	return time.Until(until), nil
 }
 
 // Release gives the slot back at once: it revokes the lock-delay guard's
@@ -267,4 +269,6 @@ func (u *unbudgeted) Holder() string                { return u.holder }
 func (u *unbudgeted) Lost() <-chan struct{}         { return u.never }
 func (u *unbudgeted) Err() error                    { return nil }
 func (u *unbudgeted) Release(context.Context) error { return nil }
-func (u *unbudgeted) Fence(context.Context) error   { return nil }
+func (u *unbudgeted) Fence(context.Context) (time.Duration, error) {
+	return time.Duration(1<<63 - 1), nil
+}

@@ -50,15 +50,42 @@ type BudgetSlot interface {
 
 // BudgetFencer is implemented by slots that can confirm, with a read that
 // reflects every earlier write of the coordination service (a linearizable
-// read), that they are still held. A budgeted operation calls Fence right
-// before each step that disrupts a service (the restart or stop request),
-// so a holder that was paused past its lease, or cut off, never acts on a
-// slot someone else may hold now. Fence returns nil while the slot is held,
-// an error wrapping ErrSlotLost once it is not, and an error wrapping
-// ErrBudgetUnavailable when it cannot tell in time (the operation then
-// does not act).
+// read), that they are still held and that the holder may act now. A
+// budgeted operation calls Fence right before each request that disrupts a
+// service (every restart or stop request, every attempt of it, and a start
+// under BudgetOptions.StopsAndStarts), so a holder that was paused past its
+// lease, or cut off, never acts on a slot someone else may hold now.
+//
+// Fence:
+//   - returns nil and how long its confirmation stands, counted from the
+//     moment Fence was called (what is left of the slot's lease, less a
+//     margin); the operation sends its request only within that time and
+//     fences again otherwise;
+//   - checks every operator control of the key at that moment (a pause, a
+//     maintenance window), not only at the grant: while the key is paused
+//     or outside its window it waits, holding the slot, until acting is
+//     allowed, the slot is lost or ctx ends (then an error wrapping
+//     ErrBudgetPaused);
+//   - records in the coordination service that the holder is about to act,
+//     so a holder that vanishes afterwards is judged as one that may have
+//     acted (see BudgetReadier);
+//   - returns an error wrapping ErrSlotLost once the slot is not held, and
+//     one wrapping ErrBudgetUnavailable when it cannot tell in time (the
+//     operation then does not act).
 type BudgetFencer interface {
-	Fence(ctx context.Context) error
+	Fence(ctx context.Context) (valid time.Duration, err error)
+}
+
+// BudgetReadier is implemented by slots that record, in the coordination
+// service, that the services their holder disrupted are ready again. A
+// budgeted operation calls MarkReady once its readiness checks passed
+// (before BudgetOptions.Settle and the release), so a budget can tell a
+// holder that vanished after its restart completed (its successor need not
+// wait out a lock-delay) from one that vanished between its fence and its
+// ready (it may still act, or its service may still be down). An error is
+// reported (a "mark-ready-failed" event) and does not fail the operation.
+type BudgetReadier interface {
+	MarkReady(ctx context.Context) error
 }
 
 // BudgetWait describes a wait for a slot, as Acquire reports it.
@@ -92,6 +119,11 @@ var (
 	// slot counts for one key). Retrying cannot help until an operator
 	// acts; a fail-open budget never grants a slot on it.
 	ErrBudgetRefused = errors.New("restart budget refused")
+	// ErrBudgetPaused: the operation held its slot but the key was paused
+	// by an operator, or outside its maintenance window, at the moment of
+	// acting, until the operation's bounds ended. Nothing was sent.
+	// Retryable.
+	ErrBudgetPaused = errors.New("restart budget paused")
 )
 
 // errBudgetClosed: the Client was closed while the operation waited for
@@ -141,7 +173,7 @@ func (e *BudgetError) Retryable() bool {
 	if errors.Is(e.Err, ErrBudgetRefused) || errors.Is(e.Err, ErrSlotLost) {
 		return false
 	}
-	return errors.Is(e.Err, ErrBudgetUnavailable) || errors.Is(e.Err, ErrBudgetWait)
+	return errors.Is(e.Err, ErrBudgetUnavailable) || errors.Is(e.Err, ErrBudgetWait) || errors.Is(e.Err, ErrBudgetPaused)
 }
 
 // BudgetOptions configure WithRestartBudget.
@@ -205,6 +237,10 @@ const (
 	BudgetFenceFailed = "fence-failed"
 	// BudgetReady: the readiness checks passed; the settle time starts.
 	BudgetReady = "ready"
+	// BudgetMarkReadyFailed: the slot implements BudgetReadier and could
+	// not record that its services are ready again (Err); the operation
+	// goes on.
+	BudgetMarkReadyFailed = "mark-ready-failed"
 	// BudgetReleased: the slot was given back (Held: for how long it was
 	// held).
 	BudgetReleased = "released"
@@ -223,7 +259,8 @@ type BudgetEvent struct {
 	// Time is when it happened, on the client's clock.
 	Time time.Time
 	// Kind is one of the Budget* kinds: "waiting", "acquired", "fenced",
-	// "fence-failed", "ready", "released", "lost", "release-failed".
+	// "fence-failed", "ready", "mark-ready-failed", "released", "lost",
+	// "release-failed".
 	Kind string
 	// Key is the budget's key.
 	Key string
@@ -593,7 +630,7 @@ func (h *hold) fence(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		err := f.Fence(ctx)
+		_, err := f.Fence(ctx)
 		switch {
 		case err == nil:
 			b.emit(BudgetEvent{Kind: BudgetFenced, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
@@ -630,6 +667,11 @@ func (h *hold) ready(ctx context.Context, o op) error {
 	}
 	for _, s := range h.slots {
 		b.emit(BudgetEvent{Kind: BudgetReady, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
+		if r, ok := s.slot.(BudgetReadier); ok {
+			if err := r.MarkReady(ctx); err != nil {
+				b.emit(BudgetEvent{Kind: BudgetMarkReadyFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Err: err})
+			}
+		}
 	}
 	if b.opts.Settle > 0 {
 		if err := retry.Sleep(ctx, b.c.clock, b.opts.Settle); err != nil {

@@ -52,9 +52,9 @@ type memSlot struct {
 // fencingSlot is a memSlot that implements snapsvc.BudgetFencer.
 type fencingSlot struct{ *memSlot }
 
-func (s fencingSlot) Fence(ctx context.Context) error {
+func (s fencingSlot) Fence(ctx context.Context) (time.Duration, error) {
 	s.b.record("fence " + s.key)
-	return s.b.fence(ctx, s.memSlot)
+	return time.Hour, s.b.fence(ctx, s.memSlot)
 }
 
 func newMemBudget(max int) *memBudget {
