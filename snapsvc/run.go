@@ -203,7 +203,7 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			}
 			optimistic = false
 			if r.blind() {
-				if err := r.retryBlind(ctx, ce); err != nil {
+				if err := r.retryBlind(ctx, ce, sentAt); err != nil {
 					return r.fail("", err)
 				}
 				continue
@@ -216,11 +216,25 @@ func (c *Client) run(ctx context.Context, o op, wait bool) (*Result, bool, error
 			if watched {
 				mark = c.state.mark()
 			}
+			listedAt := c.clock.Now()
+			if _, ok := r.cad.begun(); ok {
+				r.cad.note(sentAt) // the refusal, a request of the blind wait going on
+				if d := r.cad.delay(listedAt); d > 0 {
+					if err := retry.Sleep(ctx, c.clock, d); err != nil {
+						return r.fail("", interrupted(ctx, ce))
+					}
+					listedAt = c.clock.Now()
+				}
+				r.cad.note(listedAt)
+			}
 			ids, ferr := c.findBlockers(ctx, o.t.snaps, ce, r.skip)
 			if ferr != nil {
 				r.log.Debug("cannot list changes to find the blocker", "error", ferr)
 				if c.noteListing(ferr); len(ids) == 0 && r.blind() {
-					if err := r.retryBlind(ctx, ce); err != nil {
+					if _, ok := r.cad.begun(); !ok {
+						r.cad.note(listedAt) // the refused listing counts as a request of the wait
+					}
+					if err := r.retryBlind(ctx, ce, sentAt); err != nil {
 						return r.fail("", err)
 					}
 					continue
@@ -524,7 +538,9 @@ func (r *runner) waitOut(ctx context.Context, ids []string, ce *retry.ConflictEr
 	}
 	wo := r.waitOpts(true)
 	wo.listed, wo.listedWatched, wo.listedMark = true, watched, mark
-	wo.since, _ = r.cad.begun() // a blind wait turned to listing: poll at its pace
+	if since, ok := r.cad.begun(); ok { // a blind wait turned to listing: poll at its pace
+		wo.since, wo.pacer = since, r.cad
+	}
 	_, err := r.c.waitChanges(wctx, ids, wo)
 	var stalled *ChangeError
 	switch {

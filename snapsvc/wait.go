@@ -88,6 +88,9 @@ type waitOpts struct {
 	// wait that turned to listing, cadence.go): polling paces itself from
 	// then rather than from the wait's own start.
 	since time.Time
+	// pacer, when not nil, is that blind wait's cadence: the reads keep
+	// to its request budget.
+	pacer *cadence
 }
 
 // waitChanges waits until every change in ids is ready, and returns them
@@ -200,6 +203,15 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				return nil, err
 			}
 		}
+		if wo.pacer != nil {
+			// A wait that follows on from a blind one keeps to its
+			// request budget (cadence.go).
+			if d := wo.pacer.delay(c.clock.Now()); d > 0 {
+				if err := retry.Sleep(ctx, c.clock, d); err != nil {
+					return nil, ctxErr(ctx, "waiting for change "+ids[0])
+				}
+			}
+		}
 		lastRead = c.clock.Now()
 		marked = sw != nil
 		if marked {
@@ -208,6 +220,9 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 		next := slices.DeleteFunc(slices.Clone(remaining), func(id string) bool { return slices.Contains(toRead, id) })
 		var failed error
 		for _, id := range toRead {
+			if wo.pacer != nil {
+				wo.pacer.note(c.clock.Now())
+			}
 			chg, err := c.main.Change(ctx, id)
 			w.reach.observe(ctx, w.ev, err)
 			if err != nil {
