@@ -197,6 +197,23 @@ func (p Policy) NewRetrier() *Retrier {
 	return &Retrier{policy: p, backoff: b, start: p.Clock.Now()}
 }
 
+// Policy returns the run's policy, its defaults filled in.
+func (r *Retrier) Policy() Policy { return r.policy }
+
+// RedialPause is the pause before trying to reach snapd again while it is
+// unreachable: RedialInterval, shortened so it runs past neither
+// MaxElapsedTime nor MaxUnreachable.
+func (r *Retrier) RedialPause() time.Duration {
+	d := r.policy.RedialInterval
+	if left, bounded := r.Remaining(); bounded && left < d {
+		d = left
+	}
+	if u, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && r.policy.MaxUnreachable-u < d {
+		d = max(r.policy.MaxUnreachable-u, 0)
+	}
+	return d
+}
+
 // Clock returns the clock the run uses.
 func (r *Retrier) Clock() Clock { return r.policy.Clock }
 
@@ -246,6 +263,36 @@ func (r *Retrier) Observe(err error) (began bool) {
 		return true
 	}
 	return false
+}
+
+// ObserveSince records a failure to reach snapd (see IsUnreachable) that
+// someone else observed, in a run of unreachability that began at since;
+// for this run it counts from since or from the run's own start, whichever
+// is later. A nil or other err ends the run. It returns true when it
+// starts a new run.
+func (r *Retrier) ObserveSince(err error, since time.Time) (began bool) {
+	if err != nil && !IsUnreachable(err) {
+		r.unreachableSince = time.Time{}
+		return false
+	}
+	if err == nil {
+		r.unreachableSince = time.Time{}
+		return false
+	}
+	if since.Before(r.start) {
+		since = r.start
+	}
+	began = r.unreachableSince.IsZero()
+	if began || since.Before(r.unreachableSince) {
+		r.unreachableSince = since
+	}
+	return began
+}
+
+// UnreachableSince returns when the current run of unreachability began,
+// and false while snapd answers.
+func (r *Retrier) UnreachableSince() (time.Time, bool) {
+	return r.unreachableSince, !r.unreachableSince.IsZero()
 }
 
 // Unreachable returns how long snapd has been unreachable, and false when
@@ -319,15 +366,7 @@ func (r *Retrier) ResetPause() { r.backoff.Reset() }
 // goes ahead as soon as the socket appears.
 func (r *Retrier) Pause(ctx context.Context) error {
 	if _, ok := r.Unreachable(); ok {
-		d := r.policy.RedialInterval
-		if left, bounded := r.Remaining(); bounded && left < d {
-			d = left
-		}
-		// Nor past MaxUnreachable: the give-up is not delayed by a pause.
-		if u, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && r.policy.MaxUnreachable-u < d {
-			d = max(r.policy.MaxUnreachable-u, 0)
-		}
-		return Sleep(ctx, r.policy.Clock, d)
+		return Sleep(ctx, r.policy.Clock, r.RedialPause())
 	}
 	return Sleep(ctx, r.policy.Clock, r.NextPause())
 }

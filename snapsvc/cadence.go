@@ -1,7 +1,7 @@
 package snapsvc
 
 import (
-	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -249,33 +249,30 @@ func (c *Client) noteListing(err error) {
 }
 
 // retryBlind waits out a conflict blind: it reports the conflict and
-// pauses until the cadence's next retry. Like waitOut, it lets go of the
-// cross-process locks meanwhile (a hook of the blocking change, another
-// process, may need them), keeping this process's own. Its error is final
-// for the operation.
-func (r *runner) retryBlind(ctx context.Context, ce *retry.ConflictError, sentAt time.Time) error {
-	c := r.c
+// pauses until the cadence's next retry, within the call's bounds. Like
+// waitOut, it lets go of the cross-process locks meanwhile (a hook of the
+// blocking change, another process, may need them), keeping this
+// process's own. Its error is final for the operation.
+func (r *runner) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
+	c, k := r.c, r.k
 	first := r.cad.n == 0
-	ev := r.event(EventConflict)
+	ev := k.event(EventConflict)
 	ev.Err = ce
 	c.emit(ev)
 	if first {
-		r.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+		k.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 	} else {
-		r.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+		k.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 	}
 	d := r.cad.next(sentAt)
-	if left, ok := r.rt.Remaining(); ok {
-		d = min(d, max(left, 0))
-	}
 	if r.h != nil {
 		r.h.releaseFiles()
 	}
-	if err := retry.Sleep(ctx, c.clock, d); err != nil {
-		return interrupted(ctx, ce)
+	if err := k.sleep(d); err != nil {
+		if errors.As(err, new(*gaveUpError)) {
+			return err
+		}
+		return interrupted(k.ctx, ce)
 	}
-	if r.h != nil {
-		return c.lockFiles(ctx, r.h, r.o.t.snaps)
-	}
-	return nil
+	return r.relockFiles()
 }

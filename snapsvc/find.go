@@ -1,7 +1,6 @@
 package snapsvc
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -80,12 +79,13 @@ func (c *Client) unclaim(o op, id string) {
 // until, when not zero, also leaves out changes spawned after it: snapd
 // makes a request's change before it answers, so for a request that was
 // answered (snapctl's "taking too long", say) nothing later is its.
-func (c *Client) findOpChange(ctx context.Context, o op, sentAt, until time.Time, skip map[string]bool) (string, error) {
-	all, err := c.wholeSnapServices(ctx, o)
+func (c *Client) findOpChange(k *call, o op, sentAt, until time.Time, skip map[string]bool) (string, error) {
+	all, err := c.wholeSnapServices(k, o)
 	if err != nil {
 		return "", err
 	}
-	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
+	chgs, err := c.main.Changes(k.ctx, snapd.SelectAll, "")
+	k.observe(err)
 	if err != nil {
 		return "", err
 	}
@@ -110,7 +110,7 @@ func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]strin
 // with them can a change be told to be o's. A foreign start of one
 // service of the snap must not pass for a start of all of them. It
 // returns nil when o needs none.
-func (c *Client) wholeSnapServices(ctx context.Context, o op) (map[string][]string, error) {
+func (c *Client) wholeSnapServices(k *call, o op) (map[string][]string, error) {
 	var snaps []string
 	for _, snap := range o.t.snaps {
 		if o.action != "restart" && namesWholeOnly(o, snap) {
@@ -120,7 +120,7 @@ func (c *Client) wholeSnapServices(ctx context.Context, o op) (map[string][]stri
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	svcs, err := c.Services(ctx, snaps...)
+	svcs, err := c.services(k, snaps)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func expectedSummary(o op, snap string, all []string) string {
 // perform the following tasks: ...") in *errp, turns it into a
 // *ChangeError (keeping snapd's error in the chain) and returns the
 // change's id when it can be found.
-func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp *error) string {
+func (c *Client) changeFailure(k *call, o op, sentAt time.Time, errp *error) string {
 	var apiErr *snapd.Error
 	if c.mode != ModeSnapctl || !errors.As(*errp, &apiErr) {
 		return ""
@@ -269,7 +269,7 @@ func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp
 	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
 		return ""
 	}
-	id, _ := c.findOpChange(ctx, o, sentAt, c.clock.Now(), nil) // snapctl answered: the change predates the answer
+	id, _ := c.findOpChange(k, o, sentAt, c.clock.Now(), nil) // snapctl answered: the change predates the answer
 	*errp = errors.Join(&ChangeError{ID: id, Kind: "service-control", Status: snapd.StatusError, Err: msg}, *errp)
 	return id
 }
@@ -278,11 +278,12 @@ func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp
 // run-hook task for one of snaps is Doing), or "". snapd leaves that
 // change out of the conflict check (hookstate Context.ChangeID), and
 // waiting for it from inside the hook would never end.
-func (c *Client) ownHookChange(ctx context.Context, snaps []string) string {
+func (c *Client) ownHookChange(k *call, snaps []string) string {
 	if c.blind.noListing.Load() {
 		return "" // snapd refuses this client its changes (cadence.go)
 	}
-	chgs, err := c.main.Changes(ctx, snapd.SelectInProgress, "")
+	chgs, err := c.main.Changes(k.ctx, snapd.SelectInProgress, "")
+	k.observe(err)
 	if err != nil {
 		c.noteListing(err)
 		return ""
