@@ -689,7 +689,7 @@ func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
 	ev.ChangeID = a.changeID
 	c.emit(ev)
 	k.log.Info("change created", "change", a.changeID, "attempt", r.res.Attempts)
-	return c.finish(k, r.o, r.res, wait, waitOpts{fresh: true, sentAt: a.sentAt, answeredAt: a.answeredAt})
+	return c.finish(k, r.o, r.res, wait, waitOpts{fresh: true, kind: r.o.key(), sentAt: a.sentAt, answeredAt: a.answeredAt})
 }
 
 // snapctlDone handles snapctl's answer to a service command: outside

@@ -83,6 +83,7 @@ type waitOpts struct {
 	fresh      bool
 	sentAt     time.Time
 	answeredAt time.Time
+	kind       string // the operation's kind (op.key): what its pace is learned for
 	// stallOnWait also gives up on a change in Wait (waiting for a reboot
 	// or a manual step: it will not become ready by itself), returning a
 	// *ChangeError for it.
@@ -134,8 +135,19 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 	// that became ready before the cursor, unseen because its read failed,
 	// would otherwise be waited for until the long-poll's timeout.
 	needCursor := true
+	// clientCursor: the cursor is the client's time of snapd's answer
+	// (owncursor.go), good for one long-poll only: after it, the cursor
+	// comes from snapd's own notices.
+	clientCursor := false
+	// readFirst: the change is of a kind that has been instant: read it
+	// at once, before any notice.
+	readFirst := false
 	if cur, d, ok := c.ownCursor(wo, ids); ok && useNotices {
-		cursor, needCursor, w.firstWait = cur, false, d
+		if d <= ownInstant {
+			readFirst = true
+		} else {
+			cursor, needCursor, w.firstWait, clientCursor = cur, false, d, true
+		}
 	}
 	started := c.clock.Now()
 	if !wo.since.IsZero() {
@@ -171,9 +183,19 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 		// With notices, only the changes whose notice moved are read: a
 		// change becomes ready only with a new change-update occurrence.
 		toRead := remaining
-		if useNotices {
+		if readFirst {
+			readFirst = false // read now; notices from the next round on
+		} else if useNotices {
 			news, misbehaved, err := w.notices(remaining, &cursor, needCursor)
 			needCursor = false
+			if clientCursor && news == nil {
+				// Nothing after the client's time: the change ended
+				// before snapd's answer was read, or snapd's clock is
+				// behind. Either way the next long-poll takes its cursor
+				// from snapd.
+				needCursor = true
+			}
+			clientCursor = false
 			switch {
 			case err != nil:
 				return nil, err
@@ -266,7 +288,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 		remaining = next
 		if len(remaining) == 0 {
 			if wo.fresh && len(ids) == 1 {
-				c.pace.noteOwn(done[ids[0]], wo.answeredAt)
+				c.pace.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
 			}
 			return done, nil
 		}
@@ -326,6 +348,11 @@ func (w *changeWait) notices(ids []string, cursor *time.Time, first bool) (news 
 	c.notices.Store(noticesYes)
 	news = map[string]int{}
 	prev := *cursor
+	if opts.Timeout == 0 && len(ns) > 0 {
+		// A first read sets the cursor in snapd's own time, whatever it
+		// was: the newest notice seen.
+		*cursor = time.Time{}
+	}
 	for _, n := range ns {
 		if opts.Timeout == 0 || n.LastRepeated.After(prev) {
 			news[n.Key] = n.Occurrences

@@ -189,12 +189,23 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	// connection: the transport reports the request written once it is
 	// in its buffer, before the flush that may fail.
 	var at attempt
+	sendBy, _ := ctx.Value(sendByKey{}).(time.Time)
+	var conns []*countingConn // given sendBy, to clear once done
+	defer func() {
+		for _, cc := range conns {
+			cc.sendBy.Store(0)
+		}
+	}()
 	trace := &httptrace.ClientTrace{
 		GetConn: func(string) { at = attempt{} },
 		GotConn: func(info httptrace.GotConnInfo) {
 			at.connected = true
 			if cc, ok := info.Conn.(*countingConn); ok {
-				at.conn, at.base, at.failBase = cc, cc.written.Load(), cc.failed.Load()
+				at.conn, at.base, at.failBase, at.refusedBase = cc, cc.written.Load(), cc.failed.Load(), cc.refused.Load()
+				if !sendBy.IsZero() {
+					cc.sendBy.Store(sendBy.UnixNano())
+					conns = append(conns, cc)
+				}
 			}
 		},
 		WroteRequest: func(info httptrace.WroteRequestInfo) { at.wrote = info.Err == nil },
@@ -213,6 +224,9 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 		// returns, so reading them here is ordered after them.
 		if !at.connected {
 			err = c.explainDial(err)
+		}
+		if at.conn != nil && at.conn.refused.Load() > at.refusedBase {
+			err = fmt.Errorf("%w: %w", ErrSendDeadline, err)
 		}
 		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: at.written(), Connected: at.connected, Err: err}
 	}
@@ -244,8 +258,9 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 type attempt struct {
 	connected bool          // a connection was had
 	conn      *countingConn // that connection (nil: not one of ours)
-	base      int64         // its byte count when the attempt got it
-	failBase  int64         // its failed writes then
+	base        int64 // its byte count when the attempt got it
+	failBase    int64 // its failed writes then
+	refusedBase int64 // its writes refused past a send-by time then
 	wrote     bool          // the transport wrote the whole request to its buffer
 }
 
@@ -264,20 +279,47 @@ func (a attempt) written() bool {
 }
 
 // countingConn counts the bytes written to a connection and whether a
-// write failed, so an attempt can tell what reached snapd.
+// write failed, so an attempt can tell what reached snapd; and it refuses
+// to write once the send-by time of the request it carries has passed.
 type countingConn struct {
 	net.Conn
 	written atomic.Int64
 	failed  atomic.Int64 // writes that failed
+	refused atomic.Int64 // writes refused past the send-by time
+	sendBy  atomic.Int64 // Unix ns; 0: none (WithSendBy)
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
+	if by := c.sendBy.Load(); by != 0 && time.Now().UnixNano() > by {
+		c.refused.Add(1)
+		c.failed.Add(1)
+		return 0, &net.OpError{Op: "write", Net: "unix", Err: ErrSendDeadline}
+	}
 	n, err := c.Conn.Write(p)
 	c.written.Add(int64(n))
 	if err != nil {
 		c.failed.Add(1)
 	}
 	return n, err
+}
+
+// ErrSendDeadline is the cause of a *ConnectionError for a request that was
+// not sent because its send-by time (WithSendBy) had passed when its first
+// byte was due: snapd saw nothing of it.
+var ErrSendDeadline = errors.New("not sent: its send-by time had passed")
+
+type sendByKey struct{}
+
+// WithSendBy returns a context under which a request is written to snapd
+// only before t: the check is made by the connection itself, right before
+// the request's first byte is written, the last moment the client can
+// hold a request back. Past t the request fails, unsent, with
+// ErrSendDeadline. A restart budget's fence sets it (the time its
+// confirmation stands), so a request is never sent on a confirmation that
+// has run out, however long the client was held up between the fence and
+// the write.
+func WithSendBy(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, sendByKey{}, t)
 }
 
 // limitedReader reads at most left bytes and records whether the body
