@@ -256,12 +256,12 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 // attempt is what one attempt of a request (net/http may make several)
 // did on its connection.
 type attempt struct {
-	connected bool          // a connection was had
-	conn      *countingConn // that connection (nil: not one of ours)
-	base        int64 // its byte count when the attempt got it
-	failBase    int64 // its failed writes then
-	refusedBase int64 // its writes refused past a send-by time then
-	wrote     bool          // the transport wrote the whole request to its buffer
+	connected   bool          // a connection was had
+	conn        *countingConn // that connection (nil: not one of ours)
+	base        int64         // its byte count when the attempt got it
+	failBase    int64         // its failed writes then
+	refusedBase int64         // its writes refused past a send-by time then
+	wrote       bool          // the transport wrote the whole request to its buffer
 }
 
 // written reports whether the whole request reached the connection: the
