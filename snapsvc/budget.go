@@ -313,22 +313,29 @@ func WithRestartBudget(b RestartBudget, opts BudgetOptions) Option {
 	return func(s *settings) { s.budget = &budgetRunner{b: b, opts: opts} }
 }
 
-// The lifecycle of a budgeted operation, one function per step:
+// The lifecycle of a budgeted operation, one function per step (the
+// operation's phases: run.go):
 //
-//	acquire  budgetBegin → takeAll → take → acquire: a slot per key,
+//	acquire  takeBudget → takeAll → take → acquire: a slot per key,
 //	         sorted by key, shared with the Client's other operations
 //	fence    hold.fence, called by the operation right before each
-//	         request that disrupts (fenceBeforeSend, from run)
+//	         request that disrupts (call.fence, from runner.send); the
+//	         request is written only while the confirmation stands
 //	act      the operation itself (coalesce, run)
-//	ready    hold.ready: readiness checks, then Settle (budgetEnd)
-//	release  hold.release → drop → releaseInBackground
+//	ready    hold.ready: readiness checks, MarkReady, then Settle
+//	release  releaseBudget (sync) or holdAsync (async), by the slot rule
+//	         below → hold.release → drop → releaseInBackground
 //
 // Exit paths: acquire fails (no slot, nothing sent: takeAll gives back
-// what it took); the fence fails (nothing sent, slots given back); the
-// request fails (slots given back at once); not ready or lost (reported,
+// what it took); the fence fails (nothing sent, slots given back); snapd
+// refuses for good or the operation gives up before acting (slots given
+// back at once); the change fails (given back at once); the change may
+// still run or the outcome is unknown (held in the background until the
+// change is ready and the services are); not ready or lost (reported,
 // slots given back); a Stop under StopsAndStarts keeps its slots (keep)
 // until the Start that follows (kept) or Close; Close cancels waits for
-// slots, gives back kept slots, and waits, bounded, for the releases.
+// slots and background holds, gives back kept slots, and waits, bounded,
+// for the releases.
 
 // budgetRunner is a Client's restart budget and the slots it holds.
 type budgetRunner struct {
@@ -535,10 +542,11 @@ func (b *budgetRunner) acquire(ctx context.Context, s *sharedSlot, start time.Ti
 
 // hold is the slots one operation holds, sorted by key.
 type hold struct {
-	b     *budgetRunner
-	slots []*sharedSlot
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	b      *budgetRunner
+	slots  []*sharedSlot
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	sendBy time.Time // the last fence's confirmations run out then (zero: no fencer)
 }
 
 // takeAll takes the slots of keys in order; on failure it gives back those
@@ -607,13 +615,19 @@ func (k *call) fence() error {
 	return k.hold.fence(k.ctx)
 }
 
-// fence confirms every slot of h is still held: first what is already
-// known (Lost), then, for slots implementing BudgetFencer, with the
-// coordination service. A lost slot is reported ("lost") and stops the
-// operation (ErrSlotLost, not retryable); a fence that cannot tell stops
-// it too ("fence-failed").
+// fence confirms every slot of h is still held, and may act now: first
+// what is already known (Lost), then, for slots implementing
+// BudgetFencer, with the coordination service. A lost slot is reported
+// ("lost") and stops the operation (ErrSlotLost, not retryable); a fence
+// that cannot tell stops it too ("fence-failed"). h.sendBy becomes the time
+// the earliest of the confirmations runs out, counted from before each
+// Fence was called: the request is written only before it (runner.send,
+// snapd.WithSendBy), so a holder held up between its fence and its write
+// (a stop signal, a slow machine) never acts on a confirmation that ran
+// out.
 func (h *hold) fence(ctx context.Context) error {
 	b := h.b
+	h.sendBy = time.Time{}
 	for _, s := range h.slots {
 		if err := s.slot.Err(); err != nil {
 			b.reportLost(s, err)
@@ -623,9 +637,14 @@ func (h *hold) fence(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		_, err := f.Fence(ctx)
+		asked := time.Now()
+		valid, err := f.Fence(ctx)
 		switch {
 		case err == nil:
+			until := asked.Add(valid)
+			if h.sendBy.IsZero() || until.Before(h.sendBy) {
+				h.sendBy = until
+			}
 			b.emit(BudgetEvent{Kind: BudgetFenced, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
 		case errors.Is(err, ErrSlotLost):
 			b.reportLost(s, err)

@@ -94,6 +94,12 @@ func (c *Client) run(k *call, o op, wait bool) (*Result, bool, error) {
 		if a.err == nil {
 			return r.accepted(a, wait)
 		}
+		if errors.Is(a.err, snapd.ErrSendDeadline) {
+			// The fence's confirmation ran out before the request's first
+			// byte was written: snapd saw nothing. Fence again.
+			k.log.Info("the restart budget's confirmation ran out before the request was written; fencing again", "attempt", r.res.Attempts)
+			continue
+		}
 		if a.cutOff || k.ctx.Err() != nil {
 			return r.interruptedAt(a)
 		}
@@ -227,11 +233,14 @@ func (r *runner) send() (attempt, error) {
 	}
 	a.sentAt = c.clock.Now()
 	actx, cancel := k.actCtx()
+	if k.hold != nil && !k.hold.sendBy.IsZero() {
+		actx = snapd.WithSendBy(actx, k.hold.sendBy)
+	}
 	a.changeID, a.err = c.send(actx, r.o)
 	a.cutOff = actx.Err() != nil && a.err != nil
 	cancel()
 	a.answeredAt = c.clock.Now()
-	if !a.cutOff { // a request cut off says nothing about snapd
+	if !a.cutOff && !errors.Is(a.err, snapd.ErrSendDeadline) { // neither says anything about snapd
 		k.observe(a.err)
 	}
 	if a.err != nil {
