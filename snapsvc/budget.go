@@ -975,10 +975,14 @@ func settleChange(bk *call, o op, err error) (bool, error) {
 			case <-bk.ctx.Done():
 				return false, bk.ctx.Err()
 			}
-		case !ue.sentAt.IsZero():
+		case !ue.sent.at.IsZero():
 			lctx, cancel := context.WithTimeout(bk.ctx, interruptGrace)
 			lk := c.newCall(lctx, callWait, o.action, o.t.names)
-			id, _ = c.findOpChange(lk, o, ue.sentAt, time.Time{}, nil)
+			var aerr error
+			id, aerr = c.findOpChange(lk, o, ue.sent, time.Time{}, nil)
+			if amb := (*errAmbiguous)(nil); errors.As(aerr, &amb) {
+				id = amb.id // it may be the request's: wait for it too
+			}
 			lk.end()
 			cancel()
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/retry"
@@ -169,14 +168,14 @@ func interrupted(ctx context.Context, last error) error {
 }
 
 // outcomeUnknownError is an operation whose effect could not be found out.
-// sentAt, when set, is when the request whose outcome is unknown was sent,
+// sent, when set, is when the request whose outcome is unknown was sent,
 // and found, when set, yields the change a look-up in the background
 // found for it ("" for none) once the look-up ends: a restart budget holds
 // its slots until then (budget.go, the slot rule).
 type outcomeUnknownError struct {
 	reason string
 	last   error
-	sentAt time.Time
+	sent   sent
 	found  <-chan string
 }
 

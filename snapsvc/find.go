@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,20 @@ func (c *Client) claim(o op, id string) bool {
 	return true
 }
 
+// claimed reports whether an operation of this process claimed id.
+func (c *Client) claimed(o op, id string) bool {
+	for _, s := range o.t.snaps {
+		l := lockFor(c.instance, s)
+		l.mu.Lock()
+		in := slices.Contains(l.own, id)
+		l.mu.Unlock()
+		if in {
+			return true
+		}
+	}
+	return false
+}
+
 // unclaim forgets a claim that turned out wrong (see runner.adoptedMatches).
 func (c *Client) unclaim(o op, id string) {
 	for _, s := range o.t.snaps {
@@ -60,26 +75,49 @@ func (c *Client) unclaim(o op, id string) {
 	}
 }
 
-// findOpChange looks for the change snapd made for request o sent at
-// sentAt, and claims it: the earliest service-control change whose tasks
-// do exactly what o asks on every snap (same action, same services),
-// spawned no earlier than the request, neither claimed by another
-// operation of this process nor one it waited out (skip). It returns ""
-// when there is none.
+// sent is when a request to act was sent, as the client knows it: its
+// time on the client's clock, and the highest change id the client had
+// seen by then (snapd numbers changes in order: one it had seen was made
+// before the request).
+type sent struct {
+	at   time.Time
+	seen int64
+}
+
+// errAmbiguous: a look-up for the change of a request whose answer was
+// lost found none made after the request by the client's clock, but one
+// that does what the request asked, unseen before it, made so shortly
+// before that snapd's clock (not known yet to read the client's) may have
+// had it after. Sending the request again could act twice.
+type errAmbiguous struct{ id string }
+
+func (e *errAmbiguous) Error() string {
+	return fmt.Sprintf("change %s does what the request asked and was made just before it by this client's clock, which is not known to read snapd's: it may be the request's own", e.id)
+}
+
+// findOpChange looks for the change snapd made for request o sent at s,
+// and claims it: the earliest service-control change whose tasks do
+// exactly what o asks on every snap (same action, same services), made
+// after the request, neither claimed by another operation of this process
+// nor one it waited out (skip). It returns "" when there is none.
 //
-// snapd stamps a change with its own clock when it creates it, after the
-// request arrived; the client's clock (WithClock) must read the same time,
-// as it does for a snapd on the same machine. A change spawned before the
-// request cannot be its change, however alike (an identical restart a
-// moment earlier is someone else's). Enable and disable leave no trace in
-// a change (the task summary is the same), so for a start --enable or a
-// stop --disable the caller checks the services' state once the change is
-// done (runner.adoptedMatches).
+// "After the request": a change the client had seen before it sent the
+// request is not its, and snapd stamps a change with its own clock when it
+// creates it, after the request arrived, so its spawn time is no earlier
+// than the request's send time read on snapd's clock. The client learns
+// how snapd's clock reads against its own from its own changes
+// (owncursor.go); until it has, it takes them to agree (one machine, one
+// clock), and a change that matches, unseen, spawned up to skewAllowance
+// before the request by the client's clock, makes the look-up ambiguous
+// (*errAmbiguous): the caller must not send the request again. Enable and
+// disable leave no trace in a change (the task summary is the same), so
+// for a start --enable or a stop --disable the caller checks the
+// services' state once the change is done (runner.adoptedMatches).
 //
 // until, when not zero, also leaves out changes spawned after it: snapd
 // makes a request's change before it answers, so for a request that was
 // answered (snapctl's "taking too long", say) nothing later is its.
-func (c *Client) findOpChange(k *call, o op, sentAt, until time.Time, skip map[string]bool) (string, error) {
+func (c *Client) findOpChange(k *call, o op, s sent, until time.Time, skip map[string]bool) (string, error) {
 	all, err := c.wholeSnapServices(k, o)
 	if err != nil {
 		return "", err
@@ -89,20 +127,76 @@ func (c *Client) findOpChange(k *call, o op, sentAt, until time.Time, skip map[s
 	if err != nil {
 		return "", err
 	}
-	return c.claimOpChange(chgs, o, all, sentAt, until, skip), nil
+	c.saw(chgs...)
+	if id := c.claimOpChange(chgs, o, all, s, until, skip); id != "" {
+		return id, nil
+	}
+	if id := c.ambiguousOpChange(chgs, o, all, s, skip); id != "" {
+		return "", &errAmbiguous{id: id}
+	}
+	return "", nil
 }
+
+// skewAllowance is how far behind the client's snapd's clock may be, for
+// all the client knows before it has learned better: a change spawned
+// that much before a request whose answer was lost may still be its.
+const skewAllowance = 2 * time.Second
 
 // claimOpChange is findOpChange on a listing, with all from
 // wholeSnapServices; a non-zero answeredAt also leaves out changes
 // spawned after snapd answered the request.
-func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, sentAt, answeredAt time.Time, skip map[string]bool) string {
-	for _, id := range opCandidates(chgs, o, all, sentAt, answeredAt, skip) {
+func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
+	from, to := c.pace.snapdTime(s.at), time.Time{}
+	if !answeredAt.IsZero() {
+		to = c.pace.snapdTimeLate(answeredAt)
+	}
+	for _, id := range opCandidates(chgs, o, all, s.seen, from, to, skip) {
 		if c.claim(o, id) {
 			return id
 		}
 	}
 	return ""
 }
+
+// ambiguousOpChange returns a change that matches o, unclaimed and unseen
+// before the request, spawned within skewAllowance before it by the
+// client's clock, while the client does not know how snapd's clock reads
+// against its own; "" otherwise.
+func (c *Client) ambiguousOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, skip map[string]bool) string {
+	if c.pace.offsetKnown() {
+		return ""
+	}
+	for _, id := range opCandidates(chgs, o, all, s.seen, s.at.Add(-skewAllowance), time.Time{}, skip) {
+		if !c.claimed(o, id) {
+			return id
+		}
+	}
+	return ""
+}
+
+// saw notes the ids of changes snapd reported.
+func (c *Client) saw(chgs ...snapd.Change) {
+	for i := range chgs {
+		c.sawID(chgs[i].ID)
+	}
+}
+
+// sawID notes a change id snapd reported.
+func (c *Client) sawID(id string) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		old := c.seenID.Load()
+		if n <= old || c.seenID.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// sending returns the stamp of a request about to be sent.
+func (c *Client) sending() sent { return sent{at: c.clock.Now(), seen: c.seenID.Load()} }
 
 // wholeSnapServices returns, for each snap o names as a whole in a start
 // or stop (and no service of it explicitly), the sorted names of all its
@@ -153,16 +247,20 @@ func namesWholeOnly(o op, snap string) bool {
 }
 
 // opCandidates lists, earliest first, the changes in chgs that may have
-// been made for request o sent at sentAt (and answered by answeredAt when
-// it is not zero).
-func opCandidates(chgs []snapd.Change, o op, all map[string][]string, sentAt, answeredAt time.Time, skip map[string]bool) []string {
+// been made for request o: unseen before it (an id above seen), spawned no
+// earlier than from and, when to is not zero, no later than to (snapd's
+// clock).
+func opCandidates(chgs []snapd.Change, o op, all map[string][]string, seen int64, from, to time.Time, skip map[string]bool) []string {
 	var ids []string
 	for i := range chgs {
 		chg := &chgs[i]
-		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(sentAt) {
+		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(from) {
 			continue
 		}
-		if !answeredAt.IsZero() && chg.SpawnTime.After(answeredAt) {
+		if n, err := strconv.ParseInt(chg.ID, 10, 64); err == nil && n <= seen {
+			continue
+		}
+		if !to.IsZero() && chg.SpawnTime.After(to) {
 			continue
 		}
 		if matchesOp(chg, o, all) {
@@ -269,7 +367,7 @@ func (c *Client) changeFailure(k *call, o op, sentAt time.Time, errp *error) str
 	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
 		return ""
 	}
-	id, _ := c.findOpChange(k, o, sentAt, c.clock.Now(), nil) // snapctl answered: the change predates the answer
+	id, _ := c.findOpChange(k, o, sent{at: sentAt}, c.clock.Now(), nil) // snapctl answered: the change predates the answer
 	*errp = errors.Join(&ChangeError{ID: id, Kind: "service-control", Status: snapd.StatusError, Err: msg}, *errp)
 	return id
 }
@@ -288,6 +386,7 @@ func (c *Client) ownHookChange(k *call, snaps []string) string {
 		c.noteListing(err)
 		return ""
 	}
+	c.saw(chgs...)
 	for _, chg := range chgs {
 		for _, t := range chg.Tasks {
 			if t.Kind != "run-hook" || t.Status != snapd.StatusDoing {

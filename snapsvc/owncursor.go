@@ -72,6 +72,60 @@ type paceState struct {
 	byKind   map[string]time.Duration // each kind's last duration; 1ns: instant
 	order    []string                 // kinds, oldest first
 	clockBad atomic.Bool              // the last own change's times did not fit the client's clock
+	// How snapd's clock reads against the client's (snapd's minus the
+	// client's), as own changes bound it: each was spawned (snapd's clock)
+	// between its request's send and its answer (the client's).
+	offKnown     bool
+	offLo, offHi time.Duration
+}
+
+// offsetKnown reports whether an own change has bounded snapd's clock.
+func (p *paceState) offsetKnown() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.offKnown
+}
+
+// snapdTime returns the earliest snapd's clock may read when the client's
+// reads t: t itself until an own change says better. (Each own change
+// bounds the offset from below by its spawn time less its answer time:
+// snapd stamped it before the client read the answer.)
+func (p *paceState) snapdTime(t time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.offKnown {
+		return t.Add(p.offLo)
+	}
+	return t
+}
+
+// snapdTimeLate returns the latest snapd's clock may read when the
+// client's reads t.
+func (p *paceState) snapdTimeLate(t time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.offKnown {
+		return t.Add(p.offHi)
+	}
+	return t
+}
+
+// noteOffset narrows what is known of snapd's clock with a change spawned
+// at spawn (snapd's clock) by a request sent at sentAt and answered at
+// answeredAt (the client's). Bounds that no longer meet (a clock stepped)
+// start afresh.
+func (p *paceState) noteOffset(spawn, sentAt, answeredAt time.Time) {
+	lo, hi := spawn.Sub(answeredAt), spawn.Sub(sentAt)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.offKnown && lo <= p.offHi+clockSlack && hi >= p.offLo-clockSlack {
+		p.offLo, p.offHi = max(p.offLo, lo), min(p.offHi, hi)
+		if p.offLo > p.offHi {
+			p.offLo, p.offHi = p.offHi, p.offLo
+		}
+		return
+	}
+	p.offKnown, p.offLo, p.offHi = true, lo, hi
 }
 
 // firstPollWait returns the timeout of the first long-poll for an own
@@ -109,9 +163,12 @@ func (p *paceState) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt t
 	if chg == nil || chg.ReadyTime == nil {
 		return
 	}
-	fits := !sentAt.IsZero() && !answeredAt.IsZero() &&
-		!chg.SpawnTime.Before(sentAt.Add(-clockSlack)) && !chg.SpawnTime.After(answeredAt.Add(clockSlack))
+	if sentAt.IsZero() || answeredAt.IsZero() {
+		return
+	}
+	fits := !chg.SpawnTime.Before(sentAt.Add(-clockSlack)) && !chg.SpawnTime.After(answeredAt.Add(clockSlack))
 	p.clockBad.Store(!fits)
+	p.noteOffset(chg.SpawnTime, sentAt, answeredAt)
 	d := chg.ReadyTime.Sub(chg.SpawnTime)
 	if d <= 0 {
 		d = 1 // known, and instant

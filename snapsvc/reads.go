@@ -36,6 +36,7 @@ func (c *Client) readChanges(k *call, sel, snap string) (chgs []snapd.Change, er
 		chgs, err = c.main.Changes(ctx, sel, snap)
 		return err
 	})
+	c.saw(chgs...)
 	return chgs, err
 }
 
@@ -45,6 +46,9 @@ func (c *Client) readChange(k *call, id string) (chg *snapd.Change, err error) {
 		chg, err = c.main.Change(ctx, id)
 		return err
 	})
+	if chg != nil {
+		c.sawID(chg.ID)
+	}
 	return chg, err
 }
 

@@ -54,6 +54,7 @@ type runner struct {
 
 // attempt is what one request to act met.
 type attempt struct {
+	sent       sent
 	sentAt     time.Time
 	answeredAt time.Time
 	changeID   string
@@ -231,7 +232,8 @@ func (r *runner) send() (attempt, error) {
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
-	a.sentAt = c.clock.Now()
+	a.sent = c.sending()
+	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()
 	if k.hold != nil && !k.hold.sendBy.IsZero() {
 		actx = snapd.WithSendBy(actx, k.hold.sendBy)
@@ -434,7 +436,7 @@ func (r *runner) lost(a attempt, wait bool) (*Result, bool, error, next) {
 	ev := k.event(EventAnswerLost)
 	ev.Err = a.err
 	c.emit(ev)
-	id, settled, err := r.resolveLost(a.sentAt)
+	id, settled, err := r.resolveLost(a.sent)
 	switch {
 	case err != nil:
 		res, done, err := r.fail("", err)
@@ -491,19 +493,23 @@ const lostAnswerSettle = 100 * time.Millisecond
 // interface); a restart cannot be told from the state, so it ends with
 // ErrOutcomeUnknown rather than run twice. Any other way it ends before it
 // knows is ErrOutcomeUnknown too, never a retryable error.
-func (r *runner) resolveLost(sentAt time.Time) (id string, settled bool, err error) {
+func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 	k := r.k
 	unknown := func(reason string, err error) error {
 		if g := (*gaveUpError)(nil); errors.As(err, &g) {
-			return &outcomeUnknownError{reason: g.reason + " " + reason, last: r.lastAct(), sentAt: sentAt}
+			return &outcomeUnknownError{reason: g.reason + " " + reason, last: r.lastAct(), sent: st}
 		}
-		return &outcomeUnknownError{reason: "interrupted " + reason, last: interrupted(k.ctx, r.lastAct()), sentAt: sentAt}
+		return &outcomeUnknownError{reason: "interrupted " + reason, last: interrupted(k.ctx, r.lastAct()), sent: st}
 	}
 	const what = "looking for the change of a request whose answer was lost"
 	confirming := false
 	for {
-		id, err := r.c.findOpChange(k, r.o, sentAt, time.Time{}, r.known)
+		id, err := r.c.findOpChange(k, r.o, st, time.Time{}, r.known)
+		var amb *errAmbiguous
 		switch {
+		case errors.As(err, &amb):
+			// Sending it again could act twice.
+			return "", false, &outcomeUnknownError{reason: "the request's answer was lost and " + amb.Error(), last: r.lastAct(), sent: st}
 		case err == nil && (id != "" || confirming):
 			return id, false, nil
 		case err == nil:
@@ -519,7 +525,7 @@ func (r *runner) resolveLost(sentAt time.Time) (id string, settled bool, err err
 			continue
 		case isForbidden(err):
 			if r.o.action == "restart" {
-				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.lastAct(), sentAt: sentAt}
+				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.lastAct(), sent: st}
 			}
 			return "", true, r.awaitState()
 		default:
@@ -599,6 +605,7 @@ func (c *Client) touchedSince(k *call, snaps []string, chg *snapd.Change) (bool,
 	if err != nil {
 		return false, err
 	}
+	c.saw(chgs...)
 	for i := range chgs {
 		other := &chgs[i]
 		if other.ID == chg.ID || !other.SpawnTime.After(chg.SpawnTime) {
@@ -629,7 +636,7 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 		return r.fail("", cause)
 	}
 	if k.ctx.Err() == nil {
-		id, err := c.findOpChange(k, o, a.sentAt, time.Time{}, r.known)
+		id, err := c.findOpChange(k, o, a.sent, time.Time{}, r.known)
 		if err == nil && id != "" {
 			c.recordRestart(o)
 			c.addPending(o, id)
@@ -643,7 +650,7 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 		defer close(found)
 		bk := c.newCall(bctx, callWait, o.action, o.t.names)
 		defer bk.end()
-		id, err := c.findOpChange(bk, o, a.sentAt, time.Time{}, known)
+		id, err := c.findOpChange(bk, o, a.sent, time.Time{}, known)
 		switch {
 		case err != nil:
 			log.Debug("cannot look for the change of a request cut off in flight", "error", err)
@@ -657,7 +664,7 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 	if !started {
 		close(found)
 	}
-	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause, sentAt: a.sentAt, found: found})
+	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause, sent: a.sent, found: found})
 }
 
 // adopted finishes an operation whose change was found after its answer
@@ -693,6 +700,7 @@ func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
 		return r.snapctlDone(a)
 	}
 	r.res.ChangeID = a.changeID
+	c.sawID(a.changeID)
 	c.rememberOwn(r.o, a.changeID)
 	ev := k.event(EventAccepted)
 	ev.ChangeID = a.changeID
@@ -714,14 +722,15 @@ func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 		chgs, err = c.main.Changes(k.ctx, snapd.SelectAll, "")
 		k.observe(err)
 		c.noteListing(err)
+		c.saw(chgs...)
 	}
 	if err == nil {
-		if id := queuedIn(chgs, r.o, all, a.sentAt, a.answeredAt); id != "" {
+		if id := queuedIn(chgs, r.o, all, c.pace.snapdTime(a.sentAt), c.pace.snapdTimeLate(a.answeredAt)); id != "" {
 			k.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
 			r.res.Queued, r.res.ChangeID = true, id
 			return r.res, true, nil
 		}
-		r.res.ChangeID = c.claimOpChange(chgs, r.o, all, a.sentAt, a.answeredAt, r.known)
+		r.res.ChangeID = c.claimOpChange(chgs, r.o, all, a.sent, a.answeredAt, r.known)
 	}
 	r.res.Status = snapd.StatusDone
 	ev := k.event(EventAccepted)

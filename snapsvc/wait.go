@@ -276,6 +276,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 				next = append(next, id)
 				continue
 			}
+			c.sawID(chg.ID)
 			if chg.Ready {
 				done[id] = chg
 				continue
@@ -537,6 +538,7 @@ func (c *Client) findBlockers(k *call, snaps []string, ce *retry.ConflictError, 
 	}
 	chgs, err := c.main.Changes(k.ctx, snapd.SelectInProgress, "")
 	k.observe(err)
+	c.saw(chgs...)
 	if err != nil {
 		return nil, err
 	}
