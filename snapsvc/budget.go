@@ -978,11 +978,7 @@ func settleChange(bk *call, o op, err error) (bool, error) {
 		case !ue.sent.at.IsZero():
 			lctx, cancel := context.WithTimeout(bk.ctx, interruptGrace)
 			lk := c.newCall(lctx, callWait, o.action, o.t.names)
-			var aerr error
-			id, aerr = c.findOpChange(lk, o, ue.sent, time.Time{}, nil)
-			if amb := (*errAmbiguous)(nil); errors.As(aerr, &amb) {
-				id = amb.id // it may be the request's: wait for it too
-			}
+			id, _ = c.findOpChange(lk, o, ue.sent, time.Time{}, nil)
 			lk.end()
 			cancel()
 		}

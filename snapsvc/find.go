@@ -51,20 +51,6 @@ func (c *Client) claim(o op, id string) bool {
 	return true
 }
 
-// claimed reports whether an operation of this process claimed id.
-func (c *Client) claimed(o op, id string) bool {
-	for _, s := range o.t.snaps {
-		l := lockFor(c.instance, s)
-		l.mu.Lock()
-		in := slices.Contains(l.own, id)
-		l.mu.Unlock()
-		if in {
-			return true
-		}
-	}
-	return false
-}
-
 // unclaim forgets a claim that turned out wrong (see runner.adoptedMatches).
 func (c *Client) unclaim(o op, id string) {
 	for _, s := range o.t.snaps {
@@ -84,17 +70,6 @@ type sent struct {
 	seen int64
 }
 
-// errAmbiguous: a look-up for the change of a request whose answer was
-// lost found none made after the request by the client's clock, but one
-// that does what the request asked, unseen before it, made so shortly
-// before that snapd's clock (not known yet to read the client's) may have
-// had it after. Sending the request again could act twice.
-type errAmbiguous struct{ id string }
-
-func (e *errAmbiguous) Error() string {
-	return fmt.Sprintf("change %s does what the request asked and was made just before it by this client's clock, which is not known to read snapd's: it may be the request's own", e.id)
-}
-
 // findOpChange looks for the change snapd made for request o sent at s,
 // and claims it: the earliest service-control change whose tasks do
 // exactly what o asks on every snap (same action, same services), made
@@ -106,13 +81,13 @@ func (e *errAmbiguous) Error() string {
 // creates it, after the request arrived, so its spawn time is no earlier
 // than the request's send time read on snapd's clock. The client learns
 // how snapd's clock reads against its own from its own changes
-// (owncursor.go); until it has, it takes them to agree (one machine, one
-// clock), and a change that matches, unseen, spawned up to skewAllowance
-// before the request by the client's clock, makes the look-up ambiguous
-// (*errAmbiguous): the caller must not send the request again. Enable and
-// disable leave no trace in a change (the task summary is the same), so
-// for a start --enable or a stop --disable the caller checks the
-// services' state once the change is done (runner.adoptedMatches).
+// (owncursor.go); until it has, it takes them to agree, as they do: snapd
+// and the client share the machine's one clock (a snapd with a clock of
+// its own, such as a fake with an injected one, is told apart by the
+// client's first own change). Enable and disable leave no trace in a
+// change (the task summary is the same), so for a start --enable or a
+// stop --disable the caller checks the services' state once the change is
+// done (runner.adoptedMatches).
 //
 // until, when not zero, also leaves out changes spawned after it: snapd
 // makes a request's change before it answers, so for a request that was
@@ -128,19 +103,8 @@ func (c *Client) findOpChange(k *call, o op, s sent, until time.Time, skip map[s
 		return "", err
 	}
 	c.saw(chgs...)
-	if id := c.claimOpChange(chgs, o, all, s, until, skip); id != "" {
-		return id, nil
-	}
-	if id := c.ambiguousOpChange(chgs, o, all, s, skip); id != "" {
-		return "", &errAmbiguous{id: id}
-	}
-	return "", nil
+	return c.claimOpChange(chgs, o, all, s, until, skip), nil
 }
-
-// skewAllowance is how far behind the client's snapd's clock may be, for
-// all the client knows before it has learned better: a change spawned
-// that much before a request whose answer was lost may still be its.
-const skewAllowance = 2 * time.Second
 
 // claimOpChange is findOpChange on a listing, with all from
 // wholeSnapServices; a non-zero answeredAt also leaves out changes
@@ -152,22 +116,6 @@ func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]strin
 	}
 	for _, id := range opCandidates(chgs, o, all, s.seen, from, to, skip) {
 		if c.claim(o, id) {
-			return id
-		}
-	}
-	return ""
-}
-
-// ambiguousOpChange returns a change that matches o, unclaimed and unseen
-// before the request, spawned within skewAllowance before it by the
-// client's clock, while the client does not know how snapd's clock reads
-// against its own; "" otherwise.
-func (c *Client) ambiguousOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, skip map[string]bool) string {
-	if c.pace.offsetKnown() {
-		return ""
-	}
-	for _, id := range opCandidates(chgs, o, all, s.seen, s.at.Add(-skewAllowance), time.Time{}, skip) {
-		if !c.claimed(o, id) {
 			return id
 		}
 	}

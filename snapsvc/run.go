@@ -253,7 +253,7 @@ func (r *runner) send() (attempt, error) {
 }
 
 func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
-	r.k.flog.end(r.k.log)
+	r.k.flog.gaveUp(r.k.log)
 	return nil, false, r.c.opError(r.o, changeID, r.res.Attempts, err)
 }
 
@@ -505,11 +505,7 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 	confirming := false
 	for {
 		id, err := r.c.findOpChange(k, r.o, st, time.Time{}, r.known)
-		var amb *errAmbiguous
 		switch {
-		case errors.As(err, &amb):
-			// Sending it again could act twice.
-			return "", false, &outcomeUnknownError{reason: "the request's answer was lost and " + amb.Error(), last: r.lastAct(), sent: st}
 		case err == nil && (id != "" || confirming):
 			return id, false, nil
 		case err == nil:
