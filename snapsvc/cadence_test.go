@@ -20,7 +20,7 @@ import (
 // The clock moves only while c sleeps: every timer pending is the
 // client's pause, or the end of the foreign change.
 // asleep, if not nil, runs the first time c sleeps.
-func blindRun(t *testing.T, srv *fake.Server, mc *fake.ManualClock, c *snapsvc.Client, hold time.Duration, asleep func()) (*snapsvc.Result, time.Time) {
+func blindRun(t testing.TB, srv *fake.Server, mc *fake.ManualClock, c *snapsvc.Client, hold time.Duration, asleep func()) (*snapsvc.Result, time.Time) {
 	t.Helper()
 	ctx := ctxT(t)
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
