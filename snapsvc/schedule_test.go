@@ -352,16 +352,16 @@ func planSchedule(seed uint64) *schedule {
 	s := &schedule{seed: seed, rng: rng}
 	s.version = []fake.Version{fake.Version257, fake.Version268, fake.Version277}[rng.IntN(3)]
 	s.stateFile = rng.IntN(2) == 0
-	if rng.IntN(4) == 0 {
+
+	if rng.IntN(8) == 0 {
+		s.late = time.Duration(1+rng.IntN(30)) * time.Millisecond
+	} else if rng.IntN(4) == 0 {
 		// snapd's clock ahead or behind the client's, by up to a second.
 		// Each client has made a change of its own before the workload
 		// (a daemon that has run a while): it has learned how snapd's
 		// clock reads. (Before that it takes snapd's clock to read its
 		// own, as on one machine they do.)
 		s.skew = time.Duration(rng.IntN(2001)-1000) * time.Millisecond
-	}
-	if rng.IntN(8) == 0 {
-		s.late = time.Duration(1+rng.IntN(30)) * time.Millisecond
 	}
 	s.apps = append(s.apps, fake.App{Name: "k8s-warm", Daemon: "simple", Enabled: true, Active: true})
 	for _, name := range scheduleServices {
