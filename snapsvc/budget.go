@@ -291,13 +291,18 @@ type BudgetEvent struct {
 // what a first bootstrap, before any cluster exists, needs.
 //
 // Right before each request that disrupts (the restart or stop request,
-// every attempt of it) the operation checks that its slots are still held:
-// Lost, then BudgetFencer.Fence when the slot implements it. A slot lost
-// by then stops the operation before it acts (a *BudgetError wrapping
-// ErrSlotLost, not retryable); a fence that cannot tell stops it too
-// (ErrBudgetUnavailable, retryable: nothing was sent).
+// every attempt of it) the operation checks that its slots are still held
+// and that it may act now: Lost, then BudgetFencer.Fence when the slot
+// implements it; the request is then written only while the fence's
+// confirmation stands. A slot lost by then stops the operation before it
+// acts (a *BudgetError wrapping ErrSlotLost, not retryable); a fence that
+// cannot tell stops it too (ErrBudgetUnavailable, retryable: nothing was
+// sent).
 //
-// Slots are given back on every path, Close included. The release runs in
+// Slots are given back only once the operation's outcome is final and its
+// services are ready (the slot rule, below: a change that may still run,
+// or an unknown outcome, keeps them held in the background until the
+// change is ready and the services are), and on Close. The release runs in
 // the background: the operation waits for its first attempt only until its
 // context ends, so a slow release (a lease revoke while etcd is
 // unreachable) never delays its return past the deadline. A failed release
