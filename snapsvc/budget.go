@@ -958,8 +958,8 @@ func budgetVerdictOf(err error) budgetVerdict {
 // settleChange waits, on the background call bk, until the change of an
 // operation that ended with err (verdictRunning or verdictUnknown) is
 // ready: the change it names, or the one a look-up finds (the look-up
-// that ran when the call ended, or a new one, each bounded by
-// interruptGrace). It reports whether a change was found and ran its
+// that ran when the call ended, or a new one, each looking for
+// interruptGrace: snapd may make the change late). It reports whether a change was found and ran its
 // course: the services must then be ready before the slots go.
 func settleChange(bk *call, o op, err error) (bool, error) {
 	c := bk.c
@@ -983,7 +983,7 @@ func settleChange(bk *call, o op, err error) (bool, error) {
 		case !ue.sent.at.IsZero():
 			lctx, cancel := context.WithTimeout(bk.ctx, interruptGrace)
 			lk := c.newCall(lctx, callWait, o.action, o.t.names)
-			id, _ = c.findOpChange(lk, o, ue.sent, time.Time{}, nil)
+			id = c.lookFor(lk, o, ue.sent, nil)
 			lk.end()
 			cancel()
 		}

@@ -646,21 +646,35 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 		defer close(found)
 		bk := c.newCall(bctx, callWait, o.action, o.t.names)
 		defer bk.end()
-		id, err := c.findOpChange(bk, o, a.sent, time.Time{}, known)
-		switch {
-		case err != nil:
-			log.Debug("cannot look for the change of a request cut off in flight", "error", err)
-		case id != "":
+		if id := c.lookFor(bk, o, a.sent, known); id != "" {
 			c.recordRestart(o)
 			c.addPending(o, id)
 			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", id)
 			found <- id
+		} else {
+			log.Debug("no change found for a request cut off in flight", "within", interruptGrace)
 		}
 	})
 	if !started {
 		close(found)
 	}
 	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause, sent: a.sent, found: found})
+}
+
+// lookFor looks, until k's context ends (interruptGrace, in the
+// background), for the change of request o sent at st: snapd carries on
+// with a request whose client left, and a handler stuck behind its state
+// lock may make the change late. It returns "" when none was made by then.
+func (c *Client) lookFor(k *call, o op, st sent, known map[string]bool) string {
+	for {
+		id, err := c.findOpChange(k, o, st, time.Time{}, known)
+		if err == nil && id != "" {
+			return id
+		}
+		if k.sleep(lostAnswerSettle) != nil {
+			return ""
+		}
+	}
 }
 
 // adopted finishes an operation whose change was found after its answer
