@@ -47,7 +47,7 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 			break // lead, with l.mu held
 		}
 		l.mu.Unlock()
-		k.log.Debug("joining an identical restart waiting for the snap's lock", "snap", o.t.snaps[0])
+		k.log.Debug("joining an identical restart waiting for the snap's lock")
 		select {
 		case <-ctx.Done():
 			return nil, c.opError(o, "", 0, ctxErr(ctx, "waiting for an identical restart"))
@@ -59,7 +59,7 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 			// says nothing about this caller's bounds, so it acts itself.
 			continue
 		}
-		k.log.Debug("restart merged into an identical request", "snap", o.t.snaps[0], "change", resultChange(f.res))
+		k.log.Debug("restart merged into an identical request", "change", resultChange(f.res))
 		if f.err != nil {
 			return nil, f.err
 		}
@@ -71,7 +71,7 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 	f := &flight{done: make(chan struct{})}
 	l.waiting[key] = f
 	l.mu.Unlock()
-	k.log.Debug("leading identical restarts until the snap's lock is taken", "snap", o.t.snaps[0])
+	k.log.Debug("leading identical restarts until the snap's lock is taken")
 
 	k.ctx = context.WithValue(ctx, lockedHookKey{}, func() {
 		l.mu.Lock()
