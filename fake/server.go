@@ -51,7 +51,9 @@ type Server struct {
 	lastHookSeq    int
 	listening      bool
 	servers        []*http.Server
-	stopping       chan struct{} // closed when the current listening session ends
+	listeners      []net.Listener  // of the servers, closed by StopListening
+	serving        *sync.WaitGroup // the servers' Serve goroutines
+	stopping       chan struct{}   // closed when the current listening session ends
 	conns          map[net.Conn]bool
 	inflight       int
 	handlers       sync.WaitGroup
@@ -249,6 +251,8 @@ func (s *Server) StartListening() error {
 	}
 	s.stopping = make(chan struct{})
 	s.servers = nil
+	s.listeners = lns
+	s.serving = &sync.WaitGroup{}
 	for i, ln := range lns {
 		sock := "main"
 		if i == 1 {
@@ -257,8 +261,10 @@ func (s *Server) StartListening() error {
 		srv := &http.Server{Handler: s.handler(sock), ReadHeaderTimeout: time.Minute, ConnState: s.trackConn}
 		s.servers = append(s.servers, srv)
 		s.handlers.Add(1)
+		s.serving.Add(1)
 		go func() {
 			defer s.handlers.Done()
+			defer s.serving.Done()
 			srv.Serve(ln)
 		}()
 	}
@@ -277,8 +283,8 @@ func (s *Server) StopListening() {
 	}
 	s.listening = false
 	close(s.stopping)
-	srvs := s.servers
-	s.servers = nil
+	srvs, lns, serving := s.servers, s.listeners, s.serving
+	s.servers, s.listeners = nil, nil
 	s.mu.Unlock()
 	for _, srv := range srvs {
 		srv.SetKeepAlivesEnabled(false)
@@ -290,6 +296,14 @@ func (s *Server) StopListening() {
 		srv.Shutdown(ctx)
 		srv.Close()
 	}
+	// Close the listeners here, and wait for their Serve goroutines: a
+	// Serve that had not started when the servers shut down closes its
+	// listener when it does start, and closing a Unix listener unlinks
+	// its path — by then, perhaps, the socket of the next StartListening.
+	for _, ln := range lns {
+		ln.Close()
+	}
+	serving.Wait()
 	os.Remove(s.mainPath)
 	os.Remove(s.snapPath)
 }

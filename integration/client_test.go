@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -149,7 +148,7 @@ func TestClientStartStopRestart(t *testing.T) {
 	after := servicePIDs(t, "alpha")
 	for pid := range after {
 		if before[pid] {
-			t.Errorf("restart: alpha's process %s survived (before %v, after %v)", pid, slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
+			t.Errorf("restart: alpha's process %s survived (before %v, after %v)", pid, sortedKeys(before), sortedKeys(after))
 		}
 	}
 	if len(after) == 0 {
@@ -345,4 +344,14 @@ func TestClientSnapctl(t *testing.T) {
 	})
 	blk := w.change(t, r.Change)
 	t.Logf("snapctl restart returned %v after the blocking change was ready", time.Since(begin)-blk.ReadyTime.Sub(begin))
+}
+
+// sortedKeys returns m's keys, sorted.
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

@@ -20,12 +20,14 @@ import (
 type Policy struct {
 	// InitialInterval is the first pause (default 250ms).
 	InitialInterval time.Duration
-	// MaxInterval caps one pause (default 5s).
+	// MaxInterval caps every pause, its jitter included (default 5s, or
+	// InitialInterval when that is longer).
 	MaxInterval time.Duration
 	// MaxConflictInterval caps the pause before retrying a conflict whose
 	// blocking change cannot be seen (a snap without snap-refresh-observe,
 	// say): such conflicts usually clear within seconds, and a refused
-	// request costs snapd little (default 1s).
+	// request costs snapd little (default 1s, or MaxInterval when that is
+	// shorter).
 	MaxConflictInterval time.Duration
 	// Multiplier grows the pause after each retry (default 1.6).
 	Multiplier float64
@@ -45,7 +47,7 @@ type Policy struct {
 	// booting (default 30s; negative: only MaxElapsedTime bounds it).
 	MaxUnreachable time.Duration
 	// RedialInterval is the pause between attempts while snapd is
-	// unreachable (default 50ms). It is short because such attempts never
+	// unreachable (default 50ms, or MaxInterval when that is shorter). It is short because such attempts never
 	// reach snapd, so they cost it nothing, and an operation waiting for
 	// a socket that appears late then goes ahead within this interval.
 	RedialInterval time.Duration
@@ -67,13 +69,20 @@ func DefaultPolicy() Policy {
 	}
 }
 
-// Validate reports the first field of p that has no meaning: a NaN or
-// infinite Multiplier or RandomizationFactor, a negative Multiplier, a
-// negative interval (InitialInterval, MaxInterval, MaxConflictInterval,
-// RedialInterval) or a negative MaxAttempts. Zero fields take their
-// defaults, and a negative MaxElapsedTime, MaxUnreachable or
+// Validate reports every field of p that has no meaning, and every pair
+// of fields that contradict each other:
+//   - a NaN or infinite Multiplier or RandomizationFactor, a Multiplier
+//     below 1 (other than 0), a RandomizationFactor above 1, a negative
+//     interval (InitialInterval, MaxInterval, MaxConflictInterval,
+//     RedialInterval) or a negative MaxAttempts;
+//   - an InitialInterval, MaxConflictInterval or RedialInterval longer
+//     than MaxInterval, which caps every pause.
+//
+// Zero fields take their defaults (consistent with the fields set: see
+// each field), and a negative MaxElapsedTime, MaxUnreachable or
 // RandomizationFactor has its documented meaning. Such a policy would
-// otherwise turn the backoff into a busy loop or a nonsense wait.
+// otherwise turn the backoff into a busy loop, a nonsense wait, or a bound
+// that does not hold.
 func (p Policy) Validate() error {
 	var errs []error
 	for _, f := range []struct {
@@ -84,8 +93,11 @@ func (p Policy) Validate() error {
 			errs = append(errs, fmt.Errorf("retry policy: %s is %v; want a finite number", f.name, f.v))
 		}
 	}
-	if p.Multiplier < 0 {
+	if p.Multiplier < 0 || (p.Multiplier > 0 && p.Multiplier < 1) {
 		errs = append(errs, fmt.Errorf("retry policy: Multiplier is %v; want at least 1 (or 0 for the default)", p.Multiplier))
+	}
+	if p.RandomizationFactor > 1 {
+		errs = append(errs, fmt.Errorf("retry policy: RandomizationFactor is %v; want at most 1 (a pause jittered by more than itself could be negative)", p.RandomizationFactor))
 	}
 	for _, f := range []struct {
 		name string
@@ -98,6 +110,16 @@ func (p Policy) Validate() error {
 	if p.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("retry policy: MaxAttempts is %d; want 0 (no bound) or more", p.MaxAttempts))
 	}
+	if p.MaxInterval > 0 {
+		for _, f := range []struct {
+			name string
+			d    time.Duration
+		}{{"InitialInterval", p.InitialInterval}, {"MaxConflictInterval", p.MaxConflictInterval}, {"RedialInterval", p.RedialInterval}} {
+			if f.d > p.MaxInterval {
+				errs = append(errs, fmt.Errorf("retry policy: %s %v is longer than MaxInterval %v, which caps every pause; shorten it or raise MaxInterval", f.name, f.d, p.MaxInterval))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -106,15 +128,21 @@ func (p Policy) Validate() error {
 // validated still cannot spin.
 func (p Policy) withDefaults() Policy {
 	d := DefaultPolicy()
-	if p.InitialInterval <= 0 {
-		p.InitialInterval = d.InitialInterval
+	switch {
+	case p.MaxInterval <= 0 && p.InitialInterval <= 0:
+		p.MaxInterval, p.InitialInterval = d.MaxInterval, d.InitialInterval
+	case p.MaxInterval <= 0:
+		p.MaxInterval = max(d.MaxInterval, p.InitialInterval)
+	case p.InitialInterval <= 0:
+		p.InitialInterval = min(d.InitialInterval, p.MaxInterval)
 	}
-	if p.MaxInterval <= 0 {
-		p.MaxInterval = d.MaxInterval
-	}
+	// MaxInterval caps every pause: an unvalidated policy's longer
+	// intervals are cut to it.
+	p.InitialInterval = min(p.InitialInterval, p.MaxInterval)
 	if p.MaxConflictInterval <= 0 {
 		p.MaxConflictInterval = d.MaxConflictInterval
 	}
+	p.MaxConflictInterval = min(p.MaxConflictInterval, p.MaxInterval)
 	if !(p.Multiplier >= 1) || math.IsInf(p.Multiplier, 0) { // NaN too
 		p.Multiplier = d.Multiplier
 	}
@@ -135,6 +163,7 @@ func (p Policy) withDefaults() Policy {
 	if p.RedialInterval <= 0 {
 		p.RedialInterval = d.RedialInterval
 	}
+	p.RedialInterval = min(p.RedialInterval, p.MaxInterval)
 	if p.Clock == nil {
 		p.Clock = RealClock()
 	}
@@ -166,6 +195,23 @@ func (p Policy) NewRetrier() *Retrier {
 	)
 	b.Reset()
 	return &Retrier{policy: p, backoff: b, start: p.Clock.Now()}
+}
+
+// Policy returns the run's policy, its defaults filled in.
+func (r *Retrier) Policy() Policy { return r.policy }
+
+// RedialPause is the pause before trying to reach snapd again while it is
+// unreachable: RedialInterval, shortened so it runs past neither
+// MaxElapsedTime nor MaxUnreachable.
+func (r *Retrier) RedialPause() time.Duration {
+	d := r.policy.RedialInterval
+	if left, bounded := r.Remaining(); bounded && left < d {
+		d = left
+	}
+	if u, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && r.policy.MaxUnreachable-u < d {
+		d = max(r.policy.MaxUnreachable-u, 0)
+	}
+	return d
 }
 
 // Clock returns the clock the run uses.
@@ -219,6 +265,36 @@ func (r *Retrier) Observe(err error) (began bool) {
 	return false
 }
 
+// ObserveSince records a failure to reach snapd (see IsUnreachable) that
+// someone else observed, in a run of unreachability that began at since;
+// for this run it counts from since or from the run's own start, whichever
+// is later. A nil or other err ends the run. It returns true when it
+// starts a new run.
+func (r *Retrier) ObserveSince(err error, since time.Time) (began bool) {
+	if err != nil && !IsUnreachable(err) {
+		r.unreachableSince = time.Time{}
+		return false
+	}
+	if err == nil {
+		r.unreachableSince = time.Time{}
+		return false
+	}
+	if since.Before(r.start) {
+		since = r.start
+	}
+	began = r.unreachableSince.IsZero()
+	if began || since.Before(r.unreachableSince) {
+		r.unreachableSince = since
+	}
+	return began
+}
+
+// UnreachableSince returns when the current run of unreachability began,
+// and false while snapd answers.
+func (r *Retrier) UnreachableSince() (time.Time, bool) {
+	return r.unreachableSince, !r.unreachableSince.IsZero()
+}
+
 // Unreachable returns how long snapd has been unreachable, and false when
 // the last observed outcome was an answer.
 func (r *Retrier) Unreachable() (time.Duration, bool) {
@@ -260,11 +336,13 @@ func (r *Retrier) Remaining() (time.Duration, bool) {
 	return left, true
 }
 
-// NextPause returns the next jittered backoff pause, shortened so it does
-// not run past MaxElapsedTime.
+// NextPause returns the next jittered backoff pause, at most MaxInterval
+// (backoff jitters around an interval that is itself capped, so the jitter
+// alone could take it past the cap), shortened so it does not run past
+// MaxElapsedTime.
 func (r *Retrier) NextPause() time.Duration {
 	d := r.backoff.NextBackOff()
-	if d == backoff.Stop {
+	if d == backoff.Stop || d > r.policy.MaxInterval {
 		d = r.policy.MaxInterval
 	}
 	if max := r.policy.MaxElapsedTime; max > 0 {
@@ -288,15 +366,7 @@ func (r *Retrier) ResetPause() { r.backoff.Reset() }
 // goes ahead as soon as the socket appears.
 func (r *Retrier) Pause(ctx context.Context) error {
 	if _, ok := r.Unreachable(); ok {
-		d := r.policy.RedialInterval
-		if left, bounded := r.Remaining(); bounded && left < d {
-			d = left
-		}
-		// Nor past MaxUnreachable: the give-up is not delayed by a pause.
-		if u, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && r.policy.MaxUnreachable-u < d {
-			d = max(r.policy.MaxUnreachable-u, 0)
-		}
-		return Sleep(ctx, r.policy.Clock, d)
+		return Sleep(ctx, r.policy.Clock, r.RedialPause())
 	}
 	return Sleep(ctx, r.policy.Clock, r.NextPause())
 }

@@ -164,3 +164,50 @@ func TestPolicyValidateRejectsMeaninglessValues(t *testing.T) {
 		t.Errorf("documented values rejected: %v", err)
 	}
 }
+
+// Issue 25, defect 10: "MaxInterval caps one pause" did not hold: backoff
+// jitters around an interval capped at MaxInterval, so a default-policy
+// pause reached 7.48 s; and Validate accepted an InitialInterval longer
+// than MaxInterval.
+func TestMaxIntervalCapsEveryPause(t *testing.T) {
+	for _, p := range []retry.Policy{retry.DefaultPolicy(), retry.NestedPolicy(), {MaxInterval: 300 * time.Millisecond}} {
+		r := p.NewRetrier()
+		limit := p.MaxInterval
+		var longest time.Duration
+		for i := 0; i < 2000; i++ {
+			longest = max(longest, r.NextPause())
+		}
+		if longest > limit {
+			t.Errorf("MaxInterval %v: a pause of %v", limit, longest)
+		}
+		if longest < limit*9/10 {
+			t.Errorf("MaxInterval %v: the longest of 2000 pauses is %v; the cap should be reached", limit, longest)
+		}
+	}
+	for name, p := range map[string]retry.Policy{
+		"InitialInterval over MaxInterval":     {InitialInterval: 10 * time.Second, MaxInterval: time.Second},
+		"MaxConflictInterval over MaxInterval": {MaxInterval: 500 * time.Millisecond, MaxConflictInterval: time.Second},
+		"RedialInterval over MaxInterval":      {MaxInterval: 20 * time.Millisecond, RedialInterval: 50 * time.Millisecond},
+		"RandomizationFactor over 1":           {RandomizationFactor: 1.5},
+		"Multiplier below 1":                   {Multiplier: 0.5},
+	} {
+		err := p.Validate()
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	// Defaults follow the fields that are set: a short MaxInterval alone
+	// is consistent, and its pauses never exceed it.
+	short := retry.Policy{MaxInterval: 100 * time.Millisecond}
+	if err := short.Validate(); err != nil {
+		t.Errorf("MaxInterval alone: %v", err)
+	}
+	r := short.NewRetrier()
+	for i := 0; i < 50; i++ {
+		if d := r.NextPause(); d > 100*time.Millisecond {
+			t.Fatalf("pause %v over a MaxInterval of 100ms", d)
+		}
+	}
+}

@@ -342,6 +342,28 @@ func TestUnreachableLogsOnceAtInfo(t *testing.T) {
 	}
 }
 
+// Issue 29: a call that simply timed out while snapd was unreachable
+// logged "no longer unable to reach snapd", as if snapd had come back.
+// It logs that it ended while unable to reach it.
+func TestUnreachableToTheEndNotLoggedAsOver(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p := retry.DefaultPolicy()
+	p.MaxUnreachable = 100 * time.Millisecond
+	c := newClient(t, srv, snapsvc.WithLogger(logger), snapsvc.WithPolicy(p))
+	if _, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{}); !errors.Is(err, snapsvc.ErrGaveUp) {
+		t.Fatalf("Start against a snapd that never comes: %v", err)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if strings.Contains(out, "no longer unable to reach snapd") || !strings.Contains(out, "ended while unable to reach snapd") {
+		t.Errorf("the log says the outage ended:\n%s", out)
+	}
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  *strings.Builder

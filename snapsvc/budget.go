@@ -291,13 +291,18 @@ type BudgetEvent struct {
 // what a first bootstrap, before any cluster exists, needs.
 //
 // Right before each request that disrupts (the restart or stop request,
-// every attempt of it) the operation checks that its slots are still held:
-// Lost, then BudgetFencer.Fence when the slot implements it. A slot lost
-// by then stops the operation before it acts (a *BudgetError wrapping
-// ErrSlotLost, not retryable); a fence that cannot tell stops it too
-// (ErrBudgetUnavailable, retryable: nothing was sent).
+// every attempt of it) the operation checks that its slots are still held
+// and that it may act now: Lost, then BudgetFencer.Fence when the slot
+// implements it; the request is then written only while the fence's
+// confirmation stands. A slot lost by then stops the operation before it
+// acts (a *BudgetError wrapping ErrSlotLost, not retryable); a fence that
+// cannot tell stops it too (ErrBudgetUnavailable, retryable: nothing was
+// sent).
 //
-// Slots are given back on every path, Close included. The release runs in
+// Slots are given back only once the operation's outcome is final and its
+// services are ready (the slot rule, below: a change that may still run,
+// or an unknown outcome, keeps them held in the background until the
+// change is ready and the services are), and on Close. The release runs in
 // the background: the operation waits for its first attempt only until its
 // context ends, so a slow release (a lease revoke while etcd is
 // unreachable) never delays its return past the deadline. A failed release
@@ -313,22 +318,29 @@ func WithRestartBudget(b RestartBudget, opts BudgetOptions) Option {
 	return func(s *settings) { s.budget = &budgetRunner{b: b, opts: opts} }
 }
 
-// The lifecycle of a budgeted operation, one function per step:
+// The lifecycle of a budgeted operation, one function per step (the
+// operation's phases: run.go):
 //
-//	acquire  budgetBegin → takeAll → take → acquire: a slot per key,
+//	acquire  takeBudget → takeAll → take → acquire: a slot per key,
 //	         sorted by key, shared with the Client's other operations
 //	fence    hold.fence, called by the operation right before each
-//	         request that disrupts (fenceBeforeSend, from run)
+//	         request that disrupts (call.fence, from runner.send); the
+//	         request is written only while the confirmation stands
 //	act      the operation itself (coalesce, run)
-//	ready    hold.ready: readiness checks, then Settle (budgetEnd)
-//	release  hold.release → drop → releaseInBackground
+//	ready    hold.ready: readiness checks, MarkReady, then Settle
+//	release  releaseBudget (sync) or holdAsync (async), by the slot rule
+//	         below → hold.release → drop → releaseInBackground
 //
 // Exit paths: acquire fails (no slot, nothing sent: takeAll gives back
-// what it took); the fence fails (nothing sent, slots given back); the
-// request fails (slots given back at once); not ready or lost (reported,
+// what it took); the fence fails (nothing sent, slots given back); snapd
+// refuses for good or the operation gives up before acting (slots given
+// back at once); the change fails (given back at once); the change may
+// still run or the outcome is unknown (held in the background until the
+// change is ready and the services are); not ready or lost (reported,
 // slots given back); a Stop under StopsAndStarts keeps its slots (keep)
 // until the Start that follows (kept) or Close; Close cancels waits for
-// slots, gives back kept slots, and waits, bounded, for the releases.
+// slots and background holds, gives back kept slots, and waits, bounded,
+// for the releases.
 
 // budgetRunner is a Client's restart budget and the slots it holds.
 type budgetRunner struct {
@@ -535,10 +547,11 @@ func (b *budgetRunner) acquire(ctx context.Context, s *sharedSlot, start time.Ti
 
 // hold is the slots one operation holds, sorted by key.
 type hold struct {
-	b     *budgetRunner
-	slots []*sharedSlot
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	b      *budgetRunner
+	slots  []*sharedSlot
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	sendBy time.Time // the last fence's confirmations run out then (zero: no fencer)
 }
 
 // takeAll takes the slots of keys in order; on failure it gives back those
@@ -594,33 +607,32 @@ func (b *budgetRunner) lostError(s *sharedSlot, err error, what string) error {
 
 // ---- fence ----
 
-// fenceKey carries, in an operation's context, the hold to fence before
-// each request that disrupts.
-type fenceKey struct{}
-
-// withFence makes the requests run under ctx fence h first.
-func withFence(ctx context.Context, h *hold) context.Context {
-	return context.WithValue(ctx, fenceKey{}, h)
-}
-
-// fenceBeforeSend is called by run right before each request to act: under
-// a budget that applies to the request, it confirms the operation's slots
-// are still held. A non-nil error means the request must not be sent.
-func fenceBeforeSend(ctx context.Context) error {
-	h, ok := ctx.Value(fenceKey{}).(*hold)
-	if !ok || h == nil {
+// fence is called by the operation right before each request to act
+// (runner.send): under a budget that applies to the request, it confirms
+// the operation's slots are still held and that it may act now (the
+// budget's pause and window, checked by the budget's Fence), and makes the
+// request's write conditional on that confirmation still standing (see
+// hold.fence). A non-nil error means the request must not be sent.
+func (k *call) fence() error {
+	if k.hold == nil {
 		return nil
 	}
-	return h.fence(ctx)
+	return k.hold.fence(k.ctx)
 }
 
-// fence confirms every slot of h is still held: first what is already
-// known (Lost), then, for slots implementing BudgetFencer, with the
-// coordination service. A lost slot is reported ("lost") and stops the
-// operation (ErrSlotLost, not retryable); a fence that cannot tell stops
-// it too ("fence-failed").
+// fence confirms every slot of h is still held, and may act now: first
+// what is already known (Lost), then, for slots implementing
+// BudgetFencer, with the coordination service. A lost slot is reported
+// ("lost") and stops the operation (ErrSlotLost, not retryable); a fence
+// that cannot tell stops it too ("fence-failed"). h.sendBy becomes the time
+// the earliest of the confirmations runs out, counted from before each
+// Fence was called: the request is written only before it (runner.send,
+// snapd.WithSendBy), so a holder held up between its fence and its write
+// (a stop signal, a slow machine) never acts on a confirmation that ran
+// out.
 func (h *hold) fence(ctx context.Context) error {
 	b := h.b
+	h.sendBy = time.Time{}
 	for _, s := range h.slots {
 		if err := s.slot.Err(); err != nil {
 			b.reportLost(s, err)
@@ -630,9 +642,14 @@ func (h *hold) fence(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		_, err := f.Fence(ctx)
+		asked := time.Now()
+		valid, err := f.Fence(ctx)
 		switch {
 		case err == nil:
+			until := asked.Add(valid)
+			if h.sendBy.IsZero() || until.Before(h.sendBy) {
+				h.sendBy = until
+			}
 			b.emit(BudgetEvent{Kind: BudgetFenced, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
 		case errors.Is(err, ErrSlotLost):
 			b.reportLost(s, err)
@@ -798,7 +815,7 @@ func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <
 	return first
 }
 
-// ---- the operation: begin, end ----
+// ---- the operation: take (phase budget), release (phase release) ----
 
 // applies reports whether o takes slots.
 func (b *budgetRunner) applies(o op) bool {
@@ -814,83 +831,199 @@ func (b *budgetRunner) applies(o op) bool {
 	return false
 }
 
-// budgetBegin takes (or, for a Start, finds) the slots o needs. A nil
-// hold means o runs unbudgeted. The context returned fences o's requests
-// with the hold (restarts and stops: a Start disrupts nothing).
-func (c *Client) budgetBegin(ctx context.Context, o op) (context.Context, *hold, error) {
+// takeBudget is the budget phase of an operation: it takes (or, for a
+// Start, finds) the slots o needs. A nil hold means o runs unbudgeted. A
+// restart paced by WithMinRestartInterval waits out its interval first, so
+// no slot is held while pacing.
+func (c *Client) takeBudget(k *call, o op) (*hold, error) {
 	b := c.budget
-	if !b.applies(o) {
-		return ctx, nil, nil
+	if b == nil || !b.applies(o) {
+		return nil, nil
 	}
 	if o.action == "start" {
 		h := b.kept(b.keysOf(o.t.names))
 		if h != nil {
 			h.watch()
 		}
-		return ctx, h, nil
+		return h, nil
 	}
 	names := o.t.names
 	if o.action == "stop" {
-		running, err := c.running(ctx, o)
+		running, err := c.running(k, o)
 		if err != nil {
-			return ctx, nil, c.opError(o, "", 0, err)
+			return nil, c.opError(o, "", 0, err)
 		}
 		names = running
 	}
 	keys := b.keysOf(names)
 	if len(keys) == 0 {
-		return ctx, nil, nil
+		return nil, nil
 	}
 	if o.action == "restart" && c.minRestart > 0 {
-		// Pace before taking slots, so none is held while pacing.
-		if err := c.paceRestart(ctx, o); err != nil {
-			return ctx, nil, c.opError(o, "", 0, err)
+		if err := c.paceRestart(k, o); err != nil {
+			return nil, c.opError(o, "", 0, err)
 		}
 	}
-	h, err := b.takeAll(ctx, keys)
+	h, err := b.takeAll(k.ctx, keys)
 	if err != nil {
-		return ctx, nil, c.opError(o, "", 0, err)
+		return nil, c.opError(o, "", 0, err)
 	}
-	return withFence(ctx, h), h, nil
+	return h, nil
 }
 
-// budgetEnd ends a budgeted operation whose change is done: a Stop keeps
-// its slots for the Start that follows; anything else waits until ready
-// and gives them back. A failed operation gives its slots back at once.
-func (c *Client) budgetEnd(ctx context.Context, o op, h *hold, res *Result, err error) error {
-	if err != nil {
-		h.release(ctx)
+// The slot rule. An operation's slots are given back only once its
+// outcome is final and its services are ready again, on every path:
+//
+//   - nothing was done (the request was never sent, or snapd refused it,
+//     or the operation gave up before snapd accepted anything): at once;
+//   - the change failed for good (a *ChangeError: Error, Undone, Hold):
+//     at once — nothing of it runs any more;
+//   - the change is Done: once the readiness checks pass (then Settle);
+//   - the change may still run (the call ended while waiting for it, or
+//     found it after a lost answer and did not see it end), or the
+//     outcome is unknown (snapd may have made a change, or may still make
+//     one): held in the background until the change is ready (found
+//     first, by a bounded look-up, when its id is not known), then until
+//     the services are ready — exactly as an asynchronous operation's
+//     slots are held.
+//
+// What is held in the background ends only that way, at the readiness
+// checks' own bound (BudgetOptions.Probe.MaxWait), or at Close. A Stop
+// under StopsAndStarts keeps its slots for the Start that follows (keep),
+// unless nothing was done or its change failed.
+
+// releaseBudget is the release phase of a synchronous operation that
+// took h: res and err are the operation's outcome, which it returns,
+// joined with what the readiness checks met. The caller's time bounds
+// only the wait for readiness here; past it the slots stay held in the
+// background (see the slot rule).
+func (c *Client) releaseBudget(k *call, o op, h *hold, res *Result, err error) error {
+	b := c.budget
+	switch v := budgetVerdictOf(err); {
+	case v == verdictNothingDone || v == verdictFailed:
+		h.release(k.ctx)
+		return err
+	case o.action == "stop":
+		b.keep(k.ctx, h)
+		return err
+	case v == verdictRunning || v == verdictUnknown:
+		k.log.Info("the operation's outcome is not final; its restart budget slots stay held until its change is ready and its services are ready", "error", err)
+		b.holdInBackground(k, o, h, func(bk *call) (bool, error) { return settleChange(bk, o, err) })
 		return err
 	}
-	if o.action == "stop" {
-		c.budget.keep(ctx, h)
-		return nil
+	// Done: ready on the caller's time, or, past it, in the background.
+	rerr := h.ready(k.ctx, o)
+	if rerr != nil && k.ctx.Err() != nil {
+		k.log.Info("services not ready within the call's time; the restart budget slots stay held until they are", "error", rerr)
+		b.holdInBackground(k, o, h, func(*call) (bool, error) { return true, nil })
+		return c.opError(o, res.ChangeID, res.Attempts, rerr)
 	}
-	err = h.ready(ctx, o)
-	if err == nil {
-		err = h.lost()
+	if rerr == nil {
+		rerr = h.lost()
 	}
-	h.release(ctx)
-	if err != nil {
-		return c.opError(o, res.ChangeID, res.Attempts, err)
+	h.release(k.ctx)
+	if rerr != nil {
+		return c.opError(o, res.ChangeID, res.Attempts, rerr)
 	}
 	return nil
 }
 
-// runBudgeted is runSync with a restart budget.
-func (c *Client) runBudgeted(ctx context.Context, o op) (*Result, error) {
-	fctx, h, err := c.budgetBegin(ctx, o)
-	if err != nil {
-		return nil, err
+// budgetVerdict sorts an operation's outcome for the slot rule.
+type budgetVerdict int
+
+const (
+	verdictDone        budgetVerdict = iota // the change is Done
+	verdictNothingDone                      // nothing was done: no change made, none can be
+	verdictFailed                           // the change failed for good
+	verdictRunning                          // a change was made and may still run
+	verdictUnknown                          // snapd may have made a change, or may still make one
+)
+
+func budgetVerdictOf(err error) budgetVerdict {
+	var ce *ChangeError
+	var oe *OpError
+	switch {
+	case err == nil:
+		return verdictDone
+	case errors.As(err, &ce) && ce.ChangeFailed():
+		return verdictFailed
+	case errors.As(err, &oe) && oe.ChangeID != "":
+		return verdictRunning
+	case errors.Is(err, ErrOutcomeUnknown):
+		return verdictUnknown
 	}
-	res, err := c.coalesce(fctx, o)
-	if h == nil {
-		return res, err
+	return verdictNothingDone
+}
+
+// settleChange waits, on the background call bk, until the change of an
+// operation that ended with err (verdictRunning or verdictUnknown) is
+// ready: the change it names, or the one a look-up finds (the look-up
+// that ran when the call ended, or a new one, each looking for
+// interruptGrace: snapd may make the change late). It reports whether a change was found and ran its
+// course: the services must then be ready before the slots go.
+func settleChange(bk *call, o op, err error) (bool, error) {
+	c := bk.c
+	id := ""
+	var oe *OpError
+	if errors.As(err, &oe) {
+		id = oe.ChangeID
 	}
-	if err := c.budgetEnd(ctx, o, h, res, err); err != nil {
-		return nil, err
+	if id == "" {
+		var ue *outcomeUnknownError
+		if !errors.As(err, &ue) {
+			return false, nil
+		}
+		switch {
+		case ue.found != nil:
+			select {
+			case id = <-ue.found:
+			case <-bk.ctx.Done():
+				return false, bk.ctx.Err()
+			}
+		case !ue.sent.at.IsZero():
+			lctx, cancel := context.WithTimeout(bk.ctx, interruptGrace)
+			lk := c.newCall(lctx, callWait, o.action, o.t.names)
+			id = c.lookFor(lk, o, ue.sent, nil)
+			lk.end()
+			cancel()
+		}
+		if id == "" {
+			return false, nil // no change was made: nothing to wait for
+		}
 	}
-	return res, nil
+	_, werr := c.sharedWaitChange(bk, id)
+	var ce *ChangeError
+	if errors.As(werr, &ce) {
+		return !ce.ChangeFailed(), nil
+	}
+	return werr == nil, werr
+}
+
+// holdInBackground keeps h after its operation returned, until settle
+// says the change ran its course (then the services must be ready) or that
+// there was none, and gives the slots back. It stops at Close (the slots
+// are given back then too).
+func (b *budgetRunner) holdInBackground(k *call, o op, h *hold, settle func(bk *call) (bool, error)) {
+	c := b.c
+	log := k.log
+	b.goBackground(func() {
+		bctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
+		defer cancel()
+		stop := context.AfterFunc(b.base, cancel)
+		defer stop()
+		bk := c.newCall(bctx, callWait, o.action, o.t.names)
+		defer bk.end()
+		ran, err := settle(bk)
+		switch {
+		case err != nil:
+			log.Info("could not see the change end; giving the restart budget slots back", "error", err)
+		case ran:
+			if rerr := h.ready(bctx, o); rerr != nil {
+				log.Info("services not ready; giving the restart budget slots back", "error", rerr)
+			}
+		}
+		h.release(bctx)
+	})
 }
 
 // asyncHold finishes a budgeted asynchronous operation in the background:
@@ -920,51 +1053,40 @@ func (o *Operation) budgetWait(ctx context.Context) error {
 	return o.budget.wait(ctx)
 }
 
-// runAsyncBudgeted is runAsync with a restart budget.
-func (c *Client) runAsyncBudgeted(ctx context.Context, o op) (*Operation, error) {
-	fctx, h, err := c.budgetBegin(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	res, done, err := c.run(fctx, o, false)
-	if err != nil {
-		if h != nil {
-			h.release(ctx)
-		}
-		return nil, err
-	}
-	op := &Operation{c: c, op: o, result: *res, done: done}
-	if h == nil {
-		return op, nil
-	}
+// holdAsync is the release phase of an asynchronous operation that snapd
+// accepted: a Stop keeps its slots for the Start that follows; anything
+// else waits in the background for its change and its services, then gives
+// the slots back (the slot rule).
+func (c *Client) holdAsync(k *call, op *Operation, h *hold, done bool) {
+	b, o, res := c.budget, op.op, op.result
 	if o.action == "stop" {
-		c.budget.keep(ctx, h)
-		return op, nil
+		b.keep(k.ctx, h)
+		return
 	}
-	b := c.budget
 	a := &asyncHold{done: make(chan struct{})}
 	op.budget = a
 	b.goBackground(func() {
 		defer close(a.done)
-		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		bctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
 		defer cancel()
 		stop := context.AfterFunc(b.base, cancel)
 		defer stop()
+		bk := c.newCall(bctx, callWait, o.action, o.t.names)
+		defer bk.end()
 		var werr error
 		if !done && res.ChangeID != "" {
-			if _, err := c.WaitChange(bctx, res.ChangeID); err != nil {
+			if _, err := c.sharedWaitChange(bk, res.ChangeID); err != nil {
 				werr = c.opError(o, res.ChangeID, res.Attempts, err)
 			}
 		}
-		a.err = c.budgetEnd(bctx, o, h, res, werr)
+		a.err = c.releaseBudget(bk, o, h, &res, werr)
 	})
-	return op, nil
 }
 
 // running returns the names of o that name a running service (or a snap
 // with one).
-func (c *Client) running(ctx context.Context, o op) ([]string, error) {
-	svcs, err := c.Services(ctx, o.t.names...)
+func (c *Client) running(k *call, o op) ([]string, error) {
+	svcs, err := c.services(k, o.t.names)
 	if err != nil {
 		return nil, err
 	}

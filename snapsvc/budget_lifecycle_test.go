@@ -104,6 +104,37 @@ func TestBudgetFenceBeforeRequest(t *testing.T) {
 	}
 }
 
+// Issue 26: the fence's confirmation is checked at the moment of acting:
+// the request is written only while it stands (the connection itself
+// refuses a write past it), and a confirmation that ran out before the
+// write is fenced again; snapd never sees a request sent on it.
+func TestBudgetFenceValidityCheckedAtWrite(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	fences := 0
+	b.fence = func(context.Context, *memSlot) error { return nil }
+	b.valid = func() time.Duration {
+		fences++
+		if fences == 1 {
+			return time.Nanosecond // runs out before the write
+		}
+		return time.Hour
+	}
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
+	res, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"acquire k8s.kubelet", "fence k8s.kubelet", "fence k8s.kubelet", "release k8s.kubelet"}; !slices.Equal(b.steps(), want) {
+		t.Fatalf("steps %q, want %q", b.steps(), want)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 || res.Status != "Done" {
+		t.Fatalf("snapd received %d requests to act (want 1: the one sent on the second fence); result %+v", n, res)
+	}
+}
+
 // Issue 19 defect 3: a slot found lost right before acting stops the
 // request (nothing is sent), is reported once ("lost"), not retryable,
 // and the slot is given back. Both ways of finding out: the fence says so,

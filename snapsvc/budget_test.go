@@ -31,6 +31,9 @@ type memBudget struct {
 	// fence, when set, makes the slots BudgetFencers whose Fence returns
 	// its result (and records "fence KEY").
 	fence func(ctx context.Context, s *memSlot) error
+	// valid, when set, is how long each fence's confirmation stands
+	// (default an hour).
+	valid func() time.Duration
 	// release, when set, runs before each Release attempt (from 1); an
 	// error fails the attempt.
 	release func(ctx context.Context, s *memSlot, attempt int) error
@@ -54,7 +57,13 @@ type fencingSlot struct{ *memSlot }
 
 func (s fencingSlot) Fence(ctx context.Context) (time.Duration, error) {
 	s.b.record("fence " + s.key)
-	return time.Hour, s.b.fence(ctx, s.memSlot)
+	valid := time.Hour
+	s.b.mu.Lock()
+	if s.b.valid != nil {
+		valid = s.b.valid()
+	}
+	s.b.mu.Unlock()
+	return valid, s.b.fence(ctx, s.memSlot)
 }
 
 func newMemBudget(max int) *memBudget {

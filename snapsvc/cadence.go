@@ -1,8 +1,9 @@
 package snapsvc
 
 import (
-	"context"
+	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -49,46 +50,55 @@ import (
 // snapctl without snap-refresh-observe or on 2.57, and REST from a
 // confined snap with snapd-control on 2.57 (no notices, no state file).
 //
-// A blind wait retries the refused request on a fixed grid, counted from
-// the refusal that began the wait (time 0):
+// A blind wait retries the refused request on a grid counted from the
+// refusal that began the wait (time 0), in three phases:
 //
-//	retry 1 at 15 ms (± 5 ms), retry k at 15 ms + (k-1) × 50 ms (± 10 ms)
+//	[0, 2 s)    retry 1 at 15 ms (± 5 ms), then every 53 ms (± 5 ms)
+//	[2 s, 62 s) every 102 ms (± 5 ms): about the snap command's polling
+//	62 s on     each step 1.25 times the last, up to the policy's
+//	            MaxConflictInterval (1 s by default)
 //
-// for the first cadenceSteady (2 s); then the step grows by cadenceGrowth
-// per retry up to the policy's MaxConflictInterval (1 s by default), or,
-// where the blockers can be listed (REST; snapctl with
-// snap-refresh-observe but no notices), the wait lists them and follows
-// them by reading them at the poll interval (WithPollInterval, 100 ms).
+// No 1 s window holds more than 20 of the wait's requests (the one
+// refused first included), nor, once the window starts 2 s or more into
+// the wait, more than 10: the grid keeps to that by itself (20 steps of
+// 53 ms less their jitter span more than a second, and so do the 19 after
+// the first retry and the refusal; 10 steps of 102 ms too), and a limiter
+// on the real send times makes it a bound whatever the answers' delays: a
+// retry that would break it waits until the oldest request of the window
+// leaves it. Where the
+// blockers can be listed (REST; snapctl with snap-refresh-observe but no
+// notices) a wait past its first 2 s lists them instead and follows them
+// by reading them at the poll interval (WithPollInterval, 100 ms).
 //
-// The arithmetic. Each retry is one request, and the one snapd accepts
-// ends the wait; so a wait that ends at retry k made k-1 requests while
-// waiting, over at least (k-1) x 50 ms (retry k comes no sooner than
-// 10 ms + (k-1) x 50 ms - 10 ms): never more than 20 requests per second,
-// at any moment of the wait, whatever its length; after 2 s fewer. A
-// blocker that ends at a random moment is seen by the next retry, within
-// one step (50 ms, 70 ms at worst with the jitter): the wait wakes about
-// 25 ms after it on average, and within 15 ms for the many service changes
-// that end within 15 ms of the refusal. Two retries are never less than
-// 30 ms apart. A retry whose pause fell behind (a slow answer) takes the
-// next grid point ahead, never two at once, so the bound holds. Jitter
-// keeps the retries of separate processes from marching in step.
+// The arithmetic. A blocker that ends at a random moment is seen by the
+// next retry: within one step, so about 27 ms after it (p50) in the first
+// 2 s and about 51 ms after it up to a minute, at about the load of the
+// snap command's polling; within 15 ms for the many service changes that
+// end within 15 ms of the refusal. Two retries are never less than 30 ms
+// apart. A retry whose pause fell behind (a slow answer) takes the next
+// grid point ahead, never two at once. Jitter keeps the retries of
+// separate processes from marching in step.
 //
 // A retry costs snapd about what a read of the change costs (the state
 // lock, the conflict check against the changes in progress), and it needs
 // no second request to act once the blocker is gone: with reads, the read
 // that sees the change ready and the request that follows would both be
-// needed, and at the same 20 requests per second the wait would wake
-// later. The price is that a blind wait does not name its blocker
-// (Result.WaitedFor stays empty for it) and, where it cannot list, cannot
-// tell a blocker waiting for a reboot from a slow one: the policy's
-// MaxElapsedTime bounds it.
+// needed, and at the same rate the wait would wake later. The price is
+// that a blind wait does not name its blocker (Result.WaitedFor stays
+// empty for it) and, where it cannot list, cannot tell a blocker waiting
+// for a reboot from a slow one: the call's bounds end it.
 const (
 	cadenceFirst       = 15 * time.Millisecond
 	cadenceFirstJitter = 5 * time.Millisecond
-	cadenceStep        = 50 * time.Millisecond
-	cadenceJitter      = 10 * time.Millisecond
-	cadenceSteady      = 2 * time.Second
+	cadenceStep        = 53 * time.Millisecond
+	cadenceJitter      = 5 * time.Millisecond
+	cadenceSteady      = 2 * time.Second        // the 53 ms phase
+	cadenceSlowStep    = 102 * time.Millisecond // then, about the snap command's polling
+	cadenceSlowFor     = time.Minute            // until the step grows
 	cadenceGrowth      = 1.25
+	cadenceWindow      = time.Second
+	cadenceFastMax     = 20 // requests in any window starting in the first 2 s
+	cadenceSlowMax     = 10 // in any window starting later
 )
 
 // blindState is what a Client learned about whether it can observe
@@ -107,6 +117,7 @@ type cadence struct {
 	grid  time.Time     // the last retry's grid point
 	step  time.Duration // the step after grid
 	n     int           // retries so far
+	sent  []time.Time   // send times of the wait's requests, the last cadenceFastMax
 	rnd   func() float64
 }
 
@@ -114,14 +125,14 @@ func newCadence(clock retry.Clock, capStep time.Duration) *cadence {
 	if capStep <= 0 {
 		capStep = retry.DefaultPolicy().MaxConflictInterval
 	}
-	return &cadence{clock: clock, cap: max(capStep, cadenceStep), rnd: rand.Float64}
+	return &cadence{clock: clock, cap: max(capStep, cadenceSlowStep), rnd: rand.Float64}
 }
 
 // begun reports whether a blind wait is under way, and since when.
 func (cd *cadence) begun() (time.Time, bool) { return cd.start, !cd.start.IsZero() }
 
 // reset ends the blind wait: the next refusal begins a new one.
-func (cd *cadence) reset() { cd.start, cd.n = time.Time{}, 0 }
+func (cd *cadence) reset() { cd.start, cd.n, cd.sent = time.Time{}, 0, cd.sent[:0] }
 
 // steady reports whether the wait is still within its first cadenceSteady.
 func (cd *cadence) steady() bool {
@@ -133,30 +144,80 @@ func (cd *cadence) jitter(j time.Duration) time.Duration {
 	return time.Duration((2*cd.rnd() - 1) * float64(j))
 }
 
-// next returns the pause before the next retry, counted from now (the
-// refusal that begins the wait, or the refusal of the last retry).
-func (cd *cadence) next() time.Duration {
+// next returns the pause before the next retry, counted from now; sentAt
+// is when the request just refused was sent (the first one begins the
+// wait).
+func (cd *cadence) next(sentAt time.Time) time.Duration {
 	now := cd.clock.Now()
 	if cd.start.IsZero() {
-		cd.start, cd.n = now, 0
+		cd.start, cd.n = sentAt, 0
 	}
+	cd.note(sentAt)
 	cd.n++
+	var at time.Time
 	if cd.n == 1 {
 		cd.grid, cd.step = cd.start.Add(cadenceFirst), cadenceStep
-		return max(cd.grid.Add(cd.jitter(cadenceFirstJitter)).Sub(now), 0)
-	}
-	for {
-		cd.grid = cd.grid.Add(cd.step)
-		step := cd.step
-		if cd.grid.Sub(cd.start) >= cadenceSteady {
-			cd.step = min(time.Duration(float64(cd.step)*cadenceGrowth), cd.cap)
+		at = cd.grid.Add(cd.jitter(cadenceFirstJitter))
+	} else {
+		for {
+			cd.grid = cd.grid.Add(cd.step)
+			step := cd.step
+			switch into := cd.grid.Sub(cd.start); {
+			case into >= cadenceSteady+cadenceSlowFor:
+				cd.step = min(time.Duration(float64(cd.step)*cadenceGrowth), cd.cap)
+			case into >= cadenceSteady:
+				cd.step = cadenceSlowStep
+			}
+			at = cd.grid.Add(cd.jitter(min(cadenceJitter, step/5)))
+			if at.After(now) {
+				break
+			}
+			// Behind (a slow answer): the next grid point ahead.
 		}
-		at := cd.grid.Add(cd.jitter(min(cadenceJitter, step/5)))
-		if d := at.Sub(now); d > 0 {
-			return d
-		}
-		// Behind (a slow answer): the next grid point ahead.
 	}
+	return max(cd.admit(at).Sub(now), 0)
+}
+
+// note records a request of the wait sent at t (a refused retry, or a
+// listing that found no blocker it could follow), keeping the send times
+// sorted and the last cadenceFastMax of them.
+func (cd *cadence) note(t time.Time) {
+	i := len(cd.sent)
+	for i > 0 && cd.sent[i-1].After(t) {
+		i--
+	}
+	cd.sent = slices.Insert(cd.sent, i, t)
+	if len(cd.sent) > cadenceFastMax {
+		cd.sent = cd.sent[len(cd.sent)-cadenceFastMax:]
+	}
+}
+
+// delay returns how long a request due at t must wait to keep to the
+// wait's request budget (see admit).
+func (cd *cadence) delay(t time.Time) time.Duration { return cd.admit(t).Sub(t) }
+
+// admit returns the earliest time, at or after at, when one more request
+// keeps every window of cadenceWindow within its bound: cadenceFastMax
+// requests, or cadenceSlowMax for a window that starts cadenceSteady or
+// more into the wait. The windows that matter start at a request already
+// sent, less than cadenceWindow before at.
+func (cd *cadence) admit(at time.Time) time.Time {
+	for moved := true; moved; {
+		moved = false
+		for i, s := range cd.sent {
+			if !at.Before(s.Add(cadenceWindow)) {
+				continue // the window from s ends before at
+			}
+			limit := cadenceFastMax
+			if s.Sub(cd.start) >= cadenceSteady {
+				limit = cadenceSlowMax
+			}
+			if n := len(cd.sent) - i + 1; n > limit {
+				at, moved = s.Add(cadenceWindow), true
+			}
+		}
+	}
+	return at
 }
 
 // blind reports whether a conflict must be waited out blind (see above):
@@ -188,33 +249,30 @@ func (c *Client) noteListing(err error) {
 }
 
 // retryBlind waits out a conflict blind: it reports the conflict and
-// pauses until the cadence's next retry. Like waitOut, it lets go of the
-// cross-process locks meanwhile (a hook of the blocking change, another
-// process, may need them), keeping this process's own. Its error is final
-// for the operation.
-func (r *runner) retryBlind(ctx context.Context, ce *retry.ConflictError) error {
-	c := r.c
+// pauses until the cadence's next retry, within the call's bounds. Like
+// waitOut, it lets go of the cross-process locks meanwhile (a hook of the
+// blocking change, another process, may need them), keeping this
+// process's own. Its error is final for the operation.
+func (r *runner) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
+	c, k := r.c, r.k
 	first := r.cad.n == 0
-	ev := r.event(EventConflict)
+	ev := k.event(EventConflict)
 	ev.Err = ce
 	c.emit(ev)
 	if first {
-		r.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+		k.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 	} else {
-		r.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+		k.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 	}
-	d := r.cad.next()
-	if left, ok := r.rt.Remaining(); ok {
-		d = min(d, max(left, 0))
-	}
+	d := r.cad.next(sentAt)
 	if r.h != nil {
 		r.h.releaseFiles()
 	}
-	if err := retry.Sleep(ctx, c.clock, d); err != nil {
-		return interrupted(ctx, ce)
+	if err := k.sleep(d); err != nil {
+		if errors.As(err, new(*gaveUpError)) {
+			return err
+		}
+		return interrupted(k.ctx, ce)
 	}
-	if r.h != nil {
-		return c.lockFiles(ctx, r.h, r.o.t.snaps)
-	}
-	return nil
+	return r.relockFiles()
 }

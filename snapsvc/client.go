@@ -72,6 +72,7 @@ type Client struct {
 	budget     *budgetRunner // WithRestartBudget; nil: none
 	blind      blindState    // cadence.go
 	pace       paceState     // owncursor.go
+	seenID     atomic.Int64  // the highest change id snapd reported (find.go)
 	clockKey   string        // watcher.go: "real", or unique to a Client built WithClock
 	bg         *background   // work owed after calls returned; ended by Close
 }

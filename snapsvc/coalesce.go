@@ -28,9 +28,10 @@ var errLeaderGone = errors.New("coalesced request ended before acting")
 // failed): when the leader ends otherwise (its own policy or deadline ran
 // out, or its outcome is unknown) the joiner acts itself, within its own
 // bounds, so joining never shortens or lengthens a caller's bound.
-func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
+func (c *Client) coalesce(k *call, o op) (*Result, error) {
+	ctx := k.ctx
 	if o.action != "restart" || len(o.t.snaps) != 1 || c.queuesInHook() {
-		res, _, err := c.run(ctx, o, true)
+		res, _, err := c.run(k, o, true)
 		return res, err
 	}
 	l := lockFor(c.instance, o.t.snaps[0])
@@ -46,7 +47,7 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 			break // lead, with l.mu held
 		}
 		l.mu.Unlock()
-		c.log(ctx).Debug("joining an identical restart waiting for the snap's lock", "snap", o.t.snaps[0])
+		k.log.Debug("joining an identical restart waiting for the snap's lock")
 		select {
 		case <-ctx.Done():
 			return nil, c.opError(o, "", 0, ctxErr(ctx, "waiting for an identical restart"))
@@ -58,7 +59,7 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 			// says nothing about this caller's bounds, so it acts itself.
 			continue
 		}
-		c.log(ctx).Debug("restart merged into an identical request", "snap", o.t.snaps[0], "change", resultChange(f.res))
+		k.log.Debug("restart merged into an identical request", "change", resultChange(f.res))
 		if f.err != nil {
 			return nil, f.err
 		}
@@ -70,9 +71,9 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 	f := &flight{done: make(chan struct{})}
 	l.waiting[key] = f
 	l.mu.Unlock()
-	c.log(ctx).Debug("leading identical restarts until the snap's lock is taken", "snap", o.t.snaps[0])
+	k.log.Debug("leading identical restarts until the snap's lock is taken")
 
-	ctx = context.WithValue(ctx, lockedHookKey{}, func() {
+	k.ctx = context.WithValue(ctx, lockedHookKey{}, func() {
 		l.mu.Lock()
 		if l.waiting[key] == f {
 			delete(l.waiting, key)
@@ -80,7 +81,7 @@ func (c *Client) coalesce(ctx context.Context, o op) (*Result, error) {
 		f.started = true
 		l.mu.Unlock()
 	})
-	res, _, err := c.run(ctx, o, true)
+	res, _, err := c.run(k, o, true)
 	l.mu.Lock()
 	if l.waiting[key] == f {
 		delete(l.waiting, key)

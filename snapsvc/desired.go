@@ -29,10 +29,7 @@ type EnsureResult struct {
 // daemon start. Oneshot services that have exited count as inactive and
 // are started again.
 func (c *Client) EnsureRunning(ctx context.Context, names []string) (*EnsureResult, error) {
-	return c.ensure(ctx, "start", names, func(s Service) bool { return !s.Active || !s.Enabled },
-		func(ctx context.Context, todo []string) (*Result, error) {
-			return c.Start(ctx, todo, StartOptions{Enable: true})
-		})
+	return c.ensure(ctx, "start", names, func(s Service) bool { return !s.Active || !s.Enabled }, func(o *op) { o.enable = true })
 }
 
 // EnsureStopped makes the named services inactive, acting only on the
@@ -40,18 +37,23 @@ func (c *Client) EnsureRunning(ctx context.Context, names []string) (*EnsureResu
 // opts.Disable also disables the enabled ones (active or not). When
 // nothing differs it sends no request to act.
 func (c *Client) EnsureStopped(ctx context.Context, names []string, opts StopOptions) (*EnsureResult, error) {
-	return c.ensure(ctx, "stop", names, func(s Service) bool { return s.Active || (opts.Disable && s.Enabled) },
-		func(ctx context.Context, todo []string) (*Result, error) {
-			return c.Stop(ctx, todo, opts)
-		})
+	return c.ensure(ctx, "stop", names, func(s Service) bool { return s.Active || (opts.Disable && s.Enabled) }, func(o *op) { o.disable = opts.Disable })
 }
 
-func (c *Client) ensure(ctx context.Context, action string, names []string, differs func(Service) bool,
-	act func(context.Context, []string) (*Result, error)) (*EnsureResult, error) {
+// ensure is one call: the read of the services' state and the operation
+// on those that differ share its bounds.
+func (c *Client) ensure(ctx context.Context, action string, names []string, differs func(Service) bool, set func(*op)) (*EnsureResult, error) {
 	if len(names) == 0 {
 		return nil, &OpError{Op: "ensure " + action, Err: ErrNoNames}
 	}
-	svcs, err := c.Services(ctx, names...)
+	for _, n := range names {
+		if _, _, err := ValidateName(n); err != nil {
+			return nil, &OpError{Op: "ensure " + action, Names: names, Err: err}
+		}
+	}
+	k := c.newCall(ctx, callOp, action, names)
+	defer k.end()
+	svcs, err := c.services(k, names)
 	if err != nil {
 		return nil, &OpError{Op: "ensure " + action, Names: names, Err: err}
 	}
@@ -66,11 +68,19 @@ func (c *Client) ensure(ctx context.Context, action string, names []string, diff
 	slices.Sort(out.Changed)
 	slices.Sort(out.Unchanged)
 	if len(out.Changed) == 0 {
-		c.log(ctx).Debug("services already in the desired state", "action", action, "names", strings.Join(names, ","))
+		k.log.Debug("services already in the desired state", "action", action, "names", strings.Join(names, ","))
 		return out, nil
 	}
-	c.log(ctx).Info("bringing services to the desired state", "action", action, "names", strings.Join(out.Changed, ","))
-	res, err := act(ctx, out.Changed)
+	k.log.Info("bringing services to the desired state", "action", action, "names", strings.Join(out.Changed, ","))
+	o, err := c.prepare(action, out.Changed, set)
+	if err != nil {
+		return nil, err
+	}
+	started := c.opStarted(action, out.Changed)
+	k.ev.Names = o.t.names
+	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
+	res, err := c.operate(k, o)
+	c.opEnded(action, out.Changed, started, res, err)
 	if err != nil {
 		return nil, err
 	}
@@ -87,12 +97,20 @@ func (c *Client) WaitActive(ctx context.Context, names []string) error {
 	if len(names) == 0 {
 		return &OpError{Op: "wait active", Err: ErrNoNames}
 	}
+	for _, n := range names {
+		if _, _, err := ValidateName(n); err != nil {
+			return &OpError{Op: "wait active", Names: names, Err: err}
+		}
+	}
+	k := c.newCall(ctx, callWait, "wait", names)
+	defer k.end()
+	ctx = k.ctx
 	var (
 		inactive []string
 		last     error
 	)
 	for {
-		svcs, err := c.Services(ctx, names...)
+		svcs, err := c.services(k, names)
 		switch {
 		case err == nil:
 			last = nil
@@ -106,12 +124,15 @@ func (c *Client) WaitActive(ctx context.Context, names []string) error {
 				return nil
 			}
 		case ctx.Err() != nil:
-		case !retry.IsRetryable(err) || errors.Is(err, ErrNotFound):
+		case !retry.IsRetryable(err) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrGaveUp):
 			return &OpError{Op: "wait active", Names: names, Err: err}
 		default:
 			last = err
 		}
-		if err := retry.Sleep(ctx, c.clock, c.poll); err != nil {
+		if err := k.sleep(c.poll); err != nil {
+			if ctx.Err() == nil {
+				return &OpError{Op: "wait active", Names: names, Err: err} // MaxUnreachable
+			}
 			return &OpError{Op: "wait active", Names: names, Err: waitActiveErr(ctx, inactive, last)}
 		}
 	}

@@ -168,9 +168,15 @@ func interrupted(ctx context.Context, last error) error {
 }
 
 // outcomeUnknownError is an operation whose effect could not be found out.
+// sent, when set, is when the request whose outcome is unknown was sent,
+// and found, when set, yields the change a look-up in the background
+// found for it ("" for none) once the look-up ends: a restart budget holds
+// its slots until then (budget.go, the slot rule).
 type outcomeUnknownError struct {
 	reason string
 	last   error
+	sent   sent
+	found  <-chan string
 }
 
 func (e *outcomeUnknownError) Error() string   { return e.reason + ": " + e.last.Error() }

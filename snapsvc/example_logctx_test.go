@@ -52,5 +52,5 @@ func ExampleWithContextLogger() {
 		log.Fatal(err)
 	}
 	// Output:
-	// "level"=0 "msg"="change done" "controller"="node-configuration" "change"="1" "action"="restart" "attempt"=1
+	// "level"=0 "msg"="change done" "controller"="node-configuration" "snap"="k8s" "action"="restart" "names"="k8s.kubelet" "change"="1" "attempt"=1
 }

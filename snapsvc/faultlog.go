@@ -23,10 +23,21 @@ func (f *faultLog) log(l *slog.Logger, state, msg string, args ...any) {
 	l.Info(msg, args...)
 }
 
-// end logs, at Info, the end of the current state, if any.
+// end logs, at Info, the end of the current state, if any: the fault
+// cleared.
 func (f *faultLog) end(l *slog.Logger) {
 	if f.state != "" {
 		l.Info("no longer "+f.state, "repeats_logged_at_debug", f.repeats)
+	}
+	f.state, f.repeats = "", 0
+}
+
+// gaveUp logs, at Info, that the operation ended while still in the
+// current state (it gave up, or its time ran out): the fault did not
+// clear, so it is not reported as over.
+func (f *faultLog) gaveUp(l *slog.Logger) {
+	if f.state != "" {
+		l.Info("ended while "+f.state, "repeats_logged_at_debug", f.repeats)
 	}
 	f.state, f.repeats = "", 0
 }

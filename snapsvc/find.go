@@ -1,10 +1,10 @@
 package snapsvc
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,42 +61,60 @@ func (c *Client) unclaim(o op, id string) {
 	}
 }
 
-// findOpChange looks for the change snapd made for request o sent at
-// sentAt, and claims it: the earliest service-control change whose tasks
-// do exactly what o asks on every snap (same action, same services),
-// spawned no earlier than the request, neither claimed by another
-// operation of this process nor one it waited out (skip). It returns ""
-// when there is none.
+// sent is when a request to act was sent, as the client knows it: its
+// time on the client's clock, and the highest change id the client had
+// seen by then (snapd numbers changes in order: one it had seen was made
+// before the request).
+type sent struct {
+	at   time.Time
+	seen int64
+}
+
+// findOpChange looks for the change snapd made for request o sent at s,
+// and claims it: the earliest service-control change whose tasks do
+// exactly what o asks on every snap (same action, same services), made
+// after the request, neither claimed by another operation of this process
+// nor one it waited out (skip). It returns "" when there is none.
 //
-// snapd stamps a change with its own clock when it creates it, after the
-// request arrived; the client's clock (WithClock) must read the same time,
-// as it does for a snapd on the same machine. A change spawned before the
-// request cannot be its change, however alike (an identical restart a
-// moment earlier is someone else's). Enable and disable leave no trace in
-// a change (the task summary is the same), so for a start --enable or a
+// "After the request": a change the client had seen before it sent the
+// request is not its, and snapd stamps a change with its own clock when it
+// creates it, after the request arrived, so its spawn time is no earlier
+// than the request's send time read on snapd's clock. The client learns
+// how snapd's clock reads against its own from its own changes
+// (owncursor.go); until it has, it takes them to agree, as they do: snapd
+// and the client share the machine's one clock (a snapd with a clock of
+// its own, such as a fake with an injected one, is told apart by the
+// client's first own change). Enable and disable leave no trace in a
+// change (the task summary is the same), so for a start --enable or a
 // stop --disable the caller checks the services' state once the change is
 // done (runner.adoptedMatches).
 //
 // until, when not zero, also leaves out changes spawned after it: snapd
 // makes a request's change before it answers, so for a request that was
 // answered (snapctl's "taking too long", say) nothing later is its.
-func (c *Client) findOpChange(ctx context.Context, o op, sentAt, until time.Time, skip map[string]bool) (string, error) {
-	all, err := c.wholeSnapServices(ctx, o)
+func (c *Client) findOpChange(k *call, o op, s sent, until time.Time, skip map[string]bool) (string, error) {
+	all, err := c.wholeSnapServices(k, o)
 	if err != nil {
 		return "", err
 	}
-	chgs, err := c.main.Changes(ctx, snapd.SelectAll, "")
+	chgs, err := c.main.Changes(k.ctx, snapd.SelectAll, "")
+	k.observe(err)
 	if err != nil {
 		return "", err
 	}
-	return c.claimOpChange(chgs, o, all, sentAt, until, skip), nil
+	c.saw(chgs...)
+	return c.claimOpChange(chgs, o, all, s, until, skip), nil
 }
 
 // claimOpChange is findOpChange on a listing, with all from
 // wholeSnapServices; a non-zero answeredAt also leaves out changes
 // spawned after snapd answered the request.
-func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, sentAt, answeredAt time.Time, skip map[string]bool) string {
-	for _, id := range opCandidates(chgs, o, all, sentAt, answeredAt, skip) {
+func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
+	from, to := c.pace.snapdTime(s.at), time.Time{}
+	if !answeredAt.IsZero() {
+		to = c.pace.snapdTimeLate(answeredAt)
+	}
+	for _, id := range opCandidates(chgs, o, all, s.seen, from, to, skip) {
 		if c.claim(o, id) {
 			return id
 		}
@@ -104,13 +122,37 @@ func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]strin
 	return ""
 }
 
+// saw notes the ids of changes snapd reported.
+func (c *Client) saw(chgs ...snapd.Change) {
+	for i := range chgs {
+		c.sawID(chgs[i].ID)
+	}
+}
+
+// sawID notes a change id snapd reported.
+func (c *Client) sawID(id string) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		old := c.seenID.Load()
+		if n <= old || c.seenID.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// sending returns the stamp of a request about to be sent.
+func (c *Client) sending() sent { return sent{at: c.clock.Now(), seen: c.seenID.Load()} }
+
 // wholeSnapServices returns, for each snap o names as a whole in a start
 // or stop (and no service of it explicitly), the sorted names of all its
 // services: snapd's task summary lists them (serviceControlTs), so only
 // with them can a change be told to be o's. A foreign start of one
 // service of the snap must not pass for a start of all of them. It
 // returns nil when o needs none.
-func (c *Client) wholeSnapServices(ctx context.Context, o op) (map[string][]string, error) {
+func (c *Client) wholeSnapServices(k *call, o op) (map[string][]string, error) {
 	var snaps []string
 	for _, snap := range o.t.snaps {
 		if o.action != "restart" && namesWholeOnly(o, snap) {
@@ -120,7 +162,7 @@ func (c *Client) wholeSnapServices(ctx context.Context, o op) (map[string][]stri
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	svcs, err := c.Services(ctx, snaps...)
+	svcs, err := c.services(k, snaps)
 	if err != nil {
 		return nil, err
 	}
@@ -153,16 +195,20 @@ func namesWholeOnly(o op, snap string) bool {
 }
 
 // opCandidates lists, earliest first, the changes in chgs that may have
-// been made for request o sent at sentAt (and answered by answeredAt when
-// it is not zero).
-func opCandidates(chgs []snapd.Change, o op, all map[string][]string, sentAt, answeredAt time.Time, skip map[string]bool) []string {
+// been made for request o: unseen before it (an id above seen), spawned no
+// earlier than from and, when to is not zero, no later than to (snapd's
+// clock).
+func opCandidates(chgs []snapd.Change, o op, all map[string][]string, seen int64, from, to time.Time, skip map[string]bool) []string {
 	var ids []string
 	for i := range chgs {
 		chg := &chgs[i]
-		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(sentAt) {
+		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(from) {
 			continue
 		}
-		if !answeredAt.IsZero() && chg.SpawnTime.After(answeredAt) {
+		if n, err := strconv.ParseInt(chg.ID, 10, 64); err == nil && n <= seen {
+			continue
+		}
+		if !to.IsZero() && chg.SpawnTime.After(to) {
 			continue
 		}
 		if matchesOp(chg, o, all) {
@@ -257,7 +303,7 @@ func expectedSummary(o op, snap string, all []string) string {
 // perform the following tasks: ...") in *errp, turns it into a
 // *ChangeError (keeping snapd's error in the chain) and returns the
 // change's id when it can be found.
-func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp *error) string {
+func (c *Client) changeFailure(k *call, o op, sentAt time.Time, errp *error) string {
 	var apiErr *snapd.Error
 	if c.mode != ModeSnapctl || !errors.As(*errp, &apiErr) {
 		return ""
@@ -269,7 +315,7 @@ func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp
 	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
 		return ""
 	}
-	id, _ := c.findOpChange(ctx, o, sentAt, c.clock.Now(), nil) // snapctl answered: the change predates the answer
+	id, _ := c.findOpChange(k, o, sent{at: sentAt}, c.clock.Now(), nil) // snapctl answered: the change predates the answer
 	*errp = errors.Join(&ChangeError{ID: id, Kind: "service-control", Status: snapd.StatusError, Err: msg}, *errp)
 	return id
 }
@@ -278,15 +324,17 @@ func (c *Client) changeFailure(ctx context.Context, o op, sentAt time.Time, errp
 // run-hook task for one of snaps is Doing), or "". snapd leaves that
 // change out of the conflict check (hookstate Context.ChangeID), and
 // waiting for it from inside the hook would never end.
-func (c *Client) ownHookChange(ctx context.Context, snaps []string) string {
+func (c *Client) ownHookChange(k *call, snaps []string) string {
 	if c.blind.noListing.Load() {
 		return "" // snapd refuses this client its changes (cadence.go)
 	}
-	chgs, err := c.main.Changes(ctx, snapd.SelectInProgress, "")
+	chgs, err := c.main.Changes(k.ctx, snapd.SelectInProgress, "")
+	k.observe(err)
 	if err != nil {
 		c.noteListing(err)
 		return ""
 	}
+	c.saw(chgs...)
 	for _, chg := range chgs {
 		for _, t := range chg.Tasks {
 			if t.Kind != "run-hook" || t.Status != snapd.StatusDoing {

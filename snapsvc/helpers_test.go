@@ -155,7 +155,7 @@ type firedTimer struct{ ch chan time.Time }
 func (t firedTimer) C() <-chan time.Time { return t.ch }
 func (t firedTimer) Stop() bool          { return false }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx

@@ -156,7 +156,11 @@ func (o *Operation) wait(ctx context.Context) (*Result, error) {
 	if done {
 		return &res, o.budgetWait(ctx)
 	}
-	chg, err := o.c.sharedWaitChange(ctx, res.ChangeID, Event{Op: o.op.action, Names: o.op.t.names})
+	var chg *snapd.Change
+	err := o.c.callOf(ctx, callWait, o.op.action, o.op.t.names, func(k *call) (err error) {
+		chg, err = o.c.sharedWaitChange(k, res.ChangeID)
+		return err
+	})
 	if err != nil {
 		return nil, o.c.opError(o.op, res.ChangeID, res.Attempts, err)
 	}
@@ -187,35 +191,69 @@ func (c *Client) prepare(action string, names []string, set func(*op)) (op, erro
 	return o, nil
 }
 
+// runSync is the life of one synchronous operation (run.go): bound, pace
+// and budget, lock to verdict (identical restarts coalesced), release.
 func (c *Client) runSync(ctx context.Context, action string, names []string, set func(*op)) (*Result, error) {
 	o, err := c.prepare(action, names, set)
 	if err != nil {
 		return nil, err
 	}
-	// The policy's time bounds the whole call, as a deadline.
-	ctx, cancel := c.bound(ctx)
-	defer cancel()
-	if c.budget != nil {
-		return c.runBudgeted(ctx, o)
-	}
-	return c.coalesce(ctx, o)
+	k := c.newOpCall(ctx, o)
+	defer k.end()
+	return c.operate(k, o)
 }
 
+// operate is budget, lock to verdict, and release of operation o on its
+// call k.
+func (c *Client) operate(k *call, o op) (*Result, error) {
+	h, err := c.takeBudget(k, o)
+	if err != nil {
+		return nil, err
+	}
+	k.hold = h
+	res, err := c.coalesce(k, o)
+	if h != nil {
+		err = c.releaseBudget(k, o, h, res, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// runAsync is runSync up to snapd's acceptance; the wait, and the release
+// of the budget's slots, go on in the background (budget.go, holdAsync).
 func (c *Client) runAsync(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
 	o, err := c.prepare(action, names, set)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := c.bound(ctx)
-	defer cancel()
-	if c.budget != nil {
-		return c.runAsyncBudgeted(ctx, o)
-	}
-	res, done, err := c.run(ctx, o, false)
+	k := c.newOpCall(ctx, o)
+	defer k.end()
+	h, err := c.takeBudget(k, o)
 	if err != nil {
 		return nil, err
 	}
-	return &Operation{c: c, op: o, result: *res, done: done}, nil
+	k.hold = h
+	res, done, err := c.run(k, o, false)
+	if err != nil {
+		if h != nil {
+			err = c.releaseBudget(k, o, h, nil, err)
+		}
+		return nil, err
+	}
+	op := &Operation{c: c, op: o, result: *res, done: done}
+	if h != nil {
+		c.holdAsync(k, op, h, done)
+	}
+	return op, nil
+}
+
+// newOpCall begins the call of operation o, its log lines naming it.
+func (c *Client) newOpCall(ctx context.Context, o op) *call {
+	k := c.newCall(ctx, callOp, o.action, o.t.names)
+	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
+	return k
 }
 
 func (c *Client) opError(o op, changeID string, attempts int, err error) error {
@@ -224,12 +262,12 @@ func (c *Client) opError(o op, changeID string, attempts int, err error) error {
 
 // finish waits for the operation's change (wait) or records it as pending
 // for the next operation on these snaps (async).
-func (c *Client) finish(ctx context.Context, o op, res *Result, wait bool, wo waitOpts) (*Result, bool, error) {
+func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Result, bool, error) {
 	if !wait {
 		c.addPending(o, res.ChangeID)
 		return res, false, nil
 	}
-	chg, err := c.waitChange(ctx, res.ChangeID, wo)
+	chg, err := c.waitChange(k, res.ChangeID, wo)
 	if err != nil {
 		var ce *ChangeError
 		if !errors.As(err, &ce) {
@@ -239,11 +277,11 @@ func (c *Client) finish(ctx context.Context, o op, res *Result, wait bool, wo wa
 				err = adoptedWaitError(res.ChangeID, err)
 			}
 		}
-		c.log(ctx).Info("change failed", "change", res.ChangeID, "action", o.action, "error", err)
+		k.log.Info("change failed", "change", res.ChangeID, "error", err)
 		return nil, false, c.opError(o, res.ChangeID, res.Attempts, err)
 	}
 	res.Status = chg.Status
-	c.log(ctx).Info("change done", "change", res.ChangeID, "action", o.action, "attempt", res.Attempts)
+	k.log.Info("change done", "change", res.ChangeID, "attempt", res.Attempts)
 	return res, true, nil
 }
 

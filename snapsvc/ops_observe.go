@@ -23,14 +23,6 @@ type opObs struct {
 // now is the client's clock.
 func (c *Client) now() time.Time { return c.clock.Now() }
 
-// elapsed is the time since the operation's first attempt started.
-func (r *runner) elapsed() time.Duration {
-	if r.rt == nil {
-		return 0
-	}
-	return r.rt.Elapsed()
-}
-
 func (c *Client) opStarted(action string, names []string) time.Time {
 	at := c.now()
 	c.emit(Event{Kind: EventStarted, Op: action, Names: names})

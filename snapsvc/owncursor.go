@@ -1,6 +1,7 @@
 package snapsvc
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,63 +28,164 @@ import (
 // The risk is a change that ended before answeredAt: its last notice is
 // not after the cursor and the long-poll would sleep through its end. So
 // the first long-poll is bounded by firstPollWait: twice the time this
-// client's last own change took (snapd's spawn-time to ready-time), plus
-// ownPollMargin, at most ownPollMax. A change that ended that early is
-// read when it runs out: found late by at most that bound, never missed,
-// still in three requests. A change that takes more than twice the last
-// one costs two more requests (a read that finds it running, and a
-// long-poll from the same cursor). A change whose Doing notice comes after
-// answeredAt wakes the long-poll early: its two occurrences (spawn,
-// Doing) say it is not ready, and a second long-poll follows (four
-// requests). A client's first change, with nothing to go by, takes the
-// cursor from a first read of the notices (four requests).
+// client's last own change of the same kind took (snapd's spawn-time to
+// ready-time), plus ownPollMargin, at most ownPollMax. A change that ended
+// that early is read when it runs out: found late by at most that bound,
+// never missed, still in three requests. A change that takes more than
+// twice the last one costs three more requests (a read that finds it
+// running, a read of its notices for a cursor in snapd's time, and a
+// long-poll from it). A change whose Doing notice comes after answeredAt
+// wakes the long-poll early: its two occurrences (spawn, Doing) say it is
+// not ready, and a second long-poll follows from that notice's time (four
+// requests).
 const (
 	ownPollMargin = 5 * time.Millisecond
 	ownPollMax    = 2 * time.Second
 )
 
+// ownInstant: a first long-poll this short or shorter is for a kind of
+// change that has been instant (done within snapd's handler, before its
+// answer): the change is read at once instead, ready in two requests.
+const ownInstant = 2*time.Millisecond + ownPollMargin
+
+// The pace is learned per kind of operation (its action, flags and names:
+// op.key), so a restart of kubelet that takes half a second does not set
+// the first long-poll of a start of an active service, which is done at
+// once: a kind that has been instant is read at once (ownInstant; two
+// requests). A kind not seen yet takes its cursor from a first read of the
+// notices instead (four requests; three for a change that is ready by
+// then, seen at once).
+//
+// The client's clock is trusted to read snapd's only while each own
+// change bears it out: its spawn time (snapd's clock) lies between the
+// client's times of sending the request and reading the answer (give or
+// take clockSlack). A change that does not turns the answer-time cursor
+// off until one does again; and the answer-time cursor serves one
+// long-poll only: any long-poll after it takes its cursor from snapd's
+// notices, so a clock that drifted since cannot hold a wait.
+const ownKinds = 64 // kinds remembered; the oldest is forgotten
+
 // paceState is what a Client has learned about the pace of its own
 // changes.
 type paceState struct {
-	lastOwn atomic.Int64 // the last own change's duration (ns); 0: none yet
+	mu       sync.Mutex
+	byKind   map[string]time.Duration // each kind's last duration; 1ns: instant
+	order    []string                 // kinds, oldest first
+	clockBad atomic.Bool              // the last own change's times did not fit the client's clock
+	// How snapd's clock reads against the client's (snapd's minus the
+	// client's), as own changes bound it: each was spawned (snapd's clock)
+	// between its request's send and its answer (the client's).
+	offKnown     bool
+	offLo, offHi time.Duration
 }
 
-// firstPollWait returns the timeout of the first long-poll for the
-// operation's own change, and false when the client has no change of its
-// own to go by.
-func (p *paceState) firstPollWait() (time.Duration, bool) {
-	d := time.Duration(p.lastOwn.Load())
-	if d <= 0 {
+// offsetKnown reports whether an own change has bounded snapd's clock.
+func (p *paceState) offsetKnown() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.offKnown
+}
+
+// snapdTime returns the earliest snapd's clock may read when the client's
+// reads t: t itself until an own change says better. (Each own change
+// bounds the offset from below by its spawn time less its answer time:
+// snapd stamped it before the client read the answer.)
+func (p *paceState) snapdTime(t time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.offKnown {
+		return t.Add(p.offLo)
+	}
+	return t
+}
+
+// snapdTimeLate returns the latest snapd's clock may read when the
+// client's reads t.
+func (p *paceState) snapdTimeLate(t time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.offKnown {
+		return t.Add(p.offHi)
+	}
+	return t
+}
+
+// noteOffset narrows what is known of snapd's clock with a change spawned
+// at spawn (snapd's clock) by a request sent at sentAt and answered at
+// answeredAt (the client's). Bounds that no longer meet (a clock stepped)
+// start afresh.
+func (p *paceState) noteOffset(spawn, sentAt, answeredAt time.Time) {
+	lo, hi := spawn.Sub(answeredAt), spawn.Sub(sentAt)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.offKnown && lo <= p.offHi+clockSlack && hi >= p.offLo-clockSlack {
+		p.offLo, p.offHi = max(p.offLo, lo), min(p.offHi, hi)
+		if p.offLo > p.offHi {
+			p.offLo, p.offHi = p.offHi, p.offLo
+		}
+		return
+	}
+	p.offKnown, p.offLo, p.offHi = true, lo, hi
+}
+
+// firstPollWait returns the timeout of the first long-poll for an own
+// change of kind, and false when the client has nothing to go by.
+func (p *paceState) firstPollWait(kind string) (time.Duration, bool) {
+	d, ok := p.last(kind)
+	if !ok {
 		return 0, false
 	}
 	return min(2*d+ownPollMargin, ownPollMax), true
 }
 
-// clockSlack and answerMax bound where the spawn time of a change made by
-// a request answered at answeredAt (client clock) may lie for the two
-// clocks to count as one: snapd makes the change before it answers.
-const (
-	clockSlack = 5 * time.Millisecond
-	answerMax  = 10 * time.Second
-)
+// last returns the last duration of an own change of kind.
+func (p *paceState) last(kind string) (time.Duration, bool) {
+	if p.clockBad.Load() {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d, ok := p.byKind[kind]
+	return d, ok
+}
 
-// noteOwn records how long an own change took, answered at answeredAt.
-// Where the change's spawn time says snapd's clock is not the client's
-// (a client built WithClock, snapd in another time), it forgets instead:
-// a cursor from the client's clock would mean nothing to snapd.
-func (p *paceState) noteOwn(chg *snapd.Change, answeredAt time.Time) {
+// clockSlack bounds how far a change's spawn time (snapd's clock) may lie
+// outside the client's times of sending the request that made it and
+// reading snapd's answer for the two clocks to count as one.
+const clockSlack = 5 * time.Millisecond
+
+// noteOwn records how long an own change of kind took, made by a request
+// sent at sentAt and answered at answeredAt (client clock). Where its spawn
+// time says snapd's clock is not the client's (a client built WithClock,
+// snapd in another time, a clock stepped), the answer-time cursor is
+// turned off until a change fits again.
+func (p *paceState) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt time.Time) {
 	if chg == nil || chg.ReadyTime == nil {
 		return
 	}
-	if answeredAt.IsZero() || chg.SpawnTime.After(answeredAt.Add(clockSlack)) || chg.SpawnTime.Before(answeredAt.Add(-answerMax)) {
-		p.lastOwn.Store(0)
+	if sentAt.IsZero() || answeredAt.IsZero() {
 		return
 	}
-	if d := chg.ReadyTime.Sub(chg.SpawnTime); d > 0 {
-		p.lastOwn.Store(int64(d))
-	} else {
-		p.lastOwn.Store(1) // known, and instant
+	fits := !chg.SpawnTime.Before(sentAt.Add(-clockSlack)) && !chg.SpawnTime.After(answeredAt.Add(clockSlack))
+	p.clockBad.Store(!fits)
+	p.noteOffset(chg.SpawnTime, sentAt, answeredAt)
+	d := chg.ReadyTime.Sub(chg.SpawnTime)
+	if d <= 0 {
+		d = 1 // known, and instant
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byKind == nil {
+		p.byKind = map[string]time.Duration{}
+	}
+	if _, ok := p.byKind[kind]; !ok {
+		p.order = append(p.order, kind)
+		if len(p.order) > ownKinds {
+			delete(p.byKind, p.order[0])
+			p.order = p.order[1:]
+		}
+	}
+	p.byKind[kind] = d
 }
 
 // ownCursor returns the cursor and first long-poll timeout of a wait for
@@ -93,7 +195,7 @@ func (c *Client) ownCursor(wo waitOpts, ids []string) (time.Time, time.Duration,
 	if !wo.fresh || wo.answeredAt.IsZero() || len(ids) != 1 || c.notices.Load() != noticesYes {
 		return time.Time{}, 0, false
 	}
-	d, ok := c.pace.firstPollWait()
+	d, ok := c.pace.firstPollWait(wo.kind)
 	if !ok {
 		return time.Time{}, 0, false
 	}
@@ -103,18 +205,18 @@ func (c *Client) ownCursor(wo waitOpts, ids []string) (time.Time, time.Duration,
 // ownFirstRead returns how long a wait that polls blind (no notices, no
 // state file watched: a confined snap on snapd 2.57) idles before its
 // first read of the operation's own change: about as long as the client's
-// last own change took (plus ownPollMargin), where the poll schedule
-// would read it every 20 ms from the start. A change that takes as long
-// as the last one is then read once, ready (three requests in all, where
-// a 70 ms restart took five); one that is not ready yet is polled as
-// before; one that ended sooner is found up to the difference later. It
-// returns false for any other wait.
+// last own change of its kind took (plus ownPollMargin), where the poll
+// schedule would read it every 20 ms from the start. A change that takes
+// as long as the last one is then read once, ready (three requests in all,
+// where a 70 ms restart took five); one that is not ready yet is polled
+// as before; one that ended sooner is found up to the difference later.
+// It returns false for any other wait.
 func (c *Client) ownFirstRead(wo waitOpts, ids []string, watched bool, lastRead time.Time) (time.Duration, bool) {
 	if !wo.fresh || watched || !lastRead.IsZero() || len(ids) != 1 {
 		return 0, false
 	}
-	d := time.Duration(c.pace.lastOwn.Load())
-	if d <= 0 {
+	d, ok := c.pace.last(wo.kind)
+	if !ok {
 		return 0, false
 	}
 	return min(d+ownPollMargin, ownPollMax), true

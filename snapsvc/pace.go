@@ -1,11 +1,9 @@
 package snapsvc
 
 import (
-	"context"
+	"fmt"
 	"strings"
 	"time"
-
-	"github.com/snapsvc/snapsvc/retry"
 )
 
 // paceRestart waits until every service o restarts was last restarted by
@@ -13,15 +11,15 @@ import (
 // (WithMinRestartInterval), so bursts of restarts cannot trip systemd's
 // start limit. A whole-snap restart counts for each of its services and
 // the other way round.
-func (c *Client) paceRestart(ctx context.Context, o op) error {
+func (c *Client) paceRestart(k *call, o op) error {
 	for c.mustPace(o) {
 		wait := c.restartWait(o)
 		if wait <= 0 {
 			return nil
 		}
-		c.log(ctx).Info("pacing restart", "names", o.t.String(), "wait", wait)
-		if err := retry.Sleep(ctx, c.clock, wait); err != nil {
-			return ctxErr(ctx, "waiting for the minimum restart interval")
+		k.log.Info("pacing restart", "names", o.t.String(), "wait", wait)
+		if err := k.sleep(wait); err != nil {
+			return fmt.Errorf("waiting for the minimum restart interval: %w", err)
 		}
 	}
 	return nil

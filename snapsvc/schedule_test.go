@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -101,8 +102,10 @@ func (s sig) body() string {
 	return string(b)
 }
 
-// call is one operation of a schedule and what came of it.
+// call is one operation (or, with wait set, one WaitIdle) of a schedule
+// and what came of it.
 type call struct {
+	wait     bool // a WaitIdle of snap k8s, not an operation
 	client   int
 	delay    time.Duration // after the schedule starts
 	timeout  time.Duration // 0: no deadline of its own
@@ -115,10 +118,14 @@ type call struct {
 	took     time.Duration // wall time from the call to its return
 }
 
-// bound is the most the call may take: its deadline, or the policy's
-// MaxElapsedTime when that comes first (schedule epsilon aside).
-func (cl *call) bound() time.Duration {
-	b := testPolicy().MaxElapsedTime
+// bound is the most the call may take: its deadline, or its client's
+// policy's MaxElapsedTime when that comes first (a wait: its deadline, or
+// callBound), schedule epsilon aside.
+func (cl *call) bound(s *schedule) time.Duration {
+	b := s.policies[cl.client].MaxElapsedTime
+	if cl.wait {
+		b = callBound
+	}
 	if cl.timeout > 0 && cl.timeout < b {
 		b = cl.timeout
 	}
@@ -126,7 +133,7 @@ func (cl *call) bound() time.Duration {
 }
 
 // overshoot is how long past its bound the call returned (0: within).
-func (cl *call) overshoot() time.Duration { return max(cl.took-cl.bound(), 0) }
+func (cl *call) overshoot(s *schedule) time.Duration { return max(cl.took-cl.bound(s), 0) }
 
 // scheduleEpsilon is how far past its bound any call of a schedule may
 // return: the README's stated epsilon.
@@ -145,10 +152,57 @@ type schedule struct {
 	calls      []*call
 	faults     []string // what was injected, for the counts and the report
 	clientList []*snapsvc.Client
+	policies   []retry.Policy // each client's own
+	skew       time.Duration  // snapd's clock is this far off the client's
 	holds      []hold
 	budget     *memBudget // every client's restart budget, with slow releases (nil: none)
 	stopsToo   bool       // the budget also takes stops (BudgetOptions.StopsAndStarts)
+	closing    bool       // a client is closed mid-run (its slots go back at Close)
+	slots      slotLog    // when each budget slot was taken and given back
 	mu         sync.Mutex
+}
+
+// slotLog records, on the real clock, when each slot of the budget was
+// taken and given back.
+type slotLog struct {
+	mu    sync.Mutex
+	spans map[*memSlot]*slotSpan
+}
+
+type slotSpan struct {
+	key           string
+	from, to      time.Time
+	released, bad bool
+}
+
+func (l *slotLog) taken(s *memSlot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spans == nil {
+		l.spans = map[*memSlot]*slotSpan{}
+	}
+	l.spans[s] = &slotSpan{key: s.key, from: time.Now()}
+}
+
+func (l *slotLog) given(s *memSlot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sp := l.spans[s]; sp != nil && !sp.released {
+		sp.to, sp.released = time.Now(), true
+	}
+}
+
+// covers reports whether some slot of key was held from before from until
+// after to (real clock).
+func (l *slotLog) covers(key string, from, to time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, sp := range l.spans {
+		if sp.key == key && !sp.from.After(from) && (!sp.released || !sp.to.Before(to)) {
+			return true
+		}
+	}
+	return false
 }
 
 // hold is an answer held until release after the schedule's start.
@@ -160,6 +214,7 @@ type hold struct {
 // scheduleCounts are printed at the end.
 type scheduleCounts struct {
 	schedules, calls, succeeded, failed, faults, checks, foreignIdentical, outcomeUnknown int
+	waits, budgetedChanges, releasedEarly, worstBlindWindow                               int
 	maxOvershoot                                                                          time.Duration
 }
 
@@ -180,10 +235,16 @@ func TestRandomizedSchedules(t *testing.T) {
 		total.checks += c.checks
 		total.foreignIdentical += c.foreignIdentical
 		total.outcomeUnknown += c.outcomeUnknown
+		total.waits += c.waits
+		total.budgetedChanges += c.budgetedChanges
+		total.releasedEarly += c.releasedEarly
+		total.worstBlindWindow = max(total.worstBlindWindow, c.worstBlindWindow)
 		total.maxOvershoot = max(total.maxOvershoot, c.maxOvershoot)
 	}
-	t.Logf("schedules %d, calls %d (%d succeeded, %d failed, %d with an unknown outcome), faults %d, foreign identical changes %d, checks %d, max overshoot %v (epsilon %v)",
-		total.schedules, total.calls, total.succeeded, total.failed, total.outcomeUnknown, total.faults, total.foreignIdentical, total.checks, total.maxOvershoot.Round(time.Millisecond), scheduleEpsilon)
+	t.Logf("schedules %d, calls %d (%d succeeded, %d failed, %d with an unknown outcome; %d shared waits), faults %d, foreign identical changes %d, checks %d",
+		total.schedules, total.calls, total.succeeded, total.failed, total.outcomeUnknown, total.waits, total.faults, total.foreignIdentical, total.checks)
+	t.Logf("max overshoot %v (epsilon %v); slots released while their change ran: %d of %d budgeted changes; worst 1 s window of a blind wait: %d requests (limit 20)",
+		total.maxOvershoot.Round(time.Millisecond), scheduleEpsilon, total.releasedEarly, total.budgetedChanges, total.worstBlindWindow)
 	if after := settledLeakCounts(before); after.exceeds(before) {
 		t.Errorf("leak over the schedules: before %+v, after %+v", before, after)
 	}
@@ -195,6 +256,9 @@ func TestRandomizedSchedules(t *testing.T) {
 func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	s := planSchedule(seed)
 	opts := []fake.Option{fake.WithVersion(s.version), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: s.apps})}
+	if s.skew != 0 {
+		opts = append(opts, fake.WithClock(skewedClock{s.skew}))
+	}
 	if s.stateFile {
 		opts = append(opts, fake.WithStateFile())
 	}
@@ -216,6 +280,13 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 		}
 	}()
 	s.clientList = clients
+	if s.skew != 0 {
+		for i, c := range clients {
+			if _, err := c.Restart(context.Background(), []string{"k8s.k8s-warm"}, snapsvc.RestartOptions{}); err != nil {
+				return scheduleCounts{}, fmt.Errorf("client %d's first change: %w", i, err)
+			}
+		}
+	}
 	held := s.injectFaults(srv)
 	base := time.Now()
 	var wg sync.WaitGroup
@@ -281,12 +352,25 @@ func planSchedule(seed uint64) *schedule {
 	s := &schedule{seed: seed, rng: rng}
 	s.version = []fake.Version{fake.Version257, fake.Version268, fake.Version277}[rng.IntN(3)]
 	s.stateFile = rng.IntN(2) == 0
+
 	if rng.IntN(8) == 0 {
 		s.late = time.Duration(1+rng.IntN(30)) * time.Millisecond
+	} else if rng.IntN(4) == 0 {
+		// snapd's clock ahead or behind the client's, by up to a second.
+		// Each client has made a change of its own before the workload
+		// (a daemon that has run a while): it has learned how snapd's
+		// clock reads. (Before that it takes snapd's clock to read its
+		// own, as on one machine they do.)
+		s.skew = time.Duration(rng.IntN(2001)-1000) * time.Millisecond
 	}
+	s.apps = append(s.apps, fake.App{Name: "k8s-warm", Daemon: "simple", Enabled: true, Active: true})
 	for _, name := range scheduleServices {
 		a := fake.App{Name: name, Daemon: "simple", Enabled: rng.IntN(2) == 0, Active: rng.IntN(2) == 0,
 			StartDuration: time.Duration(rng.IntN(3)) * time.Millisecond, StopDuration: time.Duration(rng.IntN(3)) * time.Millisecond}
+		if rng.IntN(6) == 0 {
+			// A slow service: a call's deadline may fire mid-change.
+			a.StartDuration, a.StopDuration = time.Duration(rng.IntN(40))*time.Millisecond, time.Duration(rng.IntN(40))*time.Millisecond
+		}
 		if rng.IntN(12) == 0 {
 			a.FailStart = fake.SystemctlJobFailed("k8s", name)
 		}
@@ -295,6 +379,12 @@ func planSchedule(seed uint64) *schedule {
 	s.clients = 1 + rng.IntN(3)
 	for i := 0; i < s.clients; i++ {
 		s.separate = append(s.separate, i > 0 && rng.IntN(2) == 0)
+		// Each client its own bounds: callers that share a wait apply
+		// their own to what it observes.
+		p := testPolicy()
+		p.MaxUnreachable = []time.Duration{50 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}[rng.IntN(3)]
+		p.MaxElapsedTime = []time.Duration{time.Second, 2 * time.Second}[rng.IntN(2)]
+		s.policies = append(s.policies, p)
 	}
 	seen := map[sig]bool{}
 	for n := 1 + rng.IntN(5); len(s.calls) < n; {
@@ -309,19 +399,27 @@ func planSchedule(seed uint64) *schedule {
 		}
 		s.calls = append(s.calls, cl)
 	}
+	// Callers waiting for the snap to be idle, from clients with their
+	// own policies: they share one wait where their clients can.
+	for n := rng.IntN(4); n > 0; n-- {
+		s.calls = append(s.calls, &call{wait: true, client: rng.IntN(s.clients), delay: time.Duration(rng.IntN(20)) * time.Millisecond,
+			timeout: time.Duration(20+rng.IntN(300)) * time.Millisecond})
+	}
 	if rng.IntN(5) == 0 {
 		// A restart budget whose releases are slow, as a lease revoke is
 		// when etcd is unreachable: no call may wait for one past its
 		// bound, and every slot is back once the clients are closed.
 		s.budget = newMemBudget(100)
 		s.stopsToo = rng.IntN(2) == 0
+		s.budget.acquired = s.slots.taken
 		seed := rng.Uint64()
 		var mu sync.Mutex
 		r := rand.New(rand.NewPCG(seed, seed))
-		s.budget.release = func(ctx context.Context, _ *memSlot, _ int) error {
+		s.budget.release = func(ctx context.Context, ms *memSlot, _ int) error {
 			mu.Lock()
 			d := time.Duration(r.IntN(300)) * time.Millisecond
 			mu.Unlock()
+			s.slots.given(ms)     // the slot stops counting as held when its release begins
 			t := time.NewTimer(d) // the revoke's own duration, not synchronisation
 			defer t.Stop()
 			select {
@@ -393,9 +491,9 @@ func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client
 				return nil, err
 			}
 		}
-		opts := []snapsvc.Option{snapsvc.WithSocket(sock), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithPolicy(testPolicy()),
+		opts := []snapsvc.Option{snapsvc.WithSocket(sock), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithPolicy(s.policies[i]),
 			snapsvc.WithPollInterval(2 * time.Millisecond), snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".locks")),
-			snapsvc.WithStateFile(srv.StateFile())}
+			snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithTransport(userAgent(clientAgent(i)))}
 		if os.Getenv("SNAPSVC_SCHEDULE_LOG") != "" {
 			// Replaying a seed: the library's log on stderr.
 			opts = append(opts, snapsvc.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i)))
@@ -411,6 +509,25 @@ func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client
 	}
 	return out, nil
 }
+
+// clientAgent is the User-Agent of client i's requests, so the fake's
+// record tells whose request each is.
+func clientAgent(i int) string { return fmt.Sprintf("snapsvc-client-%d", i) }
+
+// userAgent wraps a transport to send ua.
+func userAgent(ua string) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			r = r.Clone(r.Context())
+			r.Header.Set("User-Agent", ua)
+			return rt.RoundTrip(r)
+		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // injectFaults breaks some answers. It returns the channels holding
 // answers, closed at the end.
@@ -542,6 +659,7 @@ func (s *schedule) plantEvents(srv *fake.Server, base time.Time, wg *sync.WaitGr
 		// Close racing the calls: the Client stays usable, and nothing
 		// it opened outlives the schedule (the leak check).
 		i := rng.IntN(s.clients)
+		s.closing = true
 		s.faults = append(s.faults, fmt.Sprintf("client %d closed", i))
 		at(time.Duration(rng.IntN(25))*time.Millisecond, func() { s.clientList[i].Close() })
 	}
@@ -582,10 +700,12 @@ func (s *schedule) run(srv *fake.Server, c *snapsvc.Client, cl *call) {
 		var o outcome
 		start := time.Now()
 		defer func() { cl.took = time.Since(start); done <- o }()
-		switch cl.sig.action {
-		case "start":
+		switch {
+		case cl.wait:
+			o.err = c.WaitIdle(ctx, "k8s")
+		case cl.sig.action == "start":
 			o.res, o.err = c.Start(ctx, names, snapsvc.StartOptions{Enable: cl.sig.enable})
-		case "stop":
+		case cl.sig.action == "stop":
 			o.res, o.err = c.Stop(ctx, names, snapsvc.StopOptions{Disable: cl.sig.disable})
 		default:
 			o.res, o.err = c.Restart(ctx, names, snapsvc.RestartOptions{Reload: cl.sig.reload})
@@ -628,11 +748,23 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 		if cl.overtime {
 			return fail(i, "did not return within %v", callBound)
 		}
-		counts.maxOvershoot = max(counts.maxOvershoot, cl.overshoot())
-		if cl.overshoot() > scheduleEpsilon {
-			return fail(i, "returned after %v, %v past its bound of %v (epsilon %v)", cl.took, cl.overshoot(), cl.bound(), scheduleEpsilon)
+		counts.maxOvershoot = max(counts.maxOvershoot, cl.overshoot(s))
+		if cl.overshoot(s) > scheduleEpsilon {
+			return fail(i, "returned after %v, %v past its bound of %v (epsilon %v)", cl.took, cl.overshoot(s), cl.bound(s), scheduleEpsilon)
 		}
 		counts.checks++
+		if cl.wait {
+			counts.waits++
+			if cl.err == nil {
+				// The snap was seen idle at some moment of the call: a
+				// caller takes only what was read after it joined.
+				counts.checks++
+				if busy := busyThroughout(changes, cl.start, cl.end); busy != "" {
+					return fail(i, "WaitIdle returned nil, yet change %s held the snap from before the call to its return", busy)
+				}
+			}
+			continue
+		}
 		// The changes this call's own requests made: same request, made
 		// while the call ran, not by the foreign requester.
 		var own []string
@@ -709,7 +841,102 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 		}
 		claimed[res.ChangeID] = i
 	}
+	if err := s.checkSlots(&counts, changes, creator); err != nil {
+		return counts, err
+	}
+	counts.worstBlindWindow = s.blindWindow(srv)
+	if counts.worstBlindWindow > 20 {
+		return counts, fmt.Errorf("a blind wait made %d requests within one second (limit 20); faults %v", counts.worstBlindWindow, s.faults)
+	}
 	return counts, nil
+}
+
+// busyThroughout returns a change that touched the snap (every change of
+// a schedule does) from before from until after to, on snapd's clock, or
+// "" when the snap was idle at some moment between them. Changes
+// overlapping end to end cover the span too.
+func busyThroughout(changes map[string]fake.ChangeInfo, from, to time.Time) string {
+	at, by := from, ""
+	for moved := true; moved; {
+		moved = false
+		for id, ci := range changes {
+			end := ci.ReadyTime
+			if !ci.Ready {
+				end = to.Add(time.Hour)
+			}
+			if !ci.SpawnTime.After(at) && end.After(at) {
+				at, by, moved = end, id, true
+			}
+		}
+		if !at.Before(to) {
+			return by
+		}
+	}
+	return ""
+}
+
+// checkSlots checks, under a restart budget, that the slot of every
+// change a budgeted call made was held while the change ran: from before
+// it was spawned until it was ready (issue 25 defect 1). Schedules that
+// close a client mid-run are left out: Close gives every slot back, a
+// bound the user sets.
+func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.ChangeInfo, creator map[string]fake.Request) error {
+	if s.budget == nil || s.closing {
+		return nil
+	}
+	for id, r := range creator {
+		if r.UserAgent == foreignAgent {
+			continue
+		}
+		g, ok := sigOf(r.Body)
+		// Restarts: a stop takes slots only for the services it finds
+		// running, which the record does not say.
+		if !ok || g.action != "restart" {
+			continue
+		}
+		ci := changes[id]
+		if !ci.Ready || ci.Status != "Done" {
+			continue // a failed change's slot may go as soon as it failed
+		}
+		counts.budgetedChanges++
+		// snapd's clock is s.skew off the client's.
+		spawn, ready := ci.SpawnTime.Add(-s.skew), ci.ReadyTime.Add(-s.skew)
+		for _, key := range strings.Split(g.names, ",") {
+			counts.checks++
+			if !s.slots.covers(key, spawn, ready) {
+				counts.releasedEarly++
+				return fmt.Errorf("restart budget: no slot of %s was held through change %s (%s, %v to %v): released while it ran; faults %v",
+					key, id, g, spawn.Format("15:04:05.000"), ready.Format("15:04:05.000"), s.faults)
+			}
+		}
+	}
+	return nil
+}
+
+// blindWindow returns the most requests to act a client's blind waits made
+// within one second: refusals of a wait that cannot see its blocker
+// (snapd 2.57 with no state file). 0 where no wait was blind.
+func (s *schedule) blindWindow(srv *fake.Server) int {
+	if s.version != fake.Version257 || s.stateFile {
+		return 0
+	}
+	worst := 0
+	for i := 0; i < s.clients; i++ {
+		var times []time.Time
+		for _, r := range srv.Requests() {
+			if r.UserAgent == clientAgent(i) && r.Method == "POST" && r.Path == "/v2/apps" && r.Status >= 400 {
+				times = append(times, r.Time)
+			}
+		}
+		for a := range times {
+			n := 0
+			for b := a; b < len(times) && times[b].Sub(times[a]) < time.Second; b++ {
+				n++
+			}
+			worst = max(worst, n)
+		}
+	}
+	return worst
 }
 
 var wholeRestartSummary = regexp.MustCompile(`^Run service command "restart" for running services of snap "([^"]+)"$`)

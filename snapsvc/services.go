@@ -32,12 +32,22 @@ func (c *Client) Services(ctx context.Context, names ...string) ([]Service, erro
 			return nil, err
 		}
 	}
+	var svcs []Service
+	err := c.callOf(ctx, callRead, "read", names, func(k *call) (err error) {
+		svcs, err = c.services(k, names)
+		return err
+	})
+	return svcs, err
+}
+
+// services is Services on call k.
+func (c *Client) services(k *call, names []string) ([]Service, error) {
 	if c.mode == ModeSnapctl && c.main == c.ctl {
 		// GET /v2/apps is served on the main socket only
 		// (daemon/api_apps.go openAccess); a snap asks snapctl.
-		return c.snapctlServices(ctx, names)
+		return c.snapctlServices(k, names)
 	}
-	apps, err := c.readApps(ctx, names, true)
+	apps, err := c.readApps(k, names, true)
 	if err != nil {
 		return nil, fmt.Errorf("snapsvc: reading %s: %w", strings.Join(append([]string{"services"}, names...), " "), err)
 	}
@@ -66,7 +76,11 @@ func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, er
 	if sel == "" {
 		sel = snapd.SelectInProgress
 	}
-	chgs, err := c.readChanges(ctx, sel, "")
+	var chgs []snapd.Change
+	err := c.callOf(ctx, callRead, "read", nil, func(k *call) (err error) {
+		chgs, err = c.readChanges(k, sel, "")
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("snapsvc: listing changes: %w", err)
 	}
@@ -87,9 +101,9 @@ func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, er
 // table (overlord/hookstate/ctlcmd/services.go) has the columns Service,
 // Startup, Current and Notes. It does not say the daemon type, so Daemon
 // is "" in what it returns.
-func (c *Client) snapctlServices(ctx context.Context, names []string) ([]Service, error) {
+func (c *Client) snapctlServices(k *call, names []string) ([]Service, error) {
 	args := append([]string{"services"}, names...)
-	out, err := c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: args})
+	out, err := c.readSnapctl(k, args)
 	if err != nil {
 		return nil, fmt.Errorf("snapsvc: reading %s with snapctl: %w", strings.Join(append([]string{"services"}, names...), " "), err)
 	}

@@ -23,7 +23,11 @@ const noticeStrikes = 3
 
 // Change returns the change with the given id.
 func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
-	chg, err := c.readChange(ctx, id)
+	var chg *snapd.Change
+	err := c.callOf(ctx, callRead, "read", nil, func(k *call) (err error) {
+		chg, err = c.readChange(k, id)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -34,12 +38,16 @@ func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
 // ends in Error, Undone or Hold is returned together with a *ChangeError
 // carrying snapd's err text.
 func (c *Client) WaitChange(ctx context.Context, id string) (*Change, error) {
-	chg, err := c.sharedWaitChange(ctx, id, Event{Op: "wait"})
+	var chg *snapd.Change
+	err := c.callOf(ctx, callWait, "wait", nil, func(k *call) (err error) {
+		chg, err = c.sharedWaitChange(k, id)
+		return err
+	})
 	return changeOf(chg), err
 }
 
-func (c *Client) waitChange(ctx context.Context, id string, wo waitOpts) (*snapd.Change, error) {
-	chgs, err := c.waitChanges(ctx, []string{id}, wo)
+func (c *Client) waitChange(k *call, id string, wo waitOpts) (*snapd.Change, error) {
+	chgs, err := c.waitChanges(k, []string{id}, wo)
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +78,12 @@ type waitOpts struct {
 	// fresh says ids is the operation's own change, just made: a notice
 	// with one or two occurrences (spawn, Doing) means it is not ready.
 	// answeredAt, when known, is when snapd answered the request that made
-	// it: a cursor for the notices (owncursor.go).
+	// it, and sentAt when the request was sent: a cursor for the notices
+	// (owncursor.go).
 	fresh      bool
+	sentAt     time.Time
 	answeredAt time.Time
+	kind       string // the operation's kind (op.key): what its pace is learned for
 	// stallOnWait also gives up on a change in Wait (waiting for a reboot
 	// or a manual step: it will not become ready by itself), returning a
 	// *ChangeError for it.
@@ -82,12 +93,16 @@ type waitOpts struct {
 	// cannot be told from it, so a wait that ends before the change is
 	// ready leaves the outcome unknown (see adoptedError).
 	found bool
-	// ev is the template of the events the wait emits.
-	ev Event
 	// since, when not zero, is when the caller began waiting (a blind
 	// wait that turned to listing, cadence.go): polling paces itself from
 	// then rather than from the wait's own start.
 	since time.Time
+	// pacer, when not nil, is that blind wait's cadence: the reads keep
+	// to its request budget.
+	pacer *cadence
+	// read, when not nil, is told when each round of reads of the changes
+	// is sent (a shared wait: watcher.go).
+	read func(time.Time)
 }
 
 // waitChanges waits until every change in ids is ready, and returns them
@@ -102,10 +117,14 @@ type waitOpts struct {
 // noticeStrikes failures or instant empty answers the wait polls instead,
 // and it never reads the changes more often than the poll interval.
 // Without notices it polls each change at the poll interval. Failures to
-// reach snapd are retried within the policy.
-func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
-	w := &changeWait{c: c, rt: c.policy.NewRetrier(), ev: wo.ev}
-	w.reach = &reach{c: c, rt: w.rt}
+// reach snapd are retried within the call's bounds; every pause and idle
+// of the wait ends at the call's give-up instant (call.go).
+//
+// read, when not nil, is told the time each round of reads began (for a
+// shared wait: a joiner takes only what was read after it joined).
+func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
+	w := &changeWait{c: c, k: k}
+	ctx := k.ctx
 	done := map[string]*snapd.Change{}
 	remaining := slices.Clone(ids)
 	useNotices := c.notices.Load() != noticesNo
@@ -116,8 +135,19 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	// that became ready before the cursor, unseen because its read failed,
 	// would otherwise be waited for until the long-poll's timeout.
 	needCursor := true
+	// clientCursor: the cursor is the client's time of snapd's answer
+	// (owncursor.go), good for one long-poll only: after it, the cursor
+	// comes from snapd's own notices.
+	clientCursor := false
+	// readFirst: the change is of a kind that has been instant: read it
+	// at once, before any notice.
+	readFirst := false
 	if cur, d, ok := c.ownCursor(wo, ids); ok && useNotices {
-		cursor, needCursor, w.firstWait = cur, false, d
+		if d <= ownInstant {
+			readFirst = true
+		} else {
+			cursor, needCursor, w.firstWait, clientCursor = cur, false, d, true
+		}
 	}
 	started := c.clock.Now()
 	if !wo.since.IsZero() {
@@ -148,13 +178,24 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 	// change just made) it sleeps the poll interval.
 	var lastRead time.Time
 	mark, marked := wo.listedMark, wo.listed && wo.listedWatched
+	retrying := false // the last round failed and paused: read at once
 	for round := 0; ; round++ {
 		// With notices, only the changes whose notice moved are read: a
 		// change becomes ready only with a new change-update occurrence.
 		toRead := remaining
-		if useNotices {
-			news, misbehaved, err := w.notices(ctx, remaining, &cursor, needCursor)
+		if readFirst {
+			readFirst = false // read now; notices from the next round on
+		} else if useNotices {
+			news, misbehaved, err := w.notices(remaining, &cursor, needCursor)
 			needCursor = false
+			if clientCursor && news == nil {
+				// Nothing after the client's time: the change ended
+				// before snapd's answer was read, or snapd's clock is
+				// behind. Either way the next long-poll takes its cursor
+				// from snapd.
+				needCursor = true
+			}
+			clientCursor = false
 			switch {
 			case err != nil:
 				return nil, err
@@ -187,20 +228,33 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				}
 				// Whatever the notices did, read the changes no more
 				// often than the poll interval.
-				if err := w.sleep(ctx, remaining); err != nil {
+				if err := w.sleep(c.poll, remaining); err != nil {
 					return nil, err
 				}
 			}
-		} else if round > 0 || firstIdle() {
+		} else if (round > 0 || firstIdle()) && !retrying {
 			if d, ok := c.ownFirstRead(wo, ids, sw != nil, lastRead); ok {
-				if err := retry.Sleep(ctx, c.clock, d); err != nil {
-					return nil, ctxErr(ctx, "waiting for change "+ids[0])
+				if err := w.sleep(d, ids); err != nil {
+					return nil, err
 				}
-			} else if err := w.idle(ctx, remaining, sw, started, lastRead, mark, marked); err != nil {
+			} else if err := w.idle(remaining, sw, started, lastRead, mark, marked); err != nil {
 				return nil, err
 			}
 		}
+		retrying = false
+		if wo.pacer != nil {
+			// A wait that follows on from a blind one keeps to its
+			// request budget (cadence.go).
+			if d := wo.pacer.delay(c.clock.Now()); d > 0 {
+				if err := w.sleep(d, ids); err != nil {
+					return nil, err
+				}
+			}
+		}
 		lastRead = c.clock.Now()
+		if wo.read != nil {
+			wo.read(lastRead)
+		}
 		marked = sw != nil
 		if marked {
 			mark = sw.mark()
@@ -208,8 +262,11 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 		next := slices.DeleteFunc(slices.Clone(remaining), func(id string) bool { return slices.Contains(toRead, id) })
 		var failed error
 		for _, id := range toRead {
+			if wo.pacer != nil {
+				wo.pacer.note(c.clock.Now())
+			}
 			chg, err := c.main.Change(ctx, id)
-			w.reach.observe(ctx, w.ev, err)
+			k.observe(err)
 			if err != nil {
 				if errors.Is(err, snapd.ErrNotFound) {
 					done[id] = nil
@@ -219,6 +276,7 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 				next = append(next, id)
 				continue
 			}
+			c.sawID(chg.ID)
 			if chg.Ready {
 				done[id] = chg
 				continue
@@ -231,25 +289,24 @@ func (c *Client) waitChanges(ctx context.Context, ids []string, wo waitOpts) (ma
 		remaining = next
 		if len(remaining) == 0 {
 			if wo.fresh && len(ids) == 1 {
-				c.pace.noteOwn(done[ids[0]], wo.answeredAt)
+				c.pace.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
 			}
 			return done, nil
 		}
 		if failed != nil {
 			needCursor = true
-			if err := w.pause(ctx, failed); err != nil {
+			if err := w.pause(failed, remaining); err != nil {
 				return nil, err
 			}
+			retrying = true
 		}
 	}
 }
 
 // changeWait is the state of one waitChanges.
 type changeWait struct {
-	c     *Client
-	rt    *retry.Retrier
-	reach *reach
-	ev    Event
+	c *Client
+	k *call
 	// firstWait, when set, bounds the first long-poll (owncursor.go).
 	firstWait time.Duration
 }
@@ -262,8 +319,8 @@ type changeWait struct {
 // or answered nothing newer than the cursor: misbehaved is then true), or
 // the long-poll ran out with nothing new (a safety read). Its error is
 // only the context's end: every other failure is a misbehaviour.
-func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Time, first bool) (news map[string]int, misbehaved bool, err error) {
-	c := w.c
+func (w *changeWait) notices(ids []string, cursor *time.Time, first bool) (news map[string]int, misbehaved bool, err error) {
+	c, ctx := w.c, w.k.ctx
 	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, Keys: ids, After: *cursor}
 	if !first && !cursor.IsZero() {
 		opts.Timeout = noticeWait
@@ -275,11 +332,11 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 	}
 	asked := c.clock.Now()
 	ns, err := c.main.Notices(ctx, opts)
-	w.reach.observe(ctx, w.ev, err)
+	w.k.observe(err)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
-		return nil, false, ctxErr(ctx, "waiting for change "+ids[0])
+		return nil, false, waitErr(interrupted(ctx, w.k.last), ids)
 	case snapd.IsNotFound(err) || isForbidden(err):
 		// snapd < 2.62 has no notices; on the snap socket they need
 		// snap-refresh-observe. Poll the changes instead.
@@ -292,6 +349,11 @@ func (w *changeWait) notices(ctx context.Context, ids []string, cursor *time.Tim
 	c.notices.Store(noticesYes)
 	news = map[string]int{}
 	prev := *cursor
+	if opts.Timeout == 0 && len(ns) > 0 {
+		// A first read sets the cursor in snapd's own time, whatever it
+		// was: the newest notice seen.
+		*cursor = time.Time{}
+	}
 	for _, n := range ns {
 		if opts.Timeout == 0 || n.LastRepeated.After(prev) {
 			news[n.Key] = n.Occurrences
@@ -356,60 +418,67 @@ func (c *Client) pollInterval(started time.Time) time.Duration {
 // its state file (sw) or, at the latest, the poll interval.
 // With marked, a rewrite since mark (taken before the changes were last
 // seen not ready) ends the idle; without, it sleeps the poll interval.
-func (w *changeWait) idle(ctx context.Context, ids []string, sw *stateWatch, started, lastRead time.Time, mark uint64, marked bool) error {
-	c := w.c
+func (w *changeWait) idle(ids []string, sw *stateWatch, started, lastRead time.Time, mark uint64, marked bool) error {
+	c, k := w.c, w.k
 	if sw == nil || !marked {
-		if err := retry.Sleep(ctx, c.clock, c.pollInterval(started)); err != nil {
-			return ctxErr(ctx, "waiting for change "+ids[0])
-		}
-		return nil
+		return w.sleep(c.pollInterval(started), ids)
 	}
-	woke, err := sw.waitFrom(ctx, max(c.poll, stateSafety), mark)
+	d := max(c.poll, stateSafety)
+	left, bounded := k.left()
+	if bounded && left < d {
+		d = left // the call's time ends first
+	}
+	woke, err := sw.waitFrom(k.ctx, d, mark)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctxErr(ctx, "waiting for change "+ids[0])
+		if k.ctx.Err() != nil {
+			return waitErr(interrupted(k.ctx, k.last), ids)
 		}
 		// The watch broke (the Client is closing, say): poll.
-		c.log(ctx).Debug("cannot watch snapd's state file; polling", "error", err)
-		return retry.Sleep(ctx, c.clock, c.pollInterval(started))
+		k.log.Debug("cannot watch snapd's state file; polling", "error", err)
+		return w.sleep(c.pollInterval(started), ids)
 	}
 	if woke {
 		if gap := pollGap - c.clock.Now().Sub(lastRead); gap > 0 {
-			if err := retry.Sleep(ctx, c.clock, gap); err != nil {
-				return ctxErr(ctx, "waiting for change "+ids[0])
-			}
+			return w.sleep(gap, ids)
 		}
+		return nil
+	}
+	if bounded && d == left {
+		return waitErr(k.exhausted(nil), ids)
 	}
 	return nil
 }
 
-// sleep waits one poll interval.
-func (w *changeWait) sleep(ctx context.Context, ids []string) error {
-	if err := retry.Sleep(ctx, w.c.clock, w.c.poll); err != nil {
-		return ctxErr(ctx, "waiting for change "+ids[0])
+// sleep waits d within the call's bounds (call.sleep); a give-up says
+// which changes were being waited for.
+func (w *changeWait) sleep(d time.Duration, ids []string) error {
+	return waitErr(w.k.sleep(d), ids)
+}
+
+// waitErr names the change a wait that ended was waiting for.
+func waitErr(err error, ids []string) error {
+	var g *gaveUpError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &g):
+		return &gaveUpError{reason: g.reason + " waiting for change " + ids[0], last: g.last}
 	}
-	return nil
+	return fmt.Errorf("waiting for change %s: %w", ids[0], err)
 }
 
 // pause decides whether a failed read of a change while waiting is worth
 // another try (snapd restarting or unreachable, a garbled answer) and
-// pauses if so.
-func (w *changeWait) pause(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctxErr(ctx, "waiting for changes")
+// pauses if so, within the call's bounds.
+func (w *changeWait) pause(err error, ids []string) error {
+	if w.k.ctx.Err() != nil {
+		return waitErr(interrupted(w.k.ctx, err), ids)
 	}
 	if !retry.IsRetryable(err) {
 		return err
 	}
-	w.rt.Attempt()
-	if reason := w.rt.Exhausted(); reason != "" {
-		return &gaveUpError{reason: "waiting for changes: " + reason, last: err}
-	}
-	w.c.log(ctx).Debug("cannot read a change while waiting; retrying", "error", err)
-	if perr := w.rt.Pause(ctx); perr != nil {
-		return ctxErr(ctx, "waiting for changes")
-	}
-	return nil
+	w.k.log.Debug("cannot read a change while waiting; retrying", "error", err)
+	return waitErr(w.k.pause(err), ids)
 }
 
 // WaitIdle returns once no change that touches snap is in progress,
@@ -419,26 +488,40 @@ func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 	if err := validateSnapName(snap); err != nil {
 		return fmt.Errorf("snapsvc: waiting for snap to be idle: %w %q: %v", ErrInvalidName, snap, err)
 	}
-	return c.sharedWaitIdle(ctx, snap)
+	return c.callOf(ctx, callWait, "wait", []string{snap}, func(k *call) error {
+		return c.sharedWaitIdle(k, snap)
+	})
 }
 
-// waitIdle is WaitIdle, not shared (watcher.go).
-func (c *Client) waitIdle(ctx context.Context, snap string) error {
+// waitIdle is WaitIdle on call k, not shared (watcher.go). read, when not
+// nil, is told when each listing was sent: the last one said the snap is
+// idle.
+func (c *Client) waitIdle(k *call, snap string, read func(time.Time)) error {
 	skip := ""
 	if c.hook != "" {
 		// From inside a hook, the hook's own change cannot end first.
-		skip = c.ownHookChange(ctx, []string{snap})
+		skip = c.ownHookChange(k, []string{snap})
 	}
 	for {
-		ids, err := c.findBlockers(ctx, []string{snap}, nil, skip)
+		at := c.clock.Now()
+		ids, err := c.findBlockers(k, []string{snap}, nil, skip)
 		if err != nil {
+			if retry.Classify(err) == retry.Transient && k.ctx.Err() == nil {
+				if perr := k.pause(err); perr != nil {
+					return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, perr)
+				}
+				continue
+			}
 			return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
+		}
+		if read != nil {
+			read(at)
 		}
 		if len(ids) == 0 {
 			return nil
 		}
-		c.log(ctx).Debug("waiting for changes on snap", "snap", snap, "changes", ids)
-		if _, err := c.waitChanges(ctx, ids, waitOpts{ev: Event{Op: "wait", Names: []string{snap}}}); err != nil {
+		k.log.Debug("waiting for changes on snap", "snap", snap, "changes", ids)
+		if _, err := c.waitChanges(k, ids, waitOpts{}); err != nil {
 			return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
 		}
 	}
@@ -447,13 +530,15 @@ func (c *Client) waitIdle(ctx context.Context, snap string) error {
 // findBlockers lists the in-progress changes that hold any of snaps (or,
 // for a conflict with an exclusive change, every change of that kind).
 // skip is a change to ignore (the caller's own).
-func (c *Client) findBlockers(ctx context.Context, snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
+func (c *Client) findBlockers(k *call, snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
 	if c.notices.Load() == noticesNo {
 		// Watch the state file from before the listing: a wait for the
 		// blockers may then take the listing as its first read.
 		c.state.open()
 	}
-	chgs, err := c.main.Changes(ctx, snapd.SelectInProgress, "")
+	chgs, err := c.main.Changes(k.ctx, snapd.SelectInProgress, "")
+	k.observe(err)
+	c.saw(chgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -539,7 +624,11 @@ func (c *Client) WaitChangeUpdate(ctx context.Context, after time.Time, timeout 
 	if !after.IsZero() {
 		opts.Timeout = timeout
 	}
-	ns, err := c.main.Notices(ctx, opts)
+	var ns []snapd.Notice
+	err := c.callOf(ctx, callWait, "wait", nil, func(k *call) (err error) {
+		ns, err = c.main.Notices(k.ctx, opts)
+		return err
+	})
 	switch {
 	case snapd.IsNotFound(err) || isForbidden(err):
 		c.notices.Store(noticesNo)

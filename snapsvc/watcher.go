@@ -5,50 +5,82 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
 // Shared waits: the callers of one process that wait for the same thing
-// on the same snapd share one wait, so snapd's load does not grow with
-// their number.
+// on the same snapd share one watcher, so snapd's load does not grow with
+// their number. They share what it observes, never a bound.
 //
 // Operations need nothing more: those on one snap hold the snap's lock in
 // turn (lock.go), so however many callers of a process restart services
 // of a snap behind a blocker, one of them at a time waits it out, and
 // identical restarts merge (coalesce.go). What is shared here are the
 // waits that take no lock: WaitChange and Operation.Wait on one change,
-// and WaitIdle on one snap. The first caller's wait runs on its own
-// (detached from that caller's context, keeping its values, such as a
-// logger); every later caller subscribes to it; each caller returns at
-// its own context's end, and the wait stops when the last one has left.
-// Its outcome (the change, or the failure to see it) is every
-// subscriber's; its events carry the first caller's template.
+// and WaitIdle on one snap.
 //
-// Callers share a wait only through Clients that would make the same
-// requests: the same snapd (instance), socket, mode, hook and poll interval, on
-// the real clock (a Client built WithClock shares only with itself).
+// The first caller starts a watcher: the wait itself, on a call of its own
+// that never gives up (detached from that caller's context, keeping its
+// values, such as a logger). The watcher publishes facts:
+//
+//   - outcomes: what a round of reads found (the change ready, or failed;
+//     the snap idle), with the time that round's reads were sent;
+//   - reachability: since when snapd has been unreachable, and the last
+//     connection failure.
+//
+// Each caller applies its own call's bounds to those facts: its context,
+// its policy's MaxUnreachable (counted from when the run of unreachability
+// began, or from when it joined, whichever is later), its own events
+// (EventUnreachable with its own GiveUpAt, EventReachable). A caller
+// accepts only an outcome read after it joined: a snap seen idle before a
+// caller's call says nothing about a change spawned since, so the watcher
+// reads again for it. The watcher stops once the last caller has left.
+//
+// Callers share a watcher only through Clients that would make the same
+// requests: the same snapd (instance), socket, mode, hook and poll
+// interval, on the real clock (a Client built WithClock shares only with
+// itself).
 type sharedWaits struct {
 	mu      sync.Mutex
-	waits   map[string]*sharedWait
+	waits   map[string]*watcher
 	changed chan struct{} // closed and replaced at every subscription change (tests)
 }
 
-type sharedWait struct {
-	done   chan struct{}
+// watcher is one shared wait and the facts it publishes.
+type watcher struct {
+	refs    int                  // callers still waiting
+	joins   map[uint64]time.Time // when each of them joined (client clock)
+	nextID  uint64
+	cancel  func()        // stops the watcher
+	news    chan struct{} // closed and replaced whenever a fact changes
+	outcome *outcome      // the latest outcome, nil before the first
+	// reachability
+	downSince time.Time // zero while snapd answers
+	downErr   error
+}
+
+// outcome is what one round of the watcher's reads found.
+type outcome struct {
 	val    any
 	err    error
-	refs   int
-	cancel context.CancelFunc
+	readAt time.Time // when the round's reads were sent (client clock)
 }
 
 // processWaits holds the shared waits of the process.
-var processWaits = sharedWaits{waits: map[string]*sharedWait{}, changed: make(chan struct{})}
+var processWaits = sharedWaits{waits: map[string]*watcher{}, changed: make(chan struct{})}
 
 // changedLocked wakes whoever waits for a subscription change.
 func (s *sharedWaits) changedLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
+}
+
+// newsLocked wakes the callers of w: a fact changed.
+func (w *watcher) newsLocked() {
+	close(w.news)
+	w.news = make(chan struct{})
 }
 
 // clockKeys numbers the Clients built WithClock.
@@ -59,48 +91,130 @@ func (c *Client) waitKey(what string) string {
 	return fmt.Sprintf("%s\x00%s\x00%s\x00%v\x00%s\x00%s\x00%s", c.instance, c.main.Socket(), c.mode, c.poll, c.clockKey, c.hook, what)
 }
 
-// share runs f, or subscribes to the run of f already under way for key,
-// and returns its outcome, or ctx's end.
-func (s *sharedWaits) share(ctx context.Context, key string, f func(context.Context) (any, error)) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// watchFunc is a shared wait's work: it runs on the watcher's call and
+// tells read when each round of its reads was sent.
+type watchFunc func(wk *call, read func(time.Time)) (any, error)
+
+// share waits, on caller k's bounds, for an outcome of f read after k
+// joined, running f on a watcher or joining the one under way for key. It
+// reports whether the error, if any, is the outcome's (true) or the end of
+// k's own bounds (false).
+func (s *sharedWaits) share(k *call, key string, f watchFunc) (any, error, bool) {
+	if err := k.ctx.Err(); err != nil {
+		return nil, err, false
 	}
+	joined := k.c.clock.Now()
 	s.mu.Lock()
 	w := s.waits[key]
 	if w == nil {
-		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		w = &sharedWait{done: make(chan struct{}), cancel: cancel}
-		s.waits[key] = w
-		go func() {
-			val, err := f(wctx)
-			s.mu.Lock()
-			if s.waits[key] == w {
-				delete(s.waits, key)
-			}
-			w.val, w.err = val, err
-			s.mu.Unlock()
-			close(w.done)
-			cancel()
-		}()
+		w = s.start(k, key, f)
 	}
 	w.refs++
+	w.nextID++
+	id := w.nextID
+	w.joins[id] = joined
 	s.changedLocked()
 	s.mu.Unlock()
-	select {
-	case <-w.done:
-		return w.val, w.err
-	case <-ctx.Done():
+	defer s.leave(key, w, id)
+	for {
 		s.mu.Lock()
-		if w.refs--; w.refs == 0 {
-			if s.waits[key] == w {
-				delete(s.waits, key)
-			}
-			w.cancel()
-		}
-		s.changedLocked()
+		out, news := w.outcome, w.news
+		downSince, downErr := w.downSince, w.downErr
 		s.mu.Unlock()
-		return nil, ctx.Err()
+		if out != nil && !out.readAt.Before(joined) {
+			return out.val, out.err, true
+		}
+		// The caller's own view of snapd's reachability, and its own
+		// bound on it.
+		k.observeSince(downErr, downSince)
+		if err := k.exhausted(downErr); err != nil {
+			return nil, err, false
+		}
+		if err := k.awaitNews(news); err != nil {
+			return nil, err, false
+		}
 	}
+}
+
+// start begins a watcher for key on behalf of k, its first caller (s.mu
+// held).
+func (s *sharedWaits) start(k *call, key string, f watchFunc) *watcher {
+	c := k.c
+	wctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
+	w := &watcher{cancel: cancel, news: make(chan struct{}), joins: map[uint64]time.Time{}}
+	s.waits[key] = w
+	// The watcher's call never gives up: its callers do, each on its own
+	// bounds. It paces its retries with the policy's intervals.
+	p := c.policy
+	p.MaxElapsedTime, p.MaxUnreachable, p.MaxAttempts = -1, -1, 0
+	wk := &call{c: c, kind: callWait, rt: p.NewRetrier(), ev: k.ev, log: k.log, ctx: wctx, cancel: cancel, quiet: true}
+	wk.onObserve = func() {
+		since, down := wk.rt.UnreachableSince()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !down {
+			since = time.Time{}
+		}
+		if since.Equal(w.downSince) && (!down || wk.last == w.downErr) {
+			return
+		}
+		w.downSince, w.downErr = since, nil
+		if down {
+			w.downErr = wk.last
+		}
+		w.newsLocked()
+	}
+	go func() {
+		defer cancel()
+		for {
+			var readAt time.Time
+			val, err := f(wk, func(at time.Time) { readAt = at })
+			if readAt.IsZero() {
+				readAt = c.clock.Now()
+			}
+			s.mu.Lock()
+			if wctx.Err() != nil { // every caller left
+				if s.waits[key] == w {
+					delete(s.waits, key)
+				}
+				s.mu.Unlock()
+				return
+			}
+			w.outcome = &outcome{val: val, err: err, readAt: readAt}
+			w.newsLocked()
+			// Callers that joined after the round's reads were sent need
+			// another round (the others take this outcome and leave);
+			// with none, the watcher ends, and a caller that comes now
+			// starts a new one.
+			late := false
+			for _, at := range w.joins {
+				late = late || readAt.Before(at)
+			}
+			if !late {
+				if s.waits[key] == w {
+					delete(s.waits, key)
+				}
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// leave ends a caller's subscription; the last one stops the watcher.
+func (s *sharedWaits) leave(key string, w *watcher, id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(w.joins, id)
+	if w.refs--; w.refs == 0 {
+		if s.waits[key] == w {
+			delete(s.waits, key)
+		}
+		w.cancel()
+	}
+	s.changedLocked()
 }
 
 // awaitSubscribers blocks until n callers wait on key's shared wait, or
@@ -125,27 +239,27 @@ func (s *sharedWaits) awaitSubscribers(ctx context.Context, key string, n int) e
 	}
 }
 
-// sharedWaitChange is waitChange(ctx, id, waitOpts{ev: ev}), shared with
-// the process's other callers waiting for change id.
-func (c *Client) sharedWaitChange(ctx context.Context, id string, ev Event) (*snapd.Change, error) {
-	val, err := processWaits.share(ctx, c.waitKey("change "+id), func(wctx context.Context) (any, error) {
-		return c.waitChange(wctx, id, waitOpts{ev: ev})
+// sharedWaitChange is waitChange for change id on k's bounds, shared with
+// the process's other callers waiting for it.
+func (c *Client) sharedWaitChange(k *call, id string) (*snapd.Change, error) {
+	val, err, outcome := processWaits.share(k, c.waitKey("change "+id), func(wk *call, read func(time.Time)) (any, error) {
+		return c.waitChange(wk, id, waitOpts{read: read})
 	})
 	chg, _ := val.(*snapd.Change)
-	if err != nil && ctx.Err() != nil && chg == nil {
-		return nil, ctxErr(ctx, "waiting for change "+id)
+	if err != nil && !outcome {
+		return nil, waitErr(err, []string{id})
 	}
 	return chg, err
 }
 
-// sharedWaitIdle is waitIdle(ctx, snap), shared with the process's other
-// callers waiting for snap to be idle.
-func (c *Client) sharedWaitIdle(ctx context.Context, snap string) error {
-	_, err := processWaits.share(ctx, c.waitKey("idle "+snap), func(wctx context.Context) (any, error) {
-		return nil, c.waitIdle(wctx, snap)
+// sharedWaitIdle is waitIdle for snap on k's bounds, shared with the
+// process's other callers waiting for snap to be idle.
+func (c *Client) sharedWaitIdle(k *call, snap string) error {
+	_, err, outcome := processWaits.share(k, c.waitKey("idle "+snap), func(wk *call, read func(time.Time)) (any, error) {
+		return nil, c.waitIdle(wk, snap, read)
 	})
-	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, ctxErr(ctx, "waiting"))
+	if err != nil && !outcome {
+		return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
 	}
 	return err
 }

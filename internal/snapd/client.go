@@ -36,6 +36,7 @@ const (
 // with New.
 type Client struct {
 	socket        string
+	dial          func(ctx context.Context) (net.Conn, error) // the socket's dialler (tests replace it)
 	http          *http.Client
 	ua            string
 	longPollGrace time.Duration
@@ -50,15 +51,22 @@ func New(path string) *Client {
 		path = DefaultSocket
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	c := &Client{socket: path, ua: "snapsvc", longPollGrace: LongPollGrace}
+	c.dial = func(ctx context.Context) (net.Conn, error) { return dialer.DialContext(ctx, "unix", path) }
 	transport := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "unix", path)
+			conn, err := c.dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &countingConn{Conn: conn}, nil
 		},
 		MaxIdleConns:        8,
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &Client{socket: path, http: &http.Client{Transport: transport}, ua: "snapsvc", longPollGrace: LongPollGrace}
+	c.http = &http.Client{Transport: transport}
+	return c
 }
 
 // Socket returns the path of the socket this client dials.
@@ -172,14 +180,35 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	if len(req.query) > 0 {
 		u.RawQuery = req.query.Encode()
 	}
-	var written, connected bool
+	// net/http may send a request more than once: a request that failed
+	// on a kept-alive connection before any byte reached the peer (the
+	// peer closed it while idle, as snapd does when it stops) is sent
+	// again on a new connection. Only the last attempt's facts say what
+	// happened to the request, so each attempt starts afresh (GetConn
+	// begins every attempt), and "written" is judged by the attempt's own
+	// connection: the transport reports the request written once it is
+	// in its buffer, before the flush that may fail.
+	var at attempt
+	sendBy, _ := ctx.Value(sendByKey{}).(time.Time)
+	var conns []*countingConn // given sendBy, to clear once done
+	defer func() {
+		for _, cc := range conns {
+			cc.sendBy.Store(0)
+		}
+	}()
 	trace := &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { connected = true },
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written = true
+		GetConn: func(string) { at = attempt{} },
+		GotConn: func(info httptrace.GotConnInfo) {
+			at.connected = true
+			if cc, ok := info.Conn.(*countingConn); ok {
+				at.conn, at.base, at.failBase, at.refusedBase = cc, cc.written.Load(), cc.failed.Load(), cc.refused.Load()
+				if !sendBy.IsZero() {
+					cc.sendBy.Store(sendBy.UnixNano())
+					conns = append(conns, cc)
+				}
 			}
 		},
+		WroteRequest: func(info httptrace.WroteRequestInfo) { at.wrote = info.Err == nil },
 	}
 	hreq, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), req.method, u.String(), body)
 	if err != nil {
@@ -191,12 +220,15 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	}
 	hrsp, err := c.http.Do(hreq)
 	if err != nil {
-		// The trace callbacks run on the transport's goroutine before Do
+		// The trace callbacks run on the transport's goroutines before Do
 		// returns, so reading them here is ordered after them.
-		if !connected {
+		if !at.connected {
 			err = c.explainDial(err)
 		}
-		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: written, Connected: connected, Err: err}
+		if at.conn != nil && at.conn.refused.Load() > at.refusedBase {
+			err = fmt.Errorf("%w: %w", ErrSendDeadline, err)
+		}
+		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: at.written(), Connected: at.connected, Err: err}
 	}
 	defer hrsp.Body.Close()
 	limit := req.maxBody
@@ -219,6 +251,75 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	// still have after its JSON value (a newline), within reason.
 	_, _ = io.Copy(io.Discard, io.LimitReader(hrsp.Body, 4<<10))
 	return envelope(req.method, req.path, hrsp.StatusCode, &rsp, derr)
+}
+
+// attempt is what one attempt of a request (net/http may make several)
+// did on its connection.
+type attempt struct {
+	connected   bool          // a connection was had
+	conn        *countingConn // that connection (nil: not one of ours)
+	base        int64         // its byte count when the attempt got it
+	failBase    int64         // its failed writes then
+	refusedBase int64         // its writes refused past a send-by time then
+	wrote       bool          // the transport wrote the whole request to its buffer
+}
+
+// written reports whether the whole request reached the connection: the
+// transport wrote it, and the connection took bytes during the attempt
+// without a write failing (a request cut short is discarded by snapd's
+// HTTP server, which acts on whole requests only).
+func (a attempt) written() bool {
+	if !a.wrote {
+		return false
+	}
+	if a.conn == nil {
+		return true // a wrapped transport's connection: trust the transport
+	}
+	return a.conn.written.Load() > a.base && a.conn.failed.Load() == a.failBase
+}
+
+// countingConn counts the bytes written to a connection and whether a
+// write failed, so an attempt can tell what reached snapd; and it refuses
+// to write once the send-by time of the request it carries has passed.
+type countingConn struct {
+	net.Conn
+	written atomic.Int64
+	failed  atomic.Int64 // writes that failed
+	refused atomic.Int64 // writes refused past the send-by time
+	sendBy  atomic.Int64 // Unix ns; 0: none (WithSendBy)
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	if by := c.sendBy.Load(); by != 0 && time.Now().UnixNano() > by {
+		c.refused.Add(1)
+		c.failed.Add(1)
+		return 0, &net.OpError{Op: "write", Net: "unix", Err: ErrSendDeadline}
+	}
+	n, err := c.Conn.Write(p)
+	c.written.Add(int64(n))
+	if err != nil {
+		c.failed.Add(1)
+	}
+	return n, err
+}
+
+// ErrSendDeadline is the cause of a *ConnectionError for a request that was
+// not sent because its send-by time (WithSendBy) had passed when its first
+// byte was due: snapd saw nothing of it.
+var ErrSendDeadline = errors.New("not sent: its send-by time had passed")
+
+type sendByKey struct{}
+
+// WithSendBy returns a context under which a request is written to snapd
+// only before t: the check is made by the connection itself, right before
+// the request's first byte is written, the last moment the client can
+// hold a request back. Past t the request fails, unsent, with
+// ErrSendDeadline. A restart budget's fence sets it (the time its
+// confirmation stands), so a request is never sent on a confirmation that
+// has run out, however long the client was held up between the fence and
+// the write.
+func WithSendBy(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, sendByKey{}, t)
 }
 
 // limitedReader reads at most left bytes and records whether the body

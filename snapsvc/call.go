@@ -1,0 +1,333 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// The bounds of a call.
+//
+// Every public call of a Client — Start, Stop, Restart and their Async
+// forms, EnsureRunning, EnsureStopped, Services, Changes, Change,
+// AbortChange, WaitChange, WaitIdle, WaitActive, Operation.Wait — is one
+// call value, made when it begins, and that value holds every bound the
+// call has:
+//
+//   - its deadline: the caller's context's, and for operations and reads
+//     also the end of the policy's MaxElapsedTime, counted from the call's
+//     start (waits are bounded by their context alone: a change takes as
+//     long as it takes);
+//   - MaxUnreachable: a run of failures to reach snapd ends the call that
+//     long after the run began (or after the call began, for a call that
+//     joins a run already under way);
+//   - MaxAttempts: the requests to act an operation may send (the reads
+//     a read may send);
+//   - the look-up reserve: a request to act leaves the last of the call's
+//     time to look up its change should its answer still be pending.
+//
+// Every request the call sends takes its context from it (ctx, or actCtx
+// for a request to act), every pause goes through sleep or pause, which
+// never run past the call's give-up instant, and observe is the one place
+// where the call learns whether snapd can be reached. Nothing else
+// computes a bound: the mechanisms an operation goes through (waiting out
+// a blocker, finding a change whose answer was lost, waiting for its own
+// change, reading the services' state) all run on the operation's call,
+// and a wait shared with other callers (watcher.go) shares what it
+// observes, never a bound.
+
+// callKind selects the bounds that apply to a call.
+type callKind int
+
+const (
+	// callOp: Start, Stop, Restart: every bound.
+	callOp callKind = iota
+	// callRead: a read: every bound; its reads are its attempts.
+	callRead
+	// callWait: a wait: the context and MaxUnreachable only.
+	callWait
+)
+
+// call is one public call: its bounds and identity (see above).
+type call struct {
+	c    *Client
+	kind callKind
+	// ctx is the caller's context, ended also at the end of the policy's
+	// MaxElapsedTime (on the real clock; on a test clock the policy's time
+	// is checked at every pause instead).
+	ctx    context.Context
+	cancel context.CancelFunc
+	rt     *retry.Retrier // attempts, backoff, the run of unreachability
+	ev     Event          // the call's events' template: Op, Names
+	log    *slog.Logger
+	hold   *hold // the restart budget's slots the operation holds (budget.go)
+	down   bool  // EventUnreachable sent, EventReachable owed
+	last   error // the last failure seen, for a give-up's error
+	flog   faultLog
+	// A shared wait's watcher (watcher.go) sends no events: it publishes
+	// what it observes (onObserve), and each caller reports its own view.
+	quiet     bool
+	onObserve func()
+}
+
+// newCall begins a call of kind on behalf of the caller's ctx. end must
+// be called once the call returns.
+func (c *Client) newCall(ctx context.Context, kind callKind, op string, names []string) *call {
+	p := c.policy
+	if kind == callWait {
+		p.MaxElapsedTime = -1
+		p.MaxAttempts = 0
+	}
+	k := &call{c: c, kind: kind, rt: p.NewRetrier(), ev: Event{Op: op, Names: names}, log: c.log(ctx)}
+	k.ctx, k.cancel = boundBy(ctx, c.clock, p.MaxElapsedTime)
+	return k
+}
+
+// end releases the call's resources.
+func (k *call) end() { k.cancel() }
+
+// event is an Event of the call.
+func (k *call) event(kind EventKind) Event {
+	ev := k.ev
+	ev.Kind = kind
+	ev.Elapsed = k.rt.Elapsed()
+	if k.kind == callOp {
+		ev.Attempt = k.rt.Attempts()
+	}
+	return ev
+}
+
+// actCtx is the context of a request to act: the call's, ended
+// lookupReserve (or a quarter of the time left) before its deadline, so
+// that should the answer still be pending then, the rest of the call's
+// time can go to looking up the change the request may have made.
+func (k *call) actCtx() (context.Context, context.CancelFunc) {
+	return reserveLookup(k.ctx)
+}
+
+// observe records what a request to snapd met (err nil: an answer). It is
+// the call's one view of whether snapd can be reached: a connection
+// failure starts or continues a run of unreachability (EventUnreachable
+// at its start), an answer ends it (EventReachable). A request that failed
+// because the call's context ended says nothing about snapd.
+func (k *call) observe(err error) {
+	if err != nil && k.ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		k.last = err
+	}
+	began := k.rt.Observe(err)
+	if k.onObserve != nil {
+		k.onObserve()
+	}
+	if k.quiet {
+		return
+	}
+	if began {
+		k.unreachable(err)
+		return
+	}
+	k.reachable()
+}
+
+// observeSince is observe for what a shared wait's watcher observed:
+// snapd unreachable since since (zero: it answers), err its last failure.
+// The run of unreachability counts for this call from since, or from the
+// call's start if it began later.
+func (k *call) observeSince(err error, since time.Time) {
+	if since.IsZero() {
+		k.rt.Observe(nil)
+		k.reachable()
+		return
+	}
+	if k.rt.ObserveSince(err, since) {
+		k.last = err
+		k.unreachable(err)
+	}
+}
+
+// awaitNews waits for news (a shared wait's facts changed), within the
+// call's bounds: it returns nil on news, or the call's end.
+func (k *call) awaitNews(news <-chan struct{}) error {
+	var giveUp <-chan time.Time
+	if left, ok := k.left(); ok {
+		t := k.c.clock.NewTimer(left)
+		defer t.Stop()
+		giveUp = t.C()
+	}
+	select {
+	case <-news:
+		return nil
+	case <-giveUp:
+		if err := k.exhausted(nil); err != nil {
+			return err
+		}
+		return nil
+	case <-k.ctx.Done():
+		return interrupted(k.ctx, k.last)
+	}
+}
+
+// unreachable reports the start of a run of unreachability.
+func (k *call) unreachable(err error) {
+	k.down = true
+	ev := k.event(EventUnreachable)
+	ev.Err = err
+	if ce, ok := asConnectionError(err); ok {
+		ev.Socket = ce.Socket
+	}
+	ev.GiveUpAt = k.giveUpAt()
+	k.log.Info("snapd unreachable; retrying", "socket", ev.Socket, "until", ev.GiveUpAt, "error", err)
+	k.c.emit(ev)
+}
+
+// reachable reports the end of a run of unreachability, if one was
+// reported.
+func (k *call) reachable() {
+	if !k.down {
+		return
+	}
+	if _, still := k.rt.Unreachable(); still {
+		return
+	}
+	k.down = false
+	k.c.emit(k.event(EventReachable))
+}
+
+// giveUpAt is when the call gives up trying to reach snapd: the earlier
+// of the end of MaxUnreachable (while snapd is unreachable) and the call's
+// deadline; zero when neither applies.
+func (k *call) giveUpAt() time.Time {
+	at, _ := k.rt.UnreachableDeadline()
+	if dl, ok := k.ctx.Deadline(); ok && (at.IsZero() || dl.Before(at)) {
+		at = dl
+	}
+	return at
+}
+
+// exhausted returns a *gaveUpError wrapping last when the call may send
+// nothing more: its attempts, its policy's time or its MaxUnreachable ran
+// out.
+func (k *call) exhausted(last error) error {
+	reason := k.rt.Exhausted()
+	if reason == "" {
+		return nil
+	}
+	if last == nil {
+		last = k.last
+	}
+	if last == nil {
+		last = ErrGaveUp
+	}
+	return &gaveUpError{reason: reason, last: last}
+}
+
+// left returns how long until the call's give-up instant on the client's
+// clock (the end of the policy's time, or of MaxUnreachable while snapd is
+// unreachable), and false when nothing but the context bounds it.
+func (k *call) left() (time.Duration, bool) {
+	d, ok := k.rt.Remaining()
+	if at, down := k.rt.UnreachableDeadline(); down {
+		u := at.Sub(k.c.clock.Now())
+		if !ok || u < d {
+			d, ok = u, true
+		}
+	}
+	return max(d, 0), ok
+}
+
+// sleep pauses for d on the client's clock, cut short at the call's
+// give-up instant. It returns nil once d has passed, a *gaveUpError when
+// the call's time ran out first, and the context's end (interrupted, with
+// the last failure) when it ended first.
+func (k *call) sleep(d time.Duration) error {
+	cut := false
+	if left, ok := k.left(); ok && left <= d {
+		d, cut = left, true
+	}
+	if err := retry.Sleep(k.ctx, k.c.clock, d); err != nil {
+		return interrupted(k.ctx, k.last)
+	}
+	if cut {
+		if err := k.exhausted(nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pause waits before trying again after last failed: RedialInterval while
+// snapd is unreachable, the policy's backoff otherwise (capped at
+// MaxConflictInterval for a conflict that cannot be watched), never past
+// the call's give-up instant. Its error is the call's end (see sleep).
+func (k *call) pause(last error) error {
+	if last != nil {
+		k.last = last
+	}
+	if err := k.exhausted(last); err != nil {
+		return err
+	}
+	var d time.Duration
+	switch {
+	case k.unreachableNow():
+		d = k.rt.RedialPause()
+	case retry.Classify(last) == retry.Conflict:
+		d = min(k.rt.NextPause(), k.rt.Policy().MaxConflictInterval)
+	default:
+		d = k.rt.NextPause()
+	}
+	return k.sleep(d)
+}
+
+// unreachableNow reports whether the call's last request found snapd
+// unreachable.
+func (k *call) unreachableNow() bool {
+	_, down := k.rt.Unreachable()
+	return down
+}
+
+// read runs f, a read request, until it answers, fails for another reason
+// than an unreachable or restarting snapd (retry.Transient: no socket,
+// nobody listening, kind daemon-restart or system-restart, a garbled
+// answer to a GET), or the call's bounds end. It is how every read rides
+// out a snapd restart, in every mode. In a read call each try is an
+// attempt (MaxAttempts).
+func (k *call) read(what string, f func(ctx context.Context) error) error {
+	for {
+		if k.kind == callRead {
+			k.rt.Attempt()
+		}
+		err := f(k.ctx)
+		k.observe(err)
+		if err == nil || retry.Classify(err) != retry.Transient {
+			return err
+		}
+		if k.ctx.Err() != nil {
+			return interrupted(k.ctx, err)
+		}
+		k.log.Debug("read failed; retrying", "what", what, "error", err)
+		if perr := k.pause(err); perr != nil {
+			return perr
+		}
+	}
+}
+
+// asConnectionError returns err's *snapd.ConnectionError, if any.
+func asConnectionError(err error) (*snapd.ConnectionError, bool) {
+	var ce *snapd.ConnectionError
+	ok := errors.As(err, &ce)
+	return ce, ok
+}
+
+// callOf runs f as one call of kind: the public methods that are not
+// operations use it.
+func (c *Client) callOf(ctx context.Context, kind callKind, op string, names []string, f func(k *call) error) error {
+	k := c.newCall(ctx, kind, op, names)
+	defer k.end()
+	return f(k)
+}

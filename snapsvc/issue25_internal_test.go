@@ -1,0 +1,172 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// Issue 25, defect 3: a shared wait ran on its first caller's policy: a
+// waiter with a 30 s MaxUnreachable got ErrGaveUp 410 ms into a 1 s snapd
+// restart, and a waiter with a 200 ms MaxUnreachable was held 2.14 s. The
+// callers of a shared wait share its observations, and each gives up on
+// its own bounds: the impatient one when its own give-up time comes, the
+// patient one never, whoever came first.
+func TestSharedWaitCallersKeepTheirOwnBounds(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	for _, impatientFirst := range []bool{false, true} {
+		name := map[bool]string{false: "patient first", true: "impatient first"}[impatientFirst]
+		t.Run(name, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithVersion(fake.Version277), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
+			blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
+			var mu sync.Mutex
+			var giveUpAt time.Time
+			client := func(maxUnreachable time.Duration, observe bool) *Client {
+				p := retry.DefaultPolicy()
+				p.MaxUnreachable = maxUnreachable
+				opts := []Option{WithSocket(srv.SocketPath()), WithMode(ModeREST), WithPolicy(p), WithoutFileLock()}
+				if observe {
+					opts = append(opts, WithObserver(func(ev Event) {
+						if ev.Kind == EventUnreachable {
+							mu.Lock()
+							giveUpAt = ev.GiveUpAt
+							mu.Unlock()
+						}
+					}))
+				}
+				c, err := New(opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			patient, impatient := client(30*time.Second, false), client(200*time.Millisecond, true)
+			key := patient.waitKey("change " + blk.ID())
+			if key != impatient.waitKey("change "+blk.ID()) {
+				t.Fatal("the two clients would not share the wait")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			type outcome struct {
+				chg *Change
+				err error
+				at  time.Time
+			}
+			patientDone, impatientDone := make(chan outcome, 1), make(chan outcome, 1)
+			wait := func(c *Client, done chan outcome) {
+				chg, err := c.WaitChange(ctx, blk.ID())
+				done <- outcome{chg, err, time.Now()}
+			}
+			first, second := func() { go wait(patient, patientDone) }, func() { go wait(impatient, impatientDone) }
+			if impatientFirst {
+				first, second = second, first
+			}
+			first()
+			if err := processWaits.awaitSubscribers(ctx, key, 1); err != nil {
+				t.Fatal(err)
+			}
+			second()
+			if err := processWaits.awaitSubscribers(ctx, key, 2); err != nil {
+				t.Fatal(err)
+			}
+			down := time.Now()
+			back := srv.RestartDaemon(time.Second)
+			o := <-impatientDone
+			mu.Lock()
+			at := giveUpAt
+			mu.Unlock()
+			if !errors.Is(o.err, ErrGaveUp) {
+				t.Fatalf("the impatient waiter: %v, want ErrGaveUp", o.err)
+			}
+			// Its own 200 ms, counted from the first request that could not
+			// reach snapd: the long-poll under way when snapd went is cut
+			// within the fake's 200 ms shutdown grace.
+			if at.IsZero() || at.Sub(down) > 450*time.Millisecond {
+				t.Errorf("the impatient waiter announced its give-up for %v after snapd went (want its own 200 ms after the first failed request)", at.Sub(down))
+			}
+			if late := o.at.Sub(at); late > 50*time.Millisecond || late < -50*time.Millisecond {
+				t.Errorf("the impatient waiter gave up %v after the time it announced", late)
+			}
+			select {
+			case p := <-patientDone:
+				t.Fatalf("the patient waiter returned while snapd was away: %+v %v", p.chg, p.err)
+			default:
+			}
+			<-back
+			blk.Finish()
+			p := <-patientDone
+			if p.err != nil || p.chg == nil || p.chg.Status != "Done" {
+				t.Fatalf("the patient waiter: %+v %v, want the change Done", p.chg, p.err)
+			}
+		})
+	}
+}
+
+// Issue 25, defect 6: a caller joining a shared WaitIdle got nil 2 ms
+// after calling while a change spawned before its call was still Doing: it
+// took an answer read before it joined. A caller accepts only what was
+// read after it joined.
+func TestSharedWaitIdleJoinerTakesOnlyFreshFacts(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version277), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	c, err := New(WithSocket(srv.SocketPath()), WithMode(ModeREST), WithoutFileLock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := c.waitKey("idle k8s")
+	// The first caller's listing is made (the snap idle) and its answer
+	// held on the way.
+	hold := make(chan struct{})
+	inj := srv.InjectFault(fake.Fault{Method: "GET", Path: "/v2/changes", Hold: hold, Times: 1})
+	defer inj.Remove()
+	firstDone, joinerDone := make(chan error, 1), make(chan error, 1)
+	go func() { firstDone <- c.WaitIdle(ctx, "k8s") }()
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.RequestsTo("GET /v2/changes") == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	// A change spawns, then a second caller joins.
+	x := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
+	go func() { joinerDone <- c.WaitIdle(ctx, "k8s") }()
+	if err := processWaits.awaitSubscribers(ctx, key, 2); err != nil {
+		t.Fatal(err)
+	}
+	close(hold) // the first caller's answer arrives: idle, as of before the change
+	if err := <-firstDone; err != nil {
+		t.Fatalf("the first caller: %v", err)
+	}
+	// The joiner needs a listing of its own: it sees the change.
+	listed := make(chan error, 1)
+	go func() {
+		listed <- srv.WaitFor(ctx, func(v fake.View) bool { return v.RequestsTo("GET /v2/changes") >= 2 })
+	}()
+	select {
+	case err := <-joinerDone:
+		t.Fatalf("the joiner returned %v while change %s, spawned before its call, is in progress", err, x.ID())
+	case err := <-listed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-joinerDone:
+		t.Fatalf("the joiner returned %v while change %s, spawned before its call, is in progress", err, x.ID())
+	default:
+	}
+	x.Finish()
+	if err := <-joinerDone; err != nil {
+		t.Fatalf("the joiner: %v", err)
+	}
+}
