@@ -31,6 +31,9 @@ type env struct {
 	// quietEvery is how often, without a terminal, a wait says it is
 	// still waiting (0: progressQuietEvery).
 	quietEvery time.Duration
+	// snapdRoot, when set (by tests), is where the library looks for an
+	// installed snapd when the socket is missing (snapsvc.WithSnapdRoot).
+	snapdRoot string
 }
 
 // app is one invocation: the environment and the global flags.
@@ -238,6 +241,9 @@ func usagef(format string, args ...any) error { return clistyle.Usagef(format, a
 func (a *app) client(opts ...snapsvc.Option) (*snapsvc.Client, error) {
 	if a.socket != "" {
 		opts = append(opts, snapsvc.WithSocket(a.socket))
+	}
+	if a.snapdRoot != "" {
+		opts = append(opts, snapsvc.WithSnapdRoot(a.snapdRoot))
 	}
 	opts = append(opts, snapsvc.WithLogger(a.logger()), snapsvc.WithPolicy(a.policy()), snapsvc.WithObserver(a.observe))
 	return snapsvc.New(opts...)

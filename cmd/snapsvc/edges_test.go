@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/retry"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // errorDoc is the --json error object, as a test reads it.
@@ -52,78 +49,6 @@ func safetyNet(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// TestVerdicts checks the one rule from an error to the exit code and to
-// --json's retryable across every kind of error the CLI meets: they agree
-// (retryable exactly for exit 3; 130 tells either way), and a request that
-// acted, or may have, is never retryable.
-func TestVerdicts(t *testing.T) {
-	conflict := &retry.ConflictError{Snap: "k8s", ChangeKind: "configure-snap", Message: `snap "k8s" has "configure-snap" change in progress`}
-	unreachableGET := &snapsvc.ConnectionError{Socket: "/run/snapd.socket", Method: "GET", Path: "/v2/apps", Err: errors.New("socket /run/snapd.socket does not exist")}
-	unreachablePOST := &snapsvc.ConnectionError{Socket: "/run/snapd.socket", Method: "POST", Path: "/v2/apps", Err: errors.New("socket /run/snapd.socket does not exist")}
-	lostPOST := &snapsvc.ConnectionError{Method: "POST", Path: "/v2/apps", Connected: true, Written: true, Err: errors.New("EOF")}
-	timedOut := fmt.Errorf("timed out after 1s (--timeout): %w", context.DeadlineExceeded)
-	op := func(change string, err error) error {
-		return &snapsvc.OpError{Op: "restart", Snap: "k8s", Names: []string{"k8s.kubelet"}, ChangeID: change, Attempts: 1, Err: err}
-	}
-	for _, tc := range []struct {
-		name      string
-		err       error
-		code      int
-		retryable bool
-	}{
-		{"success", nil, exitOK, false},
-		{"usage", usagef("bad"), exitUsage, false},
-		{"invalid name", op("", fmt.Errorf("%w %q", snapsvc.ErrInvalidName, "K8S")), exitUsage, false},
-		{"unknown service", op("", &snapsvc.APIError{StatusCode: 404, Kind: "app-not-found", Message: `snap "k8s" has no service "x"`}), exitNotFound, false},
-		{"unknown change", fmt.Errorf("reading change 9: %w", &snapsvc.APIError{StatusCode: 404, Message: `cannot find change with id "9"`}), exitNotFound, false},
-		{"change failed", op("2", &snapsvc.ChangeError{ID: "2", Kind: "service-control", Status: "Error", Err: "boom"}), exitFailed, false},
-		{"wait on a failed change", fmt.Errorf("waiting for change 2: %w", &snapsvc.ChangeError{ID: "2", Status: "Error"}), exitFailed, false},
-		{"snapd refused", op("", &snapsvc.APIError{StatusCode: 400, Message: "cannot perform operation on services"}), exitFailed, false},
-		{"snapctl failed", op("", &snapsvc.SnapctlError{ExitCode: 1}), exitFailed, false},
-		{"plain failure", errors.New("boom"), exitFailed, false},
-		{"gave up on a conflict", op("", fmt.Errorf("gave up after 5m: %w", errors.Join(snapsvc.ErrGaveUp, conflict))), exitTimeout, true},
-		{"gave up on an absent snapd", op("", fmt.Errorf("gave up: %w", errors.Join(snapsvc.ErrGaveUp, unreachablePOST))), exitTimeout, true},
-		{"timed out in a conflict", op("", errors.Join(timedOut, conflict)), exitTimeout, true},
-		{"timed out before any request", op("", timedOut), exitTimeout, true},
-		{"read: snapd unreachable", fmt.Errorf("snapsvc: reading services: %w", unreachableGET), exitTimeout, true},
-		{"read: snapd restarting", &snapsvc.APIError{StatusCode: 503, Kind: "daemon-restart", Message: "daemon is restarting"}, exitTimeout, true},
-		{"wait timed out", fmt.Errorf("waiting for change 1: %w", timedOut), exitTimeout, true},
-		{"timed out waiting for its own change", op("2", fmt.Errorf("waiting for change 2: %w", timedOut)), exitUnknown, false},
-		{"snapd gone while waiting for its own change", op("2", errors.Join(snapsvc.ErrGaveUp, unreachableGET)), exitUnknown, false},
-		{"outcome unknown", op("", errors.Join(snapsvc.ErrOutcomeUnknown, lostPOST)), exitUnknown, false},
-		{"answer lost", lostPOST, exitUnknown, false},
-		{"interrupted in a conflict", op("", errors.Join(context.Canceled, conflict)), exitInterrupted, true},
-		{"interrupted after its change was made", op("2", fmt.Errorf("waiting for change 2: %w", context.Canceled)), exitInterrupted, false},
-		{"interrupted read", &snapsvc.ConnectionError{Method: "GET", Path: "/v2/changes", Err: context.Canceled}, exitInterrupted, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			v := judge(tc.err)
-			if v.code != tc.code || v.retryable != tc.retryable {
-				t.Fatalf("judge(%v) = exit %d retryable %t, want exit %d retryable %t", tc.err, v.code, v.retryable, tc.code, tc.retryable)
-			}
-			if v.code != exitInterrupted && v.retryable != (v.code == exitTimeout) {
-				t.Errorf("exit %d with retryable %t: they disagree", v.code, v.retryable)
-			}
-			if tc.code == exitOK {
-				return
-			}
-			var stdout, stderr lockedBuffer
-			a := &app{env: env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, json: true}
-			a.name = "restart"
-			if got := a.report(tc.err); got != tc.code {
-				t.Errorf("report returned %d, want %d", got, tc.code)
-			}
-			doc := decodeError(t, tc.code, stdout.String())
-			if *doc.Error.Retryable != tc.retryable {
-				t.Errorf("JSON retryable %t, want %t", *doc.Error.Retryable, tc.retryable)
-			}
-			if strings.Contains(doc.Error.Message, "(retryable)") {
-				t.Errorf("doubled retryable marker: %s", doc.Error.Message)
-			}
-		})
-	}
 }
 
 // TestTimedOutOperations runs each way a start/stop/restart can run out of

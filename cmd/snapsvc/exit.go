@@ -1,16 +1,16 @@
 package main
 
 import (
-	"strconv"
-	"strings"
-	"syscall"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
+	"strconv"
+	"strings"
+	"syscall"
 
+	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
+	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -62,6 +62,14 @@ func judge(err error) verdict {
 		return verdict{code: exitFailed}
 	case errors.Is(err, snapsvc.ErrNotFound):
 		return verdict{code: exitNotFound}
+	case errors.Is(err, snapsvc.ErrSnapdNotInstalled):
+		// Nothing on the system would create snapd's socket: the library
+		// says it is not retryable, and waiting cannot help.
+		return verdict{code: exitFailed}
+	case notReadyAfterActing(err):
+		// The change was done, the service failed its readiness check:
+		// the operation failed, and its outcome is known.
+		return verdict{code: exitFailed}
 	}
 	acted := actedOn(err)
 	retryable := !acted && mayPass(err)
@@ -76,6 +84,14 @@ func judge(err error) verdict {
 	return verdict{code: exitFailed}
 }
 
+// notReadyAfterActing reports whether err is a budgeted operation whose
+// change was done but whose service did not pass its readiness check.
+func notReadyAfterActing(err error) bool {
+	var be *snapsvc.BudgetError
+	var nr *probe.NotReadyError
+	return errors.As(err, &be) && errors.As(be.Err, &nr)
+}
+
 // actedOn reports whether err ends a request to act that snapd carried
 // out, or may have: one that made a change (named by the OpError), or
 // whose outcome is unknown.
@@ -86,9 +102,17 @@ func actedOn(err error) bool {
 		retry.Classify(err) == retry.Indeterminate
 }
 
-// mayPass reports whether the cause of err can go away by itself: time
-// that ran out, a conflict, an unreachable or restarting snapd.
+// mayPass reports whether the cause of err can go away by itself, as the
+// library judges it: the library's own verdict when err carries one
+// (*snapsvc.OpError, *snapsvc.BudgetError: their Retryable), else time
+// that ran out, a conflict, an unreachable or restarting snapd. A request
+// that acted is answered before (actedOn), so the Indeterminate class
+// never makes a command retryable.
 func mayPass(err error) bool {
+	var r interface{ Retryable() bool }
+	if errors.As(err, &r) {
+		return r.Retryable()
+	}
 	return errors.Is(err, snapsvc.ErrGaveUp) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) ||
@@ -97,10 +121,11 @@ func mayPass(err error) bool {
 }
 
 // unreachable reports whether err means snapd could not be reached (or
-// is restarting): retrying later may help.
+// is restarting): retrying later may help. A snapd that is not installed
+// is not unreachable (snapsvc.ErrSnapdNotInstalled: nothing would create
+// its socket).
 func unreachable(err error) bool {
-	var ce *snapsvc.ConnectionError
-	return retry.Classify(err) == retry.Transient || errors.As(err, &ce)
+	return retry.Classify(err) == retry.Transient || retry.IsUnreachable(err)
 }
 
 // socketPath is where the command looks for snapd, for messages.
