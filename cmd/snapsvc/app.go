@@ -44,6 +44,10 @@ type app struct {
 	timeout   time.Duration
 	waitSnapd time.Duration
 	verbose   bool
+	logFormat string
+	// noWait: the service command does not wait for its change (--no-wait):
+	// it prints the id and nothing on stderr, as snap does.
+	noWait bool
 
 	// cmd is the path of the command that runs ("snapsvc restart"), name
 	// its name as typed; ran says its RunE started (so an error before is
@@ -110,7 +114,9 @@ func (a *app) newRoot() *cobra.Command {
 	pf.BoolVar(&a.json, "json", false, "print the result, or the error, as one JSON document on stdout (follow: one object per line)")
 	pf.Var(&durationFlag{&a.timeout}, "timeout", "give up after `D`, e.g. 30s (0: no limit)")
 	pf.Var(&durationFlag{&a.waitSnapd}, "wait-snapd", "every command keeps trying for `D` while snapd is unreachable (0: give up at the first failed connection)")
-	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log what the library does (slog text on stderr)")
+	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log what the library does on stderr (slog, in --log-format), and every error's detail")
+	a.logFormat = "text"
+	pf.Var(&choiceFlag{v: &a.logFormat, choices: []string{"text", "json"}}, "log-format", "the `FORMAT` of -v's log: text (slog's key=value lines) or json (one JSON object per line)")
 	root.Flags().SortFlags = false
 
 	snapCmds := []*cobra.Command{a.servicesCmd(), a.startCmd(), a.stopCmd(), a.restartCmd(),
@@ -185,7 +191,11 @@ func (a *app) do(c *cobra.Command, f func(ctx context.Context) error) error {
 		a.socket = a.getenv("SNAPSVC_SOCKET")
 	}
 	a.name = c.CalledAs()
-	a.prog = newProgress(a.stderr, a.terminal, a.width, a.quietEvery, a.verbose)
+	// Progress: on a terminal a self-erasing line, unless -v (the log
+	// says it all); off one, lines with -v's text log, none in its JSON
+	// log (one JSON object per line) or without -v.
+	quiet := !a.chatty() || (a.verbose && (a.terminal || a.logFormat == "json"))
+	a.prog = newProgress(a.stderr, a.terminal, a.width, a.quietEvery, quiet)
 	defer a.prog.close()
 	ctx := c.Context()
 	if a.timeout > 0 {
@@ -195,6 +205,12 @@ func (a *app) do(c *cobra.Command, f func(ctx context.Context) error) error {
 	}
 	return f(ctx)
 }
+
+// chatty reports whether the command tells on stderr what it waits for
+// and what it waited out: on a terminal or with -v, never under --no-wait
+// (snap prints nothing there). Off a terminal without -v it prints only
+// its result and, when it fails, the error.
+func (a *app) chatty() bool { return (a.terminal || a.verbose) && !a.noWait }
 
 // deprecated prints the one-line notice of an old name on stderr.
 func (a *app) deprecated(old, instead string) {
@@ -261,13 +277,44 @@ func (a *app) policy() retry.Policy {
 	return p
 }
 
-// logger is the library's logger: slog text on stderr with -v, nothing
-// otherwise (progress and notes come from the observer).
+// logger is the library's logger: slog on stderr with -v, text or JSON
+// (--log-format), nothing otherwise (progress and notes come from the
+// observer).
 func (a *app) logger() *slog.Logger {
-	if a.verbose {
-		return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if !a.verbose {
+		return slog.New(slog.DiscardHandler)
 	}
-	return slog.New(slog.DiscardHandler)
+	opts := &slog.HandlerOptions{Level: slog.LevelDebug}
+	if a.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, opts))
+}
+
+// choiceFlag is a flag that takes one of a few words and names them when
+// given another.
+type choiceFlag struct {
+	v       *string
+	choices []string
+}
+
+func (f *choiceFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return *f.v
+}
+
+func (f *choiceFlag) Type() string { return "string" }
+
+func (f *choiceFlag) Set(s string) error {
+	for _, c := range f.choices {
+		if s == c {
+			*f.v = s
+			return nil
+		}
+	}
+	return fmt.Errorf("want %s", strings.Join(f.choices, " or "))
 }
 
 // names checks service names before any request.

@@ -57,14 +57,11 @@ would wait for.`,
 					return nil
 				}
 				if len(chgs) == 0 {
-					// snap says "error: no changes found" and exits 1; an
-					// empty list is not a failure here (exit 0).
+					// As snap: "no changes found" on stderr, exit 0
+					// (cmd/snap/cmd_changes.go), with or without SNAP.
 					what := "no changes found"
 					if inProgress {
 						what = "no changes in progress"
-					}
-					if opts.Snap != "" {
-						what += fmt.Sprintf(" touching snap %q", opts.Snap)
 					}
 					fmt.Fprintln(a.stderr, what)
 					return nil

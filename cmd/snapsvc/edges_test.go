@@ -73,21 +73,21 @@ func TestTimedOutOperations(t *testing.T) {
 		{"its change still running", func(t *testing.T) *fake.Server {
 			// Nothing moves on a manual clock: the restart's change stays Doing.
 			return fake.NewServer(t, fake.WithClock(fake.NewManualClock(time.Now())), fake.WithSnaps(k8sSnap(1)))
-		}, exitUnknown, false, true, "'snapsvc wait 1' waits for it"},
+		}, exitUnknown, false, true, "restart k8s.kubelet: timed out after 200ms (--timeout) before change 1 was done\nThe change may still be running: 'snapsvc watch 1' waits for it"},
 		{"snapd acted, its answer pending", func(t *testing.T) *fake.Server {
 			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
 			hold := make(chan struct{})
 			t.Cleanup(func() { close(hold) })
 			srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Hold: hold})
 			return srv
-		}, exitUnknown, false, true, "running restart again would act again"},
+		}, exitUnknown, false, true, "while snapd's answer was pending; change 1, made meanwhile, does what it asked\nThe change may still be running: 'snapsvc watch 1' waits for it; running restart again would act again"},
 		{"snapd silent, outcome unknown", func(t *testing.T) *fake.Server {
 			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
 			hold := make(chan struct{})
 			t.Cleanup(func() { close(hold) })
 			srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Hold: hold})
 			return srv
-		}, exitUnknown, false, false, "check with 'snapsvc status'"},
+		}, exitUnknown, false, false, "timed out after 200ms (--timeout) while snapd's answer was pending\nsnapd may have acted on the request: check with 'snapsvc status'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := tc.setup(t)
@@ -99,8 +99,14 @@ func TestTimedOutOperations(t *testing.T) {
 			if *doc.Error.Retryable != tc.retryable || (doc.Error.Change != "") != tc.change {
 				t.Errorf("JSON retryable %t change %q, want retryable %t, a change %t", *doc.Error.Retryable, doc.Error.Change, tc.retryable, tc.change)
 			}
-			if strings.Contains(errOut, "(retryable)") || strings.Count(doc.Error.Message, "retryable]") != 1 {
-				t.Errorf("retryable marker not said exactly once:\n%s", errOut)
+			// -v's detail line (the library's whole error) aside, the
+			// error says retryable once, or not at all.
+			said := regexp.MustCompile(`(?m)^detail: .*$`).ReplaceAllString(errOut, "")
+			if want := map[bool]int{true: 1, false: 0}[tc.retryable]; strings.Count(said, "retryable]") != want || strings.Count(doc.Error.Message, "retryable]") != want {
+				t.Errorf("retryable marker not said exactly %d time(s) on stderr and in the message:\n%s", want, errOut)
+			}
+			if n := len(regexp.MustCompile(`(?m)^error: `).FindAllString(errOut, -1)); n != 1 || !strings.Contains(errOut, "\ndetail: snapsvc: restart k8s.kubelet") {
+				t.Errorf("%d error: prefixes, want 1, and -v's detail line:\n%s", n, errOut)
 			}
 			if !tc.retryable && strings.Contains(errOut, "retrying later may help") {
 				t.Errorf("a request that acted is said to be worth retrying:\n%s", errOut)
@@ -189,7 +195,7 @@ func TestSocketNotASocket(t *testing.T) {
 	}
 	for path, want := range map[string]string{dir: dir + ": it is a directory, not a socket", file: file + ": it is not a socket (a regular file)"} {
 		code, _, errOut := runWithSocket(safetyNet(t), path, false, "status", "--wait-snapd", "100ms")
-		if code != exitTimeout || !strings.Contains(errOut, "error: snapsvc status: cannot reach snapd at "+want) || strings.Contains(errOut, "[]") {
+		if code != exitTimeout || !strings.Contains(errOut, "error: cannot reach snapd at "+want) || strings.Contains(errOut, "[]") {
 			t.Errorf("status --socket %s: exit %d, stderr %q; want exit 3 saying %q", path, code, errOut, want)
 		}
 		code, _, errOut = runWithSocket(safetyNet(t), path, false, "--wait-snapd", "0", "restart", "k8s.kubelet")

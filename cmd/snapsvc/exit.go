@@ -148,7 +148,10 @@ type jsonError struct {
 		Status   string `json:"status,omitempty"`
 		// Kind is snapd's error kind ("app-not-found",
 		// "snap-not-found", "daemon-restart", ...), when snapd said one.
-		Kind      string `json:"kind,omitempty"`
+		Kind string `json:"kind,omitempty"`
+		// Cause is the library's whole error, every layer's words
+		// (Message says each fact once).
+		Cause     string `json:"cause"`
 		Retryable bool   `json:"retryable"`
 		// Detail is what the command found before failing: the change
 		// for wait, the report for demo.
@@ -166,9 +169,15 @@ type detailError struct {
 func (e *detailError) Error() string { return e.err.Error() }
 func (e *detailError) Unwrap() error { return e.err }
 
-// report prints err (if any) and returns the exit code. Under --json
-// stdout gets exactly one document for a failure, usage errors included:
-// the error object (commands print nothing on stdout when they fail).
+// report prints err (if any) and returns the exit code. stderr gets one
+// "error: " and the message (message): for a change that failed, snapd's
+// own text as snap prints it, a short line and the failed tasks on lines
+// of their own; otherwise one line, each fact once. A hint may follow on a
+// line of its own (how to wait for a change that may still run). -v adds
+// the library's whole error on a "detail:" line. Under --json stdout gets
+// exactly one document for a failure, usage errors included: the error
+// object, whose cause is the library's whole error (commands print nothing
+// on stdout when they fail).
 func (a *app) report(err error) int {
 	cmd := a.name
 	if cmd == "" {
@@ -179,19 +188,10 @@ func (a *app) report(err error) int {
 		return v.code
 	}
 	var ue *clistyle.UsageError
-	var oe *snapsvc.OpError
 	var ce *snapsvc.ChangeError
-	change := ""
-	if errors.As(err, &oe) {
-		change = oe.ChangeID
-	}
-	if errors.As(err, &ce) && ce.ID != "" {
-		change = ce.ID
-	}
-	var ie *interruptedError
-	if errors.As(err, &ie) && ie.change != "" {
-		change = ie.change
-	}
+	change := changeOf(err)
+	errors.As(err, &ce)
+	msg := a.message(err, v)
 	if errors.As(err, &ue) {
 		path := ue.Cmd
 		if path == "" {
@@ -199,14 +199,10 @@ func (a *app) report(err error) int {
 		}
 		fmt.Fprintf(a.stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, path)
 	} else {
-		msg := oneLine(err.Error())
-		if line, ok := a.unreachableLine(err, v); ok {
-			msg = line
-		}
 		fmt.Fprintf(a.stderr, "error: %s\n", msg)
 		switch {
 		case v.code == exitUnknown && change != "":
-			fmt.Fprintf(a.stderr, "Change %s was made and may still be running: 'snapsvc wait %s' waits for it; running %s again would act again.\n", change, change, cmd)
+			fmt.Fprintf(a.stderr, "The change may still be running: 'snapsvc watch %s' waits for it; running %s again would act again.\n", change, cmd)
 		case v.code == exitInterrupted && change != "":
 			// Ctrl-C stops the waiting, not the change: a service
 			// command's change is short and half of one aborted leaves
@@ -216,12 +212,16 @@ func (a *app) report(err error) int {
 		case v.code == exitUnknown:
 			fmt.Fprintf(a.stderr, "snapd may have acted on the request: check with 'snapsvc status' and 'snapsvc changes' before running %s again.\n", cmd)
 		}
+		if a.verbose {
+			fmt.Fprintf(a.stderr, "detail: %s\n", oneLine(err.Error()))
+		}
 	}
 	if !a.json {
 		return v.code
 	}
 	var je jsonError
-	je.Error.Message = oneLine(err.Error())
+	je.Error.Message = oneLine(msg)
+	je.Error.Cause = oneLine(err.Error())
 	je.Error.ExitCode = v.code
 	je.Error.Change = change
 	if ce != nil {
@@ -231,9 +231,6 @@ func (a *app) report(err error) int {
 	var ae *snapsvc.APIError
 	if errors.As(err, &ae) {
 		je.Error.Kind = ae.Kind
-	}
-	if line, ok := a.unreachableLine(err, v); ok {
-		je.Error.Message = line
 	}
 	var de *detailError
 	if errors.As(err, &de) {
@@ -247,6 +244,223 @@ func (a *app) report(err error) int {
 	}
 	a.printJSON(je)
 	return v.code
+}
+
+// changeOf is the change err names: the operation's, the failed one, or
+// the one an interrupted wait was waiting for.
+func changeOf(err error) string {
+	change := ""
+	var oe *snapsvc.OpError
+	var ce *snapsvc.ChangeError
+	var ie *interruptedError
+	if errors.As(err, &oe) {
+		change = oe.ChangeID
+	}
+	if errors.As(err, &ce) && ce.ID != "" {
+		change = ce.ID
+	}
+	if errors.As(err, &ie) && ie.change != "" {
+		change = ie.change
+	}
+	return change
+}
+
+// message is what stderr says of err after "error: ", each fact once and
+// without the library's prefixes ("snapsvc: ", "snapd: ") or snapd's
+// request details (method, path, HTTP status, kind: --json and -v have
+// them). "[retryable]" ends it when running the command again later may
+// help (exit 3); the exit code says the rest.
+//
+//   - A change that failed: snapd's text as snap prints it (the failed
+//     tasks on lines of their own, "cannot perform the following
+//     tasks:\n- ..."), nothing added: the change is in --json.
+//   - Not found: snapd's message, as snap prints it.
+//   - Otherwise the operation ("restart k8s.kubelet") and why.
+func (a *app) message(err error, v verdict) string {
+	var ue *clistyle.UsageError
+	if errors.As(err, &ue) {
+		return ue.Msg
+	}
+	var ce *snapsvc.ChangeError
+	if errors.As(err, &ce) && strings.TrimSpace(ce.Err) != "" {
+		return strings.TrimRight(ce.Err, "\n")
+	}
+	if line, ok := a.unreachableLine(err, v); ok {
+		return line
+	}
+	var ae *snapsvc.APIError
+	if errors.Is(err, snapsvc.ErrNotFound) && errors.As(err, &ae) && ae.Message != "" && !wrapsMore(err, ae) {
+		return ae.Message
+	}
+	head := ""
+	cause := err
+	var oe *snapsvc.OpError
+	if errors.As(err, &oe) {
+		head = oe.Op + " " + strings.Join(oe.Names, " ")
+		cause = oe.Err
+	}
+	var why string
+	var ni *snapsvc.NotInstalledError
+	switch {
+	case errors.As(err, &ni):
+		why = fmt.Sprintf("%v: no socket at %s and %s", snapsvc.ErrSnapdNotInstalled, ni.Socket, ni.Reason)
+	case v.code == exitTimeout:
+		why = a.waitedOut(cause)
+	case v.code == exitUnknown:
+		why = a.unknownOutcome(cause, changeOf(err))
+	}
+	if why == "" {
+		why = plain(cause)
+	}
+	msg := why
+	if head != "" {
+		msg = head + ": " + why
+	}
+	if v.code == exitTimeout && v.retryable {
+		if oe != nil && oe.ChangeID == "" && !strings.Contains(msg, "nothing was done") {
+			msg += "; nothing was done"
+		}
+		msg += " [retryable]"
+	}
+	return msg
+}
+
+// wrapsMore reports whether err says more than inner, the error it wraps
+// (a command's own words around snapd's answer).
+func wrapsMore(err, inner error) bool {
+	var oe *snapsvc.OpError
+	outer := err
+	if errors.As(err, &oe) {
+		outer = oe.Err
+	}
+	return outer.Error() != inner.Error() && !strings.HasPrefix(outer.Error(), "snapsvc: reading ")
+}
+
+// waitedOut words a conflict that outlasted --timeout or the library's
+// policy: "timed out after 2s (--timeout) waiting for change 5
+// (configure-snap), which holds snap "k8s"". It returns "" for anything
+// else.
+func (a *app) waitedOut(err error) string {
+	c, ok := retry.AsConflict(err)
+	if !ok {
+		return ""
+	}
+	why := "gave up"
+	switch {
+	case errors.Is(err, snapsvc.ErrGaveUp):
+		why = gaveUpReason(err)
+	case errors.Is(err, context.DeadlineExceeded):
+		why = a.timedOut(err)
+	}
+	var holder string
+	switch {
+	case c.AllSnaps:
+		return why + ": " + c.Message
+	case c.ChangeID != "" && strings.Contains(why, "change "+c.ChangeID):
+		return why // "blocking change 5 (auto-refresh) is waiting, for a reboot..."
+	case c.ChangeID != "" && c.ChangeKind != "":
+		holder = fmt.Sprintf("change %s (%s), which holds snap %q", c.ChangeID, c.ChangeKind, c.Snap)
+	case c.ChangeID != "":
+		holder = fmt.Sprintf("change %s, which holds snap %q", c.ChangeID, c.Snap)
+	case c.ChangeKind != "":
+		holder = fmt.Sprintf("a %q change that holds snap %q", c.ChangeKind, c.Snap)
+	default:
+		holder = fmt.Sprintf("the changes that hold snap %q", c.Snap)
+	}
+	return why + " waiting for " + holder
+}
+
+// unknownOutcome words a request to act whose outcome is not known: why
+// the command stopped ("timed out after 1s (--timeout)", the library's
+// reason for giving up, snapd's answer lost) and at which point: before
+// change (its change, or the one found doing what it asked) was done, or
+// while snapd's answer was pending. It returns "" for anything else (a
+// budget slot lost after acting: its own text says it).
+func (a *app) unknownOutcome(err error, change string) string {
+	var be *snapsvc.BudgetError
+	if errors.As(err, &be) {
+		return ""
+	}
+	lost := errors.Is(err, snapsvc.ErrOutcomeUnknown) || retry.Classify(err) == retry.Indeterminate
+	why := ""
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		why = a.timedOut(err)
+	case errors.Is(err, snapsvc.ErrGaveUp):
+		why = gaveUpReason(err)
+	case lost && change == "":
+		return "snapd's answer was lost"
+	default:
+		return ""
+	}
+	switch {
+	case lost && change != "":
+		return why + " while snapd's answer was pending; change " + change + ", made meanwhile, does what it asked"
+	case lost:
+		return why + " while snapd's answer was pending"
+	}
+	return why + " before change " + change + " was done"
+}
+
+// timedOut says which time ran out: "timed out after 1s (--timeout)" when
+// --timeout did (the library's errors carry the context's plain
+// DeadlineExceeded, not --timeout's cause), else "timed out".
+func (a *app) timedOut(err error) string {
+	var te timeoutError
+	switch {
+	case errors.As(err, &te):
+		return te.Error()
+	case a.timeout > 0:
+		return timeoutError{a.timeout}.Error()
+	}
+	return "timed out"
+}
+
+// gaveUpReason is why the library gave up ("gave up after 5m0s"): the
+// text of the error that joins snapsvc.ErrGaveUp to the last failure,
+// without that failure.
+func gaveUpReason(err error) string {
+	for todo := []error{err}; len(todo) > 0; {
+		e := todo[0]
+		todo = todo[1:]
+		switch w := e.(type) {
+		case interface{ Unwrap() []error }:
+			errs := w.Unwrap()
+			if len(errs) == 2 && (errs[0] == snapsvc.ErrGaveUp || errs[1] == snapsvc.ErrGaveUp) {
+				last := errs[0]
+				if last == snapsvc.ErrGaveUp {
+					last = errs[1]
+				}
+				if r, ok := strings.CutSuffix(e.Error(), ": "+last.Error()); ok {
+					return r
+				}
+			}
+			todo = append(todo, errs...)
+		case interface{ Unwrap() error }:
+			if inner := w.Unwrap(); inner != nil {
+				todo = append(todo, inner)
+			}
+		}
+	}
+	return "gave up"
+}
+
+// plain is err's text without what the library and snapd's envelope put
+// around it: "snapsvc: " prefixes, snapd's request details, the
+// OpError's retryable marker, and Go's "context deadline exceeded" after
+// our own --timeout line.
+func plain(err error) string {
+	s := err.Error()
+	var ae *snapsvc.APIError
+	if errors.As(err, &ae) && ae.Message != "" {
+		s = strings.Replace(s, ae.Error(), ae.Message, 1)
+	}
+	s = strings.ReplaceAll(s, "snapsvc: ", "")
+	s = strings.ReplaceAll(s, "(--timeout): context deadline exceeded", "(--timeout)")
+	for _, m := range []string{" [retryable]", " [not retryable]"} {
+		s = strings.ReplaceAll(s, m, "")
+	}
+	return oneLine(s)
 }
 
 // jsonRequested reports whether args ask for --json before any "--" (a
@@ -292,16 +506,16 @@ func (a *app) unreachableLine(err error, v verdict) (string, bool) {
 	if v.code != exitTimeout || !errors.As(err, &ce) || ce.Written {
 		return "", false
 	}
-	what := "snapsvc " + a.name
+	what := ""
 	var oe *snapsvc.OpError
 	if errors.As(err, &oe) {
-		what = oe.Op + " " + strings.Join(oe.Names, " ")
+		what = oe.Op + " " + strings.Join(oe.Names, " ") + ": "
 	}
 	socket := ce.Socket
 	if socket == "" {
 		socket = a.socketPath()
 	}
-	line := fmt.Sprintf("%s: cannot reach snapd at %s: %s", what, socket, dialReason(ce))
+	line := fmt.Sprintf("%scannot reach snapd at %s: %s", what, socket, dialReason(ce))
 	switch {
 	case errors.Is(err, snapsvc.ErrGaveUp):
 		line += fmt.Sprintf("; gave up after %v (--wait-snapd)", a.waitSnapd)

@@ -146,6 +146,21 @@ func TestVerdicts(t *testing.T) {
 			if *doc.Error.Retryable != tc.retryable {
 				t.Errorf("JSON retryable %t, want %t", *doc.Error.Retryable, tc.retryable)
 			}
+			// stderr: one "error: ", "[retryable]" exactly when it is
+			// (exit 3), no "not retryable" (the exit code says it), no
+			// library or snapd prefix.
+			errOut := stderr.String()
+			if n := strings.Count(errOut, "error: "); n != 1 || !strings.HasPrefix(errOut, "error: ") {
+				t.Errorf("%d \"error: \" on stderr, want one, first:\n%s", n, errOut)
+			}
+			if said := strings.Contains(errOut, "[retryable]"); said != (tc.code == exitTimeout) {
+				t.Errorf("stderr says [retryable] %t, want %t:\n%s", said, tc.code == exitTimeout, errOut)
+			}
+			for _, bad := range []string{"not retryable", "snapsvc: ", "error: snapd: ", ": snapd: "} {
+				if strings.Contains(errOut, bad) {
+					t.Errorf("stderr says %q:\n%s", bad, errOut)
+				}
+			}
 		})
 	}
 }
