@@ -306,6 +306,9 @@ func (a *app) message(err error, v verdict) string {
 		why = fmt.Sprintf("%v: no socket at %s and %s", snapsvc.ErrSnapdNotInstalled, ni.Socket, ni.Reason)
 	case v.code == exitTimeout:
 		why = a.waitedOut(cause)
+		if why == "" {
+			why = a.timedOutRequest(cause)
+		}
 	case v.code == exitUnknown:
 		why = a.unknownOutcome(cause, changeOf(err))
 	}
@@ -400,6 +403,20 @@ func (a *app) unknownOutcome(err error, change string) string {
 		return why + " while snapd's answer was pending"
 	}
 	return why + " before change " + change + " was done"
+}
+
+// timedOutRequest words a request to snapd that time ended: "timed out
+// after 1s (--timeout) waiting for snapd's answer to GET /v2/changes/1".
+// It returns "" for anything else.
+func (a *app) timedOutRequest(err error) string {
+	var ce *snapsvc.ConnectionError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ce) {
+		return ""
+	}
+	if !ce.Connected {
+		return fmt.Sprintf("%s connecting to snapd at %s", a.timedOut(err), ce.Socket)
+	}
+	return fmt.Sprintf("%s waiting for snapd's answer to %s %s", a.timedOut(err), ce.Method, ce.Path)
 }
 
 // timedOut says which time ran out: "timed out after 1s (--timeout)" when

@@ -98,6 +98,7 @@ func TestVerdicts(t *testing.T) {
 		// Context errors.
 		{"timed out before any request", op("", timedOut), exitTimeout, true},
 		{"wait timed out", fmt.Errorf("waiting for change 1: %w", timedOut), exitTimeout, true},
+		{"read timed out", &snapsvc.ConnectionError{Socket: "/run/snapd.socket", Method: "GET", Path: "/v2/changes/1", Connected: true, Written: true, Err: timedOut}, exitTimeout, true},
 		{"--timeout (bare)", timeoutError{time.Second}, exitTimeout, true},
 		{"interrupted in a conflict", op("", errors.Join(context.Canceled, conflict)), exitInterrupted, true},
 		{"interrupted after its change was made", op("2", fmt.Errorf("waiting for change 2: %w", context.Canceled)), exitInterrupted, false},
