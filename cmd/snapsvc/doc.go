@@ -17,6 +17,9 @@
 //	tasks ID, change ID [--abs-time]        as snap tasks: a change's tasks and logs
 //	watch ID                                as snap watch: wait for the change
 //	abort ID                                as snap abort
+//	                                        (tasks, change, watch and abort also
+//	                                        take --last=KIND instead of ID: the
+//	                                        latest change of that kind, as snap)
 //	version                                 snapsvc's build and snapd's version
 //	status [NAME...]                        services and the changes in progress
 //	                                        that hold their snaps
@@ -28,6 +31,7 @@
 //	                                        against an in-process fake snapd
 //	completion bash|zsh|fish                the shell completion script
 //	help [COMMAND]                          help, on stdout (also --help, -h)
+//	man DIR                                 write a man page per command into DIR
 //
 // Deprecated until v0.3.0, with a notice on stderr: "wait ID" (use watch
 // ID; snap's wait is "snap wait SNAP KEY"), "watch [SNAP]" without a change
@@ -140,6 +144,7 @@
 // # Completion and manual
 //
 // "snapsvc completion bash|zsh|fish" prints the completion script (service
-// names are completed from snapd); "snapsvc man DIR" (hidden) writes a man
-// page per command. Both come from the same definitions as the help.
+// names, change ids and --last's kinds are completed from snapd); "snapsvc
+// man DIR" writes a man page per command. Both come from the same
+// definitions as the help; the .deb packages install both.
 package main
