@@ -35,13 +35,32 @@ type Build struct {
 	Modified bool   `json:"modified,omitempty"`
 }
 
+// What a release build stamps into the binary (go build -ldflags "-X
+// github.com/snapsvc/snapsvc/cmd/internal/clistyle.stampedVersion=v0.2.0
+// ..."; .ci/release does, from git): the version from git describe, the
+// commit and its time. A build in the workspace (go.work) gets neither a
+// module version nor VCS settings from the go command, so these are what
+// --version shows of a package; empty, debug.ReadBuildInfo's are used.
+var (
+	stampedVersion  string
+	stampedRevision string
+	stampedTime     string
+)
+
 // ReadBuild reads the binary's build information.
 func ReadBuild() Build {
 	v := Build{Module: "github.com/snapsvc/snapsvc/cmd", Version: "(devel)", Go: runtime.Version()}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return v
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v.read(bi)
 	}
+	if stampedVersion != "" {
+		v.Version, v.Revision, v.Time, v.Modified = stampedVersion, stampedRevision, stampedTime, strings.HasSuffix(stampedVersion, "-dirty")
+	}
+	return v
+}
+
+// read takes what the go command recorded of the build.
+func (v *Build) read(bi *debug.BuildInfo) {
 	if bi.Main.Path != "" {
 		v.Module = bi.Main.Path
 	}
@@ -58,7 +77,6 @@ func ReadBuild() Build {
 			v.Modified = s.Value == "true"
 		}
 	}
-	return v
 }
 
 // Line is the build as one line: "NAME VERSION (module, go1.25.0,
