@@ -82,3 +82,18 @@ func TestManLong(t *testing.T) {
 		}
 	}
 }
+
+// TestStamped checks that what a release build stamps (-ldflags -X) is
+// what --version shows, and that a dirty tree's version is marked
+// modified.
+func TestStamped(t *testing.T) {
+	defer func(v, r, tm string) { stampedVersion, stampedRevision, stampedTime = v, r, tm }(stampedVersion, stampedRevision, stampedTime)
+	stampedVersion, stampedRevision, stampedTime = "v0.2.0-3-gabc1234-dirty", "abc1234def", "2026-12-04T15:50:08Z"
+	b := ReadBuild()
+	if b.Version != stampedVersion || b.Revision != stampedRevision || b.Time != stampedTime || !b.Modified {
+		t.Errorf("stamped build read as %+v", b)
+	}
+	if line := b.Line("snapsvc"); line != "snapsvc v0.2.0-3-gabc1234-dirty (github.com/snapsvc/snapsvc/cmd, "+b.Go+", revision abc1234def, 2026-12-04T15:50:08Z, modified)" {
+		t.Errorf("--version line %q", line)
+	}
+}
