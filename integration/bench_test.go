@@ -17,7 +17,7 @@ import (
 )
 
 // TestBenchRealSnapd runs bench's foreign and bootstrap scenarios (go run
-// ./bench) against the real snapd, with the same strategies
+// ./cmd/bench) against the real snapd, with the same strategies
 // (testsupport/benchkit: naive snapctl, k8sd's fixed loop at its real 5 s
 // pause, backoff/v4's defaults, snapsvc), and prints the figures in the
 // test log. snapd has no request log, so the wake latency is read from

@@ -16,6 +16,11 @@
 #   SNAPSVC_REALSNAPD_RUN    passed to -test.run (default: all tests)
 #   SNAPSVC_REALSNAPD_KEEP=1 after the tests, keep the container up until Enter is pressed
 #   SNAPSVC_REALSNAPD_LOCK_WAIT  seconds to wait for another run to finish (default 7200)
+#   SNAPSVC_REALSNAPD_DEBS   a directory with the release's .deb packages (.ci/release's
+#                            output, as .ci/run builds it); without it run.sh builds them
+#                            for this machine's architecture. After the tests they are
+#                            installed in the container and the installed snapsvc is run
+#                            against its snapd.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -25,9 +30,22 @@ slow=${SNAPSVC_SLOW_SECONDS:-3}
 cache=${SNAPSVC_REALSNAPD_CACHE:-/var/cache/snapsvc-realsnapd}
 state=/run/snapsvc-realsnapd
 
+# build_debs DIR: the release's packages for this machine's architecture,
+# from .ci/release's one definition (.ci/release/release.yaml).
+build_debs() {
+	(cd "$repo/.ci/release" && GOWORK=off PATH=$PATH:/usr/local/go/bin go run . -repo "$repo" -out "$1" -targets "linux/$(PATH=$PATH:/usr/local/go/bin go env GOARCH)")
+}
+
 suites='bookworm trixie sid'
 if [ "$suite" = all ]; then
 	failed='' passed=''
+	if [ -z "${SNAPSVC_REALSNAPD_DEBS:-}" ]; then
+		# Built once for the three suites.
+		debs_tmp=$(mktemp -d /var/tmp/snapsvc-debs.XXXXXX)
+		trap 'rm -rf "$debs_tmp"' EXIT
+		build_debs "$debs_tmp/dist" || { echo "run.sh: building the release packages failed" >&2; exit 1; }
+		export SNAPSVC_REALSNAPD_DEBS=$debs_tmp/dist
+	fi
 	for s in $suites; do
 		s0=$(date +%s)
 		if SNAPSVC_REALSNAPD=$s "$0" "$@"; then
@@ -157,6 +175,7 @@ teardown() {
 	set +e
 	trap - EXIT INT TERM
 	end_child
+	[ -z "${debs_pid:-}" ] || kill -TERM -- "-$debs_pid" 2>/dev/null || true
 	if [ $rc -ne 0 ]; then
 		collect_logs
 		if [ -s "$logs/journal.txt" ]; then
@@ -338,6 +357,13 @@ buildhelper >"$logs/go-build-helper.txt" 2>&1 &
 helper_pid=$!
 fetch_snap_client "$suite" >"$logs/snap-client.txt" 2>&1 &
 client_pid=$!
+debs=${SNAPSVC_REALSNAPD_DEBS:-}
+debs_pid=''
+if [ -z "$debs" ]; then
+	debs=$work/dist
+	setsid bash -c "$(declare -f build_debs); repo='$repo'; build_debs '$debs'" >"$logs/release.txt" 2>&1 &
+	debs_pid=$!
+fi
 
 # The container's PID 1 (a host pid): nspawn's child whose pid in its own namespace is 1.
 find_leader() {
@@ -445,6 +471,51 @@ else
 	run_tests -test.skip '^TestConformanceRealSnapd$' || rc=$?
 fi
 stream=''
+
+# ---- the release packages, installed in the container: the installed
+# snapsvc against this snapd (its version, a restart of svcdemo.alpha, the
+# restart's change found with --last)
+check_packages() {
+	local arch main_before main_after f
+	if [ -n "$debs_pid" ]; then
+		wait "$debs_pid" || { cat "$logs/release.txt"; say "building the release packages failed"; return 1; }
+		say "release packages built: $(cd "$debs" && echo *.deb)"
+	fi
+	arch=$(inside dpkg --print-architecture)
+	mkdir -p "$work/root/root/debs"
+	for f in "$debs"/snapsvc_*_"$arch".deb "$debs"/snapsvc-rollout_*_"$arch".deb; do
+		[ -f "$f" ] || { say "no $(basename "$f") in $debs"; return 1; }
+		cp "$f" "$work/root/root/debs/"
+	done
+	say "installing in the container: $(cd "$work/root/root/debs" && echo *.deb)"
+	inside sh -c 'dpkg -i /root/debs/*.deb' || return 1
+	inside dpkg-query -W -f='${Package} ${Version} ${Architecture}\n' snapsvc snapsvc-rollout
+	for f in /usr/bin/snapsvc /usr/bin/fakesnapd /usr/bin/snapsvc-rollout /usr/share/man/man1/snapsvc.1.gz \
+		/usr/share/man/man1/snapsvc-restart.1.gz /usr/share/bash-completion/completions/snapsvc \
+		/usr/share/zsh/vendor-completions/_snapsvc /usr/share/fish/vendor_completions.d/snapsvc.fish; do
+		inside test -s "$f" || { say "the packages did not install $f"; return 1; }
+	done
+	say "installed: binaries, $(inside sh -c 'ls /usr/share/man/man1/snapsvc*.1.gz /usr/share/man/man1/fakesnapd*.1.gz | wc -l') man pages, bash/zsh/fish completion"
+	say "\$ snapsvc --version"
+	inside /usr/bin/snapsvc --version || return 1
+	inside /usr/bin/snapsvc-rollout --version || return 1
+	main_before=$(inside systemctl show -p MainPID --value snap.svcdemo.alpha.service)
+	say "\$ snapsvc restart svcdemo.alpha   (MainPID $main_before)"
+	inside /usr/bin/snapsvc restart svcdemo.alpha || return 1
+	main_after=$(inside systemctl show -p MainPID --value snap.svcdemo.alpha.service)
+	say "svcdemo.alpha's MainPID $main_before -> $main_after"
+	[ "$main_after" != "$main_before" ] && [ "$main_after" != 0 ] || { say "the installed snapsvc did not restart svcdemo.alpha"; return 1; }
+	say "\$ snapsvc tasks --last=service-control"
+	inside /usr/bin/snapsvc tasks --last=service-control || return 1
+	say "\$ snapsvc services svcdemo.alpha"
+	inside /usr/bin/snapsvc services svcdemo.alpha || return 1
+}
+if check_packages; then
+	say "release packages: installed and run against snapd $ver"
+else
+	say "release packages: FAILED in the container"
+	[ "$rc" -ne 0 ] || rc=1
+fi
 collect_logs
 if [ "${SNAPSVC_REALSNAPD_KEEP:-}" = 1 ] && [ -t 0 ]; then
 	say "container kept up: nsenter -t $leader -a -- snap changes ; press Enter to tear down"

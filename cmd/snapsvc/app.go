@@ -31,6 +31,9 @@ type env struct {
 	// quietEvery is how often, without a terminal, a wait says it is
 	// still waiting (0: progressQuietEvery).
 	quietEvery time.Duration
+	// snapdRoot, when set (by tests), is where the library looks for an
+	// installed snapd when the socket is missing (snapsvc.WithSnapdRoot).
+	snapdRoot string
 }
 
 // app is one invocation: the environment and the global flags.
@@ -41,6 +44,10 @@ type app struct {
 	timeout   time.Duration
 	waitSnapd time.Duration
 	verbose   bool
+	logFormat string
+	// noWait: the service command does not wait for its change (--no-wait):
+	// it prints the id and nothing on stderr, as snap does.
+	noWait bool
 
 	// cmd is the path of the command that runs ("snapsvc restart"), name
 	// its name as typed; ran says its RunE started (so an error before is
@@ -60,35 +67,78 @@ const (
 	groupExtras = "extras"
 )
 
-const rootLong = `snapsvc starts, stops and restarts snap services through snapd, waiting out
+const rootIntro = `snapsvc starts, stops and restarts snap services through snapd, waiting out
 other changes that hold the snap (conflicts) and then for its own change.
 
 Its commands follow the snap command's where they overlap (services, start,
 stop, restart, changes, tasks, watch, abort); status, wait-idle, follow and
 demo are its own.
 
-NAME is a snap ("k8s": all its services) or a service ("k8s.kubelet").
+NAME is a snap ("k8s": all its services) or a service ("k8s.kubelet").`
 
-Exit codes:
-  0    success
-  1    the operation failed (a change ended in error, snapd refused)
-  2    usage error (unknown command or flag, missing or malformed name)
-  3    nothing was done and retrying later may help: timed out (--timeout),
-       gave up waiting for another change or for an unreachable snapd
-       (--wait-snapd)
-  4    not found (unknown snap, service or change)
-  5    the request was, or may have been, carried out but its outcome is not
-       known (timed out or snapd vanished while waiting for its change, or
-       snapd's answer was lost): check before running it again
-  130  interrupted (Ctrl-C, SIGTERM): the change, if one was made, goes on
-       in snapd; the message says which and how to wait for it again`
+// exitCodes is the one list of exit codes, for the help (rootLong) and
+// the man page (rootManLong).
+var exitCodes = []struct {
+	code int
+	text string
+}{
+	{exitOK, "success"},
+	{exitFailed, "the operation failed (a change ended in error, snapd refused, snapd is not installed)"},
+	{exitUsage, "usage error (unknown command or flag, missing or malformed name)"},
+	{exitTimeout, "nothing was done and retrying later may help: timed out (--timeout), gave up waiting for another change or for an unreachable snapd (--wait-snapd)"},
+	{exitNotFound, "not found (unknown snap, service or change)"},
+	{exitUnknown, "the request was, or may have been, carried out but its outcome is not known (timed out or snapd vanished while waiting for its change, or snapd's answer was lost): check before running it again"},
+	{exitInterrupted, "interrupted (Ctrl-C, SIGTERM): the change, if one was made, goes on in snapd; the message says which and how to wait for it again"},
+}
+
+// rootLong is the root's help: the exit codes as an aligned list.
+var rootLong = func() string {
+	var b strings.Builder
+	b.WriteString(rootIntro + "\n\nExit codes:\n")
+	for _, e := range exitCodes {
+		fmt.Fprintf(&b, "  %-4d %s\n", e.code, wrap(e.text, 72, "       "))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}()
+
+// rootManLong is the root's man page description: the exit codes as a
+// definition list (a tagged paragraph in roff), which reflows to the
+// reader's width where the help's aligned list would not.
+var rootManLong = func() string {
+	var b strings.Builder
+	b.WriteString(rootIntro + "\n\nExit codes:\n\n")
+	for _, e := range exitCodes {
+		fmt.Fprintf(&b, "%d\n: %s\n\n", e.code, e.text)
+	}
+	return b.String()
+}()
+
+// wrap breaks s into lines of at most width columns, the lines after the
+// first indented by indent.
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n" + indent)
+			n = 0
+		} else if i > 0 {
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
 
 // newRoot builds the command tree for one invocation.
 func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:   "snapsvc",
-		Short: "Start, stop and restart snap services, waiting out snapd's change conflicts",
-		Long:  rootLong,
+		Use:         "snapsvc",
+		Short:       "Start, stop and restart snap services, waiting out snapd's change conflicts",
+		Long:        rootLong,
+		Annotations: map[string]string{clistyle.ManLong: rootManLong},
 		// "snapsvc" alone (or with flags only) prints the usage on
 		// stderr and exits 2.
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -107,7 +157,9 @@ func (a *app) newRoot() *cobra.Command {
 	pf.BoolVar(&a.json, "json", false, "print the result, or the error, as one JSON document on stdout (follow: one object per line)")
 	pf.Var(&durationFlag{&a.timeout}, "timeout", "give up after `D`, e.g. 30s (0: no limit)")
 	pf.Var(&durationFlag{&a.waitSnapd}, "wait-snapd", "every command keeps trying for `D` while snapd is unreachable (0: give up at the first failed connection)")
-	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log what the library does (slog text on stderr)")
+	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log what the library does on stderr (slog, in --log-format), and every error's detail")
+	a.logFormat = "text"
+	pf.Var(&choiceFlag{v: &a.logFormat, choices: []string{"text", "json"}}, "log-format", "the `FORMAT` of -v's log: text (slog's key=value lines) or json (one JSON object per line)")
 	root.Flags().SortFlags = false
 
 	snapCmds := []*cobra.Command{a.servicesCmd(), a.startCmd(), a.stopCmd(), a.restartCmd(),
@@ -124,6 +176,9 @@ func (a *app) newRoot() *cobra.Command {
 	root.AddCommand(a.waitCmd()) // deprecated, hidden
 	for _, c := range root.Commands() {
 		c.DisableFlagsInUseLine = true // their Use lists their flags
+		if c.Name() == "man" {
+			c.GroupID = groupExtras
+		}
 	}
 	return root
 }
@@ -182,7 +237,11 @@ func (a *app) do(c *cobra.Command, f func(ctx context.Context) error) error {
 		a.socket = a.getenv("SNAPSVC_SOCKET")
 	}
 	a.name = c.CalledAs()
-	a.prog = newProgress(a.stderr, a.terminal, a.width, a.quietEvery, a.verbose)
+	// Progress: on a terminal a self-erasing line, unless -v (the log
+	// says it all); off one, lines with -v's text log, none in its JSON
+	// log (one JSON object per line) or without -v.
+	quiet := !a.chatty() || (a.verbose && (a.terminal || a.logFormat == "json"))
+	a.prog = newProgress(a.stderr, a.terminal, a.width, a.quietEvery, quiet)
 	defer a.prog.close()
 	ctx := c.Context()
 	if a.timeout > 0 {
@@ -192,6 +251,12 @@ func (a *app) do(c *cobra.Command, f func(ctx context.Context) error) error {
 	}
 	return f(ctx)
 }
+
+// chatty reports whether the command tells on stderr what it waits for
+// and what it waited out: on a terminal or with -v, never under --no-wait
+// (snap prints nothing there). Off a terminal without -v it prints only
+// its result and, when it fails, the error.
+func (a *app) chatty() bool { return (a.terminal || a.verbose) && !a.noWait }
 
 // deprecated prints the one-line notice of an old name on stderr.
 func (a *app) deprecated(old, instead string) {
@@ -239,6 +304,9 @@ func (a *app) client(opts ...snapsvc.Option) (*snapsvc.Client, error) {
 	if a.socket != "" {
 		opts = append(opts, snapsvc.WithSocket(a.socket))
 	}
+	if a.snapdRoot != "" {
+		opts = append(opts, snapsvc.WithSnapdRoot(a.snapdRoot))
+	}
 	opts = append(opts, snapsvc.WithLogger(a.logger()), snapsvc.WithPolicy(a.policy()), snapsvc.WithObserver(a.observe))
 	return snapsvc.New(opts...)
 }
@@ -255,13 +323,44 @@ func (a *app) policy() retry.Policy {
 	return p
 }
 
-// logger is the library's logger: slog text on stderr with -v, nothing
-// otherwise (progress and notes come from the observer).
+// logger is the library's logger: slog on stderr with -v, text or JSON
+// (--log-format), nothing otherwise (progress and notes come from the
+// observer).
 func (a *app) logger() *slog.Logger {
-	if a.verbose {
-		return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if !a.verbose {
+		return slog.New(slog.DiscardHandler)
 	}
-	return slog.New(slog.DiscardHandler)
+	opts := &slog.HandlerOptions{Level: slog.LevelDebug}
+	if a.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, opts))
+}
+
+// choiceFlag is a flag that takes one of a few words and names them when
+// given another.
+type choiceFlag struct {
+	v       *string
+	choices []string
+}
+
+func (f *choiceFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return *f.v
+}
+
+func (f *choiceFlag) Type() string { return "string" }
+
+func (f *choiceFlag) Set(s string) error {
+	for _, c := range f.choices {
+		if s == c {
+			*f.v = s
+			return nil
+		}
+	}
+	return fmt.Errorf("want %s", strings.Join(f.choices, " or "))
 }
 
 // names checks service names before any request.

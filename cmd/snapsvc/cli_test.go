@@ -187,7 +187,7 @@ func TestUnreachableSnapd(t *testing.T) {
 	for _, args := range [][]string{{"status", "k8s"}, {"changes"}, {"change", "1"}, {"--json", "status"}, {"services"}, {"watch", "1"}, {"wait-idle", "k8s"}, {"abort", "1"}, {"follow"}} {
 		args = append(args, "--wait-snapd", "100ms")
 		code, out, errOut := runWithSocket(ctx, sock, false, args...)
-		if code != exitTimeout || !regexp.MustCompile(`(?m)^error: snapsvc [a-z-]+: cannot reach snapd at `+regexp.QuoteMeta(sock)+`: no socket there \(is snapd running\?\)(; gave up after 100ms \(--wait-snapd\))? \[retryable\]$`).MatchString(errOut) {
+		if code != exitTimeout || !regexp.MustCompile(`(?m)^error: cannot reach snapd at `+regexp.QuoteMeta(sock)+`: no socket there \(is snapd running\?\)(; gave up after 100ms \(--wait-snapd\))? \[retryable\]$`).MatchString(errOut) {
 			t.Errorf("%q against a missing socket: exit %d, stderr %q; want exit 3 naming the socket", args, code, errOut)
 		}
 		if args[0] == "--json" {

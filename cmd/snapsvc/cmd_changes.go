@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -57,14 +58,11 @@ would wait for.`,
 					return nil
 				}
 				if len(chgs) == 0 {
-					// snap says "error: no changes found" and exits 1; an
-					// empty list is not a failure here (exit 0).
+					// As snap: "no changes found" on stderr, exit 0
+					// (cmd/snap/cmd_changes.go), with or without SNAP.
 					what := "no changes found"
 					if inProgress {
 						what = "no changes in progress"
-					}
-					if opts.Snap != "" {
-						what += fmt.Sprintf(" touching snap %q", opts.Snap)
 					}
 					fmt.Fprintln(a.stderr, what)
 					return nil
@@ -90,21 +88,32 @@ would wait for.`,
 
 func (a *app) tasksCmd() *cobra.Command {
 	var absTime bool
+	var last string
 	c := &cobra.Command{
-		Use:               "tasks ID",
+		Use:               "tasks [--abs-time] (ID | --last=KIND)",
 		Aliases:           []string{"change"},
 		Short:             "List a change's tasks",
-		ValidArgsFunction: a.completeChanges(false),
+		ValidArgsFunction: a.completeChanges(),
 		Long: `The tasks command displays a summary of tasks associated with an individual
-change, then each task's log, as snap tasks does. --json prints snapd's
-change object.`,
-		Args: cobra.ExactArgs(1),
+change, then each task's log, as snap tasks does: the change ID given, or
+with --last=KIND the latest change of that kind. --json prints snapd's
+change object (null for --last=KIND? without such a change).`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, pos []string) error {
-			id, err := changeIDArg(c.CalledAs(), pos)
-			if err != nil {
+			if err := checkChangeArgs(c.CalledAs(), pos, last); err != nil {
 				return err
 			}
 			return a.withClient(c, func(ctx context.Context, cl *snapsvc.Client) error {
+				id, err := changeID(ctx, cl, pos, last)
+				if errors.Is(err, errNoChangeOK) {
+					if a.json {
+						a.printJSON(nil)
+					}
+					return nil
+				}
+				if err != nil {
+					return err
+				}
 				chg, err := cl.Change(ctx, id)
 				if err != nil {
 					return err
@@ -119,6 +128,7 @@ change object.`,
 		},
 	}
 	c.Flags().BoolVar(&absTime, "abs-time", false, "display absolute times (in RFC 3339 format); otherwise relative times up to 60 days, then YYYY-MM-DD")
+	a.addLast(c, &last)
 	return c
 }
 
@@ -232,10 +242,10 @@ func snapArg(cmd, arg string) (string, error) {
 	return snap, nil
 }
 
-// completeChanges completes change ids from snapd (in progress only, for
-// watch and abort), each with its summary, when snapd answers within a
-// second.
-func (a *app) completeChanges(inProgress bool) cobra.CompletionFunc {
+// completeChanges completes change ids from snapd, every change it keeps
+// as snap does (cmd/snap/complete.go changeID), each with its status and
+// summary, when snapd answers within a second.
+func (a *app) completeChanges() cobra.CompletionFunc {
 	return func(c *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -247,11 +257,7 @@ func (a *app) completeChanges(inProgress bool) cobra.CompletionFunc {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		defer cl.Close()
-		opts := snapsvc.ChangesOptions{Select: "all"}
-		if inProgress {
-			opts.Select = "in-progress"
-		}
-		chgs, err := cl.Changes(ctx, opts)
+		chgs, err := cl.Changes(ctx, snapsvc.ChangesOptions{Select: "all"})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}

@@ -30,7 +30,7 @@ change's id alone, for "snapsvc watch ID". Changes that hold the snap
 (a "snap set", a refresh) are waited out first.`
 
 func (a *app) startCmd() *cobra.Command {
-	var enable, noWait bool
+	var enable bool
 	c := &cobra.Command{
 		Use:   "start [--enable] [--no-wait] NAME...",
 		Short: "Start services",
@@ -38,7 +38,7 @@ func (a *app) startCmd() *cobra.Command {
 		Args:  needNames("start"),
 		RunE: func(c *cobra.Command, names []string) error {
 			return a.do(c, func(ctx context.Context) error {
-				return a.operate(ctx, "start", names, noWait, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
+				return a.operate(ctx, "start", names, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
 					return cl.StartAsync(ctx, names, snapsvc.StartOptions{Enable: enable})
 				})
 			})
@@ -46,12 +46,12 @@ func (a *app) startCmd() *cobra.Command {
 		ValidArgsFunction: a.completeNames,
 	}
 	c.Flags().BoolVar(&enable, "enable", false, "as well as starting the services now, arrange for them to be started on boot")
-	c.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the change: print its id and return")
+	c.Flags().BoolVar(&a.noWait, "no-wait", false, "do not wait for the change: print its id and return")
 	return c
 }
 
 func (a *app) stopCmd() *cobra.Command {
-	var disable, noWait bool
+	var disable bool
 	c := &cobra.Command{
 		Use:   "stop [--disable] [--no-wait] NAME...",
 		Short: "Stop services",
@@ -59,7 +59,7 @@ func (a *app) stopCmd() *cobra.Command {
 		Args:  needNames("stop"),
 		RunE: func(c *cobra.Command, names []string) error {
 			return a.do(c, func(ctx context.Context) error {
-				return a.operate(ctx, "stop", names, noWait, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
+				return a.operate(ctx, "stop", names, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
 					return cl.StopAsync(ctx, names, snapsvc.StopOptions{Disable: disable})
 				})
 			})
@@ -67,12 +67,12 @@ func (a *app) stopCmd() *cobra.Command {
 		ValidArgsFunction: a.completeNames,
 	}
 	c.Flags().BoolVar(&disable, "disable", false, "as well as stopping the services now, arrange for them to no longer be started on boot")
-	c.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the change: print its id and return")
+	c.Flags().BoolVar(&a.noWait, "no-wait", false, "do not wait for the change: print its id and return")
 	return c
 }
 
 func (a *app) restartCmd() *cobra.Command {
-	var reload, noWait bool
+	var reload bool
 	c := &cobra.Command{
 		Use:   "restart [--reload] [--no-wait] NAME...",
 		Short: "Restart services",
@@ -80,7 +80,7 @@ func (a *app) restartCmd() *cobra.Command {
 		Args:  needNames("restart"),
 		RunE: func(c *cobra.Command, names []string) error {
 			return a.do(c, func(ctx context.Context) error {
-				return a.operate(ctx, "restart", names, noWait, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
+				return a.operate(ctx, "restart", names, func(cl *snapsvc.Client) (*snapsvc.Operation, error) {
 					return cl.RestartAsync(ctx, names, snapsvc.RestartOptions{Reload: reload})
 				})
 			})
@@ -88,7 +88,7 @@ func (a *app) restartCmd() *cobra.Command {
 		ValidArgsFunction: a.completeNames,
 	}
 	c.Flags().BoolVar(&reload, "reload", false, "if the service has a reload command, use it instead of restarting")
-	c.Flags().BoolVar(&noWait, "no-wait", false, "do not wait for the change: print its id and return")
+	c.Flags().BoolVar(&a.noWait, "no-wait", false, "do not wait for the change: print its id and return")
 	return c
 }
 
@@ -97,10 +97,11 @@ var done = map[string]string{"start": "Started.", "stop": "Stopped.", "restart":
 
 // operate runs one service command: submit (the library waits out
 // conflicts), then, unless noWait, wait for the change with progress.
-func (a *app) operate(ctx context.Context, action string, names []string, noWait bool, submit func(*snapsvc.Client) (*snapsvc.Operation, error)) error {
+func (a *app) operate(ctx context.Context, action string, names []string, submit func(*snapsvc.Client) (*snapsvc.Operation, error)) error {
 	if err := checkNames(names); err != nil {
 		return err
 	}
+	noWait := a.noWait
 	c, err := a.client()
 	if err != nil {
 		return err
@@ -140,7 +141,7 @@ func (a *app) operate(ctx context.Context, action string, names []string, noWait
 		a.printJSON(out)
 		return nil
 	}
-	if len(out.WaitedFor) > 0 {
+	if len(out.WaitedFor) > 0 && a.chatty() {
 		a.note("waited for change %s holding the snap (%d conflict(s) absorbed)", strings.Join(out.WaitedFor, ", "), out.Conflicts)
 	}
 	switch {

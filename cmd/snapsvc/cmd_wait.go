@@ -12,14 +12,16 @@ import (
 
 func (a *app) watchCmd() *cobra.Command {
 	f := &followFlags{}
+	var last string
 	c := &cobra.Command{
-		Use:               "watch ID",
+		Use:               "watch (ID | --last=KIND)",
 		Short:             "Watch a change in progress",
-		ValidArgsFunction: a.completeChanges(true),
-		Long: `The watch command waits for the change to be ready, showing its progress on
-stderr (on a terminal a self-erasing line, otherwise a line every few
-seconds), as snap watch does. It prints nothing more when the change is
-Done and fails (exit 1) with snapd's error when the change is not.
+		ValidArgsFunction: a.completeChanges(),
+		Long: `The watch command waits for the change to be ready (the change ID given, or
+with --last=KIND the latest change of that kind), showing its progress on
+a terminal as a self-erasing line, as snap watch does. It prints nothing
+more when the change is Done and fails (exit 1) with snapd's error when
+the change is not.
 
 Ctrl-C stops waiting, not the change: exit 130 with the command that
 waits again.
@@ -28,7 +30,7 @@ Deprecated: "watch [SNAP]" without a change id follows every change as
 it happens; that is "snapsvc follow [SNAP]" now.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, pos []string) error {
-			if len(pos) == 0 || !isChangeID(pos[0]) {
+			if last == "" && (len(pos) == 0 || !isChangeID(pos[0])) {
 				// v0.1's "watch [SNAP]": a snap name is never all digits.
 				a.deprecated("watch [SNAP]", `"snapsvc follow [SNAP]" ("watch ID" waits for a change, as in snap)`)
 				a.followMode = true
@@ -37,10 +39,14 @@ it happens; that is "snapsvc follow [SNAP]" now.`,
 			if c.Flags().Changed("interval") || c.Flags().Changed("until-idle") {
 				return usagef("watch ID takes no --interval or --until-idle (those are follow's)")
 			}
-			return a.do(c, a.waitChange(pos[0], false))
+			if err := checkChangeArgs("watch", pos, last); err != nil {
+				return err
+			}
+			return a.do(c, a.waitChange(pos, last, false))
 		},
 	}
 	f.add(c, true)
+	a.addLast(c, &last)
 	return c
 }
 
@@ -59,20 +65,31 @@ func (a *app) waitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.do(c, a.waitChange(id, true))
+			return a.do(c, a.waitChange([]string{id}, "", true))
 		},
 	}
 }
 
-// waitChange waits for change id with progress. summary: print the
-// change's final line on stdout (v0.1's wait did; snap watch does not).
-func (a *app) waitChange(id string, summary bool) func(ctx context.Context) error {
+// waitChange waits for the change (pos's id, or --last's) with progress.
+// summary: print the change's final line on stdout (v0.1's wait did; snap
+// watch does not).
+func (a *app) waitChange(pos []string, last string, summary bool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		c, err := a.client()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		id, err := changeID(ctx, c, pos, last)
+		if errors.Is(err, errNoChangeOK) {
+			if a.json {
+				a.printJSON(nil)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 		// Fail fast, with exit code 4, on an unknown change.
 		first, err := c.Change(ctx, id)
 		if err != nil {
@@ -102,21 +119,32 @@ func (a *app) waitChange(id string, summary bool) func(ctx context.Context) erro
 }
 
 func (a *app) abortCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:               "abort ID",
+	var last string
+	c := &cobra.Command{
+		Use:               "abort (ID | --last=KIND)",
 		Short:             "Abort a pending change",
-		ValidArgsFunction: a.completeChanges(true),
-		Long: `The abort command attempts to abort a change that still has pending tasks,
+		ValidArgsFunction: a.completeChanges(),
+		Long: `The abort command attempts to abort a change that still has pending tasks
+(the change ID given, or with --last=KIND the latest change of that kind),
 as snap abort does: tasks not started are held, a running one is undone
 when it ends. It prints nothing (--json: the change as snapd returned it);
 "snapsvc watch ID" waits for the change to settle.`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, pos []string) error {
-			id, err := changeIDArg("abort", pos)
-			if err != nil {
+			if err := checkChangeArgs("abort", pos, last); err != nil {
 				return err
 			}
 			return a.withClient(c, func(ctx context.Context, cl *snapsvc.Client) error {
+				id, err := changeID(ctx, cl, pos, last)
+				if errors.Is(err, errNoChangeOK) {
+					if a.json {
+						a.printJSON(nil)
+					}
+					return nil
+				}
+				if err != nil {
+					return err
+				}
 				chg, err := cl.AbortChange(ctx, id)
 				if err != nil {
 					return err
@@ -128,6 +156,8 @@ when it ends. It prints nothing (--json: the change as snapd returned it);
 			})
 		},
 	}
+	a.addLast(c, &last)
+	return c
 }
 
 // idleOutput is wait-idle's --json shape.

@@ -17,6 +17,9 @@
 //	tasks ID, change ID [--abs-time]        as snap tasks: a change's tasks and logs
 //	watch ID                                as snap watch: wait for the change
 //	abort ID                                as snap abort
+//	                                        (tasks, change, watch and abort also
+//	                                        take --last=KIND instead of ID: the
+//	                                        latest change of that kind, as snap)
 //	version                                 snapsvc's build and snapd's version
 //	status [NAME...]                        services and the changes in progress
 //	                                        that hold their snaps
@@ -28,6 +31,7 @@
 //	                                        against an in-process fake snapd
 //	completion bash|zsh|fish                the shell completion script
 //	help [COMMAND]                          help, on stdout (also --help, -h)
+//	man DIR                                 write a man page per command into DIR
 //
 // Deprecated until v0.3.0, with a notice on stderr: "wait ID" (use watch
 // ID; snap's wait is "snap wait SNAP KEY"), "watch [SNAP]" without a change
@@ -43,7 +47,10 @@
 //	                 unreachable or restarting: its socket missing, nobody
 //	                 listening, a path that is not a socket (default 30s;
 //	                 0: give up at the first failed connection)
-//	-v, --verbose    log what the library does (slog text on stderr)
+//	-v, --verbose    log what the library does on stderr (slog), and add
+//	                 the library's whole error to an error ("detail: ")
+//	--log-format F   -v's log: text (slog's key=value lines, the default)
+//	                 or json (one JSON object per line)
 //	--version        this build's version (debug.ReadBuildInfo)
 //
 // Durations are Go durations (30s, 5m, 1h30m), never negative; a value that
@@ -57,21 +64,35 @@
 //
 // While a command waits, for another change that holds the snap or for its
 // own, a terminal on stderr shows one self-erasing line as wide as the
-// terminal, the change's id and kind and the time waited first. Without a
-// terminal it prints a line when a wait starts and one every 5 seconds
-// ("still waiting for change 42 (configure-snap) ..., 10s"). Whatever
-// stderr is, a command says at once when it cannot reach snapd (which
-// socket, why, until when it keeps trying) and when snapd answers again.
+// terminal, the change's id and kind and the time waited first, and once
+// done what was waited out. Off a terminal it prints nothing but its
+// result, as snap does, unless -v: then, beside the library's log, a line
+// when a wait starts and one every 5 seconds ("still waiting for change 42
+// (configure-snap) ..., 10s"). With --no-wait nothing is printed on stderr
+// at all. Whatever stderr is, a command says at once when it cannot reach
+// snapd (which socket, why, until when it keeps trying) and when snapd
+// answers again.
 //
 // Ctrl-C (SIGINT) or SIGTERM stops the waiting, not the change (snap
 // aborts it): exit 130 with the change's id, "snapsvc watch ID" to wait
 // again and "snapsvc abort ID" to stop it.
 //
+// # Errors
+//
+// An error is printed once on stderr after "error: ", each fact once: what
+// failed (the command and its services), why, and "[retryable]" when
+// running the same command later may help (exit 3). A change that failed
+// prints snapd's own text as snap does: a short message, then each failed
+// task on a line of its own. A second line may say how to wait for a change
+// that may still run. -v adds the library's whole error on a "detail:"
+// line; --json has it as "cause".
+//
 // # Exit codes
 //
 //	0    success
-//	1    the operation failed: a change ended in Error/Undone/Hold, or snapd
-//	     refused the request
+//	1    the operation failed: a change ended in Error/Undone/Hold, snapd
+//	     refused the request, or snapd is not installed (no socket and
+//	     nothing that would create it: snapsvc.ErrSnapdNotInstalled)
 //	2    usage error: unknown command or flag, missing or malformed name or
 //	     value (everything on the command line is checked before any request)
 //	3    nothing was done and retrying later may help: timed out (--timeout)
@@ -97,7 +118,7 @@
 // object instead:
 //
 //	{"error":{"message":...,"exit-code":N,"change":ID,"status":S,
-//	          "kind":K,"retryable":bool,"detail":...}}
+//	          "kind":K,"cause":...,"retryable":bool,"detail":...}}
 //
 // retryable is always there and agrees with the exit code: true exactly
 // when running the same command again later may succeed (exit 3; an
@@ -105,7 +126,8 @@
 // status, kind (snapd's error kind, e.g. "app-not-found") and detail
 // appear when known; detail is what the command found before failing
 // (watch: the change, with its tasks and error; demo: its report). The
-// message is printed on stderr too, on one line.
+// message is stderr's, on one line; cause is the library's whole error,
+// every layer's words.
 //
 // follow --json prints JSON Lines (https://jsonlines.org): one JSON object
 // per line, one line per event, and a failure as a last {"error":...}
@@ -122,6 +144,7 @@
 // # Completion and manual
 //
 // "snapsvc completion bash|zsh|fish" prints the completion script (service
-// names are completed from snapd); "snapsvc man DIR" (hidden) writes a man
-// page per command. Both come from the same definitions as the help.
+// names, change ids and --last's kinds are completed from snapd); "snapsvc
+// man DIR" writes a man page per command. Both come from the same
+// definitions as the help; the .deb packages install both.
 package main

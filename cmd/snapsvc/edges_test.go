@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/retry"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // errorDoc is the --json error object, as a test reads it.
@@ -54,78 +51,6 @@ func safetyNet(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestVerdicts checks the one rule from an error to the exit code and to
-// --json's retryable across every kind of error the CLI meets: they agree
-// (retryable exactly for exit 3; 130 tells either way), and a request that
-// acted, or may have, is never retryable.
-func TestVerdicts(t *testing.T) {
-	conflict := &retry.ConflictError{Snap: "k8s", ChangeKind: "configure-snap", Message: `snap "k8s" has "configure-snap" change in progress`}
-	unreachableGET := &snapsvc.ConnectionError{Socket: "/run/snapd.socket", Method: "GET", Path: "/v2/apps", Err: errors.New("socket /run/snapd.socket does not exist")}
-	unreachablePOST := &snapsvc.ConnectionError{Socket: "/run/snapd.socket", Method: "POST", Path: "/v2/apps", Err: errors.New("socket /run/snapd.socket does not exist")}
-	lostPOST := &snapsvc.ConnectionError{Method: "POST", Path: "/v2/apps", Connected: true, Written: true, Err: errors.New("EOF")}
-	timedOut := fmt.Errorf("timed out after 1s (--timeout): %w", context.DeadlineExceeded)
-	op := func(change string, err error) error {
-		return &snapsvc.OpError{Op: "restart", Snap: "k8s", Names: []string{"k8s.kubelet"}, ChangeID: change, Attempts: 1, Err: err}
-	}
-	for _, tc := range []struct {
-		name      string
-		err       error
-		code      int
-		retryable bool
-	}{
-		{"success", nil, exitOK, false},
-		{"usage", usagef("bad"), exitUsage, false},
-		{"invalid name", op("", fmt.Errorf("%w %q", snapsvc.ErrInvalidName, "K8S")), exitUsage, false},
-		{"unknown service", op("", &snapsvc.APIError{StatusCode: 404, Kind: "app-not-found", Message: `snap "k8s" has no service "x"`}), exitNotFound, false},
-		{"unknown change", fmt.Errorf("reading change 9: %w", &snapsvc.APIError{StatusCode: 404, Message: `cannot find change with id "9"`}), exitNotFound, false},
-		{"change failed", op("2", &snapsvc.ChangeError{ID: "2", Kind: "service-control", Status: "Error", Err: "boom"}), exitFailed, false},
-		{"wait on a failed change", fmt.Errorf("waiting for change 2: %w", &snapsvc.ChangeError{ID: "2", Status: "Error"}), exitFailed, false},
-		{"snapd refused", op("", &snapsvc.APIError{StatusCode: 400, Message: "cannot perform operation on services"}), exitFailed, false},
-		{"snapctl failed", op("", &snapsvc.SnapctlError{ExitCode: 1}), exitFailed, false},
-		{"plain failure", errors.New("boom"), exitFailed, false},
-		{"gave up on a conflict", op("", fmt.Errorf("gave up after 5m: %w", errors.Join(snapsvc.ErrGaveUp, conflict))), exitTimeout, true},
-		{"gave up on an absent snapd", op("", fmt.Errorf("gave up: %w", errors.Join(snapsvc.ErrGaveUp, unreachablePOST))), exitTimeout, true},
-		{"timed out in a conflict", op("", errors.Join(timedOut, conflict)), exitTimeout, true},
-		{"timed out before any request", op("", timedOut), exitTimeout, true},
-		{"read: snapd unreachable", fmt.Errorf("snapsvc: reading services: %w", unreachableGET), exitTimeout, true},
-		{"read: snapd restarting", &snapsvc.APIError{StatusCode: 503, Kind: "daemon-restart", Message: "daemon is restarting"}, exitTimeout, true},
-		{"wait timed out", fmt.Errorf("waiting for change 1: %w", timedOut), exitTimeout, true},
-		{"timed out waiting for its own change", op("2", fmt.Errorf("waiting for change 2: %w", timedOut)), exitUnknown, false},
-		{"snapd gone while waiting for its own change", op("2", errors.Join(snapsvc.ErrGaveUp, unreachableGET)), exitUnknown, false},
-		{"outcome unknown", op("", errors.Join(snapsvc.ErrOutcomeUnknown, lostPOST)), exitUnknown, false},
-		{"answer lost", lostPOST, exitUnknown, false},
-		{"interrupted in a conflict", op("", errors.Join(context.Canceled, conflict)), exitInterrupted, true},
-		{"interrupted after its change was made", op("2", fmt.Errorf("waiting for change 2: %w", context.Canceled)), exitInterrupted, false},
-		{"interrupted read", &snapsvc.ConnectionError{Method: "GET", Path: "/v2/changes", Err: context.Canceled}, exitInterrupted, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			v := judge(tc.err)
-			if v.code != tc.code || v.retryable != tc.retryable {
-				t.Fatalf("judge(%v) = exit %d retryable %t, want exit %d retryable %t", tc.err, v.code, v.retryable, tc.code, tc.retryable)
-			}
-			if v.code != exitInterrupted && v.retryable != (v.code == exitTimeout) {
-				t.Errorf("exit %d with retryable %t: they disagree", v.code, v.retryable)
-			}
-			if tc.code == exitOK {
-				return
-			}
-			var stdout, stderr lockedBuffer
-			a := &app{env: env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, json: true}
-			a.name = "restart"
-			if got := a.report(tc.err); got != tc.code {
-				t.Errorf("report returned %d, want %d", got, tc.code)
-			}
-			doc := decodeError(t, tc.code, stdout.String())
-			if *doc.Error.Retryable != tc.retryable {
-				t.Errorf("JSON retryable %t, want %t", *doc.Error.Retryable, tc.retryable)
-			}
-			if strings.Contains(doc.Error.Message, "(retryable)") {
-				t.Errorf("doubled retryable marker: %s", doc.Error.Message)
-			}
-		})
-	}
-}
-
 // TestTimedOutOperations runs each way a start/stop/restart can run out of
 // time against the fake and checks exit code, stderr and --json together:
 // only a restart that did nothing is retryable.
@@ -148,21 +73,21 @@ func TestTimedOutOperations(t *testing.T) {
 		{"its change still running", func(t *testing.T) *fake.Server {
 			// Nothing moves on a manual clock: the restart's change stays Doing.
 			return fake.NewServer(t, fake.WithClock(fake.NewManualClock(time.Now())), fake.WithSnaps(k8sSnap(1)))
-		}, exitUnknown, false, true, "'snapsvc wait 1' waits for it"},
+		}, exitUnknown, false, true, "restart k8s.kubelet: timed out after 200ms (--timeout) before change 1 was done\nThe change may still be running: 'snapsvc watch 1' waits for it"},
 		{"snapd acted, its answer pending", func(t *testing.T) *fake.Server {
 			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
 			hold := make(chan struct{})
 			t.Cleanup(func() { close(hold) })
 			srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Hold: hold})
 			return srv
-		}, exitUnknown, false, true, "running restart again would act again"},
+		}, exitUnknown, false, true, "while snapd's answer was pending; change 1, made meanwhile, does what it asked\nThe change may still be running: 'snapsvc watch 1' waits for it; running restart again would act again"},
 		{"snapd silent, outcome unknown", func(t *testing.T) *fake.Server {
 			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
 			hold := make(chan struct{})
 			t.Cleanup(func() { close(hold) })
 			srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Hold: hold})
 			return srv
-		}, exitUnknown, false, false, "check with 'snapsvc status'"},
+		}, exitUnknown, false, false, "timed out after 200ms (--timeout) while snapd's answer was pending\nsnapd may have acted on the request: check with 'snapsvc status'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := tc.setup(t)
@@ -174,8 +99,14 @@ func TestTimedOutOperations(t *testing.T) {
 			if *doc.Error.Retryable != tc.retryable || (doc.Error.Change != "") != tc.change {
 				t.Errorf("JSON retryable %t change %q, want retryable %t, a change %t", *doc.Error.Retryable, doc.Error.Change, tc.retryable, tc.change)
 			}
-			if strings.Contains(errOut, "(retryable)") || strings.Count(doc.Error.Message, "retryable]") != 1 {
-				t.Errorf("retryable marker not said exactly once:\n%s", errOut)
+			// -v's detail line (the library's whole error) aside, the
+			// error says retryable once, or not at all.
+			said := regexp.MustCompile(`(?m)^detail: .*$`).ReplaceAllString(errOut, "")
+			if want := map[bool]int{true: 1, false: 0}[tc.retryable]; strings.Count(said, "retryable]") != want || strings.Count(doc.Error.Message, "retryable]") != want {
+				t.Errorf("retryable marker not said exactly %d time(s) on stderr and in the message:\n%s", want, errOut)
+			}
+			if n := len(regexp.MustCompile(`(?m)^error: `).FindAllString(errOut, -1)); n != 1 || !strings.Contains(errOut, "\ndetail: snapsvc: restart k8s.kubelet") {
+				t.Errorf("%d error: prefixes, want 1, and -v's detail line:\n%s", n, errOut)
 			}
 			if !tc.retryable && strings.Contains(errOut, "retrying later may help") {
 				t.Errorf("a request that acted is said to be worth retrying:\n%s", errOut)
@@ -264,7 +195,7 @@ func TestSocketNotASocket(t *testing.T) {
 	}
 	for path, want := range map[string]string{dir: dir + ": it is a directory, not a socket", file: file + ": it is not a socket (a regular file)"} {
 		code, _, errOut := runWithSocket(safetyNet(t), path, false, "status", "--wait-snapd", "100ms")
-		if code != exitTimeout || !strings.Contains(errOut, "error: snapsvc status: cannot reach snapd at "+want) || strings.Contains(errOut, "[]") {
+		if code != exitTimeout || !strings.Contains(errOut, "error: cannot reach snapd at "+want) || strings.Contains(errOut, "[]") {
 			t.Errorf("status --socket %s: exit %d, stderr %q; want exit 3 saying %q", path, code, errOut, want)
 		}
 		code, _, errOut = runWithSocket(safetyNet(t), path, false, "--wait-snapd", "0", "restart", "k8s.kubelet")

@@ -1,16 +1,16 @@
 package main
 
 import (
-	"strconv"
-	"strings"
-	"syscall"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
+	"strconv"
+	"strings"
+	"syscall"
 
+	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
+	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -62,6 +62,14 @@ func judge(err error) verdict {
 		return verdict{code: exitFailed}
 	case errors.Is(err, snapsvc.ErrNotFound):
 		return verdict{code: exitNotFound}
+	case errors.Is(err, snapsvc.ErrSnapdNotInstalled):
+		// Nothing on the system would create snapd's socket: the library
+		// says it is not retryable, and waiting cannot help.
+		return verdict{code: exitFailed}
+	case notReadyAfterActing(err):
+		// The change was done, the service failed its readiness check:
+		// the operation failed, and its outcome is known.
+		return verdict{code: exitFailed}
 	}
 	acted := actedOn(err)
 	retryable := !acted && mayPass(err)
@@ -76,6 +84,14 @@ func judge(err error) verdict {
 	return verdict{code: exitFailed}
 }
 
+// notReadyAfterActing reports whether err is a budgeted operation whose
+// change was done but whose service did not pass its readiness check.
+func notReadyAfterActing(err error) bool {
+	var be *snapsvc.BudgetError
+	var nr *probe.NotReadyError
+	return errors.As(err, &be) && errors.As(be.Err, &nr)
+}
+
 // actedOn reports whether err ends a request to act that snapd carried
 // out, or may have: one that made a change (named by the OpError), or
 // whose outcome is unknown.
@@ -86,9 +102,17 @@ func actedOn(err error) bool {
 		retry.Classify(err) == retry.Indeterminate
 }
 
-// mayPass reports whether the cause of err can go away by itself: time
-// that ran out, a conflict, an unreachable or restarting snapd.
+// mayPass reports whether the cause of err can go away by itself, as the
+// library judges it: the library's own verdict when err carries one
+// (*snapsvc.OpError, *snapsvc.BudgetError: their Retryable), else time
+// that ran out, a conflict, an unreachable or restarting snapd. A request
+// that acted is answered before (actedOn), so the Indeterminate class
+// never makes a command retryable.
 func mayPass(err error) bool {
+	var r interface{ Retryable() bool }
+	if errors.As(err, &r) {
+		return r.Retryable()
+	}
 	return errors.Is(err, snapsvc.ErrGaveUp) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) ||
@@ -97,10 +121,11 @@ func mayPass(err error) bool {
 }
 
 // unreachable reports whether err means snapd could not be reached (or
-// is restarting): retrying later may help.
+// is restarting): retrying later may help. A snapd that is not installed
+// is not unreachable (snapsvc.ErrSnapdNotInstalled: nothing would create
+// its socket).
 func unreachable(err error) bool {
-	var ce *snapsvc.ConnectionError
-	return retry.Classify(err) == retry.Transient || errors.As(err, &ce)
+	return retry.Classify(err) == retry.Transient || retry.IsUnreachable(err)
 }
 
 // socketPath is where the command looks for snapd, for messages.
@@ -123,7 +148,10 @@ type jsonError struct {
 		Status   string `json:"status,omitempty"`
 		// Kind is snapd's error kind ("app-not-found",
 		// "snap-not-found", "daemon-restart", ...), when snapd said one.
-		Kind      string `json:"kind,omitempty"`
+		Kind string `json:"kind,omitempty"`
+		// Cause is the library's whole error, every layer's words
+		// (Message says each fact once).
+		Cause     string `json:"cause"`
 		Retryable bool   `json:"retryable"`
 		// Detail is what the command found before failing: the change
 		// for wait, the report for demo.
@@ -141,9 +169,15 @@ type detailError struct {
 func (e *detailError) Error() string { return e.err.Error() }
 func (e *detailError) Unwrap() error { return e.err }
 
-// report prints err (if any) and returns the exit code. Under --json
-// stdout gets exactly one document for a failure, usage errors included:
-// the error object (commands print nothing on stdout when they fail).
+// report prints err (if any) and returns the exit code. stderr gets one
+// "error: " and the message (message): for a change that failed, snapd's
+// own text as snap prints it, a short line and the failed tasks on lines
+// of their own; otherwise one line, each fact once. A hint may follow on a
+// line of its own (how to wait for a change that may still run). -v adds
+// the library's whole error on a "detail:" line. Under --json stdout gets
+// exactly one document for a failure, usage errors included: the error
+// object, whose cause is the library's whole error (commands print nothing
+// on stdout when they fail).
 func (a *app) report(err error) int {
 	cmd := a.name
 	if cmd == "" {
@@ -154,19 +188,10 @@ func (a *app) report(err error) int {
 		return v.code
 	}
 	var ue *clistyle.UsageError
-	var oe *snapsvc.OpError
 	var ce *snapsvc.ChangeError
-	change := ""
-	if errors.As(err, &oe) {
-		change = oe.ChangeID
-	}
-	if errors.As(err, &ce) && ce.ID != "" {
-		change = ce.ID
-	}
-	var ie *interruptedError
-	if errors.As(err, &ie) && ie.change != "" {
-		change = ie.change
-	}
+	change := changeOf(err)
+	errors.As(err, &ce)
+	msg := a.message(err, v)
 	if errors.As(err, &ue) {
 		path := ue.Cmd
 		if path == "" {
@@ -174,14 +199,10 @@ func (a *app) report(err error) int {
 		}
 		fmt.Fprintf(a.stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, path)
 	} else {
-		msg := oneLine(err.Error())
-		if line, ok := a.unreachableLine(err, v); ok {
-			msg = line
-		}
 		fmt.Fprintf(a.stderr, "error: %s\n", msg)
 		switch {
 		case v.code == exitUnknown && change != "":
-			fmt.Fprintf(a.stderr, "Change %s was made and may still be running: 'snapsvc wait %s' waits for it; running %s again would act again.\n", change, change, cmd)
+			fmt.Fprintf(a.stderr, "The change may still be running: 'snapsvc watch %s' waits for it; running %s again would act again.\n", change, cmd)
 		case v.code == exitInterrupted && change != "":
 			// Ctrl-C stops the waiting, not the change: a service
 			// command's change is short and half of one aborted leaves
@@ -191,12 +212,16 @@ func (a *app) report(err error) int {
 		case v.code == exitUnknown:
 			fmt.Fprintf(a.stderr, "snapd may have acted on the request: check with 'snapsvc status' and 'snapsvc changes' before running %s again.\n", cmd)
 		}
+		if a.verbose {
+			fmt.Fprintf(a.stderr, "detail: %s\n", oneLine(err.Error()))
+		}
 	}
 	if !a.json {
 		return v.code
 	}
 	var je jsonError
-	je.Error.Message = oneLine(err.Error())
+	je.Error.Message = oneLine(msg)
+	je.Error.Cause = oneLine(err.Error())
 	je.Error.ExitCode = v.code
 	je.Error.Change = change
 	if ce != nil {
@@ -206,9 +231,6 @@ func (a *app) report(err error) int {
 	var ae *snapsvc.APIError
 	if errors.As(err, &ae) {
 		je.Error.Kind = ae.Kind
-	}
-	if line, ok := a.unreachableLine(err, v); ok {
-		je.Error.Message = line
 	}
 	var de *detailError
 	if errors.As(err, &de) {
@@ -222,6 +244,240 @@ func (a *app) report(err error) int {
 	}
 	a.printJSON(je)
 	return v.code
+}
+
+// changeOf is the change err names: the operation's, the failed one, or
+// the one an interrupted wait was waiting for.
+func changeOf(err error) string {
+	change := ""
+	var oe *snapsvc.OpError
+	var ce *snapsvc.ChangeError
+	var ie *interruptedError
+	if errors.As(err, &oe) {
+		change = oe.ChangeID
+	}
+	if errors.As(err, &ce) && ce.ID != "" {
+		change = ce.ID
+	}
+	if errors.As(err, &ie) && ie.change != "" {
+		change = ie.change
+	}
+	return change
+}
+
+// message is what stderr says of err after "error: ", each fact once and
+// without the library's prefixes ("snapsvc: ", "snapd: ") or snapd's
+// request details (method, path, HTTP status, kind: --json and -v have
+// them). "[retryable]" ends it when running the command again later may
+// help (exit 3); the exit code says the rest.
+//
+//   - A change that failed: snapd's text as snap prints it (the failed
+//     tasks on lines of their own, "cannot perform the following
+//     tasks:\n- ..."), nothing added: the change is in --json.
+//   - Not found: snapd's message, as snap prints it.
+//   - Otherwise the operation ("restart k8s.kubelet") and why.
+func (a *app) message(err error, v verdict) string {
+	var ue *clistyle.UsageError
+	if errors.As(err, &ue) {
+		return ue.Msg
+	}
+	var ce *snapsvc.ChangeError
+	if errors.As(err, &ce) && strings.TrimSpace(ce.Err) != "" {
+		return strings.TrimRight(ce.Err, "\n")
+	}
+	if line, ok := a.unreachableLine(err, v); ok {
+		return line
+	}
+	var ae *snapsvc.APIError
+	if errors.Is(err, snapsvc.ErrNotFound) && errors.As(err, &ae) && ae.Message != "" && !wrapsMore(err, ae) {
+		return ae.Message
+	}
+	head := ""
+	cause := err
+	var oe *snapsvc.OpError
+	if errors.As(err, &oe) {
+		head = oe.Op + " " + strings.Join(oe.Names, " ")
+		cause = oe.Err
+	}
+	var why string
+	var ni *snapsvc.NotInstalledError
+	switch {
+	case errors.As(err, &ni):
+		why = fmt.Sprintf("%v: no socket at %s and %s", snapsvc.ErrSnapdNotInstalled, ni.Socket, ni.Reason)
+	case v.code == exitTimeout:
+		why = a.waitedOut(cause)
+		if why == "" {
+			why = a.timedOutRequest(cause)
+		}
+	case v.code == exitUnknown:
+		why = a.unknownOutcome(cause, changeOf(err))
+	}
+	if why == "" {
+		why = plain(cause)
+	}
+	msg := why
+	if head != "" {
+		msg = head + ": " + why
+	}
+	if v.code == exitTimeout && v.retryable {
+		if oe != nil && oe.ChangeID == "" && !strings.Contains(msg, "nothing was done") {
+			msg += "; nothing was done"
+		}
+		msg += " [retryable]"
+	}
+	return msg
+}
+
+// wrapsMore reports whether err says more than inner, the error it wraps
+// (a command's own words around snapd's answer).
+func wrapsMore(err, inner error) bool {
+	var oe *snapsvc.OpError
+	outer := err
+	if errors.As(err, &oe) {
+		outer = oe.Err
+	}
+	return outer.Error() != inner.Error() && !strings.HasPrefix(outer.Error(), "snapsvc: reading ")
+}
+
+// waitedOut words a conflict that outlasted --timeout or the library's
+// policy: "timed out after 2s (--timeout) waiting for change 5
+// (configure-snap), which holds snap "k8s"". It returns "" for anything
+// else.
+func (a *app) waitedOut(err error) string {
+	c, ok := retry.AsConflict(err)
+	if !ok {
+		return ""
+	}
+	why := "gave up"
+	switch {
+	case errors.Is(err, snapsvc.ErrGaveUp):
+		why = gaveUpReason(err)
+	case errors.Is(err, context.DeadlineExceeded):
+		why = a.timedOut(err)
+	}
+	var holder string
+	switch {
+	case c.AllSnaps:
+		return why + ": " + c.Message
+	case c.ChangeID != "" && strings.Contains(why, "change "+c.ChangeID):
+		return why // "blocking change 5 (auto-refresh) is waiting, for a reboot..."
+	case c.ChangeID != "" && c.ChangeKind != "":
+		holder = fmt.Sprintf("change %s (%s), which holds snap %q", c.ChangeID, c.ChangeKind, c.Snap)
+	case c.ChangeID != "":
+		holder = fmt.Sprintf("change %s, which holds snap %q", c.ChangeID, c.Snap)
+	case c.ChangeKind != "":
+		holder = fmt.Sprintf("a %q change that holds snap %q", c.ChangeKind, c.Snap)
+	default:
+		holder = fmt.Sprintf("the changes that hold snap %q", c.Snap)
+	}
+	return why + " waiting for " + holder
+}
+
+// unknownOutcome words a request to act whose outcome is not known: why
+// the command stopped ("timed out after 1s (--timeout)", the library's
+// reason for giving up, snapd's answer lost) and at which point: before
+// change (its change, or the one found doing what it asked) was done, or
+// while snapd's answer was pending. It returns "" for anything else (a
+// budget slot lost after acting: its own text says it).
+func (a *app) unknownOutcome(err error, change string) string {
+	var be *snapsvc.BudgetError
+	if errors.As(err, &be) {
+		return ""
+	}
+	lost := errors.Is(err, snapsvc.ErrOutcomeUnknown) || retry.Classify(err) == retry.Indeterminate
+	why := ""
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		why = a.timedOut(err)
+	case errors.Is(err, snapsvc.ErrGaveUp):
+		why = gaveUpReason(err)
+	case lost && change == "":
+		return "snapd's answer was lost"
+	default:
+		return ""
+	}
+	switch {
+	case lost && change != "":
+		return why + " while snapd's answer was pending; change " + change + ", made meanwhile, does what it asked"
+	case lost:
+		return why + " while snapd's answer was pending"
+	}
+	return why + " before change " + change + " was done"
+}
+
+// timedOutRequest words a request to snapd that time ended: "timed out
+// after 1s (--timeout) waiting for snapd's answer to GET /v2/changes/1".
+// It returns "" for anything else.
+func (a *app) timedOutRequest(err error) string {
+	var ce *snapsvc.ConnectionError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ce) {
+		return ""
+	}
+	if !ce.Connected {
+		return fmt.Sprintf("%s connecting to snapd at %s", a.timedOut(err), ce.Socket)
+	}
+	return fmt.Sprintf("%s waiting for snapd's answer to %s %s", a.timedOut(err), ce.Method, ce.Path)
+}
+
+// timedOut says which time ran out: "timed out after 1s (--timeout)" when
+// --timeout did (the library's errors carry the context's plain
+// DeadlineExceeded, not --timeout's cause), else "timed out".
+func (a *app) timedOut(err error) string {
+	var te timeoutError
+	switch {
+	case errors.As(err, &te):
+		return te.Error()
+	case a.timeout > 0:
+		return timeoutError{a.timeout}.Error()
+	}
+	return "timed out"
+}
+
+// gaveUpReason is why the library gave up ("gave up after 5m0s"): the
+// text of the error that joins snapsvc.ErrGaveUp to the last failure,
+// without that failure.
+func gaveUpReason(err error) string {
+	for todo := []error{err}; len(todo) > 0; {
+		e := todo[0]
+		todo = todo[1:]
+		switch w := e.(type) {
+		case interface{ Unwrap() []error }:
+			errs := w.Unwrap()
+			if len(errs) == 2 && (errs[0] == snapsvc.ErrGaveUp || errs[1] == snapsvc.ErrGaveUp) {
+				last := errs[0]
+				if last == snapsvc.ErrGaveUp {
+					last = errs[1]
+				}
+				if r, ok := strings.CutSuffix(e.Error(), ": "+last.Error()); ok {
+					return r
+				}
+			}
+			todo = append(todo, errs...)
+		case interface{ Unwrap() error }:
+			if inner := w.Unwrap(); inner != nil {
+				todo = append(todo, inner)
+			}
+		}
+	}
+	return "gave up"
+}
+
+// plain is err's text without what the library and snapd's envelope put
+// around it: "snapsvc: " prefixes, snapd's request details, the
+// OpError's retryable marker, and Go's "context deadline exceeded" after
+// our own --timeout line.
+func plain(err error) string {
+	s := err.Error()
+	var ae *snapsvc.APIError
+	if errors.As(err, &ae) && ae.Message != "" {
+		s = strings.Replace(s, ae.Error(), ae.Message, 1)
+	}
+	s = strings.ReplaceAll(s, "snapsvc: ", "")
+	s = strings.ReplaceAll(s, "(--timeout): context deadline exceeded", "(--timeout)")
+	for _, m := range []string{" [retryable]", " [not retryable]"} {
+		s = strings.ReplaceAll(s, m, "")
+	}
+	return oneLine(s)
 }
 
 // jsonRequested reports whether args ask for --json before any "--" (a
@@ -267,16 +523,16 @@ func (a *app) unreachableLine(err error, v verdict) (string, bool) {
 	if v.code != exitTimeout || !errors.As(err, &ce) || ce.Written {
 		return "", false
 	}
-	what := "snapsvc " + a.name
+	what := ""
 	var oe *snapsvc.OpError
 	if errors.As(err, &oe) {
-		what = oe.Op + " " + strings.Join(oe.Names, " ")
+		what = oe.Op + " " + strings.Join(oe.Names, " ") + ": "
 	}
 	socket := ce.Socket
 	if socket == "" {
 		socket = a.socketPath()
 	}
-	line := fmt.Sprintf("%s: cannot reach snapd at %s: %s", what, socket, dialReason(ce))
+	line := fmt.Sprintf("%scannot reach snapd at %s: %s", what, socket, dialReason(ce))
 	switch {
 	case errors.Is(err, snapsvc.ErrGaveUp):
 		line += fmt.Sprintf("; gave up after %v (--wait-snapd)", a.waitSnapd)

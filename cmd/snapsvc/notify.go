@@ -43,8 +43,14 @@ func (a *app) observe(ev snapsvc.Event) {
 	}
 }
 
-// note prints one line on stderr, above the progress line if one is drawn.
+// note prints one line on stderr, above the progress line if one is
+// drawn; with -v's JSON log, a record of the log instead, so that stderr
+// stays JSON Lines.
 func (a *app) note(format string, args ...any) {
+	if a.verbose && a.logFormat == "json" {
+		a.logger().Info(fmt.Sprintf(format, args...))
+		return
+	}
 	if a.prog == nil {
 		fmt.Fprintf(a.stderr, format+"\n", args...)
 		return

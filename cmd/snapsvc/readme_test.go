@@ -41,8 +41,8 @@ func readmeHook(ctx context.Context) error {
 	res, err := c.Start(ctx, []string{"k8s.containerd", "k8s.kube-apiserver", "k8s.kubelet"},
 		snapsvc.StartOptions{Enable: true})
 	if err != nil {
-		return err
-	} // *snapsvc.OpError: what, which services, which change, retryable or not
+		return err // *snapsvc.OpError: what, which services, which change, retryable or not
+	}
 	if res.Queued {
 		// In a configure/default-configure hook snapd runs service commands only after the hook
 		// ends; waiting for them here would deadlock, so snapsvc returns at once.
@@ -91,8 +91,8 @@ func readmePlan(ctx context.Context, client *snapsvc.Client, ca string) error {
 		{Name: "k8s.kube-scheduler", After: []string{"k8s.kube-apiserver"}},
 	}, plan.Options{Enable: true})
 	if err != nil {
-		return err
-	} // a cycle, an unknown name in After
+		return err // a cycle, an unknown name in After
+	}
 	go p.Start(ctx, client) // three changes: {containerd, etcd}, {kube-apiserver}, {kubelet, kube-scheduler}
 	err = p.WaitReady(ctx)  // controllers gate on this (or select on p.Ready())
 	// readme:end
@@ -119,9 +119,10 @@ func TestRestartWaitsForSnapSet(t *testing.T) {
 	if _, err := c.Restart(t.Context(), []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Also srv.Counters(), srv.Requests().
 	if st, _ := srv.Service("k8s", "kubelet"); !st.Active {
 		t.Error("kubelet not active")
-	} // also srv.Counters(), srv.Requests()
+	}
 }
 
 // readme:end
@@ -129,7 +130,8 @@ func TestRestartWaitsForSnapSet(t *testing.T) {
 // snippet is one Go snippet: the packages it imports and its code.
 type snippet struct {
 	imports []string
-	code    string
+	// code is the snippet's code gofmt'd, raw as the README has it.
+	code, raw string
 }
 
 var (
@@ -157,6 +159,7 @@ func parseSnippet(t *testing.T, text string) snippet {
 		text = rest
 	}
 	text = strings.TrimLeft(text, "\n")
+	s.raw = strings.TrimSpace(text)
 	decl := strings.HasPrefix(text, "func ")
 	src := "package p\n\n" + text
 	if !decl {
@@ -233,6 +236,9 @@ func TestReadmeSnippets(t *testing.T) {
 	sawImport := false
 	for i, b := range blocks {
 		s := parseSnippet(t, b[1])
+		if s.raw != s.code {
+			t.Errorf("README snippet %d is not gofmt-clean:\n--- README\n%s\n--- gofmt\n%s", i+1, s.raw, s.code)
+		}
 		if s.code != got[i] {
 			t.Errorf("README snippet %d differs from its mirror in readme_test.go:\n--- README (gofmt'd)\n%s\n--- mirror\n%s", i+1, s.code, got[i])
 		}

@@ -1,7 +1,7 @@
 // Package benchkit holds what snapsvc's benchmarks compare: four ways a
 // caller asks snapd to start, stop or restart services (one attempt,
 // k8sd's fixed retry loop, backoff/v4's defaults and snapsvc itself) and
-// the statistics the benchmarks print. The bench command (./bench) runs
+// the statistics the benchmarks print. The bench command (./cmd/bench) runs
 // them against the fake; integration/bench_test.go against a real snapd.
 package benchkit
 

@@ -35,13 +35,32 @@ type Build struct {
 	Modified bool   `json:"modified,omitempty"`
 }
 
+// What a release build stamps into the binary (go build -ldflags "-X
+// github.com/snapsvc/snapsvc/cmd/internal/clistyle.stampedVersion=v0.2.0
+// ..."; .ci/release does, from git): the version from git describe, the
+// commit and its time. A build in the workspace (go.work) gets neither a
+// module version nor VCS settings from the go command, so these are what
+// --version shows of a package; empty, debug.ReadBuildInfo's are used.
+var (
+	stampedVersion  string
+	stampedRevision string
+	stampedTime     string
+)
+
 // ReadBuild reads the binary's build information.
 func ReadBuild() Build {
 	v := Build{Module: "github.com/snapsvc/snapsvc/cmd", Version: "(devel)", Go: runtime.Version()}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return v
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v.read(bi)
 	}
+	if stampedVersion != "" {
+		v.Version, v.Revision, v.Time, v.Modified = stampedVersion, stampedRevision, stampedTime, strings.HasSuffix(stampedVersion, "-dirty")
+	}
+	return v
+}
+
+// read takes what the go command recorded of the build.
+func (v *Build) read(bi *debug.BuildInfo) {
 	if bi.Main.Path != "" {
 		v.Module = bi.Main.Path
 	}
@@ -58,7 +77,6 @@ func ReadBuild() Build {
 			v.Modified = s.Value == "true"
 		}
 	}
-	return v
 }
 
 // Line is the build as one line: "NAME VERSION (module, go1.25.0,
@@ -101,8 +119,9 @@ func Usagef(format string, args ...any) error {
 //     *UsageError;
 //   - unknown commands are *UsageError with cobra's suggestions;
 //   - --version prints Build.Line;
-//   - completion bash|zsh|fish (cobra's), and a hidden "man DIR" command
-//     writing man pages for every command.
+//   - completion bash|zsh|fish (cobra's), and a "man DIR" command writing
+//     man pages for every command (a command's ManLong annotation, when
+//     set, is its description there).
 func Apply(root *cobra.Command) {
 	root.SilenceErrors = true
 	root.SilenceUsage = true
@@ -117,22 +136,40 @@ func Apply(root *cobra.Command) {
 	root.AddCommand(manCommand(root))
 }
 
+// ManLong is the annotation key of a command's description for its man
+// page, in go-md2man's markdown, when the help's plain text would not
+// render there (an aligned list becomes one paragraph in roff; a
+// definition list, "TERM\n: TEXT", becomes a tagged paragraph).
+const ManLong = "clistyle/man-long"
+
 // manCommand writes the man pages of every command of root into a
-// directory; go:generate or packaging runs it.
+// directory; packaging runs it.
 func manCommand(root *cobra.Command) *cobra.Command {
 	return &cobra.Command{
-		Use:    "man DIR",
-		Short:  "Write man pages for every command into DIR",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
+		Use:   "man DIR",
+		Short: "Write a man page for every command into DIR",
+		Long: `The man command writes a man page (section 1) for every command into DIR,
+from the same definitions as the help; the packages install them.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := os.MkdirAll(args[0], 0o755); err != nil {
 				return err
 			}
+			manLong(root)
 			hdr := &doc.GenManHeader{Title: strings.ToUpper(root.Name()), Section: "1", Source: ReadBuild().Line(root.Name())}
 			root.DisableAutoGenTag = true
 			return doc.GenManTree(root, hdr, args[0])
 		},
+	}
+}
+
+// manLong puts each command's ManLong annotation in place of its Long.
+func manLong(c *cobra.Command) {
+	if long := c.Annotations[ManLong]; long != "" {
+		c.Long = long
+	}
+	for _, sub := range c.Commands() {
+		manLong(sub)
 	}
 }
 

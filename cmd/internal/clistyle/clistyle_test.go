@@ -3,6 +3,8 @@ package clistyle
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -48,5 +50,50 @@ func TestStyle(t *testing.T) {
 	b := ReadBuild()
 	if b.Module == "" || b.Version == "" || b.Go == "" {
 		t.Errorf("build %+v", b)
+	}
+}
+
+// TestManLong checks that "man DIR" is listed (not hidden) and writes each
+// command's ManLong, when set, as its description: a definition list
+// becomes roff's tagged paragraphs.
+func TestManLong(t *testing.T) {
+	var out bytes.Buffer
+	root := newRoot(&out)
+	root.Long = "Exit codes:\n  0  ok\n  1  failed"
+	root.Annotations = map[string]string{ManLong: "Exit codes:\n\n0\n: ok\n\n1\n: failed\n"}
+	dir := t.TempDir()
+	root.SetArgs([]string{"man", dir})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "tool.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), ".TP\n0\nok\n") || strings.Contains(string(page), "  0  ok") {
+		t.Errorf("tool.1 does not describe the command with its ManLong:\n%s", page)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tool-restart.1")); err != nil {
+		t.Error(err)
+	}
+	for _, c := range root.Commands() {
+		if c.Name() == "man" && c.Hidden {
+			t.Error("man is hidden from the help")
+		}
+	}
+}
+
+// TestStamped checks that what a release build stamps (-ldflags -X) is
+// what --version shows, and that a dirty tree's version is marked
+// modified.
+func TestStamped(t *testing.T) {
+	defer func(v, r, tm string) { stampedVersion, stampedRevision, stampedTime = v, r, tm }(stampedVersion, stampedRevision, stampedTime)
+	stampedVersion, stampedRevision, stampedTime = "v0.2.0-3-gabc1234-dirty", "abc1234def", "2026-12-04T15:50:08Z"
+	b := ReadBuild()
+	if b.Version != stampedVersion || b.Revision != stampedRevision || b.Time != stampedTime || !b.Modified {
+		t.Errorf("stamped build read as %+v", b)
+	}
+	if line := b.Line("snapsvc"); line != "snapsvc v0.2.0-3-gabc1234-dirty (github.com/snapsvc/snapsvc/cmd, "+b.Go+", revision abc1234def, 2026-12-04T15:50:08Z, modified)" {
+		t.Errorf("--version line %q", line)
 	}
 }

@@ -1,10 +1,16 @@
 // Command bench compares snapsvc with the retry strategies callers use
-// today, in real time, on the in-process fake snapd, and prints one table
-// (or, with --json, one JSON document).
+// today, in real time, on the in-process fake snapd, and prints its figures
+// as tables that fit 100 columns (--wide: one table with every column;
+// --markdown, --json).
 //
-//	go run ./bench                                   # every scenario, strategy and version
-//	go run ./bench --scenario foreign --version 2.57 --samples 40
-//	go run ./bench --scale 100 --samples 5 --runs 2  # quick: fixed's 5 s pause becomes 50 ms
+//	go run ./cmd/bench --quick                           # ~30 s: every scenario and strategy, shorter holds
+//	go run ./cmd/bench                                   # ~7 min: every scenario, strategy and version
+//	go run ./cmd/bench --scenario foreign --snapd-version 2.57 --samples 40
+//
+// It is a command of the cmd module, in the CLI style every binary of the
+// project shares (cmd/internal/clistyle: GNU flags, help on stdout,
+// --version): the root module stays free of cobra, and bench needs nothing
+// of the core that the cmd module does not already import.
 //
 // Strategies:
 //
@@ -33,46 +39,51 @@
 //   - uncontended: one restart with nothing in the way.
 //
 // Every sample runs on its own fake, --parallel of them at a time (a
-// default run takes about 5 minutes, most of it fixed's 5 s pauses); each
-// scenario runs on snapd 2.57
-// (no notices: snapsvc polls) and 2.77 (notices long-poll) unless
-// --version says otherwise. Per cell it prints the median makespan and
-// its ratio to the ideal (the change durations snapd must serialise
-// anyway), failed calls, snapd requests (per sample, per call, and per
-// second while calls waited), changes created, and the wake latency (the
-// snap free, or the socket up, to our accepted request's arrival in the
-// fake's request log) at p50 and p99; then issue 12's targets for
-// snapsvc, met or missed.
+// default run takes about 7 minutes, most of it fixed's 5 s pauses; --quick
+// about half a minute); each scenario runs on snapd 2.57 (no notices:
+// snapsvc polls) and 2.77 (notices long-poll) unless --snapd-version says
+// otherwise. Per cell it prints the median makespan and its ratio to the
+// ideal (the change durations snapd must serialise anyway), failed calls
+// and the wake latency (the snap free, or the socket up, to our accepted
+// request's arrival in the fake's request log) at p50 and p99; then, in a
+// second table, snapd requests (per sample, per call, and per second while
+// calls waited) and changes created; then issue 12's targets for snapsvc,
+// met or missed.
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// run is the command; it returns the exit code (2 for a usage error).
+// run is the command; it returns the exit code: 0, 1 when writing the
+// figures failed, 2 for a usage error.
 func run(args []string, stdout, stderr io.Writer) int {
-	c, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
+	var c config
+	ran := false
+	cmd := newCommand(&c, func() error {
+		ran = true
+		rows := c.measureAll(stderr)
+		if c.json {
+			return c.writeJSON(stdout, rows)
+		}
+		return c.writeTable(stdout, rows)
+	})
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	_, err := cmd.ExecuteC()
+	if ue, ok := clistyle.AsUsage(err, ran, "bench"); ok {
+		fmt.Fprintf(stderr, "error: %s\nRun 'bench --help' for usage.\n", ue.Msg)
 		return 2
 	}
-	rows := c.measureAll(stderr)
-	if c.json {
-		err = c.writeJSON(stdout, rows)
-	} else {
-		err = c.writeTable(stdout, rows)
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
+		fmt.Fprintln(stderr, "error:", err)
 		return 1
 	}
 	return 0

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
 
@@ -24,7 +25,7 @@ func tiny(t *testing.T) config {
 	t.Helper()
 	c, err := parseFlags([]string{"--samples", "2", "--runs", "1", "--durations", "20ms", "--scale", "1000",
 		"--start", "2ms", "--stop", "2ms", "--hold", "60ms", "--socket-delay", "60ms", "--parallel", "4",
-		"--waiters-k", "1,2", "--waiters-p", "1,2", "--waiters-hold", "60ms"}, io.Discard)
+		"--waiters-k", "1,2", "--waiters-p", "1,2", "--waiters-hold", "60ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +95,23 @@ func TestEveryScenarioAndStrategy(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if got := strings.Count(out, "\n"); got < len(rows)+len(c.header()) {
-		t.Errorf("table has %d lines for %d rows:\n%s", got, len(rows), out)
+	if got := strings.Count(out, "\n"); got < 2*len(rows)+len(c.header()) {
+		t.Errorf("tables have %d lines for %d rows, each in two tables:\n%s", got, len(rows), out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(l); n > tableWidth {
+			t.Errorf("a line of %d columns, over %d:\n%s", n, tableWidth, l)
+		}
+	}
+	// --wide: one table with every column, wider.
+	wide := c
+	wide.wide = true
+	var wideOut bytes.Buffer
+	if err := wide.writeTable(&wideOut, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(wideOut.String(), "reqs/call  req/s waiting  changes  wake p50  wake p99") || strings.Count(wideOut.String(), "\n") >= strings.Count(out, "\n") {
+		t.Errorf("--wide is not one table with every column:\n%s", wideOut.String())
 	}
 	if err := c.writeJSON(&doc, rows); err != nil {
 		t.Fatal(err)
@@ -270,7 +286,7 @@ func TestMeasureSnapctlAndWaiters(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	c, err := parseFlags(nil, io.Discard)
+	c, err := parseFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,23 +294,43 @@ func TestFlags(t *testing.T) {
 		!slices.Equal(c.versions, []fake.Version{fake.Version257, fake.Version277}) || c.samples < 20 || c.scale != 1 || !c.stateFile {
 		t.Errorf("defaults: %+v", c)
 	}
-	if c, err := parseFlags([]string{"--version", "2.68.3,2.62", "--durations", "1s,30ms", "--state-file=false"}, io.Discard); err != nil || c.stateFile ||
+	if c, err := parseFlags([]string{"--snapd-version", "2.68.3,2.62", "--durations", "1s,30ms", "--state-file=false"}); err != nil || c.stateFile ||
 		!slices.Equal(c.versions, []fake.Version{fake.Version268, fake.Version262}) || !slices.Equal(c.durations, []time.Duration{time.Second, 30 * time.Millisecond}) {
 		t.Errorf("parsed %+v, %v", c, err)
 	}
 	for _, bad := range [][]string{
-		{"--scenario", "rush"}, {"--strategy", "hope"}, {"--version", "1.0"}, {"--durations", "soon"},
-		{"--scale", "0.5"}, {"--samples", "0"}, {"--hold", "0s"}, {"extra"},
+		{"--scenario", "rush"}, {"--strategy", "hope"}, {"--snapd-version", "1.0"}, {"--durations", "soon"},
+		{"--scale", "0.5"}, {"--samples", "0"}, {"--hold", "0s"}, {"extra"}, {"--json", "--wide"}, {"-scale", "2"},
 	} {
-		if _, err := parseFlags(bad, io.Discard); err == nil {
+		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}
 	}
-	var stderr bytes.Buffer
-	if code := run([]string{"--scenario", "rush"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown scenario "rush"`) {
+	// The shared CLI style: GNU flags, usage errors exit 2 with the hint,
+	// help and --version on stdout.
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--scenario", "rush"}, io.Discard, &stderr); code != 2 || stderr.String() != "error: unknown scenario \"rush\" (want "+strings.Join(allScenarios, ", ")+")\nRun 'bench --help' for usage.\n" {
 		t.Errorf("run with a bad scenario: exit %d, %q", code, stderr.String())
 	}
-	if code := run([]string{"-h"}, io.Discard, io.Discard); code != 0 {
-		t.Errorf("run -h: exit %d", code)
+	stderr.Reset()
+	if code := run([]string{"-bogus"}, io.Discard, &stderr); code != 2 || !strings.HasPrefix(stderr.String(), "error: unknown shorthand flag: 'b' in -bogus\n") {
+		t.Errorf("run -bogus: exit %d, %q", code, stderr.String())
+	}
+	if code := run([]string{"-h"}, &stdout, io.Discard); code != 0 || !strings.Contains(stdout.String(), "--quick") {
+		t.Errorf("run -h: exit %d, %q", code, stdout.String())
+	}
+	stdout.Reset()
+	if code := run([]string{"--version"}, &stdout, io.Discard); code != 0 || !strings.HasPrefix(stdout.String(), "bench ") {
+		t.Errorf("run --version: exit %d, %q", code, stdout.String())
+	}
+
+	// --quick: its preset for every flag not given.
+	q, err := parseFlags([]string{"--quick", "--samples", "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.scale != 100 || q.runs != 1 || q.samples != 7 || q.hold != 500*time.Millisecond || !slices.Equal(q.durations, []time.Duration{30 * time.Millisecond, 300 * time.Millisecond, time.Second}) ||
+		!slices.Equal(q.versions, c.versions) || !slices.Equal(q.scenarios, allScenarios) {
+		t.Errorf("--quick --samples 7: %+v", q)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/testsupport/benchkit"
@@ -117,23 +118,56 @@ func aggregate(samples []sample) []row {
 	return rows
 }
 
-// header says what the table measured and where its durations come from.
+// header says what the table measured and where its durations come from,
+// in lines of at most 100 columns.
 func (c config) header() []string {
-	return []string{
+	paras := []string{
 		"snapsvc bench: real time, each sample on its own in-process fake snapd (github.com/snapsvc/snapsvc/fake)",
-		fmt.Sprintf("services: start %v, stop %v (restart %v); foreign holds %s; bootstrap hold %v; late-socket delay %v",
+		fmt.Sprintf("services: start %v, stop %v (restart %v); foreign holds %s; bootstrap hold %v; late-socket delay %v (durations from real snapd: see cmd/bench/config.go)",
 			c.start, c.stop, c.restart(), joinDurations(c.durations), c.hold, c.socketDelay),
-		"  (durations from real snapd: testdata/snapd-golden/*/change-*.json, integration/testdata/captured/*/change-*.json, integration/README.md; see bench/config.go)",
-		fmt.Sprintf("strategies: naive = one snapctl call; fixed = k8sd's RetryFor(5, 5s) around the snap command (100ms polls), pause 5s / scale %s = %v; backoff = backoff/v4 defaults around the snap command; snapsvc = the library (REST, file lock)",
+		fmt.Sprintf("strategies: naive = one snapctl call; fixed = k8sd's RetryFor(5, 5s) around the snap command (100ms polls), pause 5s / scale %s = %v; backoff = backoff/v4 defaults around the snap command; snapsvc = the library (REST, file lock); snapsvc-snapctl = snapctl mode on the snap socket without snap-refresh-observe (blind); snapsvc-confined = REST without the state file",
 			scaleString(c.scale), benchkit.FixedPauseAt(c.scale)),
-		"  snapsvc-snapctl = the library in snapctl mode on the snap socket, the snap without snap-refresh-observe (no listing, no notices: blind); snapsvc-confined = REST without the state file (a confined snap with snapd-control)",
-		fmt.Sprintf("waiters: K callers in each of P processes (Clients with lock registries of their own, one lock directory) restart kubelet while a foreign change holds the snap %v; req/s waiting = snapd requests while it holds it", c.waitersHold),
+		fmt.Sprintf("waiters: K callers in each of P processes restart kubelet while a foreign change holds the snap %v", c.waitersHold),
 		fmt.Sprintf("snapd: 2.57.6 has no notices (snapsvc polls%s); 2.62+ has the notices long-poll", map[bool]string{true: " and watches the state file", false: ", state file not watched"}[c.stateFile]),
 		fmt.Sprintf("samples: %d per cell (foreign, late-socket, uncontended), %d runs per cell (bootstrap, storm, waiters); makespan = median; wake = snap free (or socket up) -> our accepted request's arrival", c.samples, c.runs),
 	}
+	var lines []string
+	for _, p := range paras {
+		lines = append(lines, wrap(p, tableWidth, "  ")...)
+	}
+	return lines
 }
 
-var columns = []string{"scenario", "hold", "snapd", "strategy", "n", "calls", "makespan", "xideal", "failed", "reqs", "reqs/call", "req/s waiting", "changes", "wake p50", "wake p99"}
+// tableWidth is the most columns a line of the default output takes.
+const tableWidth = 100
+
+// wrap breaks s into lines of at most width columns, the lines after the
+// first indented by indent.
+func wrap(s string, width int, indent string) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = w
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w) > width:
+			lines = append(lines, line)
+			line = indent + w
+		default:
+			line += " " + w
+		}
+	}
+	return append(lines, line)
+}
+
+// The columns: every one (--wide, --markdown), and the two tables of the
+// default output, each under 100 columns: what happened to the calls, and
+// what they asked of snapd.
+var (
+	columns         = []string{"scenario", "hold", "snapd", "strategy", "n", "calls", "makespan", "xideal", "failed", "reqs", "reqs/call", "req/s waiting", "changes", "wake p50", "wake p99"}
+	outcomeColumns  = []string{"scenario", "snapd", "strategy", "calls", "makespan", "xideal", "failed", "wake p50", "wake p99"}
+	requestsColumns = []string{"scenario", "snapd", "strategy", "n", "reqs", "reqs/call", "req/s waiting", "changes"}
+)
 
 func (r row) cells() []string {
 	rate, ok := r.WaitRate()
@@ -152,25 +186,47 @@ func (r row) cells() []string {
 	}
 }
 
-// writeTable prints the rows as aligned text, or markdown.
+// pick returns the cells of r under names, the scenario and its hold
+// (or K and P) in one cell.
+func (r row) pick(names []string) []string {
+	all := r.cells()
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		i := slices.Index(columns, n)
+		cell := all[i]
+		if n == "scenario" && r.param() != "" {
+			cell += " " + r.param()
+		}
+		out = append(out, cell)
+	}
+	return out
+}
+
+// writeTable prints the rows as aligned text, or markdown: by default two
+// tables that fit 100 columns, with --wide (or --markdown) one with every
+// column.
 func (c config) writeTable(w io.Writer, rows []row) error {
 	for _, l := range c.header() {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
-	if c.markdown {
+	switch {
+	case c.markdown:
 		fmt.Fprintf(w, "| %s |\n", strings.Join(columns, " | "))
 		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(columns)))
 		for _, r := range rows {
 			fmt.Fprintf(w, "| %s |\n", strings.Join(r.cells(), " | "))
 		}
-	} else {
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, strings.Join(columns, "\t")+"\t")
-		for _, r := range rows {
-			fmt.Fprintln(tw, strings.Join(r.cells(), "\t")+"\t")
+	case c.wide:
+		if err := aligned(w, columns, rows, row.cells); err != nil {
+			return err
 		}
-		if err := tw.Flush(); err != nil {
+	default:
+		if err := aligned(w, outcomeColumns, rows, func(r row) []string { return r.pick(outcomeColumns) }); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+		if err := aligned(w, requestsColumns, rows, func(r row) []string { return r.pick(requestsColumns) }); err != nil {
 			return err
 		}
 	}
@@ -181,9 +237,21 @@ func (c config) writeTable(w io.Writer, rows []row) error {
 	}
 	fmt.Fprintln(w)
 	for _, t := range checkTargets(rows) {
-		fmt.Fprintln(w, t)
+		for _, l := range wrap(t.String(), tableWidth, "  ") {
+			fmt.Fprintln(w, l)
+		}
 	}
 	return nil
+}
+
+// aligned prints one table: names, then each row's cells, right-aligned.
+func aligned(w io.Writer, names []string, rows []row, cells func(row) []string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(names, "\t")+"\t")
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(cells(r), "\t")+"\t")
+	}
+	return tw.Flush()
 }
 
 // jsonRow is a row with durations in milliseconds.

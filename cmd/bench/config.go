@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -10,6 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 )
@@ -87,6 +90,8 @@ type config struct {
 	stateFile   bool
 	json        bool
 	markdown    bool
+	wide        bool
+	quick       bool
 }
 
 // restart is how long a restart of an active service takes on the fake.
@@ -123,39 +128,112 @@ func splitList(s string) []string {
 	return out
 }
 
-// parseFlags reads the command line; errors are usage errors.
-func parseFlags(args []string, stderr io.Writer) (config, error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	scenarios := fs.String("scenario", strings.Join(allScenarios, ","), "scenarios to run: "+strings.Join(allScenarios, ", "))
-	strategies := fs.String("strategy", strings.Join(benchkit.Names, ","), "strategies to compare: "+strings.Join(benchkit.Names, ", "))
-	versions := fs.String("version", "2.57,2.77", "snapd versions the fake imitates (2.57: no notices; 2.62+: notices)")
-	samples := fs.Int("samples", 20, "samples per cell of foreign, late-socket and uncontended")
-	runs := fs.Int("runs", 5, "runs per cell of bootstrap, storm and waiters")
-	wk := fs.String("waiters-k", joinInts(defaultWaitersK), "waiters: callers per process")
-	wh := fs.Duration("waiters-hold", defaultWaitersHold, "waiters: how long the foreign change holds the snap")
-	wp := fs.String("waiters-p", joinInts(defaultWaitersP), "waiters: processes (separate Clients, each with a lock registry of its own)")
-	durs := fs.String("durations", joinDurations(defaultDurations), "how long the foreign change holds the snap in foreign")
-	scale := fs.Float64("scale", 1, "divide the fixed loop's 5 s pause by this (1: the real pause)")
-	start := fs.Duration("start", defaultStart, "how long a service's start takes")
-	stop := fs.Duration("stop", defaultStop, "how long a service's stop takes")
-	hold := fs.Duration("hold", defaultHold, "how long bootstrap's foreign configure-snap change holds the snap")
-	delay := fs.Duration("socket-delay", defaultSocketDelay, "how long after the caller started snapd's socket appears (late-socket)")
-	parallel := fs.Int("parallel", 8, "samples run at the same time, each on its own fake")
-	stateFile := fs.Bool("state-file", true, "let snapsvc watch snapd's state file, as it does by default on a host (false: polling alone without notices)")
-	asJSON := fs.Bool("json", false, "print one JSON document instead of the table")
-	markdown := fs.Bool("markdown", false, "print the table as markdown")
-	if err := fs.Parse(args); err != nil {
-		return config{}, err
+// flagValues are the command line's values before they are checked.
+type flagValues struct {
+	scenarios, strategies, versions, waitersK, waitersP, durations string
+	samples, runs, parallel                                        int
+	scale                                                          float64
+	start, stop, hold, socketDelay, waitersHold                    time.Duration
+	stateFile, json, markdown, wide, quick                         bool
+}
+
+// quickPreset is --quick: the values of the flags not given, for a run of
+// about half a minute that still has every scenario, strategy and
+// version. Holds are shorter (foreign up to 1 s, bootstrap's 0.5 s, the
+// socket 0.3 s late, waiters' blocker 0.3 s), fixed's 5 s pause is divided
+// by 100, cells have 3 samples (1 run).
+var quickPreset = map[string]string{
+	"scale": "100", "samples": "3", "runs": "1", "durations": "30ms,300ms,1s",
+	"hold": "500ms", "socket-delay": "300ms", "waiters-hold": "300ms", "waiters-k": "1,16", "waiters-p": "1,4",
+}
+
+// newCommand is the command line: flags into c once checked, then work.
+func newCommand(c *config, work func() error) *cobra.Command {
+	f := &flagValues{}
+	cmd := &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "Compare snapsvc with today's retry strategies on the fake snapd",
+		Long: `bench compares snapsvc with the retry strategies callers use today (one
+snapctl call, k8sd's fixed 5 s loop, backoff/v4), in real time, each
+sample on its own in-process fake snapd, and prints the figures: two
+tables that fit 100 columns (outcomes, then requests), or one with every
+column (--wide), markdown (--markdown) or JSON (--json). --quick runs
+every scenario in about half a minute.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			parsed, err := f.check(cmd.Flags())
+			if err != nil {
+				return &clistyle.UsageError{Msg: err.Error(), Cmd: "bench"}
+			}
+			*c = parsed
+			return work()
+		},
 	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	clistyle.Apply(cmd)
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&f.scenarios, "scenario", strings.Join(allScenarios, ","), "scenarios to run: "+strings.Join(allScenarios, ", "))
+	fs.StringVar(&f.strategies, "strategy", strings.Join(benchkit.Names, ","), "strategies to compare: "+strings.Join(benchkit.Names, ", "))
+	fs.StringVar(&f.versions, "snapd-version", "2.57,2.77", "snapd versions the fake imitates (2.57: no notices; 2.62+: notices)")
+	fs.BoolVar(&f.quick, "quick", false, "a run of about half a minute: "+presetText())
+	fs.IntVar(&f.samples, "samples", 20, "samples per cell of foreign, late-socket and uncontended")
+	fs.IntVar(&f.runs, "runs", 5, "runs per cell of bootstrap, storm and waiters")
+	fs.StringVar(&f.durations, "durations", joinDurations(defaultDurations), "how long the foreign change holds the snap in foreign")
+	fs.Float64Var(&f.scale, "scale", 1, "divide the fixed loop's 5 s pause by this (1: the real pause)")
+	fs.DurationVar(&f.start, "start", defaultStart, "how long a service's start takes")
+	fs.DurationVar(&f.stop, "stop", defaultStop, "how long a service's stop takes")
+	fs.DurationVar(&f.hold, "hold", defaultHold, "how long bootstrap's foreign configure-snap change holds the snap")
+	fs.DurationVar(&f.socketDelay, "socket-delay", defaultSocketDelay, "how long after the caller started snapd's socket appears (late-socket)")
+	fs.StringVar(&f.waitersK, "waiters-k", joinInts(defaultWaitersK), "waiters: callers per process")
+	fs.StringVar(&f.waitersP, "waiters-p", joinInts(defaultWaitersP), "waiters: processes (separate Clients, each with a lock registry of its own)")
+	fs.DurationVar(&f.waitersHold, "waiters-hold", defaultWaitersHold, "waiters: how long the foreign change holds the snap")
+	fs.IntVar(&f.parallel, "parallel", 8, "samples run at the same time, each on its own fake")
+	fs.BoolVar(&f.stateFile, "state-file", true, "let snapsvc watch snapd's state file, as it does by default on a host (false: polling alone without notices)")
+	fs.BoolVar(&f.wide, "wide", false, "print one table with every column (wider than 100 columns)")
+	fs.BoolVar(&f.markdown, "markdown", false, "print the table as markdown (every column)")
+	fs.BoolVar(&f.json, "json", false, "print one JSON document instead of the tables")
+	return cmd
+}
+
+// presetText lists --quick's values.
+func presetText() string {
+	var parts []string
+	for _, name := range []string{"scale", "samples", "runs", "durations", "hold", "socket-delay", "waiters-hold", "waiters-k", "waiters-p"} {
+		parts = append(parts, "--"+name+"="+quickPreset[name])
+	}
+	return strings.Join(parts, " ") + ", unless given"
+}
+
+// parseFlags reads a command line (without running it); errors are usage
+// errors.
+func parseFlags(args []string) (config, error) {
+	var c config
+	cmd := newCommand(&c, func() error { return nil })
+	cmd.SetArgs(args)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	_, err := cmd.ExecuteC()
+	return c, err
+}
+
+// check turns the flags' values into a config, --quick's preset applied to
+// the flags not given.
+func (f *flagValues) check(fs *pflag.FlagSet) (config, error) {
+	if f.quick {
+		for name, value := range quickPreset {
+			if !fs.Changed(name) {
+				if err := fs.Set(name, value); err != nil {
+					return config{}, err
+				}
+			}
+		}
 	}
 	c := config{
-		samples: *samples, runs: *runs, scale: *scale, start: *start, stop: *stop,
-		hold: *hold, socketDelay: *delay, waitersHold: *wh, parallel: *parallel, stateFile: *stateFile, json: *asJSON, markdown: *markdown,
+		samples: f.samples, runs: f.runs, scale: f.scale, start: f.start, stop: f.stop, hold: f.hold,
+		socketDelay: f.socketDelay, waitersHold: f.waitersHold, parallel: f.parallel, stateFile: f.stateFile,
+		json: f.json, markdown: f.markdown, wide: f.wide, quick: f.quick,
 	}
-	for _, s := range splitList(*scenarios) {
+	for _, s := range splitList(f.scenarios) {
 		if !slices.Contains(allScenarios, s) {
 			return config{}, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(allScenarios, ", "))
 		}
@@ -163,7 +241,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			c.scenarios = append(c.scenarios, s)
 		}
 	}
-	for _, s := range splitList(*strategies) {
+	for _, s := range splitList(f.strategies) {
 		if !slices.Contains(benchkit.Names, s) {
 			return config{}, fmt.Errorf("unknown strategy %q (want %s)", s, strings.Join(benchkit.Names, ", "))
 		}
@@ -171,7 +249,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			c.strategies = append(c.strategies, s)
 		}
 	}
-	for _, s := range splitList(*versions) {
+	for _, s := range splitList(f.versions) {
 		v, err := parseVersion(s)
 		if err != nil {
 			return config{}, err
@@ -184,7 +262,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		flag string
 		in   string
 		out  *[]int
-	}{{"--waiters-k", *wk, &c.waitersK}, {"--waiters-p", *wp, &c.waitersP}} {
+	}{{"--waiters-k", f.waitersK, &c.waitersK}, {"--waiters-p", f.waitersP, &c.waitersP}} {
 		for _, s := range splitList(l.in) {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 {
@@ -196,7 +274,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return config{}, fmt.Errorf("%s needs at least one count", l.flag)
 		}
 	}
-	for _, s := range splitList(*durs) {
+	for _, s := range splitList(f.durations) {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
 			return config{}, fmt.Errorf("bad duration %q in --durations", s)
@@ -205,7 +283,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	switch {
 	case len(c.scenarios) == 0 || len(c.strategies) == 0 || len(c.versions) == 0:
-		return config{}, errors.New("--scenario, --strategy and --version each need at least one value")
+		return config{}, errors.New("--scenario, --strategy and --snapd-version each need at least one value")
 	case slices.Contains(c.scenarios, scForeign) && len(c.durations) == 0:
 		return config{}, errors.New("--durations needs at least one duration")
 	case c.samples < 1 || c.runs < 1 || c.parallel < 1:
@@ -214,6 +292,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("--scale must be at least 1")
 	case c.start < 0 || c.stop < 0 || c.hold <= 0 || c.socketDelay <= 0 || c.waitersHold <= 0:
 		return config{}, errors.New("--start and --stop must not be negative, --hold, --socket-delay and --waiters-hold must be positive")
+	case c.json && (c.markdown || c.wide):
+		return config{}, errors.New("--json prints no table: it takes no --markdown or --wide")
 	}
 	return c, nil
 }

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDebVersion checks git describe's forms against the Debian versions
+// they become, and that each sorts where it must (dpkg --compare-versions
+// when dpkg is there).
+func TestDebVersion(t *testing.T) {
+	for in, want := range map[string]string{
+		"v0.2.0":                    "0.2.0",
+		"v0.2.0-dirty":              "0.2.0+dirty",
+		"v0.2.0-3-gabc1234":         "0.2.0+3.gabc1234",
+		"v0.2.0-3-gabc1234-dirty":   "0.2.0+3.gabc1234.dirty",
+		"v0.2.0-rc1":                "0.2.0~rc1",
+		"v0.2.0-rc1-3-gabc1234":     "0.2.0~rc1+3.gabc1234",
+		"v0.0.0-303-gaeff7a3":       "0.0.0+303.gaeff7a3",
+		"v0.0.0-303-gaeff7a3-dirty": "0.0.0+303.gaeff7a3.dirty",
+	} {
+		got, err := debVersion(in)
+		if err != nil || got != want {
+			t.Errorf("debVersion(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0.2.0", "v0.2", "abc1234", "v0.2.0-3-gXYZ"} {
+		if got, err := debVersion(bad); err == nil {
+			t.Errorf("debVersion(%q) = %q, want an error", bad, got)
+		}
+	}
+	if _, err := exec.LookPath("dpkg"); err != nil {
+		return
+	}
+	// Each after the one before.
+	order := []string{"0.1.0", "0.1.0+12.gabc1234", "0.2.0~rc1", "0.2.0~rc1+3.gabc1234", "0.2.0", "0.2.0+3.gabc1234", "0.2.0+3.gabc1234.dirty", "0.2.1~rc1"}
+	for i := 1; i < len(order); i++ {
+		if err := exec.Command("dpkg", "--compare-versions", order[i-1], "lt", order[i]).Run(); err != nil {
+			t.Errorf("dpkg: %s is not before %s", order[i-1], order[i])
+		}
+	}
+}
+
+// TestDefinition checks the repository's release.yaml: it parses, every
+// binary's main package exists, and every package's contents come from
+// what the tool writes or from the repository.
+func TestDefinition(t *testing.T) {
+	d, err := loadDefinition("release.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range d.Binaries {
+		if _, err := os.Stat(filepath.Join("../..", b.Main, "main.go")); err != nil {
+			t.Errorf("binary %s: %v", b.Name, err)
+		}
+	}
+	if len(d.Packages) < 2 {
+		t.Errorf("%d packages, want snapsvc and snapsvc-rollout", len(d.Packages))
+	}
+}
+
+// TestRelease runs the tool on a repository of its own making: a
+// workspace with one command that writes a man page and completions, a
+// definition with one target, an archive and a package. It checks every
+// artifact, SHA256SUMS, the stamped version, and that a second run of the
+// same commit writes the same bytes.
+func TestRelease(t *testing.T) {
+	repo := t.TempDir()
+	files := map[string]string{
+		"go.work":          "go 1.26.0\n\nuse ./cmd\n",
+		"cmd/go.mod":       "module example.com/tool/cmd\n\ngo 1.26.0\n",
+		"cmd/tool/main.go": toolMain,
+		"LICENSE":          "a licence\n",
+		"release.yaml": `project: tool
+targets: [linux/amd64]
+binaries:
+  - name: tool
+    main: ./cmd/tool
+    stamp: main
+    man: true
+    completion: true
+archive:
+  files: [LICENSE]
+packages:
+  - name: tool
+    arch: ${ARCH}
+    version: ${VERSION}
+    version_schema: none
+    maintainer: Someone <someone@example.invalid>
+    description: a tool
+    contents:
+      - src: ${DIST}/build/linux_${ARCH}/tool
+        dst: /usr/bin/tool
+        expand: true
+      - src: ${DIST}/build/man/tool*.1.gz
+        dst: /usr/share/man/man1/
+        expand: true
+      - src: ${DIST}/build/completion/bash/tool
+        dst: /usr/share/bash-completion/completions/tool
+        expand: true
+`,
+	}
+	for name, content := range files {
+		if err := writeFile(filepath.Join(repo, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := func(args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_DATE=2026-01-02T03:04:05Z", "GIT_COMMITTER_DATE=2026-01-02T03:04:05Z")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", "one")
+	git("add", ".")
+	git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "two")
+	git("tag", "v1.2.0")
+	git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", "three")
+
+	wd, _ := os.Getwd()
+	t.Cleanup(func() { os.Chdir(wd) }) // run changes into the repository
+	outs := []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
+	for _, out := range outs {
+		if err := run(repo, filepath.Join(repo, "release.yaml"), out, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sums, err := os.ReadFile(filepath.Join(outs[0], "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := os.ReadFile(filepath.Join(outs[1], "SHA256SUMS"))
+	if string(sums) != string(again) {
+		t.Errorf("two runs of one commit differ:\n%s\n%s", sums, again)
+	}
+	want := []string{"tool_1.2.0-1-g", "_linux_amd64.tar.gz", "_linux_amd64.sbom.cdx.json", "tool_1.2.0+1.g", "_amd64.deb"}
+	for _, w := range want {
+		if !strings.Contains(string(sums), w) {
+			t.Errorf("SHA256SUMS names no %q:\n%s", w, sums)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+		sum, name, _ := strings.Cut(line, "  ")
+		data, err := os.ReadFile(filepath.Join(outs[0], name))
+		if err != nil || fmt.Sprintf("%x", sha256.Sum256(data)) != sum {
+			t.Errorf("%s: checksum does not match (%v)", name, err)
+		}
+	}
+	out, err := exec.Command(filepath.Join(outs[0], "build", "linux_amd64", "tool"), "--version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "tool v1.2.0-1-g") {
+		t.Errorf("--version: %q, %v", out, err)
+	}
+	if _, err := exec.LookPath("dpkg-deb"); err == nil {
+		debs, _ := filepath.Glob(filepath.Join(outs[0], "*.deb"))
+		if len(debs) != 1 {
+			t.Fatalf("packages %v", debs)
+		}
+		list, err := exec.Command("dpkg-deb", "-c", debs[0]).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"./usr/bin/tool", "./usr/share/man/man1/tool.1.gz", "./usr/share/bash-completion/completions/tool"} {
+			if !strings.Contains(string(list), " "+f+"\n") {
+				t.Errorf("the package lacks %s:\n%s", f, list)
+			}
+		}
+		if !strings.Contains(string(list), "-rwxr-xr-x root/root") {
+			t.Errorf("the binary is not executable by all:\n%s", list)
+		}
+	}
+	if err := run(repo, filepath.Join(repo, "release.yaml"), outs[0], ""); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("a second run into the same directory: %v, want a refusal", err)
+	}
+}
+
+// toolMain is the test repository's command: --version prints what was
+// stamped, "man DIR" writes one page, "completion SHELL" a script.
+const toolMain = `package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+var stampedVersion, stampedRevision, stampedTime string
+
+func main() {
+	switch {
+	case len(os.Args) == 2 && os.Args[1] == "--version":
+		fmt.Println("tool", stampedVersion, stampedRevision, stampedTime)
+	case len(os.Args) == 3 && os.Args[1] == "man":
+		os.MkdirAll(os.Args[2], 0o755)
+		os.WriteFile(filepath.Join(os.Args[2], "tool.1"), []byte(".TH TOOL 1\n"), 0o644)
+	case len(os.Args) == 3 && os.Args[1] == "completion":
+		fmt.Println("# completion for", os.Args[2])
+	default:
+		os.Exit(2)
+	}
+}
+`
