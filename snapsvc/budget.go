@@ -353,7 +353,7 @@ type budgetRunner struct {
 	stopped map[string]*sharedSlot // kept by a budgeted Stop until a Start
 	closed  bool
 	running int           // background goroutines (releases, async holds)
-	idle    chan struct{} // closed when running drops to 0 (set by close)
+	idle    chan struct{} // closed while running is 0; a new one once it is not
 
 	base       context.Context // ends when the Client is closed
 	cancelBase context.CancelFunc
@@ -381,6 +381,8 @@ func (b *budgetRunner) init(c *Client) {
 	b.stopped = map[string]*sharedSlot{}
 	b.base, b.cancelBase = context.WithCancel(context.Background())
 	b.bg, b.cancelBg = context.WithCancel(context.Background())
+	b.idle = make(chan struct{})
+	close(b.idle)
 	if b.opts.Probe.Clock == nil {
 		b.opts.Probe.Clock = c.clock
 	}
@@ -423,15 +425,16 @@ func (b *budgetRunner) keysOf(names []string) []string {
 // goBackground runs f on a goroutine that Close waits for (bounded).
 func (b *budgetRunner) goBackground(f func()) {
 	b.mu.Lock()
+	if b.running == 0 {
+		b.idle = make(chan struct{})
+	}
 	b.running++
 	b.mu.Unlock()
 	go func() {
 		defer func() {
 			b.mu.Lock()
-			b.running--
-			if b.running == 0 && b.idle != nil {
+			if b.running--; b.running == 0 {
 				close(b.idle)
-				b.idle = nil
 			}
 			b.mu.Unlock()
 		}()
@@ -1145,32 +1148,29 @@ func (b *budgetRunner) kept(keys []string) *hold {
 // operation ends (its first release attempt runs even after Close).
 func (b *budgetRunner) close() {
 	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return
-	}
+	first := !b.closed
 	b.closed = true
 	kept := b.stopped
 	b.stopped = map[string]*sharedSlot{}
 	b.mu.Unlock()
-	b.cancelBase()
+	if first {
+		b.cancelBase()
+	}
 	for _, s := range kept {
 		b.drop(context.Background(), s)
 	}
+	// Every Close waits for the background work under way, a release
+	// begun after an earlier Close (by a call that raced it) included.
 	b.mu.Lock()
-	var idle chan struct{}
-	if b.running > 0 {
-		idle = make(chan struct{})
-		b.idle = idle
-	}
+	idle := b.idle
 	b.mu.Unlock()
-	if idle != nil {
-		t := time.NewTimer(b.opts.ReleaseTimeout)
-		select {
-		case <-idle:
-		case <-t.C:
-		}
-		t.Stop()
+	t := time.NewTimer(b.opts.ReleaseTimeout)
+	select {
+	case <-idle:
+	case <-t.C:
 	}
-	b.cancelBg()
+	t.Stop()
+	if first {
+		b.cancelBg()
+	}
 }

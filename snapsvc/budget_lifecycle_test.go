@@ -409,6 +409,46 @@ func TestBudgetCloseDuringStopReleases(t *testing.T) {
 	}
 }
 
+// Every Close waits for the releases under way, one begun after an earlier
+// Close included: a restart that raced a first Close gives its slot back
+// as it ends, and a second Close waited for nothing (the schedule test
+// found the slot still held after every client was closed).
+func TestBudgetSecondCloseWaitsForLateRelease(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.release = func(ctx context.Context, _ *memSlot, _ int) error {
+		t := time.NewTimer(200 * time.Millisecond) // the release's own duration, as a lease revoke's
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	var c *snapsvc.Client
+	c = newClient(t, srv,
+		snapsvc.WithObserver(func(ev snapsvc.Event) {
+			if ev.Kind == snapsvc.EventAccepted && ev.Op == "restart" {
+				c.Close() // the restart's change runs; its slot is held
+			}
+		}),
+		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
+	// The call's deadline comes before its release's end: it returns
+	// while the release goes on in the background.
+	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Restart(rctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if n := b.holding("k8s.kubelet"); n != 0 {
+		t.Fatalf("%d slots still held once the second Close returned; steps %q", n, b.steps())
+	}
+}
+
 // Close while an operation waits for a slot ends the wait at once: the
 // operation fails (not retryable on this Client), takes nothing, acts on
 // nothing.
