@@ -644,7 +644,7 @@ func (s *schedule) plantEvents(srv *fake.Server, base time.Time, wg *sync.WaitGr
 	}
 	// Identical foreign requests just before or just after a call's start.
 	for _, cl := range s.calls {
-		if rng.IntN(4) != 0 {
+		if cl.wait || rng.IntN(4) != 0 {
 			continue
 		}
 		d := cl.delay + time.Duration(rng.IntN(5))*time.Millisecond - 2*time.Millisecond
