@@ -53,7 +53,7 @@ func TestSnapsList(t *testing.T) {
 			m := list[0]
 			for k, want := range map[string]string{
 				"id": `""`, "name": `"k8s"`, "version": `"v1.32.2"`, "revision": `"x1"`, "status": `"active"`,
-				"type": `"app"`, "base": `"core22"`, "confinement": `"strict"`, "developer": `""`, "channel": `""`,
+				"type": `"app"`, "base": `"core22"`, "confinement": `"classic"`, "developer": `""`, "channel": `""`,
 				"contact": `""`, "private": "false", "devmode": "false", "jailmode": "false", "ignore-validation": "false",
 				"license": `"GPL-3.0"`, "mounted-from": `"/var/lib/snapd/snaps/k8s_x1.snap"`, "installed-size": "4096",
 				"summary": `"Kubernetes-like snap for the fake snapd"`, "install-date": `"2026-12-02T14:00:00Z"`,

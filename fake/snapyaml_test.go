@@ -69,7 +69,7 @@ func TestSnapFromDirK8s(t *testing.T) {
 	for i, n := range order {
 		pos[n] = i
 	}
-	for _, edge := range [][2]string{{"containerd", "kubelet"}, {"k8s-dqlite", "kube-apiserver"},
+	for _, edge := range [][2]string{{"containerd", "kubelet"}, {"etcd", "kube-apiserver"},
 		{"kube-apiserver", "kubelet"}, {"kube-apiserver", "kube-scheduler"}, {"k8s-apiserver-proxy", "kube-proxy"}} {
 		if pos[edge[0]] > pos[edge[1]] {
 			t.Errorf("%s started after %s: %v", edge[0], edge[1], order)
@@ -265,5 +265,46 @@ func TestControlHandler(t *testing.T) {
 	}
 	if code, out := ctl("GET", "/state", ""); code != 200 || !strings.Contains(out, `"name":"alpha"`) || !strings.Contains(out, `"version":"2.77.1"`) {
 		t.Errorf("state: %d %s", code, out)
+	}
+}
+
+// Issue 27, item 10: the default k8s snap lacked etcd, which k8sd's
+// bootstrap now starts, so that bootstrap failed with app-not-found against
+// fakesnapd. Every service k8sd names (canonical/k8sd 1417866:
+// pkg/snap/util/services.go's worker, control-plane and k8s lists,
+// StartEtcdServices, and k8sd itself) is a daemon of the snap, the snap is
+// classic as k8s-snap's snapcraft.yaml says, and only k8sd runs at install.
+func TestK8sSnapHasK8sdServices(t *testing.T) {
+	sn, err := fake.SnapFromDir(filepath.Join("testdata", "k8s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemons := map[string]fake.App{}
+	for _, a := range sn.Apps {
+		if a.Daemon != "" {
+			daemons[a.Name] = a
+		}
+	}
+	k8sd := []string{"containerd", "etcd", "k8s-apiserver-proxy", "k8sd", "kube-apiserver", "kube-controller-manager",
+		"kube-proxy", "kube-scheduler", "kubelet"}
+	for _, name := range k8sd {
+		if _, ok := daemons[name]; !ok {
+			t.Errorf("k8sd's service %q is not a service of the default k8s snap", name)
+		}
+	}
+	if len(daemons) != len(k8sd) {
+		t.Errorf("services %v, want exactly k8sd's %v", daemons, k8sd)
+	}
+	for name, a := range daemons {
+		if a.Enabled != (name == "k8sd") || a.Active != (name == "k8sd") {
+			t.Errorf("%s: enabled %t active %t at install", name, a.Enabled, a.Active)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", "k8s", "meta", "snap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "\nconfinement: classic\n") {
+		t.Error("the k8s snap is not classic")
 	}
 }

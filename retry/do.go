@@ -34,6 +34,18 @@ import (
 // cause and the last failure (errors.Is), not a bare context.Canceled, and
 // does not pause after the last attempt.
 //
+// Its time is bounded as RetryFor's was: RetryFor(n, d) around a command
+// that fails at once ends after n × d (it pauses d after every failure),
+// and Do ends by the same n × d whatever the attempts take. Attempts start
+// at least d apart, from the start of one to the start of the next, so an
+// attempt that already waited (snapsvc waiting out a change that holds the
+// snap, or for snapd's socket) is followed by no further pause, and no
+// attempt starts once n × d have passed since the first one. Inside the
+// loop, snapsvc's operations use the policy Loop.NestedPolicy derives
+// from the same two numbers (retry.NestedPolicy is k8sd's: 5 attempts, 5
+// s): a blocker that never ends, or a socket that stays missing, ends the
+// loop after about n × d, as the snap command's failures did.
+//
 // Do(ctx, n, d, fn) is Loop{Attempts: n, Delay: d}.Do(ctx, fn).
 func Do(ctx context.Context, attempts int, delay time.Duration, fn func() error) error {
 	return Loop{Attempts: attempts, Delay: delay}.Do(ctx, fn)
@@ -45,7 +57,12 @@ type Loop struct {
 	// Attempts bounds the calls of fn, the first included (values below 1
 	// mean 1).
 	Attempts int
-	// Delay is the pause between two attempts.
+	// Delay is the least time from the start of one attempt to the start
+	// of the next: the pause after a failed attempt is Delay less the
+	// time the attempt took. The loop also starts no attempt once
+	// Attempts × Delay have passed since its first one (its bound: the
+	// time RetryFor took to fail with the same arguments); a zero Delay
+	// means no pause and no such bound.
 	Delay time.Duration
 	// Retryable decides whether a failure is worth another attempt. The
 	// default, nil, is ShouldRetry (the rule in Do's documentation). A
@@ -67,10 +84,19 @@ func (l Loop) Do(ctx context.Context, fn func() error) error {
 	if retryable == nil {
 		retryable = ShouldRetry
 	}
+	clock := l.Clock
+	if clock == nil {
+		clock = RealClock()
+	}
 	var last error
+	var began, end time.Time // the first attempt's start, and the loop's bound
 	for n := 1; ; n++ {
 		if ctx.Err() != nil {
 			return &StoppedError{Attempts: n - 1, Cause: context.Cause(ctx), Last: last}
+		}
+		started := clock.Now()
+		if n == 1 && l.Delay > 0 {
+			began, end = started, started.Add(time.Duration(attempts)*l.Delay)
 		}
 		err := fn()
 		if err == nil {
@@ -86,7 +112,17 @@ func (l Loop) Do(ctx context.Context, fn func() error) error {
 		if n >= attempts {
 			return &StoppedError{Attempts: n, Last: last}
 		}
-		if Sleep(ctx, l.Clock, l.Delay) != nil {
+		if l.Delay <= 0 {
+			continue
+		}
+		next := started.Add(l.Delay)
+		if now := clock.Now(); next.Before(now) {
+			next = now // the attempt took a delay or more: no pause
+		}
+		if !next.Before(end) {
+			return &StoppedError{Attempts: n, Last: last, Bound: end.Sub(began)}
+		}
+		if Sleep(ctx, clock, next.Sub(clock.Now())) != nil {
 			return &StoppedError{Attempts: n, Cause: context.Cause(ctx), Last: last}
 		}
 	}
@@ -159,7 +195,8 @@ func fromSnapd(err error) bool {
 }
 
 // StoppedError is a Loop that ended without success while fn kept failing
-// with retryable errors: its attempts ran out, or its context ended.
+// with retryable errors: its attempts ran out, its time bound passed
+// (Bound), or its context ended.
 type StoppedError struct {
 	// Attempts is how many times fn was called.
 	Attempts int
@@ -169,13 +206,19 @@ type StoppedError struct {
 	// Last is fn's last failure (nil if the context ended before the
 	// first attempt).
 	Last error
+	// Bound is the loop's time bound (Attempts × Delay) when it ended the
+	// loop before its attempts ran out, else 0.
+	Bound time.Duration
 }
 
 func (e *StoppedError) Error() string {
 	var what string
-	if e.Cause != nil {
+	switch {
+	case e.Cause != nil:
 		what = fmt.Sprintf("%v after %d attempts", e.Cause, e.Attempts)
-	} else {
+	case e.Bound > 0:
+		what = fmt.Sprintf("gave up after %d attempts in the loop's %v", e.Attempts, e.Bound)
+	default:
 		what = fmt.Sprintf("gave up after %d attempts", e.Attempts)
 	}
 	if e.Last == nil {
@@ -199,6 +242,6 @@ func (e *StoppedError) Unwrap() []error {
 
 // Retryable reports whether running the loop again later could help: the
 // last failure was retryable (the loop stops at once otherwise), so yes
-// when the attempts ran out, and no when the context ended (the caller
-// gave up).
+// when the attempts or the loop's time ran out, and no when the context
+// ended (the caller gave up).
 func (e *StoppedError) Retryable() bool { return e.Cause == nil && e.Last != nil }

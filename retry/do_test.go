@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,8 +208,8 @@ func TestNestedPolicyIsShort(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := rt.Elapsed(); got != 30*time.Second {
-		t.Fatalf("exhausted after %v, want 30s", got)
+	if got := rt.Elapsed(); got != 25*time.Second {
+		t.Fatalf("exhausted after %v, want 25s (k8sd's loop: 5 attempts 5 s apart)", got)
 	}
 	for _, d := range clock.pauses {
 		if d > 2*time.Second*3/2 { // MaxInterval 2s, jitter ±50%
@@ -217,6 +218,92 @@ func TestNestedPolicyIsShort(t *testing.T) {
 	}
 	if d := retry.DefaultPolicy(); p.MaxElapsedTime >= d.MaxElapsedTime || p.MaxConflictInterval != d.MaxConflictInterval {
 		t.Fatalf("NestedPolicy %+v against DefaultPolicy %+v", p, d)
+	}
+}
+
+// The nested policy is the loop's: its time is the loop's bound, and a
+// missing socket is waited for one of the loop's delays.
+func TestNestedPolicyDerivesFromTheLoop(t *testing.T) {
+	for _, c := range []struct {
+		loop                 retry.Loop
+		elapsed, unreachable time.Duration
+	}{
+		{retry.Loop{Attempts: 5, Delay: 5 * time.Second}, 25 * time.Second, 5 * time.Second},
+		{retry.Loop{Attempts: 30, Delay: 2 * time.Second}, time.Minute, 2 * time.Second},
+		{retry.Loop{Attempts: 3}, retry.DefaultPolicy().MaxElapsedTime, retry.DefaultPolicy().MaxUnreachable},
+	} {
+		p := c.loop.NestedPolicy()
+		if p.MaxElapsedTime != c.elapsed || p.MaxUnreachable != c.unreachable || p.Validate() != nil {
+			t.Errorf("%+v: MaxElapsedTime %v MaxUnreachable %v, want %v and %v", c.loop, p.MaxElapsedTime, p.MaxUnreachable, c.elapsed, c.unreachable)
+		}
+	}
+	if n, l := retry.NestedPolicy(), (retry.Loop{Attempts: 5, Delay: 5 * time.Second}).NestedPolicy(); n.MaxElapsedTime != l.MaxElapsedTime || n.MaxUnreachable != l.MaxUnreachable {
+		t.Fatalf("NestedPolicy %+v is not k8sd's loop's %+v", n, l)
+	}
+}
+
+// Attempts start Delay apart: an attempt that took part of the delay is
+// followed by the rest of it only.
+func TestDoPacesFromTheStartOfEachAttempt(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	calls := 0
+	err := retry.Loop{Attempts: 3, Delay: 5 * time.Second, Clock: clock}.Do(context.Background(), func() error {
+		calls++
+		clock.now = clock.now.Add(2 * time.Second) // the attempt waited 2 s
+		return conflict()
+	})
+	if calls != 3 || !retry.IsConflict(err) {
+		t.Fatalf("calls %d, err %v", calls, err)
+	}
+	if len(clock.pauses) != 2 || clock.pauses[0] != 3*time.Second || clock.pauses[1] != 3*time.Second {
+		t.Fatalf("pauses %v, want two of 3s (5 s apart, each attempt took 2 s)", clock.pauses)
+	}
+}
+
+// Issue 27, item 7: a foreign change that never ends, inside k8sd's
+// RetryFor(5, 5 s) ported to Do, failed after 175 s (5 attempts × the 30 s
+// nested policy, and 4 pauses) where the snap command's loop failed after
+// 25 s. The nested policy now waits the loop's whole bound, and the loop
+// starts no attempt after it: one attempt, 25 s, no pause.
+func TestDoStuckBlockerEndsAtTheLoopsBound(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	loop := retry.Loop{Attempts: 5, Delay: 5 * time.Second, Clock: clock}
+	calls := 0
+	err := loop.Do(context.Background(), func() error {
+		calls++
+		clock.now = clock.now.Add(loop.NestedPolicy().MaxElapsedTime) // held until the policy gave up
+		return conflict()
+	})
+	var stopped *retry.StoppedError
+	if calls != 1 || len(clock.pauses) != 0 || !errors.As(err, &stopped) || stopped.Bound != 25*time.Second || !stopped.Retryable() || !retry.IsConflict(err) {
+		t.Fatalf("calls %d, pauses %v, err %v: want 1 call, no pause, a retryable StoppedError at the loop's 25 s keeping the conflict", calls, clock.pauses, err)
+	}
+	if got := clock.now.Sub(time.Unix(0, 0)); got != 25*time.Second {
+		t.Fatalf("the loop ended after %v, want 25s", got)
+	}
+	if want := "gave up after 1 attempts in the loop's 25s; last error: "; !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("message %q, want it to start %q", err, want)
+	}
+}
+
+// Issue 27, item 7: a socket that stays missing while snapd is installed
+// cost 30 s per call (the nested policy's MaxUnreachable), 170 s in the
+// loop. Now one delay per attempt and no pause between them: 25 s.
+func TestDoMissingSocketEndsAtTheLoopsBound(t *testing.T) {
+	clock := &recordingClock{now: time.Unix(0, 0)}
+	loop := retry.Loop{Attempts: 5, Delay: 5 * time.Second, Clock: clock}
+	unreachable := &snapd.ConnectionError{Method: "POST", Path: "/v2/apps", Err: errors.New("dial unix /run/snapd.socket: connect: no such file or directory")}
+	calls := 0
+	err := loop.Do(context.Background(), func() error {
+		calls++
+		clock.now = clock.now.Add(loop.NestedPolicy().MaxUnreachable)
+		return unreachable
+	})
+	if calls != 5 || len(clock.pauses) != 0 || !errors.Is(err, unreachable) {
+		t.Fatalf("calls %d, pauses %v, err %v: want 5 calls of one delay each and no pause", calls, clock.pauses, err)
+	}
+	if got := clock.now.Sub(time.Unix(0, 0)); got != 25*time.Second {
+		t.Fatalf("the loop ended after %v, want 25s", got)
 	}
 }
 

@@ -35,6 +35,20 @@
 // snap waits for that change first, so no-wait calls in a row do not
 // conflict with each other.
 //
+// # Code written around snapctl
+//
+// SnapctlStyle sets a handle up for code that runs snapctl today
+// (microceph, microovn, microk8s-cluster-agent; docs/ has a recipe for
+// each): plain flags, snapsvc's default policy (no retry loop of its
+// own), the instance from $SNAP_INSTANCE_NAME or, outside a snap, from the
+// names ("microceph.rgw"), and the mode from the snap's confinement in
+// $SNAP/meta/snap.yaml: classic → REST, strict or devmode → snapctl, and
+// snapctl outside a snap (WithModeFromConfinement, WithSnapDir):
+//
+//	svc := snapservices.Open(snapservices.SnapctlStyle())
+//	err := svc.RestartServices(ctx, []string{"microceph.rgw"}, "--reload")
+//	states, err := svc.Services(ctx, []string{"microceph.rgw"}) // snapctl services
+//
 // # Modes
 //
 // The default is REST on /run/snapd.socket, the path of the snap command
@@ -52,21 +66,41 @@
 //
 // # Retries
 //
-// Callers like k8sd keep their own retry loop around every call. A Snap
-// therefore builds its client with retry.NestedPolicy (conflicts absorbed
-// for up to 30 s), not snapsvc's 5-minute default; replace the loop itself
-// with retry.Do, which keeps RetryFor's useful retries (a failed change is
-// tried again) and stops at once when retrying cannot help (bad input) or
-// must not happen (an outcome that is unknown). Every
-// error is the client's *snapsvc.OpError (Retryable, ChangeID, snapd's
-// text), returned as is.
+// Callers like k8sd keep their own retry loop around every call,
+// RetryFor(ctx, 5, 5*time.Second, ...). A Snap therefore builds its client
+// with retry.NestedPolicy, the policy of that loop (Loop.NestedPolicy):
+// conflicts are absorbed for the loop's whole bound, 25 s, and a missing
+// socket for one delay, 5 s, not snapsvc's 5 minutes and 30 s. Replace the
+// loop itself with retry.Do, whose attempts start 5 s apart from start to
+// start and which starts none after 25 s, so the two share that bound: a
+// blocker that never ends, or a socket that stays missing, ends the loop
+// after about 25 s, as the snap command's failures did (a kept RetryFor
+// pauses 5 s after each attempt whatever it waited: 5 × 30 s). retry.Do
+// also keeps RetryFor's useful retries (a failed change is tried again)
+// and stops at once when retrying cannot help (bad input) or must not
+// happen (an outcome that is unknown). Every error is the client's
+// *snapsvc.OpError (Retryable, ChangeID, snapd's text), returned as is.
+//
+// # Logs
+//
+// Each action writes one line, where the snap command printed "Started."
+// or its error: at Info (logr's V(0)) to the call's logger, the
+// logr.Logger in its context (k8sd's), snapsvc.ContextWithLogger's, or
+// WithLogger's, with the services, the change, the conflicts waited out
+// and the time taken; the client's own steps go there one level lower.
 //
 // # Tests
 //
 // Package snapservicestest has a Recorder that implements Control in
 // memory, for unit tests of callers; package fake serves a snapd for
-// integration tests. Tests that assert the snap command line (k8sd's, with
-// its mock.Runner) keep doing so through WithCommandRunner: the handle
-// hands the runner the line k8sd built ("snap start k8s.kubelet --enable")
-// instead of acting through snapd; Recorder.Run is such a runner.
+// integration tests, and cmd/fakesnapd the same on a socket, which any
+// handle reaches without code through $SNAPPY_GLOBAL_ROOT or
+// $SNAPSVC_SOCKET (see snapsvc.EnvRoot). Tests that assert command lines
+// keep doing so through WithCommandRunner: the handle hands the runner
+// the line in its mode, as its callers wrote it ("snap start k8s.kubelet
+// --enable" for k8sd, "snapctl restart --reload microceph.rgw" in snapctl
+// mode; Request.CommandFor) instead of acting through snapd;
+// WithCommandOutput also serves Services and WithEnsureRunning from the
+// runner's output. Recorder.Run and Recorder.Output are such runners, and
+// the Recorder checks the lines it gets are its mode's (Snapctl).
 package snapservices

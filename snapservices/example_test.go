@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/snapservices"
+	"github.com/snapsvc/snapsvc/snapservices/snapservicestest"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
@@ -45,4 +46,31 @@ func ExampleSnap_StopServices() {
 	// true snapsvc: stop etcd.etcd: service of another snap: "etcd.etcd" names a service of snap "etcd"; this handle controls snap "k8s" only (give "<app>" or "k8s.<app>") [not retryable]
 	// requests sent: 0
 	// requests sent: 1
+}
+
+// Code written around snapctl (microceph's snapStart, snapRestart and
+// snapCheckActive) keeps its calls; in a unit test the handle hands the
+// test's runner the snapctl lines the code ran before, and reads the state
+// from the runner's answer. In the strict snap the same calls go through
+// snapctl on snapd's snap socket, waiting out changes that hold the snap.
+func ExampleSnapctlStyle() {
+	r := snapservicestest.NewRecorder("microceph", snapservicestest.Snapctl(), snapservicestest.PlainFlags())
+	r.SetService("rgw", true, true)
+	svc := snapservices.Open(snapservices.SnapctlStyle(), snapservices.WithSnapDir(""), snapservices.WithCommandOutput(r.Output))
+	ctx := context.Background()
+
+	fmt.Println(svc.Mode(), svc.StartServices(ctx, []string{"microceph.nfs"}, "--enable"))
+	fmt.Println(svc.RestartServices(ctx, []string{"microceph.rgw"}, "--reload"))
+	states, err := svc.Services(ctx, []string{"microceph.rgw"})
+	fmt.Println(states[0].FullName(), states[0].Active, err)
+	for _, line := range r.Commands() {
+		fmt.Println(line)
+	}
+	// Output:
+	// snapctl <nil>
+	// <nil>
+	// microceph.rgw true <nil>
+	// snapctl start microceph.nfs --enable
+	// snapctl restart --reload microceph.rgw
+	// snapctl services microceph.rgw
 }

@@ -2,6 +2,9 @@ package snapservices_test
 
 import (
 	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -43,4 +46,20 @@ func postedNames(t *testing.T, srv *fake.Server) [][]string {
 		out = append(out, body.Names)
 	}
 	return out
+}
+
+// slogTo is a text slog.Logger at Info writing to b under mu.
+func slogTo(mu *sync.Mutex, b *strings.Builder) *slog.Logger {
+	return slog.New(slog.NewTextHandler(lockedWriter{mu, b}, nil))
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }

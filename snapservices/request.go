@@ -54,12 +54,54 @@ type Request struct {
 
 // Command returns the snap command line the request stands for, as k8sd
 // builds it: "snap", the action, the names, then the flags
-// (["snap" "start" "k8s.kubelet" "--enable"]).
-func (r Request) Command() []string {
+// (["snap" "start" "k8s.kubelet" "--enable"]). It is CommandFor(ModeREST).
+func (r Request) Command() []string { return r.CommandFor(snapsvc.ModeREST) }
+
+// CommandFor returns the command line the request stands for in a mode,
+// in the form callers of that command write it:
+//
+//   - snapsvc.ModeREST (and ModeAuto): the snap command as k8sd builds
+//     it, names then flags: "snap start k8s.kubelet --enable";
+//   - snapsvc.ModeSnapctl: snapctl as microceph, microovn and
+//     microk8s-cluster-agent write it, "--reload" before the names and
+//     "--enable"/"--disable" after them: "snapctl restart --reload
+//     microceph.rgw", "snapctl start microceph.rgw --enable" ("--no-wait"
+//     is not a snapctl flag, and a handle refuses it in snapctl mode).
+//
+// snap and snapctl accept their flags on either side of the names; the
+// order only matters to tests that compare command lines.
+func (r Request) CommandFor(mode snapsvc.Mode) []string {
+	if mode != snapsvc.ModeSnapctl {
+		cmd := make([]string, 0, 2+len(r.Names)+len(r.Args))
+		cmd = append(cmd, "snap", r.Action)
+		cmd = append(cmd, r.Names...)
+		return append(cmd, r.Args...)
+	}
 	cmd := make([]string, 0, 2+len(r.Names)+len(r.Args))
-	cmd = append(cmd, "snap", r.Action)
+	cmd = append(cmd, "snapctl", r.Action)
+	for _, a := range r.Args {
+		if a == "--reload" {
+			cmd = append(cmd, a)
+		}
+	}
 	cmd = append(cmd, r.Names...)
-	return append(cmd, r.Args...)
+	for _, a := range r.Args {
+		if a != "--reload" {
+			cmd = append(cmd, a)
+		}
+	}
+	return cmd
+}
+
+// ServicesCommand returns the command line that reads the state of names
+// (as snapd names them) in a mode: "snap services k8s.kubelet" or
+// "snapctl services microceph.rgw".
+func ServicesCommand(mode snapsvc.Mode, names []string) []string {
+	prog := "snap"
+	if mode == snapsvc.ModeSnapctl {
+		prog = "snapctl"
+	}
+	return append([]string{prog, "services"}, names...)
 }
 
 // ImplyFlags returns extraSnapArgs with the flag k8sd's implementation

@@ -115,13 +115,15 @@ type settings struct {
 	snapdRootSet       bool
 }
 
-// WithSocket sets snapd's main socket (default /run/snapd.socket).
+// WithSocket sets snapd's main socket (default $SNAPSVC_SOCKET, then
+// $SNAPPY_GLOBAL_ROOT/run/snapd.socket, then /run/snapd.socket).
 func WithSocket(path string) Option {
 	return func(s *settings) { s.socket, s.socketSet = path, true }
 }
 
 // WithSnapSocket sets the socket snapctl requests go to (default
-// /run/snapd-snap.socket).
+// $SNAPSVC_SNAP_SOCKET, then $SNAPPY_GLOBAL_ROOT/run/snapd-snap.socket,
+// then /run/snapd-snap.socket).
 func WithSnapSocket(path string) Option { return func(s *settings) { s.snapSocket = path } }
 
 // WithMode forces ModeREST or ModeSnapctl instead of detecting it.
@@ -237,12 +239,7 @@ func New(opts ...Option) (*Client, error) {
 	if mode == ModeSnapctl && s.cookie == "" {
 		return nil, errors.New("snapsvc: snapctl mode needs a cookie: set SNAP_COOKIE or use WithCookie")
 	}
-	if s.socket == "" {
-		s.socket = snapd.DefaultSocket
-	}
-	if s.snapSocket == "" {
-		s.snapSocket = snapd.DefaultSnapSocket
-	}
+	s.socketDefaults() // env.go: SNAPSVC_SOCKET, SNAPSVC_SNAP_SOCKET, SNAPPY_GLOBAL_ROOT
 	if s.logger == nil {
 		s.logger = slog.New(discardHandler{})
 	}

@@ -60,3 +60,11 @@ func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false 
 func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
 func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
 func (d discardHandler) WithGroup(string) slog.Handler           { return d }
+
+// LoggerFromContext returns the logger ContextWithLogger put in ctx, or
+// nil. Packages built on a Client (snapservices) use it to write their own
+// lines where the call's other lines go.
+func LoggerFromContext(ctx context.Context) *slog.Logger {
+	l, _ := ctx.Value(loggerKey{}).(*slog.Logger)
+	return l
+}

@@ -8,7 +8,7 @@
 // and D/control.socket (the control API, fake.Server.ControlHandler).
 // --root R puts them in R/run/, where the real snap client looks when
 // SNAPPY_GLOBAL_ROOT=R. Without --snaps or --snap-yaml it serves a
-// Kubernetes-like snap "k8s" (k8s-snap.yaml: containerd, k8s-dqlite, k8sd,
+// Kubernetes-like snap "k8s" (k8s-snap.yaml: containerd, etcd, k8sd,
 // kube-apiserver, kube-controller-manager, kube-proxy, kube-scheduler,
 // kubelet, k8s-apiserver-proxy; only k8sd enabled and active, as after an
 // install), whose starts take 300ms, stops 200ms and configure hook 2s.

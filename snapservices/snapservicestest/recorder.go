@@ -6,16 +6,19 @@ package snapservicestest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/snapsvc/snapsvc/snapservices"
+	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // Call is one recorded call.
 type Call struct {
-	// Action is "start", "stop" or "restart".
+	// Action is "start", "stop" or "restart", or "services" for a read
+	// (Services, or a "services" line handed to Output).
 	Action string
 	// Services are the names as the caller gave them.
 	Services []string
@@ -24,16 +27,17 @@ type Call struct {
 	// Names are the services as snapd would be asked for them
 	// ("k8s.kubelet"); nil when the call was refused.
 	Names []string
-	// Command is the snap command line a snapservices.Snap built alike
-	// would stand for, implied flag included (["snap" "start"
-	// "k8s.kubelet" "--enable"]); nil when the call was refused.
+	// Command is the command line a snapservices.Snap built alike would
+	// stand for, in the Recorder's mode, implied flag included (["snap"
+	// "start" "k8s.kubelet" "--enable"], or with Snapctl ["snapctl"
+	// "start" "microceph.rgw" "--enable"]); nil when the call was refused.
 	Command []string
 	// Err is what the call returned.
 	Err error
 }
 
 // Recorder implements snapservices.Control in memory. It checks every call
-// as snapservices.Snap does in its default REST mode (names bare,
+// as snapservices.Snap does (names bare,
 // instance-prefixed or the instance alone, flags valid for the action, the
 // implied "--enable"/"--disable" unless PlainFlags; snapservices.ParseRequest
 // and ImplyFlags), so a caller's test fails on "--force" or "etcd.etcd" as
@@ -47,13 +51,17 @@ type Call struct {
 type Recorder struct {
 	instance string
 	plain    bool
+	mode     snapsvc.Mode
 
 	mu      sync.Mutex
 	calls   []Call
 	byCall  map[int]error    // FailCall: 1-based call number → error
 	bySvc   map[string]error // FailService: action+"|"+service → error
 	handler func(context.Context, Call) error
+	state   map[string]svcState // "snap.app" → state, moved by the calls that succeed
 }
+
+type svcState struct{ enabled, active bool }
 
 var _ snapservices.Control = (*Recorder)(nil)
 
@@ -64,25 +72,36 @@ type RecorderOption func(*Recorder)
 // snapservices.WithPlainFlags: no flag is implied.
 func PlainFlags() RecorderOption { return func(r *Recorder) { r.plain = true } }
 
+// Snapctl makes the Recorder render and expect command lines in snapctl
+// mode, as a Snap in snapctl mode hands them to its runner ("snapctl
+// restart --reload microceph.rgw", "snapctl start microceph.rgw
+// --enable"; snapservices.Request.CommandFor): Run and Output refuse a
+// "snap ..." line, and Commands returns snapctl lines.
+func Snapctl() RecorderOption { return func(r *Recorder) { r.mode = snapsvc.ModeSnapctl } }
+
 // NewRecorder returns a Recorder for the snap instance (for example "k8s").
+// Its services start disabled and inactive (SetService changes that); the
+// calls that succeed move them as snapd would (start: active, and enabled
+// with --enable; stop: inactive, and disabled with --disable; restart:
+// active), so Services and Output answer what the calls did.
 func NewRecorder(instance string, opts ...RecorderOption) *Recorder {
-	r := &Recorder{instance: instance, byCall: map[int]error{}, bySvc: map[string]error{}}
+	r := &Recorder{instance: instance, mode: snapsvc.ModeREST, byCall: map[int]error{}, bySvc: map[string]error{}, state: map[string]svcState{}}
 	for _, o := range opts {
 		o(r)
 	}
 	return r
 }
 
-// FailCall makes the n-th call (1-based, counting every action, refused
-// calls included) return err.
+// FailCall makes the n-th call (1-based, counting every call, reads and
+// refused calls included) return err.
 func (r *Recorder) FailCall(n int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.byCall[n] = err
 }
 
-// FailService makes every call of action ("start", "stop", "restart", or
-// "" for any) that names service (a bare name, as callers pass it) return
+// FailService makes every call of action ("start", "stop", "restart",
+// "services", or "" for any) that names service (a bare name, as callers pass it) return
 // err, until ClearFailures.
 func (r *Recorder) FailService(action, service string, err error) {
 	r.mu.Lock()
@@ -120,8 +139,10 @@ func (r *Recorder) Calls() []Call {
 }
 
 // Commands returns the command line of every accepted call so far, each
-// joined with spaces ("snap start k8s.kubelet --enable"): the strings
-// k8sd's mock.Runner records in CalledWithCommand.
+// joined with spaces ("snap start k8s.kubelet --enable", or in snapctl
+// mode "snapctl start microceph.rgw --enable"; reads included: "snapctl
+// services microceph.rgw"): the strings k8sd's mock.Runner records in
+// CalledWithCommand.
 func (r *Recorder) Commands() []string {
 	var out []string
 	for _, c := range r.Calls() {
@@ -133,13 +154,31 @@ func (r *Recorder) Commands() []string {
 }
 
 // Run records a command line a snapservices.Snap built with
-// WithCommandRunner(r.Run) hands over: ["snap", action, names...,
-// flags...]. The line is checked again (so Names and Command are filled
-// in as for a direct call) and answered like one; a line that is not a
-// snap service command is recorded and refused.
+// WithCommandRunner(r.Run) hands over, in the Recorder's mode: ["snap",
+// action, names..., flags...] or ["snapctl", action, flags and names...].
+// The line is checked again (so Names and Command are filled in as for a
+// direct call) and answered like one; a line in the other mode's program,
+// or that is not a service command, is recorded and refused.
 func (r *Recorder) Run(ctx context.Context, command []string) error {
-	if len(command) < 2 || command[0] != "snap" {
-		return r.record(ctx, "", nil, slices.Clone(command), true)
+	_, err := r.Output(ctx, command)
+	return err
+}
+
+// Output is Run for snapservices.WithCommandOutput: a "services" line
+// ("snapctl services microceph.rgw") is recorded as a read and answered
+// with the table snapctl prints, from the state the calls so far left
+// (SetService sets it); any other line is Run's.
+func (r *Recorder) Output(ctx context.Context, command []string) (string, error) {
+	prog := "snap"
+	if r.mode == snapsvc.ModeSnapctl {
+		prog = "snapctl"
+	}
+	if len(command) < 2 || command[0] != prog {
+		err := fmt.Errorf("snapservicestest: %q is not a %s command line (the Recorder expects %s mode's: use Snapctl() for snapctl)", strings.Join(command, " "), prog, r.mode)
+		r.mu.Lock()
+		r.calls = append(r.calls, Call{Args: slices.Clone(command), Err: err})
+		r.mu.Unlock()
+		return "", err
 	}
 	var names, args []string
 	for _, a := range command[2:] {
@@ -149,7 +188,116 @@ func (r *Recorder) Run(ctx context.Context, command []string) error {
 			names = append(names, a)
 		}
 	}
-	return r.record(ctx, command[1], names, args, true)
+	if command[1] == "services" {
+		return r.read(ctx, names, args)
+	}
+	return "", r.record(ctx, command[1], names, args, true)
+}
+
+// SetService sets the state of a service ("kubelet" or "k8s.kubelet").
+func (r *Recorder) SetService(name string, enabled, active bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state[r.full(name)] = svcState{enabled: enabled, active: active}
+}
+
+// Services implements snapservices.Snap's status call in memory: the
+// state of the named services (bare, prefixed, or the instance alone for
+// every service the Recorder knows), recorded as a "services" call.
+func (r *Recorder) Services(ctx context.Context, services []string) ([]snapsvc.Service, error) {
+	if _, err := r.read(ctx, services, nil); err != nil {
+		return nil, err
+	}
+	return r.services(services), nil
+}
+
+// full maps a name to "instance.app".
+func (r *Recorder) full(name string) string {
+	if strings.Contains(name, ".") || name == r.instance {
+		return name
+	}
+	return r.instance + "." + name
+}
+
+// services returns the state of names (r.mu not held).
+func (r *Recorder) services(names []string) []snapsvc.Service {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var want []string
+	for _, n := range names {
+		if n == r.instance {
+			for k := range r.state {
+				want = append(want, k)
+			}
+			slices.Sort(want)
+			continue
+		}
+		want = append(want, r.full(n))
+	}
+	out := make([]snapsvc.Service, 0, len(want))
+	for _, n := range want {
+		snap, app, _ := strings.Cut(n, ".")
+		st := r.state[n]
+		out = append(out, snapsvc.Service{Snap: snap, Name: app, Daemon: "simple", Enabled: st.enabled, Active: st.active})
+	}
+	return out
+}
+
+// read records a "services" call and renders the table.
+func (r *Recorder) read(ctx context.Context, services, args []string) (string, error) {
+	c := Call{Action: "services", Services: slices.Clone(services), Args: slices.Clone(args)}
+	var err error
+	switch {
+	case len(services) == 0:
+		err = fmt.Errorf("snapservicestest: services: %w", snapsvc.ErrNoNames)
+	case len(args) > 0:
+		err = fmt.Errorf("snapservicestest: services: %w %s", snapservices.ErrUnknownFlag, args[0])
+	}
+	if err == nil {
+		for _, s := range services {
+			c.Names = append(c.Names, r.full(s))
+		}
+		c.Command = snapservices.ServicesCommand(r.mode, c.Names)
+	}
+	r.mu.Lock()
+	n := len(r.calls) + 1
+	r.calls = append(r.calls, c)
+	if err == nil {
+		err = r.byCall[n]
+	}
+	if err == nil {
+		err = r.failure("services", services)
+	}
+	handler := r.handler
+	r.mu.Unlock()
+	if err == nil && c.Command != nil && handler != nil {
+		err = handler(ctx, c.clone())
+	}
+	r.mu.Lock()
+	r.calls[n-1].Err = err
+	r.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("Service  Startup  Current  Notes\n")
+	for _, sv := range r.services(services) {
+		fmt.Fprintf(&b, "%s  %s  %s  -\n", sv.FullName(), map[bool]string{true: "enabled", false: "disabled"}[sv.Enabled], map[bool]string{true: "active", false: "inactive"}[sv.Active])
+	}
+	return b.String(), nil
+}
+
+// failure returns the FailService error for a call (r.mu held).
+func (r *Recorder) failure(action string, services []string) error {
+	for _, s := range services {
+		if e := r.bySvc[action+"|"+s]; e != nil {
+			return e
+		}
+		if e := r.bySvc["|"+s]; e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // CallsOf returns the calls of one action.
@@ -196,7 +344,7 @@ func (r *Recorder) record(ctx context.Context, action string, services, args []s
 	req, perr := snapservices.ParseRequest(r.instance, action, services, full...)
 	if perr == nil {
 		c.Names = req.Names
-		c.Command = req.Command()
+		c.Command = req.CommandFor(r.mode)
 	}
 
 	r.mu.Lock()
@@ -207,16 +355,7 @@ func (r *Recorder) record(ctx context.Context, action string, services, args []s
 		err = r.byCall[n]
 	}
 	if err == nil {
-		for _, s := range services {
-			if e := r.bySvc[action+"|"+s]; e != nil {
-				err = e
-				break
-			}
-			if e := r.bySvc["|"+s]; e != nil {
-				err = e
-				break
-			}
-		}
+		err = r.failure(action, services)
 	}
 	handler := r.handler
 	r.mu.Unlock()
@@ -226,8 +365,39 @@ func (r *Recorder) record(ctx context.Context, action string, services, args []s
 	}
 	r.mu.Lock()
 	r.calls[n-1].Err = err
+	if err == nil {
+		r.apply(req)
+	}
 	r.mu.Unlock()
 	return err
+}
+
+// apply moves the state of the services a call acted on (r.mu held).
+func (r *Recorder) apply(req snapservices.Request) {
+	var names []string
+	for _, n := range req.Names {
+		if n != r.instance {
+			names = append(names, n)
+			continue
+		}
+		for k := range r.state {
+			names = append(names, k)
+		}
+	}
+	for _, n := range names {
+		st := r.state[n]
+		switch req.Action {
+		case "start":
+			st.active = true
+			st.enabled = st.enabled || req.Enable
+		case "stop":
+			st.active = false
+			st.enabled = st.enabled && !req.Disable
+		case "restart":
+			st.active = true
+		}
+		r.state[n] = st
+	}
 }
 
 func (c Call) clone() Call {
