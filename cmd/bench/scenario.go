@@ -19,7 +19,7 @@ const snapName = "k8s"
 // hookServices are the services bootstrap's hook starts, one call each
 // (k8sd's bootstrap starts the control plane's services one by one:
 // canonical/k8s-snap src/k8s/pkg/snap/util/services.go).
-var hookServices = []string{"containerd", "etcd", "k8s-dqlite", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "k8s-apiserver-proxy"}
+var hookServices = []string{"containerd", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "k8s-apiserver-proxy"}
 
 // stormServices are the services storm's five controllers restart.
 var stormServices = []string{"kubelet", "kube-proxy", "kube-apiserver", "kube-scheduler", "kube-controller-manager"}

@@ -27,7 +27,7 @@ func k8sSnap(scale float64) fake.Snap {
 		{Name: "k8s"}, // the command, not a service
 		{Name: "k8sd", Daemon: "simple", Enabled: true, Active: true},
 		{Name: "containerd", Daemon: "notify", Before: []string{"kubelet"}, StartDuration: d(200), StopDuration: d(100)},
-		{Name: "k8s-dqlite", Daemon: "simple", Before: []string{"kube-apiserver"}, StartDuration: d(150), StopDuration: d(100)},
+		{Name: "etcd", Daemon: "simple", Before: []string{"kube-apiserver"}, StartDuration: d(150), StopDuration: d(100)},
 		{Name: "kube-apiserver", Daemon: "simple", Before: cp, StartDuration: d(300), StopDuration: d(100)},
 		{Name: "kube-controller-manager", Daemon: "simple", After: []string{"kube-apiserver"}, StartDuration: d(100), StopDuration: d(50)},
 		{Name: "kube-scheduler", Daemon: "simple", After: []string{"kube-apiserver"}, StartDuration: d(100), StopDuration: d(50)},
@@ -231,8 +231,8 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.say(bootstrapWho, "start --enable k8s.k8s-dqlite (the datastore)")
-		res, err := boot.Start(ctx, []string{"k8s.k8s-dqlite"}, snapsvc.StartOptions{Enable: true})
+		d.say(bootstrapWho, "start --enable k8s.etcd (the datastore)")
+		res, err := boot.Start(ctx, []string{"k8s.etcd"}, snapsvc.StartOptions{Enable: true})
 		if err != nil {
 			errs[0] = fmt.Errorf("%s: %w", bootstrapWho, err)
 			return
