@@ -29,6 +29,10 @@ func NestedPolicy() Policy {
 //     pauses did.
 //   - MaxInterval is 2 s, so a blocker that cannot be watched is tried
 //     again at least that often.
+//   - ChangeWait is negative: once snapd accepted the operation, its own
+//     change is waited for as long as it takes (the context bounds it),
+//     as the snap command the loop used to run waited for its change: a
+//     control-plane service that takes 40 s to start is not a failure.
 //
 // The worst case inside Do is therefore one bound plus what the loop had
 // already spent when its last attempt began: at most Attempts × Delay when
@@ -39,13 +43,14 @@ func NestedPolicy() Policy {
 // attempt took (k8sd's RetryFor kept as it is), the bounds add up:
 // Attempts × (MaxElapsedTime + Delay).
 //
-// The policy's time bounds the whole call, the wait for the operation's
-// own change included (snapsvc enforces MaxElapsedTime as a deadline), so
-// a loop with a small Delay should not derive a policy shorter than its
-// services take to start or stop.
+// The policy's time bounds everything before snapd accepts the operation
+// (waiting out others' changes, reaching snapd); the wait for the
+// operation's own change, and its readiness under a restart budget, are
+// bounded by the caller's context.
 func (l Loop) NestedPolicy() Policy {
 	p := DefaultPolicy()
 	p.MaxInterval = 2 * time.Second
+	p.ChangeWait = -1
 	if l.Delay > 0 {
 		p.MaxElapsedTime = time.Duration(max(l.Attempts, 1)) * l.Delay
 		p.MaxUnreachable = l.Delay

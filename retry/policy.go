@@ -37,7 +37,9 @@ type Policy struct {
 	// MaxAttempts bounds the attempts, the first included (0: no bound).
 	MaxAttempts int
 	// MaxElapsedTime bounds the time spent retrying (default 5m; negative:
-	// no bound other than the context).
+	// no bound other than the context). snapsvc enforces it as a deadline
+	// on the whole call, the wait for the operation's own change included
+	// unless ChangeWait says otherwise.
 	MaxElapsedTime time.Duration
 	// MaxUnreachable bounds how long snapd may stay unreachable — its
 	// socket missing, nobody listening, no connection made — before an
@@ -46,6 +48,14 @@ type Policy struct {
 	// a socket that stays absent is a misconfiguration or a machine still
 	// booting (default 30s; negative: only MaxElapsedTime bounds it).
 	MaxUnreachable time.Duration
+	// ChangeWait bounds how long an operation waits for the change it
+	// made, once snapd accepted it: snapd has acted, and what is left is
+	// to see the outcome. 0 (the default): the call's MaxElapsedTime
+	// bounds that wait with the rest of the call. Negative: only the
+	// context (and MaxUnreachable) bounds it, as the snap command waits
+	// for its change as long as it takes. Positive: at most that long
+	// from snapd's answer, whatever is left of MaxElapsedTime.
+	ChangeWait time.Duration
 	// RedialInterval is the pause between attempts while snapd is
 	// unreachable (default 50ms, or MaxInterval when that is shorter). It is short because such attempts never
 	// reach snapd, so they cost it nothing, and an operation waiting for

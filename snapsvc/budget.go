@@ -914,9 +914,11 @@ func (c *Client) releaseBudget(k *call, o op, h *hold, res *Result, err error) e
 		b.holdInBackground(k, o, h, func(bk *call) (bool, error) { return settleChange(bk, o, err) })
 		return err
 	}
-	// Done: ready on the caller's time, or, past it, in the background.
-	rerr := h.ready(k.ctx, o)
-	if rerr != nil && k.ctx.Err() != nil {
+	// Done: ready on the caller's time (the bound of the wait for its own
+	// change: Policy.ChangeWait), or, past it, in the background.
+	rk := k.ownChange()
+	rerr := h.ready(rk.ctx, o)
+	if rerr != nil && rk.ctx.Err() != nil {
 		k.log.Info("services not ready within the call's time; the restart budget slots stay held until they are", "error", rerr)
 		b.holdInBackground(k, o, h, func(*call) (bool, error) { return true, nil })
 		return c.opError(o, res.ChangeID, res.Attempts, rerr)
@@ -924,7 +926,7 @@ func (c *Client) releaseBudget(k *call, o op, h *hold, res *Result, err error) e
 	if rerr == nil {
 		rerr = h.lost()
 	}
-	h.release(k.ctx)
+	h.release(rk.ctx)
 	if rerr != nil {
 		return c.opError(o, res.ChangeID, res.Attempts, rerr)
 	}

@@ -61,7 +61,9 @@ type call struct {
 	// is checked at every pause instead).
 	ctx    context.Context
 	cancel context.CancelFunc
-	rt     *retry.Retrier // attempts, backoff, the run of unreachability
+	parent context.Context // the caller's context (ctx without the policy's time)
+	own    *call           // the call the operation's own change is waited on (ownChange), when not this one
+	rt     *retry.Retrier  // attempts, backoff, the run of unreachability
 	ev     Event          // the call's events' template: Op, Names
 	log    *slog.Logger
 	hold   *hold // the restart budget's slots the operation holds (budget.go)
@@ -82,13 +84,42 @@ func (c *Client) newCall(ctx context.Context, kind callKind, op string, names []
 		p.MaxElapsedTime = -1
 		p.MaxAttempts = 0
 	}
-	k := &call{c: c, kind: kind, rt: p.NewRetrier(), ev: Event{Op: op, Names: names}, log: c.log(ctx)}
+	k := &call{c: c, kind: kind, rt: p.NewRetrier(), ev: Event{Op: op, Names: names}, log: c.log(ctx), parent: ctx}
 	k.ctx, k.cancel = boundBy(ctx, c.clock, p.MaxElapsedTime)
 	return k
 }
 
 // end releases the call's resources.
-func (k *call) end() { k.cancel() }
+func (k *call) end() {
+	if k.own != nil {
+		k.own.end()
+	}
+	k.cancel()
+}
+
+// ownChange returns the call on which an operation waits for the change
+// snapd accepted for it (and, under a restart budget, for its services to
+// be ready): k itself, or, when the policy's ChangeWait says so, a call
+// bounded by the caller's context (ChangeWait < 0) or by ChangeWait from
+// now, with the call's MaxUnreachable.
+func (k *call) ownChange() *call {
+	if k.own != nil {
+		return k.own
+	}
+	cw := k.rt.Policy().ChangeWait
+	if cw == 0 || k.kind != callOp {
+		return k
+	}
+	p := k.c.policy
+	p.MaxElapsedTime, p.MaxAttempts = -1, 0
+	if cw > 0 {
+		p.MaxElapsedTime = cw
+	}
+	nk := &call{c: k.c, kind: callWait, rt: p.NewRetrier(), ev: k.ev, log: k.log, parent: k.parent, hold: k.hold}
+	nk.ctx, nk.cancel = boundBy(k.parent, k.c.clock, p.MaxElapsedTime)
+	k.own = nk
+	return nk
+}
 
 // event is an Event of the call.
 func (k *call) event(kind EventKind) Event {

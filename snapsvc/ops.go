@@ -267,7 +267,7 @@ func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Re
 		c.addPending(o, res.ChangeID)
 		return res, false, nil
 	}
-	chg, err := c.waitChange(k, res.ChangeID, wo)
+	chg, err := c.waitChange(k.ownChange(), res.ChangeID, wo)
 	if err != nil {
 		var ce *ChangeError
 		if !errors.As(err, &ce) {

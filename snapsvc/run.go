@@ -682,7 +682,7 @@ func (c *Client) lookFor(k *call, o op, st sent, known map[string]bool) string {
 func (r *runner) adopted(id string, wait bool) (*Result, bool, error) {
 	wo := waitOpts{found: true}
 	if r.c.mode == ModeSnapctl {
-		chg, err := r.c.waitChange(r.k, id, wo)
+		chg, err := r.c.waitChange(r.k.ownChange(), id, wo)
 		if err != nil {
 			return r.fail(id, adoptedWaitError(id, err))
 		}
