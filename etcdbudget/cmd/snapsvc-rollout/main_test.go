@@ -18,6 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdtest.MaybeRunMember()
+	etcdtest.BuildMember() // before any timed cluster start
 	os.Exit(m.Run())
 }
 
