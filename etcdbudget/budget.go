@@ -223,10 +223,10 @@ type entry struct {
 type guard struct {
 	Holder  string    `json:"holder"`
 	Since   time.Time `json:"since"`
-	Acts    int       `json:"acts,omitempty"`     // fences that recorded an act
-	Acted   time.Time `json:"acted,omitzero"`     // the last one
-	Ready   int       `json:"ready,omitempty"`    // Acts when MarkReady last ran
-	ReadyAt time.Time `json:"ready-at,omitzero"`  // when
+	Acts    int       `json:"acts,omitempty"`    // fences that recorded an act
+	Acted   time.Time `json:"acted,omitzero"`    // the last one
+	Ready   int       `json:"ready,omitempty"`   // Acts when MarkReady last ran
+	ReadyAt time.Time `json:"ready-at,omitzero"` // when
 }
 
 // settled reports whether a vanished holder of this guard needs no

@@ -25,7 +25,7 @@ type slot struct {
 	rev   int64            // the entry's create revision
 	guard clientv3.LeaseID // the lock-delay guard's lease (0: none)
 
-	gkey  string           // the guard's key
+	gkey string // the guard's key
 	// progress is Acquire's: Fence reports its waits (pause, window)
 	// through it.
 	progress func(snapsvc.BudgetWait)
