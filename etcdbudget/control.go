@@ -63,7 +63,8 @@ func (b *Budget) retryControl(ctx context.Context, what string, f func(context.C
 	case err == nil, errors.Is(err, snapsvc.ErrBudgetRefused), errors.Is(err, snapsvc.ErrBudgetUnavailable):
 		return err
 	}
-	return unavailable(what, err)
+	return fmt.Errorf("%w: %w", snapsvc.ErrBudgetUnavailable, err) // err names what failed
+
 }
 
 // Entry is one machine in a key's queue, holding or waiting.

@@ -36,7 +36,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -177,7 +179,21 @@ func (b *Budget) probeEndpoint(ctx context.Context, ep string) error {
 	case pctx.Err() != nil && ctx.Err() == nil:
 		return fmt.Errorf("no answer within %s (a member that hangs, or a network that drops packets)", b.cfg.Attempt)
 	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		return errors.New(connectionError(st.Message()))
+	}
 	return rpctypes.Error(err)
+}
+
+// connectionError shortens gRPC's message of a failed connection to its
+// cause: `connection error: desc = "transport: Error while dialing: dial
+// tcp 127.0.0.1:1: connect: connection refused"` is "dial tcp
+// 127.0.0.1:1: connect: connection refused".
+func connectionError(msg string) string {
+	msg = strings.TrimPrefix(msg, "connection error: desc = ")
+	msg = strings.Trim(msg, `"`)
+	msg = strings.TrimPrefix(msg, "transport: ")
+	return strings.TrimPrefix(msg, "Error while dialing: ")
 }
 
 // connecting reports whether the client has no ready connection to any

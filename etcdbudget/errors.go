@@ -149,8 +149,8 @@ func (o *outage) lasted() time.Duration {
 func (b *Budget) call(ctx context.Context, out *outage, what string, f func(context.Context) error) error {
 	backoff := 20 * time.Millisecond
 	ended := func() error {
-		if out.failing() && out.diag != nil {
-			return fmt.Errorf("%s: %w (etcd was failing for %s; endpoints: %s)", what, context.Cause(ctx), out.lasted().Round(time.Millisecond), endpointsString(out.diag))
+		if out.diag != nil {
+			return fmt.Errorf("%s: %w (etcd: %s)", what, context.Cause(ctx), endpointsString(out.diag))
 		}
 		return context.Cause(ctx)
 	}
@@ -159,13 +159,14 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 			return ended()
 		}
 		sent := time.Now()
-		actx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
-		err := f(actx)
-		cancel()
+		err := b.attempt(ctx, out, f)
 		b.requests.Add(1)
 		if err == nil {
 			out.ok()
 			return nil
+		}
+		if r := (refusedEndpoints)(nil); errors.As(err, &r) {
+			return refused(what, r)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -184,20 +185,62 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 				return refused(what, r)
 			}
 			return &UnreachableError{What: what, For: out.lasted(), Err: err, Endpoints: out.diag}
-		case out.diag == nil && (out.early || b.connecting()):
-			// No connection ready: ask each endpoint why, once per
-			// outage; every one failing its TLS handshake is a refusal
-			// at once.
-			out.diag = b.diagnose(ctx)
-			if r := tlsRefusal(out.diag, true); r != nil {
-				return refused(what, r)
-			}
 		}
 		b.cfg.Logger.Debug("etcd request failed, retrying", "what", what, "error", err)
 		if err := sleep(ctx, backoff/2+rand.N(backoff/2+1)); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// diagnoseAfter is how long an attempt runs, with no connection ready
+// (or for an operator command), before the endpoints are asked why.
+const diagnoseAfter = 250 * time.Millisecond
+
+// attempt runs one attempt of f, bounded by Config.Attempt. When it has
+// not returned after diagnoseAfter and no connection is ready (or out is
+// an operator command's), it asks every endpoint why, once per outage
+// (out.diag): a TLS failure on every endpoint ends the attempt at once
+// with a refusedEndpoints error.
+func (b *Budget) attempt(ctx context.Context, out *outage, f func(context.Context) error) error {
+	actx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
+	defer cancel()
+	if out.diag != nil || !(out.early || b.connecting()) {
+		return f(actx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f(actx) }()
+	t := time.NewTimer(diagnoseAfter)
+	defer t.Stop()
+	var diag chan []EndpointError
+	for {
+		select {
+		case err := <-done:
+			if diag != nil && ctx.Err() != nil {
+				// Ended by the caller: its error names the endpoints if
+				// they answer at once.
+				select {
+				case out.diag = <-diag:
+				case <-time.After(diagnoseAfter):
+				}
+			}
+			return err
+		case <-t.C:
+			diag = make(chan []EndpointError, 1)
+			go func() {
+				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.Attempt)
+				defer dcancel()
+				diag <- b.diagnose(dctx)
+			}()
+		case d := <-diag:
+			out.diag, diag = d, nil
+			if r := tlsRefusal(d, true); r != nil {
+				cancel()
+				<-done
+				return r
+			}
+		}
 	}
 }
 
