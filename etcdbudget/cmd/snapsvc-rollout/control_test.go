@@ -53,7 +53,7 @@ func TestStatusPauseResumeCommands(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("status: %d %q", code, errs)
 	}
-	for _, want := range []string{"key:      k8s.kube-apiserver", "max:      1", "paused:   by alice@"+host+" since", "(node-3 disk)", "holders (1)", "node-1 pid 4242", "waiters (0)"} {
+	for _, want := range []string{"key:      k8s.kube-apiserver", "max:      1", "paused:   by alice@" + host + " since", "(node-3 disk)", "holders (1)", "node-1 pid 4242", "waiters (0)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
