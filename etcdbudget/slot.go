@@ -196,8 +196,8 @@ type gate interface {
 // the slot is still held and that the holder may act now, and records in
 // etcd that it is about to act (see snapsvc.BudgetFencer):
 //
-//   - it renews the slot's lease (etcd's leader answers; a lease it no
-//     longer knows means the slot is lost);
+//   - it renews the slot's lease and its lock-delay guard's (etcd's
+//     leader answers; a lease it no longer knows means the slot is lost);
 //   - in one linearizable transaction it checks that the slot's entry
 //     still exists with its create revision and lease and that no pause
 //     record of the key (nor of its parts, nor of their snaps: see Pause)
@@ -302,7 +302,13 @@ func (s *slot) confirm(ctx context.Context, deadline time.Time) (paused bool, er
 	sent := time.Now()
 	err = s.b.call(fctx, out, "fencing "+s.entry, func(actx context.Context) error {
 		sent = time.Now()
-		return s.b.keepAliveOnce(actx, s.k.id)
+		if err := s.b.keepAliveOnce(actx, s.k.id); err != nil || s.guard == 0 {
+			return err
+		}
+		// The guard's lease too, so that a successor cannot enter
+		// before this renewal's TTL plus the lock-delay: the bound a
+		// holder frozen after this fence is judged by.
+		return s.b.keepAliveOnce(actx, s.guard)
 	})
 	var held bool
 	if err == nil {
@@ -324,7 +330,10 @@ func (s *slot) confirm(ctx context.Context, deadline time.Time) (paused bool, er
 		if s.guard != 0 {
 			then = append(then, clientv3.OpPut(s.gkey, string(val), clientv3.WithLease(s.guard)))
 		}
-		els := []clientv3.Op{clientv3.OpGet(s.entry, clientv3.WithKeysOnly())}
+		// Not keys-only: etcd 3.7 answers a keys-only range from its index,
+		// without the lease (server/storage/mvcc kvstore_txn.go,
+		// FastKeysOnly).
+		els := []clientv3.Op{clientv3.OpGet(s.entry)}
 		for _, sc := range scopes {
 			els = append(els, clientv3.OpGet(s.b.pauseKey(sc), clientv3.WithKeysOnly()))
 		}
@@ -387,7 +396,7 @@ func (s *slot) MarkReady(ctx context.Context) error {
 	err := s.b.call(ctx, &outage{bound: s.b.cfg.Unreachable}, "recording "+s.entry+" ready", func(actx context.Context) error {
 		resp, err := s.b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.ModRevision(s.gkey), "=", s.grev)).
 			Then(clientv3.OpPut(s.gkey, string(val), clientv3.WithLease(s.guard))).
-			Else(clientv3.OpGet(s.gkey, clientv3.WithKeysOnly())).Commit()
+			Else(clientv3.OpGet(s.gkey)).Commit() // with its lease: not keys-only
 		if err != nil {
 			return err
 		}
