@@ -74,9 +74,42 @@ func isTLSFailure(err error) bool {
 	if err == nil {
 		return false
 	}
+	var r serverRejected
+	if errors.As(err, &r) {
+		return true
+	}
 	msg := err.Error()
 	return strings.Contains(msg, "authentication handshake failed") || strings.Contains(msg, "x509:") ||
 		strings.Contains(msg, "tls:") || strings.Contains(msg, "certificate")
+}
+
+// serverRejected: an https endpoint closed the connection right after the
+// TLS handshake, before gRPC's server preface. In TLS 1.3 the client's
+// handshake completes before the server has checked the client's
+// certificate; a server that rejects it sends an alert and closes, and
+// when the client had already sent its HTTP/2 preface the close is a
+// reset that can discard the alert ("connection closed before server
+// preface received", "broken pipe", "connection reset by peer"). For a
+// client whose TLS configuration the budget does not know (not built by
+// NewClient) this is judged a TLS failure: a refusal, never a fail-open
+// grant.
+type serverRejected struct{ msg string }
+
+func (e serverRejected) Error() string {
+	return e.msg + " (the server closed the connection right after the TLS handshake, as it does when it rejects the client's certificate)"
+}
+
+// clientTLS remembers the TLS configuration of the clients NewClient
+// built, until they are closed, so that a diagnosis can make a TLS
+// handshake of its own and read the server's verdict.
+var clientTLS sync.Map // *clientv3.Client -> *tls.Config
+
+func rememberTLS(cli *clientv3.Client, cfg *tls.Config) {
+	if cfg == nil {
+		return
+	}
+	clientTLS.Store(cli, cfg)
+	context.AfterFunc(cli.Ctx(), func() { clientTLS.Delete(cli) })
 }
 
 // refusedEndpoints is the refusal of endpoints of which at least one
@@ -180,9 +213,35 @@ func (b *Budget) probeEndpoint(ctx context.Context, ep string) error {
 		return fmt.Errorf("no answer within %s (a member that hangs, or a network that drops packets)", b.cfg.Attempt)
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
-		return errors.New(connectionError(st.Message()))
+		msg := connectionError(st.Message())
+		if !secure(ep) || isTLSFailure(errors.New(msg)) || strings.HasPrefix(msg, "dial ") {
+			return errors.New(msg)
+		}
+		// Connected over TLS, then the connection failed: the server's
+		// verdict on the client certificate may have been lost with a
+		// reset (the client had sent its HTTP/2 preface). Ask with a
+		// handshake of our own when the configuration is known
+		// (NewClient): it sends nothing after the handshake and reads the
+		// alert.
+		if cfg, ok := clientTLS.Load(b.cfg.Client); ok {
+			if herr := handshake(pctx, ep, cfg.(*tls.Config)); isTLSFailure(herr) {
+				return herr
+			}
+			return errors.New(msg)
+		}
+		for _, after := range []string{"closed before server preface", "broken pipe", "connection reset by peer"} {
+			if strings.Contains(msg, after) {
+				return serverRejected{msg}
+			}
+		}
+		return errors.New(msg)
 	}
 	return rpctypes.Error(err)
+}
+
+// secure reports whether ep is served over TLS.
+func secure(ep string) bool {
+	return strings.HasPrefix(ep, "https://") || strings.HasPrefix(ep, "unixs://")
 }
 
 // connectionError shortens gRPC's message of a failed connection to its
@@ -207,7 +266,9 @@ func (b *Budget) connecting() bool {
 }
 
 // NewClient is clientv3.New with errors that say which endpoints were
-// tried and why each failed: when the client cannot be built (it
+// tried and why each failed. A budget whose client NewClient built also
+// knows its TLS configuration, which makes its diagnosis of a server that
+// rejects the client's certificate exact. When the client cannot be built (it
 // authenticates at once when cfg has a user and password, within
 // cfg.DialTimeout), it probes each endpoint with a TCP connection and,
 // for https endpoints, a TLS handshake with cfg.TLS. A failed handshake
@@ -216,6 +277,7 @@ func (b *Budget) connecting() bool {
 func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
 	cli, err := clientv3.New(cfg)
 	if err == nil {
+		rememberTLS(cli, cfg.TLS)
 		return cli, nil
 	}
 	if isRefusal(err) {
@@ -251,9 +313,9 @@ func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
 func handshake(ctx context.Context, ep string, tlsCfg *tls.Config) error {
 	u, err := url.Parse(ep)
 	host := ep
-	secure := tlsCfg != nil
+	useTLS := tlsCfg != nil
 	if err == nil && u.Host != "" {
-		host, secure = u.Host, u.Scheme == "https" || u.Scheme == "unixs" || tlsCfg != nil
+		host, useTLS = u.Host, secure(ep) || tlsCfg != nil
 	}
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", host)
@@ -261,7 +323,7 @@ func handshake(ctx context.Context, ep string, tlsCfg *tls.Config) error {
 		return err
 	}
 	defer raw.Close()
-	if !secure {
+	if !useTLS {
 		return nil
 	}
 	cfg := &tls.Config{}

@@ -174,7 +174,7 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 		case isLeaseGone(err):
 			return fmt.Errorf("%s: %w: %w", what, errLeaseGone, err)
 		case isRefusal(err):
-			return refused(what, err)
+			return refused(what, fmt.Errorf("etcd at %s: %w", strings.Join(b.cfg.Client.Endpoints(), ","), err))
 		case out.failed(sent):
 			if out.diag == nil {
 				out.diag = b.diagnose(ctx)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -194,4 +195,54 @@ func TestPrintStatusBlockedAndVanished(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// The operator commands over TLS with client certificate auth, configured
+// only by etcdctl's environment variables; a CA that does not trust the
+// server is refused (exit 2), naming the endpoint and the cause (issue 26;
+// issue 29, item 4).
+func TestTLSFromEnvironment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	ca, err := etcdtest.NewCA(dir, "etcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := etcdtest.LoopbackIP()
+	srv, err := ca.Issue(etcdtest.CertOptions{CommonName: "etcd-server", IPs: []net.IP{net.ParseIP(ip)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ca.Issue(etcdtest.CertOptions{CommonName: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := etcdtest.StartProcessesWith(ctx, 1, etcdtest.Options{IP: ip,
+		TLS:       &etcdtest.TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, TrustedCAFile: ca.File, ClientCertAuth: true},
+		ClientTLS: etcdtest.ClientTLS(ca.Pool(), node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	t.Setenv("ETCDCTL_ENDPOINTS", cl.Endpoint(0))
+	t.Setenv("ETCDCTL_CACERT", ca.File)
+	t.Setenv("ETCDCTL_CERT", node.CertFile)
+	t.Setenv("ETCDCTL_KEY", node.KeyFile)
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"status", "k8s.kube-apiserver"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "holders (0)") {
+		t.Fatalf("status over TLS from the environment: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	other, err := etcdtest.NewCA(dir, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ETCDCTL_CACERT", other.File)
+	out.Reset()
+	errb.Reset()
+	code := run(ctx, []string{"status", "k8s.kube-apiserver"}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), cl.Endpoint(0)) || !strings.Contains(errb.String(), "certificate signed by unknown authority") {
+		t.Fatalf("status with a CA that does not trust etcd: exit %d (want %d)\n%s", code, exitUsage, errb.String())
+	}
+	t.Logf("%s", errb.String())
 }

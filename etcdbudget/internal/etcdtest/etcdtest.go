@@ -50,8 +50,18 @@ type MemberConfig struct {
 	ClientCertAuth bool   `json:"client-cert-auth,omitempty"`
 }
 
+// loopbackIP picks a loopback address of our own (127.0.0.0/8 all
+// reaches lo), which keeps the ports we pick from colliding with other
+// tests on the machine.
+func loopbackIP() string {
+	return fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(255), 1+rand.IntN(250))
+}
+
 // Options configure StartProcessesWith.
 type Options struct {
+	// IP is the loopback address the members listen on (default: one
+	// picked at random; see LoopbackIP). A server certificate names it.
+	IP string
 	// TLS, when set, serves every member's client URL over https.
 	TLS *TLSFiles
 	// ClientTLS is the TLS configuration etcdtest's own checks (and
@@ -71,9 +81,10 @@ type TLSFiles struct {
 
 // plan assigns n members' names, ports and directories under dir.
 func plan(dir string, n int, o Options) ([]MemberConfig, error) {
-	// A loopback address of our own (127.0.0.0/8 all reaches lo) keeps
-	// the ports we pick from colliding with other tests on the machine.
-	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(255), 1+rand.IntN(250))
+	ip := o.IP
+	if ip == "" {
+		ip = loopbackIP()
+	}
 	var ms []MemberConfig
 	var cluster []string
 	for i := range n {
