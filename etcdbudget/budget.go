@@ -221,6 +221,10 @@ type entry struct {
 // vanishes: the acts its fences recorded and the readiness it recorded
 // after them (MarkReady).
 type guard struct {
+	// V is the record's version: 2 since guards carry act records. A
+	// guard without it was written by an earlier etcdbudget, whose holder
+	// recorded no acts: judged as one that may have acted.
+	V       int       `json:"v,omitempty"`
 	Holder  string    `json:"holder"`
 	Since   time.Time `json:"since"`
 	Acts    int       `json:"acts,omitempty"`    // fences that recorded an act
@@ -234,11 +238,18 @@ type guard struct {
 // after its last one.
 func (g guard) settled() bool { return g.Acts == 0 || g.Ready >= g.Acts }
 
+// guardVersion is the version of the guards this package writes.
+const guardVersion = 2
+
 func guardOf(v []byte) guard {
 	var g guard
 	if json.Unmarshal(v, &g) != nil || g.Holder == "" {
 		g.Holder = "?"
-		g.Acts = 1 // unreadable: judge it as a holder that may have acted
+	}
+	if g.V < guardVersion || g.Holder == "?" {
+		// Unreadable, or written by an earlier version (a rolling
+		// upgrade): judge it as a holder that may have acted.
+		g.Acts, g.Ready = max(g.Acts, 1), 0
 	}
 	return g
 }
@@ -742,7 +753,7 @@ func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) erro
 func (w *waiter) take(ctx context.Context, q queue, progress func(snapsvc.BudgetWait)) (*slot, error) {
 	b := w.b
 	rev := q.rev
-	rec := guard{Holder: b.cfg.Holder, Since: time.Now().UTC()}
+	rec := guard{V: guardVersion, Holder: b.cfg.Holder, Since: time.Now().UTC()}
 	var grev int64
 	var gid clientv3.LeaseID
 	if b.cfg.LockDelay > 0 {

@@ -224,7 +224,9 @@ func entryNote(e etcdbudget.Entry, now time.Time) string {
 	if len(e.BlockedBy) > 0 {
 		notes = append(notes, "blocked by the lock-delay of "+strings.Join(e.BlockedBy, ", "))
 	}
-	if e.Acts > 0 {
+	if e.Acts > 0 && e.Acted.IsZero() {
+		notes = append(notes, "may have acted (no act record: an earlier version)")
+	} else if e.Acts > 0 {
 		n := fmt.Sprintf("acted %s ago", now.Sub(e.Acted).Round(time.Second))
 		if !e.ReadyAt.IsZero() {
 			n += ", ready since " + e.ReadyAt.Format(time.RFC3339)
