@@ -215,7 +215,8 @@ func TestRolloutFaults(t *testing.T) {
 				defer freezes.Done()
 				select {
 				case <-m.frozen:
-				case <-m.exited:
+				case err := <-m.exited:
+					m.exited <- err // m.wait reads it too
 					return
 				case <-ctx.Done():
 					return

@@ -433,8 +433,14 @@ func (m *machine) wait(t *testing.T, ctx context.Context) []event {
 			if ok {
 				continue
 			}
-			if err := <-m.exited; err != nil {
-				t.Fatalf("machine %s: %v", m.name, err)
+			select {
+			case err := <-m.exited:
+				m.exited <- err
+				if err != nil {
+					t.Fatalf("machine %s: %v", m.name, err)
+				}
+			case <-ctx.Done():
+				t.Fatalf("machine %s: its output ended but it did not exit: %v", m.name, ctx.Err())
 			}
 			return m.timeline()
 		case <-ctx.Done():
