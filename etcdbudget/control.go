@@ -7,7 +7,7 @@ package etcdbudget
 //
 //	PREFIX KEY/LEASE-SEQ             the queue (budget.go)
 //	PREFIX KEY#pause                 the pause record, no lease: it stays until resumed
-//	PREFIX KEY#participants/LEASE    one per machine taking part, on its lease
+//	PREFIX KEY#participants/HOLDER   one per machine taking part, on its lease
 //	PREFIX KEY#max                   a percentage resolved to a count, pinned for the rollout
 
 import (
@@ -499,9 +499,10 @@ type Participation struct {
 }
 
 // Join registers this machine as taking part in key's rollout, so that a
-// percentage MaxUnavailable counts it. The registration lives on a lease
-// of TTL kept alive until Close (or until the process dies: then it
-// expires within TTL).
+// percentage MaxUnavailable counts it, under its Holder name (a process
+// started again under the same name replaces its registration). The
+// registration lives on a lease of TTL kept alive until Close (or until
+// the process dies: then it expires within TTL).
 func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 	key, err := controlKey(key)
 	if err != nil {
@@ -517,7 +518,10 @@ func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 	}
 	val, _ := json.Marshal(Entry{Holder: b.cfg.Holder, Since: time.Now().UTC()})
 	if err := b.retryControl(ctx, what, func(actx context.Context) error {
-		_, err := b.cfg.Client.Put(actx, fmt.Sprintf("%s%016x", b.participantsDir(key), int64(lease.ID)), string(val), clientv3.WithLease(lease.ID))
+		// Keyed by the holder: a machine started again under the same
+		// name replaces its registration rather than counting twice
+		// until its old lease expires.
+		_, err := b.cfg.Client.Put(actx, b.participantsDir(key)+b.cfg.Holder, string(val), clientv3.WithLease(lease.ID))
 		return err
 	}); err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), b.controlAttempt())
@@ -548,15 +552,27 @@ func (p *Participation) keepAlive() {
 			continue
 		case <-t.C:
 		}
+		// Each renewal is two requests at once (a member that hangs
+		// cannot eat it), retried until the next tick: a lost pin would
+		// have to be made again.
 		for _, id := range []clientv3.LeaseID{p.lease, pin} {
 			if id == 0 {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(p.ctx, b.cfg.TTL/3)
-			_, err := b.cfg.Client.KeepAliveOnce(ctx, id)
-			cancel()
-			if err != nil && p.ctx.Err() == nil {
-				b.cfg.Logger.Debug("participation keep-alive failed", "key", p.key, "lease", int64(id), "error", err)
+			until := time.Now().Add(b.cfg.TTL / 3)
+			for {
+				ctx, cancel := context.WithTimeout(p.ctx, min(b.cfg.Attempt, time.Until(until)))
+				err := b.keepAliveOnce(ctx, id)
+				cancel()
+				if err == nil || p.ctx.Err() != nil || isLeaseGone(err) || time.Now().After(until) {
+					if err != nil && p.ctx.Err() == nil {
+						b.cfg.Logger.Debug("participation keep-alive failed", "key", p.key, "lease", int64(id), "error", err)
+					}
+					break
+				}
+				if sleep(p.ctx, 50*time.Millisecond) != nil {
+					break
+				}
 			}
 		}
 	}
@@ -598,6 +614,7 @@ func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, join
 			resp, err = b.cfg.Client.Txn(actx).Then(
 				clientv3.OpGet(pk),
 				clientv3.OpGet(b.participantsDir(p.key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+				clientv3.OpGet(b.dir(p.key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 			).Commit()
 			return err
 		}); err != nil {
@@ -615,15 +632,23 @@ func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, join
 			p.keepPin(clientv3.LeaseID(kvs[0].Lease))
 			return pin.Max, nil
 		}
-		if left := joinPeriod - time.Since(p.joined); left > 0 {
+		n := int(resp.Responses[1].GetResponseRange().Count)
+		pin := Pin{Spec: m.String(), Max: m.Of(n), Participants: n, By: b.cfg.Holder, Since: time.Now().UTC()}
+		var first entry
+		if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 && json.Unmarshal(kvs[0].Value, &first) == nil && first.Max > 0 {
+			// No pin, but machines are in the queue with the Max the
+			// rollout resolved: its pin was lost (every participant cut
+			// off for a TTL). Pin that Max again, never a new count over
+			// whoever is registered now (machines with two Maxes would be
+			// refused).
+			pin.Max = first.Max
+		} else if left := joinPeriod - time.Since(p.joined); left > 0 {
 			// Within the join period: wait for a pin, or its end.
 			if err := b.watchPut(ctx, pk, resp.Header.Revision+1, left); err != nil {
 				return 0, err
 			}
 			continue
 		}
-		n := int(resp.Responses[1].GetResponseRange().Count)
-		pin := Pin{Spec: m.String(), Max: m.Of(n), Participants: n, By: b.cfg.Holder, Since: time.Now().UTC()}
 		val, _ := json.Marshal(pin)
 		var lease *clientv3.LeaseGrantResponse
 		if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {

@@ -561,3 +561,62 @@ func TestCoreCanonicalKeysOnEtcd(t *testing.T) {
 		t.Fatalf("restart of two names keyed %q: %v", keys, err)
 	}
 }
+
+// A pin lost while machines hold slots (every participant cut off from
+// etcd for a TTL: the pin's lease expired) is made again with the Max of
+// the machines in the queue, not re-counted over whoever is registered
+// now: a count that differs from the holders' would refuse every machine
+// that resolved it (found by TestRolloutFaults with a random seed: three
+// machines resolved 40% of the two left and were refused).
+func TestPercentagePinLost(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	forty := etcdbudget.Controls{MaxUnavailable: etcdbudget.MaxUnavailable{Percent: 40}, JoinPeriod: -1}
+	cfg := func(h string) etcdbudget.Config {
+		return etcdbudget.Config{Client: cli, Holder: h, TTL: 3 * time.Second, Unreachable: 2 * time.Second}
+	}
+	a, err := etcdbudget.NewControlled(cfg("node-a"), forty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var others []*etcdbudget.Participation
+	for _, h := range []string{"node-b", "node-c", "node-d", "node-e"} {
+		part, err := newBudget(t, cli, h, 1).Join(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, part)
+	}
+	s, err := a.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	for _, part := range others {
+		part.Close()
+	}
+	if _, err := cli.Delete(ctx, etcdbudget.DefaultPrefix+key+"#max"); err != nil { // as its lease expiring would
+		t.Fatal(err)
+	}
+	b, err := etcdbudget.NewControlled(cfg("node-f"), forty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s2, err := b.Acquire(ctx, key, nil) // Max 2: a second slot, at once
+	if err != nil {
+		t.Fatalf("a machine joining after the pin was lost: %v", err)
+	}
+	defer s2.Release(ctx)
+	st, err := a.Budget().Status(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pinned == nil || st.Pinned.Max != 2 || len(st.Holders) != 2 {
+		t.Fatalf("pin %+v, holders %q: want the rollout's 2 pinned again and both holding", st.Pinned, holdersOf(st.Holders))
+	}
+}
