@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -36,7 +37,27 @@ const (
 	// Chubby uses as its lock-delay bound. Set Config.HolderReady to end
 	// the delay as soon as the vanished holder is seen ready again.
 	DefaultLockDelay = time.Minute
+	// DefaultRecheck is Config.Recheck's default: an idle waiter reads
+	// its queue about once a minute.
+	DefaultRecheck = time.Minute
 )
+
+// VanishedHolder is what a waiter knows of a holder whose lease expired
+// without a release, from the records that holder left in its lock-delay
+// guard (times are the holder's clock, UTC).
+type VanishedHolder struct {
+	// Key is the budget key.
+	Key string
+	// Holder identifies the holder ("node-1 pid 4242").
+	Holder string
+	// Granted is when it took the slot.
+	Granted time.Time
+	// Acts counts its fences that recorded an act (a request that
+	// disrupts may have followed each).
+	Acts int
+	// Acted is when it recorded its last act.
+	Acted time.Time
+}
 
 // Config configures a Budget.
 type Config struct {
@@ -73,15 +94,25 @@ type Config struct {
 	// holder's lease expired (default DefaultLockDelay; negative: none).
 	// An orderly Release hands the slot over at once.
 	LockDelay time.Duration
-	// HolderReady, when set, is asked (every 500ms) while a slot is held
-	// back by the lock-delay of a vanished holder; when it reports true
-	// (that holder's service is ready again, as a probe from this machine
-	// sees it) the delay ends early. holder is the vanished holder's
-	// Holder string.
-	HolderReady func(ctx context.Context, holder string) bool
+	// HolderReady, when set, may end a vanished holder's lock-delay
+	// early. It is consulted only for a holder that recorded an act (its
+	// Fence) and no readiness after it (its MarkReady), only by the first
+	// waiter in line, every 500ms, with what the holder recorded: return
+	// true only on evidence that postdates h.Acted, that the holder's
+	// services restarted after its act and are ready again (for example
+	// the service's start time, as systemd reports it, after h.Acted, and
+	// its readiness endpoint answering). A probe that only sees "ready"
+	// cannot tell "ready again" from "not restarted yet": a holder frozen
+	// between its fence and its request looks ready. A holder that never
+	// recorded an act, or marked itself ready after its last one, needs
+	// no lock-delay at all and is not probed.
+	HolderReady func(ctx context.Context, h VanishedHolder) bool
 	// Recheck is how long a waiter or holder trusts a silent watch before
-	// reading again (default TTL): it bounds what a watch stuck on a
-	// member that hangs can hide.
+	// reading again (default DefaultRecheck, each wait drawn within ±20%
+	// so that waiters do not read together). It bounds what a watch stuck
+	// on a member that hangs can hide; with ClientConfig, gRPC's
+	// keep-alive drops such a connection within 13s and the watch goes on
+	// on another member from its revision, so this is a backstop.
 	Recheck time.Duration
 	// FailOpen makes Acquire grant an unbudgeted slot, instead of
 	// failing, when etcd stayed unreachable for Unreachable; never when
@@ -121,9 +152,14 @@ type Budget struct {
 	cfg Config
 	seq atomic.Uint64
 
+	diag diagnosis
+
 	requests  atomic.Uint64
 	keepalive atomic.Uint64
 	reads     atomic.Uint64
+	watches   atomic.Uint64
+	watching  atomic.Int64
+	probes    atomic.Uint64
 	failOpen  atomic.Uint64
 	lost      atomic.Uint64
 	delayed   atomic.Uint64
@@ -153,15 +189,24 @@ type Stats struct {
 	// KeepAlives counts keep-alive requests (two per renewal).
 	KeepAlives uint64
 	// QueueReads counts the reads of a key's queue by waiters (one when
-	// a waiter enqueues, one each time something ahead of it changed).
+	// a waiter enqueues, one each time something ahead of it changed,
+	// one per Recheck while idle).
 	QueueReads uint64
+	// Watches counts the watches waiters opened; Watching is how many
+	// are open now (at most Max+1 per waiter, and one more per vanished
+	// holder for the first in line).
+	Watches  uint64
+	Watching int64
+	// HolderReadyProbes counts the calls of Config.HolderReady.
+	HolderReadyProbes uint64
 }
 
 // Stats returns the budget's counters.
 func (b *Budget) Stats() Stats {
 	return Stats{Acquired: b.acquired.Load(), FailOpenGrants: b.failOpen.Load(), Unreachable: b.unreached.Load(),
 		Refused: b.refusals.Load(), Lost: b.lost.Load(), DelayedTakeovers: b.delayed.Load(), Requests: b.requests.Load(),
-		KeepAlives: b.keepalive.Load(), QueueReads: b.reads.Load()}
+		KeepAlives: b.keepalive.Load(), QueueReads: b.reads.Load(), Watches: b.watches.Load(), Watching: b.watching.Load(),
+		HolderReadyProbes: b.probes.Load()}
 }
 
 // entry is the value of a waiter's or holder's key.
@@ -171,10 +216,42 @@ type entry struct {
 	Since  time.Time `json:"since"`
 }
 
-// guard is the value of a holder's lock-delay guard.
+// guard is the value of a holder's lock-delay guard: who holds the slot
+// and since when, and the evidence a successor judges if the holder
+// vanishes: the acts its fences recorded and the readiness it recorded
+// after them (MarkReady).
 type guard struct {
-	Holder string    `json:"holder"`
-	Since  time.Time `json:"since"`
+	// V is the record's version: 2 since guards carry act records. A
+	// guard without it was written by an earlier etcdbudget, whose holder
+	// recorded no acts: judged as one that may have acted.
+	V       int       `json:"v,omitempty"`
+	Holder  string    `json:"holder"`
+	Since   time.Time `json:"since"`
+	Acts    int       `json:"acts,omitempty"`    // fences that recorded an act
+	Acted   time.Time `json:"acted,omitzero"`    // the last one
+	Ready   int       `json:"ready,omitempty"`   // Acts when MarkReady last ran
+	ReadyAt time.Time `json:"ready-at,omitzero"` // when
+}
+
+// settled reports whether a vanished holder of this guard needs no
+// lock-delay: it never recorded an act, or recorded its services ready
+// after its last one.
+func (g guard) settled() bool { return g.Acts == 0 || g.Ready >= g.Acts }
+
+// guardVersion is the version of the guards this package writes.
+const guardVersion = 2
+
+func guardOf(v []byte) guard {
+	var g guard
+	if json.Unmarshal(v, &g) != nil || g.Holder == "" {
+		g.Holder = "?"
+	}
+	if g.V < guardVersion || g.Holder == "?" {
+		// Unreadable, or written by an earlier version (a rolling
+		// upgrade): judge it as a holder that may have acted.
+		g.Acts, g.Ready = max(g.Acts, 1), 0
+	}
+	return g
 }
 
 // New checks cfg and returns a Budget. It sends no request.
@@ -219,7 +296,7 @@ func New(cfg Config) (*Budget, error) {
 		return nil, fmt.Errorf("etcdbudget: LockDelay %s must be whole seconds", cfg.LockDelay)
 	}
 	if cfg.Recheck == 0 {
-		cfg.Recheck = cfg.TTL
+		cfg.Recheck = max(DefaultRecheck, cfg.TTL)
 	}
 	if cfg.Holder == "" {
 		cfg.Holder = DefaultHolder()
@@ -279,8 +356,9 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.
 		return b.failed(ctx, key, err)
 	}
 	// Operator controls (control.go): a paused key keeps the slot just
-	// granted, and the queue behind it, until it is resumed.
-	if err := b.awaitResume(ctx, key, s, progress); err != nil {
+	// granted, and the queue behind it, until it is resumed (and Fence
+	// checks the pause again at the moment of acting).
+	if err := b.awaitResume(ctx, key, s.Lost(), progress); err != nil {
 		_ = s.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -347,6 +425,10 @@ type queue struct {
 	holders []*mvccpb.KeyValue // the first Max entries
 	orphans []*mvccpb.KeyValue // guards whose holder's entry is gone
 }
+
+// head reports whether the waiter is first in line: it would hold a slot
+// but for the vanished holders' guards.
+func (q queue) head(max int) bool { return len(q.older) < max }
 
 // read reads, in one linearizable transaction, the entries ahead of the
 // waiter (keys only, nearest first), the first Max entries (the holders)
@@ -448,7 +530,17 @@ func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*
 			return nil, err
 		}
 		if len(q.older)+len(q.orphans) < b.cfg.Max {
-			return w.take(ctx, q)
+			return w.take(ctx, q, progress)
+		}
+		if q.head(b.cfg.Max) && len(q.orphans) > 0 {
+			// First in line behind vanished holders: a holder that never
+			// recorded an act, or recorded its services ready after its
+			// last one, needs no lock-delay; its guard goes now.
+			if n, err := w.settle(ctx, q.orphans); err != nil {
+				return nil, fail(err)
+			} else if n > 0 {
+				continue
+			}
 		}
 		holders := make([]string, 0, b.cfg.Max)
 		for _, kv := range q.holders {
@@ -457,7 +549,7 @@ func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*
 			}
 		}
 		for _, g := range q.orphans {
-			holders = append(holders, holderOf(g.Value)+" (vanished; lock-delay)")
+			holders = append(holders, guardOf(g.Value).Holder+" (vanished; lock-delay)")
 		}
 		ahead := max(len(q.older)+len(q.orphans)-b.cfg.Max, 0)
 		wt := snapsvc.BudgetWait{Key: w.key, Holders: holders, Ahead: ahead, Max: b.cfg.Max}
@@ -467,13 +559,17 @@ func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*
 		}
 		// Wait for a change that can let this waiter in: the deletion of
 		// one of the Max entries just ahead of it (no other deletion can
-		// bring the count ahead below Max), or the end of a lock-delay.
-		// Its own entry too: deleted by an operator, or its lease gone.
+		// bring the count ahead below Max), or, first in line, the end of
+		// a lock-delay. Its own entry too: deleted by an operator. So a
+		// waiter keeps at most Max+1 watches, and the first in line one
+		// more per vanished holder's guard.
 		watch := append(slices.Clone(q.older[:min(len(q.older), b.cfg.Max)]), w.entry)
-		if len(q.orphans) > 0 && len(q.older) < b.cfg.Max {
-			w.held = true
+		var orphans []*mvccpb.KeyValue
+		if q.head(b.cfg.Max) {
+			orphans = q.orphans
+			w.held = w.held || len(orphans) > 0
 		}
-		if err := w.waitDeletes(ctx, watch, q); err != nil {
+		if err := w.waitDeletes(ctx, watch, q.rev, orphans); err != nil {
 			return nil, fail(err)
 		}
 	}
@@ -526,24 +622,27 @@ func (w *waiter) checkMax(q queue) error {
 	return nil
 }
 
-// waitDeletes waits until one of keys or of q's orphan guards is
-// deleted after q.rev, a vanished holder is seen ready (HolderReady),
-// Recheck passed, or the watch failed (compaction, no leader: the caller
-// reads again; a compacted or closed watch is never taken for a
-// deletion).
-func (w *waiter) waitDeletes(ctx context.Context, keys []string, q queue) error {
+// waitDeletes waits until one of keys or of the orphan guards is
+// deleted after rev, a vanished holder is seen ready again (HolderReady,
+// orphans are given to the first waiter in line only), Recheck passed, or
+// the watch failed (compaction, no leader: the caller reads again; a
+// compacted or closed watch is never taken for a deletion).
+func (w *waiter) waitDeletes(ctx context.Context, keys []string, rev int64, orphans []*mvccpb.KeyValue) error {
 	b := w.b
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	woke := make(chan error, len(keys)+len(q.orphans)+1)
+	woke := make(chan error, len(keys)+len(orphans)+1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	watch := func(key string) {
+	watch := func(key string, opts ...clientv3.OpOption) {
 		wg.Add(1)
+		b.watches.Add(1)
+		b.watching.Add(1)
 		go func() {
 			defer wg.Done()
-			for wr := range b.cfg.Client.Watch(wctx, key, clientv3.WithRev(q.rev+1), clientv3.WithFilterPut()) {
+			defer b.watching.Add(-1)
+			for wr := range b.cfg.Client.Watch(wctx, key, append(opts, clientv3.WithRev(rev+1))...) {
 				if err := wr.Err(); err != nil {
 					woke <- err
 					return
@@ -557,19 +656,22 @@ func (w *waiter) waitDeletes(ctx context.Context, keys []string, q queue) error 
 		}()
 	}
 	for _, k := range keys {
-		watch(k)
+		watch(k, clientv3.WithFilterPut())
 	}
-	for _, g := range q.orphans {
+	for _, g := range orphans {
+		// Its deletion (the lease expired, or another waiter judged it)
+		// and its puts: a vanished holder may still record its services
+		// ready (MarkReady), which ends its lock-delay.
 		watch(string(g.Key))
 	}
-	if b.cfg.HolderReady != nil && len(q.orphans) > 0 {
+	if b.cfg.HolderReady != nil && len(orphans) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			woke <- w.pollReady(wctx, q.orphans)
+			woke <- w.pollReady(wctx, orphans)
 		}()
 	}
-	recheck := time.NewTimer(b.cfg.Recheck)
+	recheck := time.NewTimer(jitter(b.cfg.Recheck))
 	defer recheck.Stop()
 	select {
 	case <-ctx.Done():
@@ -587,6 +689,38 @@ func (w *waiter) waitDeletes(ctx context.Context, keys []string, q queue) error 
 	}
 }
 
+// jitter returns d within ±20%.
+func jitter(d time.Duration) time.Duration {
+	return d - d/5 + rand.N(2*d/5+1)
+}
+
+// settle deletes the guards of vanished holders that need no lock-delay
+// (guard.settled), each only if unchanged, and returns how many it found.
+func (w *waiter) settle(ctx context.Context, orphans []*mvccpb.KeyValue) (int, error) {
+	n := 0
+	for _, kv := range orphans {
+		g := guardOf(kv.Value)
+		if !g.settled() {
+			continue
+		}
+		n++
+		err := w.b.call(ctx, w.out, "ending the lock-delay of "+string(kv.Key), func(actx context.Context) error {
+			_, err := w.b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+				Then(clientv3.OpDelete(string(kv.Key))).Commit()
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+		why := "it never acted"
+		if g.Acts > 0 {
+			why = "it recorded its services ready after its last act"
+		}
+		w.b.cfg.Logger.Info("vanished holder needs no lock-delay: "+why, "key", w.key, "holder", g.Holder, "acts", g.Acts)
+	}
+	return n, nil
+}
+
 // pollReady asks HolderReady about each orphan guard's holder every
 // 500ms; once one is ready it deletes that guard (if unchanged) and
 // returns.
@@ -594,11 +728,13 @@ func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) erro
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
-		for _, g := range orphans {
-			if w.b.cfg.HolderReady(ctx, holderOf(g.Value)) {
-				_, err := w.b.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(g.Key)), "=", g.ModRevision)).
-					Then(clientv3.OpDelete(string(g.Key))).Commit()
-				w.b.cfg.Logger.Info("vanished holder ready again: lock-delay ended", "key", w.key, "holder", holderOf(g.Value))
+		for _, kv := range orphans {
+			g := guardOf(kv.Value)
+			w.b.probes.Add(1)
+			if w.b.cfg.HolderReady(ctx, VanishedHolder{Key: w.key, Holder: g.Holder, Granted: g.Since, Acts: g.Acts, Acted: g.Acted}) {
+				_, err := w.b.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+					Then(clientv3.OpDelete(string(kv.Key))).Commit()
+				w.b.cfg.Logger.Info("vanished holder restarted after its act and ready again: lock-delay ended", "key", w.key, "holder", g.Holder)
 				return err
 			}
 		}
@@ -614,9 +750,11 @@ func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) erro
 // lock-delay guard, on a lease of TTL+LockDelay kept alive with the
 // entry's, which outlives the entry by LockDelay when the holder
 // vanishes and is revoked first by Release.
-func (w *waiter) take(ctx context.Context, q queue) (*slot, error) {
+func (w *waiter) take(ctx context.Context, q queue, progress func(snapsvc.BudgetWait)) (*slot, error) {
 	b := w.b
 	rev := q.rev
+	rec := guard{V: guardVersion, Holder: b.cfg.Holder, Since: time.Now().UTC()}
+	var grev int64
 	var gid clientv3.LeaseID
 	if b.cfg.LockDelay > 0 {
 		err := b.call(ctx, w.out, "granting the lock-delay lease of "+w.entry, func(actx context.Context) error {
@@ -630,13 +768,13 @@ func (w *waiter) take(ctx context.Context, q queue) (*slot, error) {
 			return nil, err
 		}
 		w.k.setExtra(gid)
-		val, _ := json.Marshal(guard{Holder: b.cfg.Holder, Since: time.Now().UTC()})
+		val, _ := json.Marshal(rec)
 		var ok bool
 		err = b.call(ctx, w.out, "putting the lock-delay guard of "+w.entry, func(actx context.Context) error {
 			resp, err := b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", w.rev)).
 				Then(clientv3.OpPut(b.guards(w.key)+w.name, string(val), clientv3.WithLease(gid))).Commit()
 			if err == nil {
-				ok, rev = resp.Succeeded, resp.Header.Revision
+				ok, rev, grev = resp.Succeeded, resp.Header.Revision, resp.Header.Revision
 			}
 			return err
 		})
@@ -655,7 +793,7 @@ func (w *waiter) take(ctx context.Context, q queue) (*slot, error) {
 		b.cfg.Logger.Info("slot taken over after a vanished holder's lock-delay", "key", w.key)
 	}
 	b.cfg.Logger.Debug("slot acquired", "key", w.key, "entry", w.entry, "revision", w.rev)
-	return newSlot(w, gid, rev), nil
+	return newSlot(w, gid, rev, rec, grev, progress), nil
 }
 
 // Holders lists who holds or waits for key, oldest first (for status

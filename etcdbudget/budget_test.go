@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 	etcdtest.MaybeRunMember()
 	maybeRunMachine()
 	maybeRunHolder()
+	etcdtest.BuildMember() // before any timed cluster start
 	code := m.Run()
 	if shared != nil {
 		shared.Close()

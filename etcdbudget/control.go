@@ -7,7 +7,7 @@ package etcdbudget
 //
 //	PREFIX KEY/LEASE-SEQ             the queue (budget.go)
 //	PREFIX KEY#pause                 the pause record, no lease: it stays until resumed
-//	PREFIX KEY#participants/LEASE    one per machine taking part, on its lease
+//	PREFIX KEY#participants/HOLDER   one per machine taking part, on its lease
 //	PREFIX KEY#max                   a percentage resolved to a count, pinned for the rollout
 
 import (
@@ -22,10 +22,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -38,22 +35,9 @@ func (b *Budget) pinKey(key string) string          { return b.cfg.Prefix + key 
 // layout; read here only for Status).
 func (b *Budget) lockDelayDir(key string) string { return b.cfg.Prefix + key + "#lock-delay/" }
 
-// controlKey normalises key as Acquire does (names sorted, de-duplicated,
-// joined with "+") and checks it.
-func controlKey(key string) (string, error) {
-	var parts []string
-	for p := range strings.SplitSeq(key, "+") {
-		if p = strings.TrimSpace(p); p != "" {
-			parts = append(parts, p)
-		}
-	}
-	slices.Sort(parts)
-	k := strings.Join(slices.Compact(parts), "+")
-	if k == "" || strings.ContainsAny(k, "/# \t\n") {
-		return "", fmt.Errorf("%w: etcdbudget: invalid key %q (empty, or containing '/', '#' or spaces)", snapsvc.ErrBudgetRefused, key)
-	}
-	return k, nil
-}
+// controlKey puts key in canonical form, as Acquire does (Key), and
+// checks it.
+func controlKey(key string) (string, error) { return normaliseKey(key) }
 
 // unavailable wraps an etcd failure of an operator request.
 func unavailable(what string, err error) error {
@@ -68,46 +52,19 @@ func (b *Budget) controlAttempt() time.Duration {
 }
 
 // retryControl runs the control request f, each attempt bounded by
-// controlAttempt, until it succeeds, etcd refuses it (an error wrapping
+// Config.Attempt (a member that hangs costs one attempt; the next goes to
+// another member), until it succeeds, etcd refuses it (an error wrapping
 // snapsvc.ErrBudgetRefused), ctx ends or Config.Unreachable passed (an
-// error wrapping snapsvc.ErrBudgetUnavailable). f must be safe to repeat.
+// error wrapping snapsvc.ErrBudgetUnavailable). Errors name the endpoints
+// and why each failed. f must be safe to repeat.
 func (b *Budget) retryControl(ctx context.Context, what string, f func(context.Context) error) error {
-	start := time.Now()
-	pause := 20 * time.Millisecond
-	for {
-		actx, cancel := context.WithTimeout(ctx, b.controlAttempt())
-		err := f(actx)
-		cancel()
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			return unavailable(what, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err))
-		case refusedCode(err):
-			return fmt.Errorf("%w: %s: %w", snapsvc.ErrBudgetRefused, what, err)
-		case time.Since(start) >= b.cfg.Unreachable:
-			return unavailable(what, err)
-		}
-		if err := sleep(ctx, pause); err != nil {
-			return unavailable(what, err)
-		}
-		pause = min(2*pause, time.Second)
+	err := b.call(ctx, &outage{bound: b.cfg.Unreachable, early: true}, what, f)
+	switch {
+	case err == nil, errors.Is(err, snapsvc.ErrBudgetRefused), errors.Is(err, snapsvc.ErrBudgetUnavailable):
+		return err
 	}
-}
+	return fmt.Errorf("%w: %w", snapsvc.ErrBudgetUnavailable, err) // err names what failed
 
-// refusedCode reports whether etcd refused a request for good
-// (authentication, permission, a request too large).
-func refusedCode(err error) bool {
-	code := status.Code(err)
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		code = ee.Code()
-	}
-	switch code {
-	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition:
-		return true
-	}
-	return false
 }
 
 // Entry is one machine in a key's queue, holding or waiting.
@@ -119,6 +76,16 @@ type Entry struct {
 	// Acquired is when a holder took its slot, where the budget records
 	// it (its lock-delay guard); zero otherwise.
 	Acquired time.Time `json:"acquired,omitzero"`
+	// Acts counts the acts a holder's fences recorded (a request that
+	// disrupts may have followed each), Acted is when the last one was
+	// recorded, and ReadyAt when it recorded its services ready again
+	// after it (zero: not since its last act). From its lock-delay guard.
+	Acts    int       `json:"acts,omitempty"`
+	Acted   time.Time `json:"acted,omitzero"`
+	ReadyAt time.Time `json:"ready-at,omitzero"`
+	// BlockedBy, for a waiter, names the vanished holders whose
+	// lock-delay alone keeps it from holding a slot.
+	BlockedBy []string `json:"blocked-by,omitempty"`
 	// Max is the slot count it was configured with.
 	Max int `json:"max,omitempty"`
 	// Lease is the etcd lease its entry lives on.
@@ -146,10 +113,14 @@ type KeyStatus struct {
 	Max int `json:"max"`
 	// Holders hold the key's slots, oldest first.
 	Holders []Entry `json:"holders"`
-	// Waiters wait, in the order they will be served.
+	// Waiters wait, in the order they will be served; those that would
+	// hold a slot but for a vanished holder's lock-delay name it
+	// (Entry.BlockedBy).
 	Waiters []Entry `json:"waiters"`
 	// Vanished are holders whose lease expired without a release, whose
-	// slot is held back by their lock-delay.
+	// slot is held back by their lock-delay (until the guard's lease
+	// expires, or the first waiter finds the holder never acted or was
+	// ready after its last act).
 	Vanished []Entry `json:"vanished,omitempty"`
 	// Paused is the key's pause, nil when it is not paused.
 	Paused *PauseRecord `json:"paused,omitempty"`
@@ -193,23 +164,48 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 	if len(entries) > 0 && entries[0].Max > 0 {
 		st.Max = entries[0].Max
 	}
-	guards := entriesOf(resp.Responses[1].GetResponseRange().Kvs)
-	for i, e := range entries {
-		if i < st.Max {
-			for _, g := range guards {
-				if b.dir(key)+strings.TrimPrefix(g.Key, b.lockDelayDir(key)) == e.Key {
-					e.Acquired = g.Since
-				}
-			}
-			st.Holders = append(st.Holders, e)
-		} else {
-			st.Waiters = append(st.Waiters, e)
+	// A holder is an entry among the first Max with its lock-delay guard
+	// (put when it took the slot); a guard without its entry is a
+	// vanished holder's; an entry among the first Max without a guard
+	// holds (no lock-delay configured, or taking it now) unless the
+	// vanished holders' guards count against it: then it waits, blocked
+	// by their lock-delay, as Acquire counts (entries ahead + vanished
+	// < Max).
+	guardKvs := resp.Responses[1].GetResponseRange().Kvs
+	guarded := map[string]guard{}
+	for _, kv := range guardKvs {
+		guarded[b.dir(key)+strings.TrimPrefix(string(kv.Key), b.lockDelayDir(key))] = guardOf(kv.Value)
+	}
+	withRecord := func(e Entry, g guard) Entry {
+		e.Acquired, e.Acts, e.Acted = g.Since, g.Acts, g.Acted
+		if g.Acts > 0 && g.Ready >= g.Acts {
+			e.ReadyAt = g.ReadyAt
+		}
+		return e
+	}
+	for _, kv := range guardKvs {
+		name := strings.TrimPrefix(string(kv.Key), b.lockDelayDir(key))
+		if !slices.ContainsFunc(entries, func(e Entry) bool { return e.Key == b.dir(key)+name }) {
+			g := guardOf(kv.Value)
+			st.Vanished = append(st.Vanished, withRecord(Entry{Holder: g.Holder, Since: g.Since, Key: string(kv.Key), Lease: kv.Lease}, g))
 		}
 	}
-	for _, g := range guards {
-		name := strings.TrimPrefix(g.Key, b.lockDelayDir(key))
-		if !slices.ContainsFunc(entries, func(e Entry) bool { return e.Key == b.dir(key)+name }) {
-			st.Vanished = append(st.Vanished, g)
+	var vanished []string
+	for _, v := range st.Vanished {
+		vanished = append(vanished, v.Holder)
+	}
+	for i, e := range entries {
+		g, ok := guarded[e.Key]
+		switch {
+		case i >= st.Max:
+			st.Waiters = append(st.Waiters, e)
+		case ok:
+			st.Holders = append(st.Holders, withRecord(e, g))
+		case i+len(st.Vanished) < st.Max:
+			st.Holders = append(st.Holders, e)
+		default:
+			e.BlockedBy = vanished
+			st.Waiters = append(st.Waiters, e)
 		}
 	}
 	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
@@ -302,17 +298,24 @@ func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 	return resp.Deleted > 0, nil
 }
 
-// awaitResume is Acquire's last step: while key is paused, it keeps the
-// slot s just granted and waits until the key is resumed (reporting the
-// pause through progress), ctx ends, or s is lost. It returns nil when the
-// key is not paused, at the cost of one read.
-func (b *Budget) awaitResume(ctx context.Context, key string, s snapsvc.BudgetSlot, progress func(snapsvc.BudgetWait)) error {
-	pk := b.pauseKey(key)
-	reported := false
+// awaitResume waits while key is paused (a pause record of the key, of
+// one of its parts, or of their snaps: pauseScopes): it reports the pause
+// through progress, and returns nil once no pause holds the key, ctx's
+// cause once it ends, or an error wrapping snapsvc.ErrBudgetUnavailable
+// once lost is closed (the slot held meanwhile was lost). It costs one
+// read when the key is not paused. Acquire calls it once it holds its
+// slot, Fence whenever its confirmation found a pause.
+func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct{}, progress func(snapsvc.BudgetWait)) error {
+	scopes := pauseScopes(key)
+	reported := ""
 	for {
-		var resp *clientv3.GetResponse
+		var resp *clientv3.TxnResponse
 		err := b.retryControl(ctx, "reading the pause of "+key, func(actx context.Context) (err error) {
-			resp, err = b.cfg.Client.Get(actx, pk)
+			ops := make([]clientv3.Op, len(scopes))
+			for i, sc := range scopes {
+				ops[i] = clientv3.OpGet(b.pauseKey(sc))
+			}
+			resp, err = b.cfg.Client.Txn(actx).Then(ops...).Commit()
 			return err
 		})
 		if err != nil {
@@ -321,26 +324,66 @@ func (b *Budget) awaitResume(ctx context.Context, key string, s snapsvc.BudgetSl
 			}
 			return err
 		}
-		if len(resp.Kvs) == 0 {
+		scope, kv := "", (*mvccpb.KeyValue)(nil)
+		for i, r := range resp.Responses {
+			if kvs := r.GetResponseRange().Kvs; len(kvs) == 1 {
+				scope, kv = scopes[i], kvs[0]
+				break
+			}
+		}
+		if kv == nil {
 			return nil
 		}
-		if !reported {
+		if reported != scope {
 			var p PauseRecord
-			_ = json.Unmarshal(resp.Kvs[0].Value, &p)
-			b.cfg.Logger.Info("key paused: holding the slot until it is resumed", "key", key, "by", p.By, "reason", p.Reason)
-			if progress != nil {
-				msg := fmt.Sprintf("paused by %s since %s", p.By, p.Since.Format(time.RFC3339))
-				if p.Reason != "" {
-					msg += ": " + p.Reason
-				}
-				progress(snapsvc.BudgetWait{Key: key, Holders: []string{msg}, Max: b.cfg.Max})
+			if json.Unmarshal(kv.Value, &p) != nil {
+				p.By = "?"
 			}
-			reported = true
+			b.cfg.Logger.Info("key paused: holding the slot until it is resumed", "key", key, "pause", scope, "by", p.By, "reason", p.Reason)
+			if progress != nil {
+				progress(snapsvc.BudgetWait{Key: key, Holders: []string{pausedMessage(key, scope, p)}, Max: b.cfg.Max})
+			}
+			reported = scope
 		}
-		if err := b.watchGone(ctx, pk, resp.Header.Revision+1, s.Lost()); err != nil {
+		if err := b.watchGone(ctx, string(kv.Key), resp.Header.Revision+1, lost); err != nil {
 			return err
 		}
 	}
+}
+
+// Prefixes of the progress reports of waits that are not behind holders
+// (BudgetWait.Holders[0]); DescribeWait reads them.
+const (
+	pausedPrefix = "paused by "
+	windowPrefix = "outside the maintenance window "
+)
+
+// pausedMessage is the progress report of key held back by scope's pause.
+func pausedMessage(key, scope string, p PauseRecord) string {
+	msg := fmt.Sprintf("%s%s since %s", pausedPrefix, p.By, p.Since.Format(time.RFC3339))
+	if scope != key {
+		msg += " (the pause of " + scope + ")"
+	}
+	if p.Reason != "" {
+		msg += ": " + p.Reason
+	}
+	return msg
+}
+
+// DescribeWait renders what a budget wait (a "waiting" event's Wait)
+// waits for, for people: "held by node-1, 2 ahead (max 1)", or, for the
+// waits of a paused key or of a window that is closed, "paused by
+// alice@ops-1 since 2026-12-04T10:34:26Z: disk alarm" and "outside the
+// maintenance window Mon-Fri 22:00-04:00 UTC; opens …".
+func DescribeWait(w snapsvc.BudgetWait) string {
+	if len(w.Holders) == 1 && (strings.HasPrefix(w.Holders[0], pausedPrefix) || strings.HasPrefix(w.Holders[0], windowPrefix)) {
+		return w.Holders[0]
+	}
+	held := "no holder yet"
+	if len(w.Holders) > 0 {
+		held = "held by " + strings.Join(w.Holders, ", ")
+	}
+	return fmt.Sprintf("%s, %d ahead (max %d)", held, w.Ahead, w.Max)
 }
 
 // watchGone returns nil once key is deleted at or after rev (or the watch
@@ -441,9 +484,10 @@ type Pin struct {
 // under the key's participants on a lease of its own, kept alive until
 // Close.
 type Participation struct {
-	b     *Budget
-	key   string
-	lease clientv3.LeaseID
+	b      *Budget
+	key    string
+	lease  clientv3.LeaseID
+	joined time.Time // when Join registered it
 
 	mu  sync.Mutex
 	pin clientv3.LeaseID // the pin's lease, kept alive along (0: none)
@@ -455,9 +499,10 @@ type Participation struct {
 }
 
 // Join registers this machine as taking part in key's rollout, so that a
-// percentage MaxUnavailable counts it. The registration lives on a lease
-// of TTL kept alive until Close (or until the process dies: then it
-// expires within TTL).
+// percentage MaxUnavailable counts it, under its Holder name (a process
+// started again under the same name replaces its registration). The
+// registration lives on a lease of TTL kept alive until Close (or until
+// the process dies: then it expires within TTL).
 func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 	key, err := controlKey(key)
 	if err != nil {
@@ -473,7 +518,10 @@ func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 	}
 	val, _ := json.Marshal(Entry{Holder: b.cfg.Holder, Since: time.Now().UTC()})
 	if err := b.retryControl(ctx, what, func(actx context.Context) error {
-		_, err := b.cfg.Client.Put(actx, fmt.Sprintf("%s%016x", b.participantsDir(key), int64(lease.ID)), string(val), clientv3.WithLease(lease.ID))
+		// Keyed by the holder: a machine started again under the same
+		// name replaces its registration rather than counting twice
+		// until its old lease expires.
+		_, err := b.cfg.Client.Put(actx, b.participantsDir(key)+b.cfg.Holder, string(val), clientv3.WithLease(lease.ID))
 		return err
 	}); err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), b.controlAttempt())
@@ -481,7 +529,7 @@ func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 		rcancel()
 		return nil, err
 	}
-	p := &Participation{b: b, key: key, lease: lease.ID, done: make(chan struct{}), pinCh: make(chan clientv3.LeaseID, 1)}
+	p := &Participation{b: b, key: key, lease: lease.ID, joined: time.Now(), done: make(chan struct{}), pinCh: make(chan clientv3.LeaseID, 1)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	go p.keepAlive()
 	return p, nil
@@ -504,29 +552,56 @@ func (p *Participation) keepAlive() {
 			continue
 		case <-t.C:
 		}
+		// Each renewal is two requests at once (a member that hangs
+		// cannot eat it), retried until the next tick: a lost pin would
+		// have to be made again.
 		for _, id := range []clientv3.LeaseID{p.lease, pin} {
 			if id == 0 {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(p.ctx, b.cfg.TTL/3)
-			_, err := b.cfg.Client.KeepAliveOnce(ctx, id)
-			cancel()
-			if err != nil && p.ctx.Err() == nil {
-				b.cfg.Logger.Debug("participation keep-alive failed", "key", p.key, "lease", int64(id), "error", err)
+			until := time.Now().Add(b.cfg.TTL / 3)
+			for {
+				ctx, cancel := context.WithTimeout(p.ctx, min(b.cfg.Attempt, time.Until(until)))
+				err := b.keepAliveOnce(ctx, id)
+				cancel()
+				if err == nil || p.ctx.Err() != nil || isLeaseGone(err) || time.Now().After(until) {
+					if err != nil && p.ctx.Err() == nil {
+						b.cfg.Logger.Debug("participation keep-alive failed", "key", p.key, "lease", int64(id), "error", err)
+					}
+					break
+				}
+				if sleep(p.ctx, 50*time.Millisecond) != nil {
+					break
+				}
 			}
 		}
 	}
 }
 
-// Resolve returns the slot count m stands for in this rollout. A count is
-// returned as is. A percentage is resolved once per rollout of the key,
-// by the first machine to ask, over the participants registered then;
-// the result is pinned in etcd on a lease that every participant keeps
-// alive, so every machine uses the same count (machines that disagreed
-// would be refused: every machine must use the same Max) until all have
-// left and the pin expires. A pin made for another percentage is an error
-// wrapping snapsvc.ErrBudgetRefused.
+// DefaultJoinPeriod is how long a percentage max-unavailable waits for
+// machines to join a rollout before it is resolved (Controls.JoinPeriod's
+// default).
+const DefaultJoinPeriod = 10 * time.Second
+
+// Resolve is ResolveAfter with DefaultJoinPeriod.
 func (p *Participation) Resolve(ctx context.Context, m MaxUnavailable) (int, error) {
+	return p.ResolveAfter(ctx, m, DefaultJoinPeriod)
+}
+
+// ResolveAfter returns the slot count m stands for in this rollout. A
+// count is returned as is. A percentage is resolved once per rollout of
+// the key, over a join period: the first machine whose join period
+// (joinPeriod after its own Join) ends without a pin counts the
+// participants registered by then and pins the result in etcd, on a lease
+// every participant keeps alive; every machine waits for that pin (or the
+// end of its own join period) and uses it, so every machine uses the same
+// count until all have left and the pin expires. Machines that join after
+// the pin use it and do not change it: the count is a percentage of the
+// machines that joined within the period, never of more, so a late joiner
+// never lets a rollout disrupt more machines than the percentage of those
+// counted. A pin made for another percentage is an error wrapping
+// snapsvc.ErrBudgetRefused.
+func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, joinPeriod time.Duration) (int, error) {
 	if m.Percent == 0 {
 		return m.Of(0), nil
 	}
@@ -539,6 +614,7 @@ func (p *Participation) Resolve(ctx context.Context, m MaxUnavailable) (int, err
 			resp, err = b.cfg.Client.Txn(actx).Then(
 				clientv3.OpGet(pk),
 				clientv3.OpGet(b.participantsDir(p.key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+				clientv3.OpGet(b.dir(p.key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 			).Commit()
 			return err
 		}); err != nil {
@@ -558,6 +634,21 @@ func (p *Participation) Resolve(ctx context.Context, m MaxUnavailable) (int, err
 		}
 		n := int(resp.Responses[1].GetResponseRange().Count)
 		pin := Pin{Spec: m.String(), Max: m.Of(n), Participants: n, By: b.cfg.Holder, Since: time.Now().UTC()}
+		var first entry
+		if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 && json.Unmarshal(kvs[0].Value, &first) == nil && first.Max > 0 {
+			// No pin, but machines are in the queue with the Max the
+			// rollout resolved: its pin was lost (every participant cut
+			// off for a TTL). Pin that Max again, never a new count over
+			// whoever is registered now (machines with two Maxes would be
+			// refused).
+			pin.Max = first.Max
+		} else if left := joinPeriod - time.Since(p.joined); left > 0 {
+			// Within the join period: wait for a pin, or its end.
+			if err := b.watchPut(ctx, pk, resp.Header.Revision+1, left); err != nil {
+				return 0, err
+			}
+			continue
+		}
 		val, _ := json.Marshal(pin)
 		var lease *clientv3.LeaseGrantResponse
 		if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
@@ -593,6 +684,27 @@ func (p *Participation) Resolve(ctx context.Context, m MaxUnavailable) (int, err
 		rctx, cancel := context.WithTimeout(ctx, b.controlAttempt())
 		_, _ = b.cfg.Client.Revoke(rctx, lease.ID)
 		cancel()
+	}
+}
+
+// watchPut returns once key is put at or after rev, d passed, or the
+// watch fails (the caller reads again), or ctx's cause once it ends.
+func (b *Budget) watchPut(ctx context.Context, key string, rev int64, d time.Duration) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := b.cfg.Client.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterDelete())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	case wr, ok := <-wch:
+		if !ok || wr.Err() != nil {
+			return sleep(ctx, 100*time.Millisecond)
+		}
+		return nil
 	}
 }
 

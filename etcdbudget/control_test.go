@@ -198,7 +198,9 @@ func TestMaxUnavailablePercentage(t *testing.T) {
 	half := etcdbudget.MaxUnavailable{Percent: 50}
 	var machines []*etcdbudget.Controlled
 	for _, h := range []string{"node-a", "node-b", "node-c", "node-d"} {
-		c, err := etcdbudget.NewControlled(cfg(h), etcdbudget.Controls{MaxUnavailable: half})
+		// No join period: resolved by the first to ask (the join period
+		// is TestPercentageJoinPeriod's).
+		c, err := etcdbudget.NewControlled(cfg(h), etcdbudget.Controls{MaxUnavailable: half, JoinPeriod: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,11 @@ type Controls struct {
 	// Acquire of a percentage first registers this machine (Join) for the
 	// key, until Close.
 	MaxUnavailable MaxUnavailable
+	// JoinPeriod is how long a percentage MaxUnavailable waits, after
+	// this machine joined the key's rollout, for other machines to join
+	// before it is resolved (default DefaultJoinPeriod; negative: none).
+	// See Participation.ResolveAfter.
+	JoinPeriod time.Duration
 	// Clock drives the window's waits (default: the real clock).
 	Clock retry.Clock
 	// OnEvent, when set, receives what the controls do. It must not
@@ -120,6 +125,9 @@ func NewControlled(cfg Config, ctl Controls) (*Controlled, error) {
 	}
 	if ctl.Clock == nil {
 		ctl.Clock = retry.RealClock()
+	}
+	if ctl.JoinPeriod == 0 {
+		ctl.JoinPeriod = DefaultJoinPeriod
 	}
 	return &Controlled{cfg: base.cfg, ctl: ctl, base: base, budgets: map[int]*Budget{base.cfg.Max: base}, joined: map[string]*Participation{}}, nil
 }
@@ -245,7 +253,7 @@ func (c *Controlled) acquire(ctx context.Context, key string, progress func(snap
 		if err != nil {
 			return nil, 0, err
 		}
-		if max, err = p.Resolve(ctx, c.ctl.MaxUnavailable); err != nil {
+		if max, err = p.ResolveAfter(ctx, c.ctl.MaxUnavailable, c.ctl.JoinPeriod); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -257,16 +265,46 @@ func (c *Controlled) acquire(ctx context.Context, key string, progress func(snap
 	if err != nil {
 		return nil, max, err
 	}
-	if err := c.awaitWindow(ctx, key, progress, slot); err != nil {
+	if err := c.awaitWindow(ctx, key, progress, slot.Lost()); err != nil {
+		if lerr := slot.Err(); lerr != nil {
+			err = fmt.Errorf("%w: the slot was lost while waiting for the maintenance window: %w", snapsvc.ErrBudgetUnavailable, lerr)
+		}
 		_ = slot.Release(context.WithoutCancel(ctx))
 		return nil, max, err
 	}
 	return slot, max, nil
 }
 
-// awaitWindow waits until the window is open (at once without one). When
-// held is not nil it is a slot kept meanwhile: its loss ends the wait.
-func (c *Controlled) awaitWindow(ctx context.Context, key string, progress func(snapsvc.BudgetWait), held snapsvc.BudgetSlot) error {
+// windowGate is the maintenance window as Fence checks it (see gate).
+type windowGate struct {
+	c   *Controlled
+	key string
+}
+
+func (g windowGate) open() (bool, time.Duration) {
+	w := g.c.ctl.Window
+	if w == nil {
+		return true, 0
+	}
+	now := g.c.ctl.Clock.Now()
+	if !w.Contains(now) {
+		return false, 0
+	}
+	closes := w.Closes(now)
+	if closes.IsZero() {
+		return true, 0
+	}
+	return true, closes.Sub(now)
+}
+
+func (g windowGate) wait(ctx context.Context, lost <-chan struct{}, progress func(snapsvc.BudgetWait)) error {
+	return g.c.awaitWindow(ctx, g.key, progress, lost)
+}
+
+// awaitWindow waits until the window is open (at once without one). A
+// slot kept meanwhile closes lost when it is lost, which ends the wait
+// (an error wrapping snapsvc.ErrBudgetUnavailable).
+func (c *Controlled) awaitWindow(ctx context.Context, key string, progress func(snapsvc.BudgetWait), lost <-chan struct{}) error {
 	w := c.ctl.Window
 	if w == nil {
 		return nil
@@ -285,20 +323,16 @@ func (c *Controlled) awaitWindow(ctx context.Context, key string, progress func(
 			c.update(func(m *Metrics) { m.WindowWaits++ })
 			c.emit(Event{Kind: "window", Key: key, Opens: opens})
 			if progress != nil {
-				progress(snapsvc.BudgetWait{Key: key, Holders: []string{fmt.Sprintf("outside the maintenance window %s; opens %s", w, opens.Format(time.RFC3339))}, Max: c.cfg.Max})
+				progress(snapsvc.BudgetWait{Key: key, Holders: []string{fmt.Sprintf("%s%s; opens %s", windowPrefix, w, opens.Format(time.RFC3339))}, Max: c.cfg.Max})
 			}
 			counted = true
-		}
-		var lost <-chan struct{}
-		if held != nil {
-			lost = held.Lost()
 		}
 		t := c.ctl.Clock.NewTimer(opens.Sub(now))
 		select {
 		case <-t.C():
 		case <-lost:
 			t.Stop()
-			return fmt.Errorf("%w: the slot was lost while waiting for the maintenance window: %w", snapsvc.ErrBudgetUnavailable, held.Err())
+			return fmt.Errorf("%w: the slot was lost while waiting for the maintenance window", snapsvc.ErrBudgetUnavailable)
 		case <-ctx.Done():
 			t.Stop()
 			return context.Cause(ctx)
@@ -332,19 +366,34 @@ type controlledSlot struct {
 	released chan struct{}
 }
 
-// fencingControlledSlot is a controlledSlot whose slot can be fenced.
-type fencingControlledSlot struct{ *controlledSlot }
-
-// Fence confirms the slot is still held (see snapsvc.BudgetFencer).
-func (s fencingControlledSlot) Fence(ctx context.Context) (time.Duration, error) {
-	return s.BudgetSlot.(snapsvc.BudgetFencer).Fence(ctx)
+// fencingControlledSlot is a controlledSlot whose slot lives in etcd: it
+// can be fenced, and records readiness.
+type fencingControlledSlot struct {
+	*controlledSlot
+	s *slot
 }
 
-func (c *Controlled) wrap(slot snapsvc.BudgetSlot, max int) snapsvc.BudgetSlot {
-	s := &controlledSlot{BudgetSlot: slot, c: c, since: c.ctl.Clock.Now(), max: max, released: make(chan struct{})}
+// Fence confirms the slot is still held and that acting is allowed now:
+// the key not paused and, with a window, the window open (see
+// snapsvc.BudgetFencer and the Budget's slot's Fence); outside the window
+// it waits, holding the slot, until the window opens.
+func (s fencingControlledSlot) Fence(ctx context.Context) (time.Duration, error) {
+	var g gate
+	if s.c.ctl.Window != nil {
+		g = windowGate{c: s.c, key: s.Key()}
+	}
+	return s.s.fence(ctx, g)
+}
+
+// MarkReady records that the services are ready again (see
+// snapsvc.BudgetReadier).
+func (s fencingControlledSlot) MarkReady(ctx context.Context) error { return s.s.MarkReady(ctx) }
+
+func (c *Controlled) wrap(held snapsvc.BudgetSlot, max int) snapsvc.BudgetSlot {
+	s := &controlledSlot{BudgetSlot: held, c: c, since: c.ctl.Clock.Now(), max: max, released: make(chan struct{})}
 	go s.watch()
-	if _, ok := slot.(snapsvc.BudgetFencer); ok {
-		return fencingControlledSlot{s}
+	if es, ok := held.(*slot); ok {
+		return fencingControlledSlot{controlledSlot: s, s: es}
 	}
 	return s
 }

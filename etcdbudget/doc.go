@@ -24,9 +24,28 @@
 // ordered by their create revision, which etcd assigns from one totally
 // ordered log: an entry holds a slot once fewer than Max entries created
 // before it remain (and no slot is held back by a lock-delay, below), so
-// waiters are served first come, first served. Keys are normalised (Key:
-// names sorted and de-duplicated), and every machine must use the same Max
-// for a key: a waiter that finds a holder with another Max is refused.
+// waiters are served first come, first served. Every machine must use the
+// same Max for a key: a waiter that finds a holder with another Max is
+// refused.
+//
+// # Keys
+//
+// A key is one semaphore, in one canonical form computed by
+// snapsvc.CanonicalKey, which the core applies before it sorts the keys an
+// operation takes and this package applies to every key it is given: the
+// "+"-joined parts sorted and de-duplicated ("b+a" is "a+b"), so two
+// spellings are one slot and two machines take the same keys in the same
+// order. snapsvc budgets each service of an operation under its own key
+// ("k8s.kube-apiserver", through BudgetOptions.Key) and a whole-snap name
+// ("k8s") as every one of its services' keys (read from snapd's apps
+// listing), so a whole-snap restart on one machine and an apiserver
+// restart on another exclude each other, while restarts of two different
+// services do not. A combined key ("a+b", from BudgetOptions.Key or
+// snapsvc-rollout --key) is a semaphore of its own: it does not exclude
+// "a". A pause of a key holds back that key, the combined keys it is a
+// part of, and, for a snap's name, every key of its services.
+//
+// # Waiting
 //
 // Hand-over costs O(1) per waiter. A waiter reads, in one linearizable
 // transaction, the entries ahead of it, the holders and the lock-delay
@@ -35,9 +54,14 @@
 // the revision of that read, so nothing between the read and the watch is
 // missed; when one of them is deleted it reads again and re-checks before
 // acting, as etcd's Mutex waits on its predecessor. A release wakes only
-// the next waiter: one queue read and seven requests per hand-over with
-// 1,000 waiters on a key (BenchmarkHandOver). etcd itself still filters
-// and sorts the key's entries in memory for each read.
+// the next waiter. So a waiter keeps at most Max+1 watches; the first in
+// line also watches each vanished holder's guard (one more per vanished
+// holder) and is the only one to probe HolderReady. An idle waiter reads
+// its queue again once per Config.Recheck (a minute, ±20%): 1,000 idle
+// waiters cost about 17 reads a second, and their leases' keep-alives,
+// two requests per waiter per TTL/3, about 600 requests a second with the
+// 10s TTL (BenchmarkWaiters). etcd itself still filters and sorts the
+// key's entries in memory for each read.
 //
 // Each acquisition has its own lease, so a waiter that gives up (its
 // context ended) removes exactly its own entry, and when even that cannot
@@ -57,11 +81,35 @@
 // request too large, failed authentication or permission, a database out
 // of space, a waiter's entry deleted by an operator, a Max mismatch, a bad
 // key) fail at once with an error wrapping snapsvc.ErrBudgetRefused and
-// the cause. A TLS handshake failure is recognised when gRPC reports it;
-// etcd's client waits for a ready connection, so a server with the wrong
-// certificate usually shows as unreachability instead. Build the client
-// from ClientConfig, whose gRPC keep-alive drops a connection to a hung
-// member within 13 s, moving its watches too.
+// the cause. Build the client with NewClient from ClientConfig, whose
+// gRPC keep-alive drops a connection to a hung member within 13 s, moving
+// its watches too.
+//
+// # TLS failures are refusals
+//
+// etcd's client sends every request with gRPC's WaitForReady(true)
+// (go.etcd.io/etcd/client/v3 options.go): a request on a connection whose
+// TLS handshake fails waits until its context ends and returns a bare
+// "context deadline exceeded" (client.go, ContextError). So when an
+// attempt has run 250ms with no connection ready, or when a request has
+// failed for Config.Unreachable, the budget asks every endpoint directly:
+// a connection of its own made with the client's credentials
+// (clientv3.Client.Dial) and a status request sent with
+// WaitForReady(false), which gRPC fails at once with the connection's
+// last error (google.golang.org/grpc picker_wrapper.go: a fail-fast pick
+// on a failing connection ends with codes.Unavailable). A server whose
+// certificate this client does not trust, or that rejects the client's
+// certificate (missing, expired, not yet valid, of another CA), is then a
+// refusal naming each endpoint and the cause, at once when every endpoint
+// fails its handshake; it is never unreachability, so FailOpen never
+// grants a slot on it. In TLS 1.3 the server judges the client's
+// certificate after the client's handshake completed, and its alert can
+// be lost when the connection is reset; for clients built by NewClient
+// the budget knows the TLS configuration and makes a handshake of its own
+// to read the alert, otherwise a server that closes the connection right
+// after the handshake is judged to have rejected the certificate. Errors
+// of an unreachable etcd (UnreachableError, or a context that ended while
+// etcd failed) name each endpoint and what it gave.
 //
 // The budget keeps its leases alive itself: every TTL/3 it sends two
 // keep-alive requests at once (the balancer sends them to two members),
@@ -87,13 +135,42 @@
 //
 // Lost can only tell what the process has seen: a holder paused past its
 // lease (SIGSTOP, a frozen VM) runs on, for a moment, as if it still held
-// the slot. So a held slot implements snapsvc.BudgetFencer: Fence renews
-// the lease, checks with a linearizable transaction that the entry still
-// exists with its create revision and lease, and that the lease cannot
-// have expired by the local clock. snapsvc fences right before each step
-// that disrupts a service; Fence's error wraps snapsvc.ErrSlotLost when
-// the slot is not held, snapsvc.ErrBudgetUnavailable when it cannot
-// confirm before the lease might expire.
+// the slot. So a held slot implements snapsvc.BudgetFencer, and snapsvc
+// fences right before each request that disrupts a service. Fence renews
+// the slot's lease and its guard's, then, in one linearizable
+// transaction, checks that the entry still exists with its create
+// revision and lease and that no pause record holds the key, and records
+// the act in the slot's lock-delay guard (how many acts, and when); it
+// checks the lease cannot have expired by the local clock, and returns
+// how long the confirmation stands, counted from the call: until the
+// lease's local deadline less a tenth of the TTL. A Controlled budget's
+// Fence also checks its maintenance window by its clock right before and
+// after that transaction, and ends the confirmation when the window
+// closes. While the key is paused or the window closed, Fence waits
+// holding the slot, reporting the wait through Acquire's progress, until
+// acting is allowed (snapsvc.ErrBudgetPaused once its context ends).
+// Fence's error wraps snapsvc.ErrSlotLost when the slot is not held,
+// snapsvc.ErrBudgetUnavailable when it cannot confirm before the lease
+// might expire. Once the operation's services are ready again, MarkReady
+// (snapsvc.BudgetReadier) records in the guard that they are ready after
+// the last act.
+//
+// # The fence-to-act bound
+//
+// A fence is a check, not a lock on snapd: a holder frozen (SIGSTOP, a VM
+// paused) after the core's last check of the fence's validity and before
+// its request reaches snapd still sends it when it runs again. What
+// protects the next holder then is the act record: the frozen holder's
+// guard says it may have acted, so when its lease expires its successor
+// waits out the lock-delay, and a HolderReady probe can end that wait
+// only on evidence of a restart after the act, which the frozen holder
+// has not made. The successor cannot enter before the fence's lease
+// renewal plus TTL plus LockDelay. So a holder frozen there for more than
+// LockDelay plus a tenth of the TTL (61s with the defaults; up to TTL +
+// LockDelay, 70s, when it was checked right after its fence), less the
+// time its service needs to restart and be ready, can restart while
+// another machine holds the slot. Nothing shorter can. A longer LockDelay
+// widens the bound.
 //
 // # Lock-delay
 //
@@ -110,10 +187,24 @@
 // (the next waiter sees the guard gone with the entry, or watches it for
 // the milliseconds until it is), while
 // a vanished holder's guard outlives its entry by LockDelay and counts as
-// a held slot until it expires. With Config.HolderReady (a probe of the
-// vanished holder's service, as Cluster API's control plane checks each
-// member before a step) the delay ends as soon as the service is seen
-// ready again. Stats counts these delayed takeovers.
+// a held slot until it expires, judged by what the holder recorded in it:
+// a holder that never recorded an act (it never passed a fence, so it
+// sent nothing) or that recorded its services ready after its last act
+// needs no lock-delay, and the first waiter in line deletes its guard at
+// once; a holder that recorded an act and no readiness after it is waited
+// out. With Config.HolderReady (a probe of the vanished holder's service,
+// as Cluster API's control plane checks each member before a step) the
+// first waiter in line asks, every 500ms, with the holder's act record,
+// and the delay ends as soon as the probe proves a restart after the act
+// and readiness; a guard the vanished holder still updates (its
+// MarkReady, under way) is read again at once. Stats counts these delayed
+// takeovers and the probes.
+//
+// Release deletes the entry and the guard in one transaction. A release
+// that fails (etcd unreachable for a moment) stops the keep-alives (the
+// entry expires within TTL) and leaves the guard to the next Release,
+// which really sends again: snapsvc retries a failed release in the
+// background, so the next machine does not wait out the lock-delay.
 //
 // # Compaction
 //

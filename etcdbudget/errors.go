@@ -28,10 +28,19 @@ type UnreachableError struct {
 	For time.Duration
 	// Err is the last attempt's error.
 	Err error
+	// Endpoints is what each endpoint of the client gave when asked
+	// directly (a connection of its own, failing fast) once the bound was
+	// reached: refused, no answer, or answered (then the cluster has no
+	// quorum, or that member is cut off from it).
+	Endpoints []EndpointError
 }
 
 func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("%v: %s: etcd unreachable or without quorum for %s: %v", snapsvc.ErrBudgetUnavailable, e.What, e.For.Round(time.Millisecond), e.Err)
+	msg := fmt.Sprintf("%v: %s: etcd unreachable or without quorum for %s: %v", snapsvc.ErrBudgetUnavailable, e.What, e.For.Round(time.Millisecond), e.Err)
+	if len(e.Endpoints) > 0 {
+		msg += " (endpoints: " + endpointsString(e.Endpoints) + ")"
+	}
+	return msg
 }
 
 // Unwrap returns snapsvc.ErrBudgetUnavailable and the cause.
@@ -104,6 +113,10 @@ func codeOf(err error) (codes.Code, string) {
 type outage struct {
 	bound time.Duration
 	since time.Time
+	// early: diagnose the endpoints on the first failed attempt, not only
+	// when no connection is ready (operator commands).
+	early bool
+	diag  []EndpointError // the endpoints' diagnosis during this outage
 }
 
 func (o *outage) failed(sent time.Time) bool {
@@ -113,7 +126,7 @@ func (o *outage) failed(sent time.Time) bool {
 	return time.Since(o.since) >= o.bound
 }
 
-func (o *outage) ok() { o.since = time.Time{} }
+func (o *outage) ok() { o.since, o.diag = time.Time{}, nil }
 
 func (o *outage) failing() bool { return !o.since.IsZero() }
 
@@ -135,34 +148,99 @@ func (o *outage) lasted() time.Duration {
 // cause.
 func (b *Budget) call(ctx context.Context, out *outage, what string, f func(context.Context) error) error {
 	backoff := 20 * time.Millisecond
+	ended := func() error {
+		if out.diag != nil {
+			return fmt.Errorf("%s: %w (etcd: %s)", what, context.Cause(ctx), endpointsString(out.diag))
+		}
+		return context.Cause(ctx)
+	}
 	for {
 		if ctx.Err() != nil {
-			return context.Cause(ctx)
+			return ended()
 		}
 		sent := time.Now()
-		actx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
-		err := f(actx)
-		cancel()
+		err := b.attempt(ctx, out, f)
 		b.requests.Add(1)
 		if err == nil {
 			out.ok()
 			return nil
 		}
+		if r := (refusedEndpoints)(nil); errors.As(err, &r) {
+			return refused(what, r)
+		}
 		switch {
 		case ctx.Err() != nil:
-			return context.Cause(ctx)
+			return ended()
 		case isLeaseGone(err):
 			return fmt.Errorf("%s: %w: %w", what, errLeaseGone, err)
 		case isRefusal(err):
-			return refused(what, err)
+			return refused(what, fmt.Errorf("etcd at %s: %w", strings.Join(b.cfg.Client.Endpoints(), ","), err))
 		case out.failed(sent):
-			return &UnreachableError{What: what, For: out.lasted(), Err: err}
+			if out.diag == nil {
+				out.diag = b.diagnose(ctx)
+			}
+			// A TLS failure is a refusal, never unreachability: a fail-open
+			// budget must not grant a slot on it.
+			if r := tlsRefusal(out.diag, false); r != nil {
+				return refused(what, r)
+			}
+			return &UnreachableError{What: what, For: out.lasted(), Err: err, Endpoints: out.diag}
 		}
 		b.cfg.Logger.Debug("etcd request failed, retrying", "what", what, "error", err)
 		if err := sleep(ctx, backoff/2+rand.N(backoff/2+1)); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// diagnoseAfter is how long an attempt runs, with no connection ready
+// (or for an operator command), before the endpoints are asked why.
+const diagnoseAfter = 250 * time.Millisecond
+
+// attempt runs one attempt of f, bounded by Config.Attempt. When it has
+// not returned after diagnoseAfter and no connection is ready (or out is
+// an operator command's), it asks every endpoint why, once per outage
+// (out.diag): a TLS failure on every endpoint ends the attempt at once
+// with a refusedEndpoints error.
+func (b *Budget) attempt(ctx context.Context, out *outage, f func(context.Context) error) error {
+	actx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
+	defer cancel()
+	if out.diag != nil || !(out.early || b.connecting()) {
+		return f(actx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f(actx) }()
+	t := time.NewTimer(diagnoseAfter)
+	defer t.Stop()
+	var diag chan []EndpointError
+	for {
+		select {
+		case err := <-done:
+			if diag != nil && ctx.Err() != nil {
+				// Ended by the caller: its error names the endpoints if
+				// they answer at once.
+				select {
+				case out.diag = <-diag:
+				case <-time.After(diagnoseAfter):
+				}
+			}
+			return err
+		case <-t.C:
+			diag = make(chan []EndpointError, 1)
+			go func() {
+				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.Attempt)
+				defer dcancel()
+				diag <- b.diagnose(dctx)
+			}()
+		case d := <-diag:
+			out.diag, diag = d, nil
+			if r := tlsRefusal(d, true); r != nil {
+				cancel()
+				<-done
+				return r
+			}
+		}
 	}
 }
 

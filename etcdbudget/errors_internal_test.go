@@ -73,3 +73,21 @@ func TestOwnLeaseGoneIsRetryable(t *testing.T) {
 		t.Errorf("a classified error was changed: %v", err)
 	}
 }
+
+// A guard written by an earlier version (no act records) or unreadable is
+// judged as a holder that may have acted: a rolling upgrade never skips a
+// lock-delay it needed.
+func TestGuardOfEarlierVersion(t *testing.T) {
+	for raw, settled := range map[string]bool{
+		`{"holder":"node-a","since":"2026-12-04T10:00:00Z"}`: false, // before act records
+		`not json`: false,
+		`{"v":2,"holder":"node-a","since":"2026-12-04T10:00:00Z"}`:                    true, // never acted
+		`{"v":2,"holder":"node-a","acts":2,"acted":"2026-12-04T10:00:01Z","ready":2}`: true,
+		`{"v":2,"holder":"node-a","acts":2,"acted":"2026-12-04T10:00:01Z","ready":1}`: false,
+		`{"v":2,"holder":"node-a","acts":1,"acted":"2026-12-04T10:00:01Z"}`:           false,
+	} {
+		if got := guardOf([]byte(raw)).settled(); got != settled {
+			t.Errorf("guard %s: settled %v, want %v", raw, got, settled)
+		}
+	}
+}

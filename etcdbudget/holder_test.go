@@ -19,8 +19,10 @@ import (
 
 // A holder process is this test binary re-executed with holderEnv set: it
 // takes a slot, prints {"ev":"acquired"}, and then obeys one command per
-// line on stdin: "fence" (prints {"ev":"fence","err":...,"lost":...}),
-// "release" (prints {"ev":"released"}). It lets tests pause (SIGSTOP) or
+// line on stdin: "fence" (prints {"ev":"fence","err":...,"lost":...,
+// "valid":...}), "act" (prints {"ev":"act"}: the moment its request would
+// be written), "ready" (MarkReady; prints {"ev":"ready"}), "release"
+// (prints {"ev":"released"}). It lets tests pause (SIGSTOP) or
 // kill -9 a holder whose slot lives in etcd.
 
 const holderEnv = "ETCDBUDGET_TEST_HOLDER"
@@ -34,12 +36,14 @@ type holderConfig struct {
 }
 
 type holderEvent struct {
-	Ev          string    `json:"ev"`
-	T           time.Time `json:"t"`
-	Err         string    `json:"err,omitempty"`
-	LostBefore  bool      `json:"lost-before,omitempty"` // Lost was closed before Fence ran
-	Lost        bool      `json:"lost,omitempty"`        // Fence's error wraps ErrSlotLost
-	Unavailable bool      `json:"unavailable,omitempty"` // ... ErrBudgetUnavailable
+	Ev          string        `json:"ev"`
+	T           time.Time     `json:"t"`
+	Err         string        `json:"err,omitempty"`
+	LostBefore  bool          `json:"lost-before,omitempty"` // Lost was closed before Fence ran
+	Lost        bool          `json:"lost,omitempty"`        // Fence's error wraps ErrSlotLost
+	Unavailable bool          `json:"unavailable,omitempty"` // ... ErrBudgetUnavailable
+	Start       time.Time     `json:"start,omitzero"`        // when Fence was called
+	Valid       time.Duration `json:"valid,omitempty"`       // what Fence returned
 }
 
 func maybeRunHolder() {
@@ -87,15 +91,27 @@ func runHolder(cfg holderConfig) error {
 			default:
 			}
 			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := s.(snapsvc.BudgetFencer).Fence(fctx)
+			ev.Start = time.Now()
+			valid, err := s.(snapsvc.BudgetFencer).Fence(fctx)
 			cancel()
-			ev.T = time.Now()
+			ev.T, ev.Valid = time.Now(), valid
 			if err != nil {
 				ev.Err = err.Error()
 				ev.Lost = errors.Is(err, snapsvc.ErrSlotLost)
 				ev.Unavailable = errors.Is(err, snapsvc.ErrBudgetUnavailable)
 			}
 			enc.Encode(ev)
+		case "ready":
+			err := s.(snapsvc.BudgetReadier).MarkReady(ctx)
+			ev := holderEvent{Ev: "ready", T: time.Now()}
+			if err != nil {
+				ev.Err = err.Error()
+			}
+			enc.Encode(ev)
+		case "act":
+			// What the core does right after a fence: send its request
+			// (here only the moment is reported; the test's site acts).
+			enc.Encode(holderEvent{Ev: "act", T: time.Now()})
 		case "release":
 			err := s.Release(ctx)
 			ev := holderEvent{Ev: "released", T: time.Now()}

@@ -2,37 +2,35 @@ package etcdbudget
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"unicode"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-// Key returns the budget key of a restart of names: the names sorted,
-// without duplicates, joined with "+". Every machine taking part in a
-// rollout must use the same key for the same services, whatever order it
-// names them in; Key makes "a b" and "b a" one key. Acquire applies the
-// same normalisation to any key containing "+", so keys built elsewhere
-// by joining names are safe too.
+// Key returns the budget key of a restart of names in its canonical form
+// (snapsvc.CanonicalKey): the names sorted, without duplicates, joined
+// with "+". Every machine taking part in a rollout must use the same key
+// for the same services, whatever order it names them in; Key makes "a b"
+// and "b a" one key. Acquire, Status, Pause and Resume apply the same
+// canonical form to every key they are given, as the core does before it
+// sorts the keys an operation takes, so keys built elsewhere by joining
+// names are safe too.
+//
+// A key names one semaphore: "a+b" is a slot for restarting a and b
+// together and does not exclude "a" alone. snapsvc budgets a whole-snap
+// name ("k8s") as every one of its services' keys, so a whole-snap restart
+// and a restart of one of its services exclude each other, while restarts
+// of two different services do not (see the package documentation, Keys).
 func Key(names ...string) string {
-	var parts []string
-	for _, n := range names {
-		for p := range strings.SplitSeq(n, "+") {
-			if p = strings.TrimSpace(p); p != "" {
-				parts = append(parts, p)
-			}
-		}
-	}
-	slices.Sort(parts)
-	return strings.Join(slices.Compact(parts), "+")
+	return snapsvc.CanonicalKey(strings.Join(names, "+"))
 }
 
-// normaliseKey checks key and returns its normal form (see Key). A key
+// normaliseKey checks key and returns its canonical form (see Key). A key
 // etcdbudget cannot use fails at once with an error wrapping
 // snapsvc.ErrBudgetRefused: no retry can fix it.
 func normaliseKey(key string) (string, error) {
-	k := Key(key)
+	k := snapsvc.CanonicalKey(key)
 	if k == "" {
 		return "", fmt.Errorf("%w: etcdbudget: empty key %q", snapsvc.ErrBudgetRefused, key)
 	}
@@ -40,4 +38,27 @@ func normaliseKey(key string) (string, error) {
 		return "", fmt.Errorf("%w: etcdbudget: invalid key %q (no '/', '#', spaces or control characters)", snapsvc.ErrBudgetRefused, key)
 	}
 	return k, nil
+}
+
+// pauseScopes are the pause records that hold key back: its own, each of
+// its "+"-joined parts', and, for a part naming a service ("snap.app"),
+// its snap's ("snap"). So pausing "k8s" pauses every key of k8s's
+// services (a whole-snap restart takes those: see Key).
+func pauseScopes(key string) []string {
+	scopes := []string{key}
+	add := func(s string) {
+		for _, o := range scopes {
+			if o == s {
+				return
+			}
+		}
+		scopes = append(scopes, s)
+	}
+	for _, p := range strings.Split(key, "+") {
+		add(p)
+		if snap, _, ok := strings.Cut(p, "."); ok && snap != "" {
+			add(snap)
+		}
+	}
+	return scopes
 }

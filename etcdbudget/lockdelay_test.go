@@ -13,9 +13,12 @@ import (
 )
 
 // A slot whose holder vanished (kill -9: its lease expires, nobody
-// released it) stays unusable for the lock-delay after the expiry; an
-// orderly release hands over at once; a configured probe that sees the
-// vanished holder ready ends the delay early (issue 19, defect 5).
+// released it) after it recorded an act (its fence) stays unusable for
+// the lock-delay after the expiry; a holder that never acted, or recorded
+// its services ready after its last act, needs none; an orderly release
+// hands over at once; a probe that proves the vanished holder restarted
+// after its act ends the delay early (issue 19, defect 5; issue 26,
+// defect 1).
 func TestLockDelay(t *testing.T) {
 	p := cluster(t)
 	checkLeaks(t)
@@ -23,7 +26,9 @@ func TestLockDelay(t *testing.T) {
 	cli := client(t, p.Endpoints()...)
 	const ttl = 3 * time.Second
 
-	takeover := func(t *testing.T, lockDelay time.Duration, ready func(context.Context, string) bool, release bool) (time.Duration, etcdbudget.Stats, []snapsvc.BudgetWait) {
+	// steps are the holder's commands before it vanishes ("release":
+	// it releases instead).
+	takeover := func(t *testing.T, lockDelay time.Duration, ready func(context.Context, etcdbudget.VanishedHolder) bool, steps ...string) (time.Duration, etcdbudget.Stats, []snapsvc.BudgetWait) {
 		key := uniqueKey(t)
 		h := startHolder(t, holderConfig{Endpoints: p.Endpoints(), Key: key, Name: "vanishing", TTL: ttl, LockDelay: lockDelay})
 		h.next(t, ctx, "acquired")
@@ -33,10 +38,16 @@ func TestLockDelay(t *testing.T) {
 		acquireAsync(ctx, b, "next", key, out, waits)
 		seen := []snapsvc.BudgetWait{<-waits}
 		var at time.Time
-		if release {
-			h.send(t, "release")
-			at = h.next(t, ctx, "released").T
-		} else {
+		release := false
+		for _, step := range steps {
+			h.send(t, step)
+			ev := h.next(t, ctx, map[string]string{"fence": "fence", "ready": "ready", "release": "released"}[step])
+			if ev.Err != "" {
+				t.Fatalf("holder's %s: %s", step, ev.Err)
+			}
+			at, release = ev.T, step == "release"
+		}
+		if !release {
 			at = time.Now()
 			h.cmd.Process.Kill()
 		}
@@ -55,16 +66,17 @@ func TestLockDelay(t *testing.T) {
 		r.slot.Release(ctx)
 		return d, b.Stats(), seen
 	}
+	// The lease expires 2/3 TTL to TTL after the kill (keep-alives every
+	// TTL/3), the guard LockDelay later; etcd checks expiry every 500ms;
+	// 1.5s of margin for a loaded machine.
+	const margin = 1500 * time.Millisecond
 
-	t.Run("killed", func(t *testing.T) {
+	t.Run("killed after acting", func(t *testing.T) {
 		const delay = 2 * time.Second
-		d, st, waits := takeover(t, delay, nil, false)
-		t.Logf("holder killed: next holder after %s (TTL %s, lock-delay %s)", d.Round(time.Millisecond), ttl, delay)
-		// The lease expires 2/3 TTL to TTL after the kill (keep-alives
-		// every TTL/3), the guard LockDelay later; etcd checks expiry
-		// every 500ms; 1.5s of margin for a loaded machine.
-		if d < ttl*2/3+delay || d > ttl+delay+1500*time.Millisecond {
-			t.Errorf("next holder after %s, want within [%s, %s]", d, ttl*2/3+delay, ttl+delay+1500*time.Millisecond)
+		d, st, waits := takeover(t, delay, nil, "fence")
+		t.Logf("holder killed after its fence: next holder after %s (TTL %s, lock-delay %s)", d.Round(time.Millisecond), ttl, delay)
+		if d < ttl*2/3+delay || d > ttl+delay+margin {
+			t.Errorf("next holder after %s, want within [%s, %s]", d, ttl*2/3+delay, ttl+delay+margin)
 		}
 		if st.DelayedTakeovers != 1 {
 			t.Errorf("stats %+v: want one delayed takeover", st)
@@ -75,21 +87,46 @@ func TestLockDelay(t *testing.T) {
 		}
 	})
 
+	t.Run("killed before acting", func(t *testing.T) {
+		var asked atomic.Int32
+		probe := func(context.Context, etcdbudget.VanishedHolder) bool { asked.Add(1); return false }
+		d, st, _ := takeover(t, 30*time.Second, probe)
+		t.Logf("holder killed before any fence: next holder after %s", d.Round(time.Millisecond))
+		if d > ttl+margin || st.DelayedTakeovers != 0 || asked.Load() != 0 {
+			t.Errorf("next holder after %s (stats %+v, probe asked %d times), want at the lease expiry, unprobed: it never acted", d, st, asked.Load())
+		}
+	})
+
+	t.Run("killed after ready", func(t *testing.T) {
+		var asked atomic.Int32
+		probe := func(context.Context, etcdbudget.VanishedHolder) bool { asked.Add(1); return false }
+		d, st, _ := takeover(t, 30*time.Second, probe, "fence", "ready")
+		t.Logf("holder killed after recording ready: next holder after %s", d.Round(time.Millisecond))
+		if d > ttl+margin || st.DelayedTakeovers != 0 || asked.Load() != 0 {
+			t.Errorf("next holder after %s (stats %+v, probe asked %d times), want at the lease expiry, unprobed: it was ready after its act", d, st, asked.Load())
+		}
+	})
+
 	t.Run("released", func(t *testing.T) {
-		d, st, _ := takeover(t, 30*time.Second, nil, true)
+		d, st, _ := takeover(t, 30*time.Second, nil, "fence", "release")
 		t.Logf("holder released: next holder after %s", d.Round(time.Millisecond))
 		if d > time.Second || st.DelayedTakeovers != 0 {
 			t.Errorf("an orderly release handed over after %s (stats %+v), want at once", d, st)
 		}
 	})
 
-	t.Run("seen ready", func(t *testing.T) {
+	t.Run("proven ready", func(t *testing.T) {
 		var asked atomic.Int32
-		ready := func(_ context.Context, holder string) bool { asked.Add(1); return holder == "vanishing" }
-		d, _, _ := takeover(t, 30*time.Second, ready, false)
-		t.Logf("holder killed, seen ready by the probe: next holder after %s", d.Round(time.Millisecond))
-		if d > ttl+1500*time.Millisecond || asked.Load() == 0 {
-			t.Errorf("next holder after %s (probe asked %d times), want at the lease expiry, not the 30s lock-delay", d, asked.Load())
+		var got atomic.Value
+		ready := func(_ context.Context, h etcdbudget.VanishedHolder) bool {
+			asked.Add(1)
+			got.Store(h)
+			return h.Holder == "vanishing" && h.Acts == 1 && !h.Acted.IsZero()
+		}
+		d, _, _ := takeover(t, 30*time.Second, ready, "fence")
+		t.Logf("holder killed after its fence, proven ready by the probe: next holder after %s", d.Round(time.Millisecond))
+		if d > ttl+margin || asked.Load() == 0 {
+			t.Errorf("next holder after %s (probe asked %d times, last with %+v), want at the lease expiry, not the 30s lock-delay", d, asked.Load(), got.Load())
 		}
 	})
 }

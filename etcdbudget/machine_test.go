@@ -20,6 +20,7 @@ import (
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/probe"
+	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
@@ -48,6 +49,114 @@ type machineConfig struct {
 	LockDelay   time.Duration `json:"lock-delay"`
 	Socket      string        `json:"socket"`    // set by startMachine: the site's fake snapd
 	ReadyURL    string        `json:"ready-url"` // set by startMachine: the site's readiness
+	// Percent, when set, makes Max a percentage of the machines that
+	// join within JoinPeriod (Controls.MaxUnavailable).
+	Percent    int           `json:"percent,omitempty"`
+	JoinPeriod time.Duration `json:"join-period,omitempty"`
+	// WindowFile, when set, gives the machine the maintenance window
+	// "daily 00:00-12:00 UTC" on a clock that reads inside it, or outside
+	// while the file exists (the test opens and closes it).
+	WindowFile string `json:"window-file,omitempty"`
+	// FreezeFile, when it exists at a "fenced" event, makes the machine
+	// remove it, print "frozen" and stop itself (SIGSTOP) right after its
+	// fence, before its request: the test resumes it.
+	FreezeFile string `json:"freeze-file,omitempty"`
+	// Sites are the status URLs of every machine's site, by name: the
+	// HolderReady probe asks a vanished holder's site whether its service
+	// restarted after the holder's act and is ready again.
+	Sites map[string]string `json:"sites,omitempty"`
+}
+
+// windowClock reads inside the window "daily 00:00-12:00 UTC" while
+// file does not exist and outside it while it does; its timers also fire
+// when that changes, so a wait for the window re-checks at once.
+type windowClock struct {
+	file        string
+	base, start time.Time
+}
+
+func (c *windowClock) closed() bool {
+	_, err := os.Stat(c.file)
+	return err == nil
+}
+
+func (c *windowClock) Now() time.Time {
+	t := c.base.Add(time.Since(c.start))
+	if c.closed() {
+		t = t.Add(12 * time.Hour)
+	}
+	return t
+}
+
+func (c *windowClock) NewTimer(d time.Duration) retry.Timer {
+	t := &windowTimer{ch: make(chan time.Time, 1), stop: make(chan struct{})}
+	closed := c.closed()
+	go func() {
+		deadline := time.NewTimer(d)
+		defer deadline.Stop()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.stop:
+				return
+			case now := <-deadline.C:
+				t.ch <- now
+				return
+			case now := <-tick.C:
+				if c.closed() != closed {
+					t.ch <- now
+					return
+				}
+			}
+		}
+	}()
+	return t
+}
+
+type windowTimer struct {
+	ch   chan time.Time
+	stop chan struct{}
+	once sync.Once
+}
+
+func (t *windowTimer) C() <-chan time.Time { return t.ch }
+func (t *windowTimer) Stop() bool {
+	t.once.Do(func() { close(t.stop) })
+	return true
+}
+
+// siteStatus is what a site's /status answers.
+type siteStatus struct {
+	Spawn time.Time `json:"spawn"` // the last change's
+	Ready bool      `json:"ready"`
+}
+
+// holderReady asks the vanished holder's site whether its service
+// restarted after the holder's act and is ready again.
+func holderReady(sites map[string]string, out *emitter) func(context.Context, etcdbudget.VanishedHolder) bool {
+	return func(ctx context.Context, v etcdbudget.VanishedHolder) bool {
+		url, ok := sites[v.Holder]
+		if !ok {
+			return false
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var st siteStatus
+		if json.NewDecoder(resp.Body).Decode(&st) != nil {
+			return false
+		}
+		ok = st.Ready && st.Spawn.After(v.Acted)
+		out.emit(event{Ev: "probe", Holders: []string{v.Holder}, Retryable: ok})
+		return ok
+	}
 }
 
 // event is one line a machine prints.
@@ -103,10 +212,25 @@ func runMachine(cfg machineConfig) error {
 		return err
 	}
 	defer cli.Close()
-	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Max: cfg.Max, TTL: cfg.TTL, Holder: cfg.Name, Unreachable: cfg.Unreachable, LockDelay: cfg.LockDelay})
+	bcfg := etcdbudget.Config{Client: cli, TTL: cfg.TTL, Holder: cfg.Name, Unreachable: cfg.Unreachable, LockDelay: cfg.LockDelay}
+	if cfg.Sites != nil {
+		bcfg.HolderReady = holderReady(cfg.Sites, out)
+	}
+	ctl := etcdbudget.Controls{MaxUnavailable: etcdbudget.MaxUnavailable{Count: cfg.Max}}
+	if cfg.Percent > 0 {
+		ctl.MaxUnavailable, ctl.JoinPeriod = etcdbudget.MaxUnavailable{Percent: cfg.Percent}, cfg.JoinPeriod
+	}
+	if cfg.WindowFile != "" {
+		if ctl.Window, err = etcdbudget.ParseWindow("daily 00:00-12:00 UTC"); err != nil {
+			return err
+		}
+		ctl.Clock = &windowClock{file: cfg.WindowFile, base: time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC), start: time.Now()}
+	}
+	b, err := etcdbudget.NewControlled(bcfg, ctl)
 	if err != nil {
 		return err
 	}
+	defer b.Close()
 	ready := &probe.HTTP{URL: cfg.ReadyURL}
 	c, err := snapsvc.New(snapsvc.WithSocket(cfg.Socket), snapsvc.WithMode(snapsvc.ModeREST),
 		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
@@ -119,6 +243,13 @@ func runMachine(cfg machineConfig) error {
 					e.Err = ev.Err.Error()
 				}
 				out.emit(e)
+				if ev.Kind == snapsvc.BudgetFenced && cfg.FreezeFile != "" {
+					if os.Remove(cfg.FreezeFile) == nil {
+						// Frozen between the fence and the request.
+						out.emit(event{Ev: "frozen"})
+						syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+					}
+				}
 			},
 		}))
 	if err != nil {
@@ -163,8 +294,18 @@ func newSite(t *testing.T, stepDur, readyDelay time.Duration) *site {
 	app := fake.App{Name: "kube-apiserver", Daemon: "simple", Enabled: true, Active: true, StartDuration: stepDur, StopDuration: stepDur}
 	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{app, {Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
 	st := &site{srv: srv, readyDelay: readyDelay}
-	st.ready = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if _, ok := st.notReadyUntil(time.Now()); ok {
+	st.ready = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, notReady := st.notReadyUntil(time.Now())
+		if r.URL.Path == "/status" {
+			var ss siteStatus
+			if chgs := st.srv.Changes(); len(chgs) > 0 {
+				ss.Spawn = chgs[len(chgs)-1].SpawnTime
+			}
+			ss.Ready = !notReady
+			json.NewEncoder(w).Encode(ss)
+			return
+		}
+		if notReady {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	}))
@@ -200,6 +341,7 @@ type machine struct {
 	site   *site
 	events chan event
 	exited chan error
+	frozen chan struct{} // a "frozen" event: it stopped itself
 
 	mu  sync.Mutex
 	all []event
@@ -230,7 +372,7 @@ func startMachineAt(t *testing.T, cfg machineConfig, st *site) *machine {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m := &machine{name: cfg.Name, cmd: cmd, site: st, events: make(chan event, 10000), exited: make(chan error, 1)}
+	m := &machine{name: cfg.Name, cmd: cmd, site: st, events: make(chan event, 10000), exited: make(chan error, 1), frozen: make(chan struct{}, 100)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -239,6 +381,9 @@ func startMachineAt(t *testing.T, cfg machineConfig, st *site) *machine {
 				m.mu.Lock()
 				m.all = append(m.all, ev)
 				m.mu.Unlock()
+				if ev.Ev == "frozen" {
+					m.frozen <- struct{}{}
+				}
 				m.events <- ev
 			}
 		}
@@ -288,8 +433,14 @@ func (m *machine) wait(t *testing.T, ctx context.Context) []event {
 			if ok {
 				continue
 			}
-			if err := <-m.exited; err != nil {
-				t.Fatalf("machine %s: %v", m.name, err)
+			select {
+			case err := <-m.exited:
+				m.exited <- err
+				if err != nil {
+					t.Fatalf("machine %s: %v", m.name, err)
+				}
+			case <-ctx.Done():
+				t.Fatalf("machine %s: its output ended but it did not exit: %v", m.name, ctx.Err())
 			}
 			return m.timeline()
 		case <-ctx.Done():

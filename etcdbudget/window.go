@@ -145,6 +145,36 @@ func (w *Window) Next(t time.Time) time.Time {
 	return time.Time{} // no day at all: never
 }
 
+// Closes returns when the opening of the window that contains t closes:
+// t itself when t is outside the window, the zero time when the window
+// never closes (the whole day, every day).
+func (w *Window) Closes(t time.Time) time.Time {
+	if !w.Contains(t) {
+		return t
+	}
+	loc := w.loc()
+	lt := t.In(loc)
+	y, mo, d := lt.Date()
+	at := func(days, minutes int) time.Time {
+		return time.Date(y, mo, d+days, minutes/60, minutes%60, 0, 0, loc)
+	}
+	switch {
+	case w.Start == w.End: // whole days: the first midnight of a day it does not open on
+		for i := 1; i <= 7; i++ {
+			if mid := at(i, 0); !w.Days[mid.Weekday()] {
+				return mid
+			}
+		}
+		return time.Time{}
+	case w.Start < w.End:
+		return at(0, w.End)
+	case w.Days[lt.Weekday()] && lt.Hour()*60+lt.Minute() >= w.Start: // opened today, past midnight
+		return at(1, w.End)
+	default: // opened yesterday
+		return at(0, w.End)
+	}
+}
+
 // String returns the window in ParseWindow's form.
 func (w *Window) String() string {
 	var days []string

@@ -178,8 +178,12 @@ func (e *BudgetError) Retryable() bool {
 
 // BudgetOptions configure WithRestartBudget.
 type BudgetOptions struct {
-	// Key maps a name as given to an operation ("snap.app" or "snap") to
-	// its budget key. Default: the name itself.
+	// Key maps a service name ("snap.app") to its budget key. A
+	// whole-snap name given to an operation ("snap") stands for every one
+	// of its services (read from snapd's apps listing), each mapped by
+	// Key, so a whole-snap restart and a restart of one of its services
+	// exclude each other. Keys are put in canonical form (CanonicalKey).
+	// Default: the name itself.
 	Key func(name string) string
 	// Ready returns the readiness check of a name, or nil when the
 	// change being Done is enough. The slot is held until every check of
@@ -410,16 +414,74 @@ func (b *budgetRunner) held(s *sharedSlot) time.Duration {
 	return b.c.clock.Now().Sub(s.since)
 }
 
-// keysOf returns the sorted, unique keys of names.
+// CanonicalKey returns the one form of a budget key that every machine
+// and every budget uses: the "+"-separated parts of key trimmed of spaces,
+// sorted and without duplicates or empty parts, joined with "+". So "a+b",
+// "b+a" and " b + a + a" are one key, "a+b"; a key without "+" is only
+// trimmed. The core takes slots in the order of canonical keys, so two
+// operations naming one key in different spellings share one slot and
+// cannot deadlock; github.com/snapsvc/snapsvc/etcdbudget applies the same
+// function to every key it is given.
+func CanonicalKey(key string) string {
+	var parts []string
+	for _, p := range strings.Split(key, "+") {
+		if p = strings.TrimSpace(p); p != "" {
+			parts = append(parts, p)
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(slices.Compact(parts), "+")
+}
+
+// keysOf returns the sorted, unique canonical keys of names (service
+// names: a whole-snap name is expanded by budgetKeys first).
 func (b *budgetRunner) keysOf(names []string) []string {
 	var keys []string
 	for _, n := range names {
-		if k := b.key(n); !slices.Contains(keys, k) {
+		if k := CanonicalKey(b.key(n)); !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// budgetKeys returns the budget keys of names: each "snap.app" name's key,
+// and for a whole-snap name the keys of every one of its services (from
+// snapd's apps listing, svcs when the caller read it already), so that a
+// restart of "k8s" on one machine and of "k8s.kube-apiserver" on another
+// take the same slot. A snap without services keeps its own name's key.
+// It reads snapd only when a whole-snap name is given and svcs is nil.
+func (c *Client) budgetKeys(k *call, names []string, svcs []Service) ([]string, error) {
+	var snaps []string
+	for _, n := range names {
+		if !strings.Contains(n, ".") && !slices.Contains(snaps, n) {
+			snaps = append(snaps, n)
+		}
+	}
+	if len(snaps) > 0 && svcs == nil {
+		var err error
+		if svcs, err = c.services(k, snaps); err != nil {
+			return nil, err
+		}
+	}
+	var expanded []string
+	for _, n := range names {
+		if strings.Contains(n, ".") {
+			expanded = append(expanded, n)
+			continue
+		}
+		found := false
+		for _, s := range svcs {
+			if s.Snap == n {
+				expanded, found = append(expanded, s.FullName()), true
+			}
+		}
+		if !found {
+			expanded = append(expanded, n)
+		}
+	}
+	return c.budget.keysOf(expanded), nil
 }
 
 // goBackground runs f on a goroutine that Close waits for (bounded).
@@ -844,21 +906,29 @@ func (c *Client) takeBudget(k *call, o op) (*hold, error) {
 		return nil, nil
 	}
 	if o.action == "start" {
-		h := b.kept(b.keysOf(o.t.names))
+		keys, err := c.budgetKeys(k, o.t.names, nil)
+		if err != nil {
+			return nil, c.opError(o, "", 0, err)
+		}
+		h := b.kept(keys)
 		if h != nil {
 			h.watch()
 		}
 		return h, nil
 	}
 	names := o.t.names
+	var svcs []Service
 	if o.action == "stop" {
-		running, err := c.running(k, o)
+		running, all, err := c.running(k, o)
 		if err != nil {
 			return nil, c.opError(o, "", 0, err)
 		}
-		names = running
+		names, svcs = running, all
 	}
-	keys := b.keysOf(names)
+	keys, err := c.budgetKeys(k, names, svcs)
+	if err != nil {
+		return nil, c.opError(o, "", 0, err)
+	}
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -1089,11 +1159,11 @@ func (c *Client) holdAsync(k *call, op *Operation, h *hold, done bool) {
 }
 
 // running returns the names of o that name a running service (or a snap
-// with one).
-func (c *Client) running(k *call, o op) ([]string, error) {
+// with one), and the services it read.
+func (c *Client) running(k *call, o op) ([]string, []Service, error) {
 	svcs, err := c.services(k, o.t.names)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []string
 	for _, n := range o.t.names {
@@ -1104,7 +1174,7 @@ func (c *Client) running(k *call, o op) ([]string, error) {
 			}
 		}
 	}
-	return out, nil
+	return out, svcs, nil
 }
 
 // keep moves a Stop's slots to the kept set, where the Start that follows

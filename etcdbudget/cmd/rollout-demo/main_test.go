@@ -4,10 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
 )
+
+func TestMain(m *testing.M) {
+	etcdtest.BuildMember() // before any timed cluster start
+	os.Exit(m.Run())
+}
 
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer

@@ -7,8 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/user"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -66,6 +69,7 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 		return exitOK
 	}
 	var key string
+	fromEnv(o)
 	switch {
 	case err != nil:
 	case len(rest) == 0:
@@ -73,7 +77,7 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 	case len(rest) > 1:
 		err = fmt.Errorf("%s: unexpected arguments %q", cmd, rest[1:])
 	case o.endpoints == "":
-		err = errors.New("--endpoints is required")
+		err = errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required")
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
@@ -88,10 +92,14 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 	cli, err := etcdClient(o)
 	if err != nil {
 		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-		return exitUsage
+		return clientExit(err)
 	}
 	defer cli.Close()
-	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Prefix: o.prefix, Holder: o.holder, Unreachable: o.unreachable})
+	holder := o.holder
+	if holder == "" && cmd == "pause" {
+		holder = operator() // the pause records who paused, not a process
+	}
+	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Prefix: o.prefix, Holder: holder, Unreachable: o.unreachable})
 	if err != nil {
 		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
 		return exitUsage
@@ -145,6 +153,28 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 	return exitOK
 }
 
+// operator names who runs the command: the user who ran sudo
+// ($SUDO_USER), else $USER (else the account's name), at this host.
+func operator() string {
+	who := os.Getenv("SUDO_USER")
+	if who == "" {
+		who = os.Getenv("USER")
+	}
+	if who == "" {
+		if u, err := user.Current(); err == nil {
+			who = u.Username
+		}
+	}
+	if who == "" {
+		who = "unknown"
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return who + "@" + host
+}
+
 func reasonSuffix(r string) string {
 	if r == "" {
 		return ""
@@ -176,13 +206,37 @@ func printStatus(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
 			if !e.Acquired.IsZero() {
 				since = e.Acquired // held since
 			}
-			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x\n", i+1, e.Holder, since.Format(time.RFC3339), now.Sub(since).Round(time.Second), e.Lease)
+			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x%s\n", i+1, e.Holder, since.Format(time.RFC3339), now.Sub(since).Round(time.Second), e.Lease, entryNote(e, now))
 		}
 	}
 	section("holders", st.Holders)
 	section("waiters", st.Waiters)
 	if len(st.Vanished) > 0 {
-		section("vanished holders, slot held back by their lock-delay", st.Vanished)
+		section("vanished holders (lease expired, not released), slot held back by their lock-delay", st.Vanished)
 	}
 	tw.Flush()
+}
+
+// entryNote says what a holder recorded (its acts, its readiness) and
+// what blocks a waiter.
+func entryNote(e etcdbudget.Entry, now time.Time) string {
+	var notes []string
+	if len(e.BlockedBy) > 0 {
+		notes = append(notes, "blocked by the lock-delay of "+strings.Join(e.BlockedBy, ", "))
+	}
+	if e.Acts > 0 && e.Acted.IsZero() {
+		notes = append(notes, "may have acted (no act record: an earlier version)")
+	} else if e.Acts > 0 {
+		n := fmt.Sprintf("acted %s ago", now.Sub(e.Acted).Round(time.Second))
+		if !e.ReadyAt.IsZero() {
+			n += ", ready since " + e.ReadyAt.Format(time.RFC3339)
+		} else {
+			n += ", not ready since"
+		}
+		notes = append(notes, n)
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return "\t" + strings.Join(notes, "; ")
 }

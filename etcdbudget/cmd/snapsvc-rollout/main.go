@@ -15,13 +15,19 @@
 // with --json, stdout carries one JSON object per event and a final
 // {"result": ...} or {"error": ...} object.
 //
-// Flags: --endpoints (required unless --bootstrap), --key (default: the
-// names sorted, without duplicates, joined with "+", so every machine
-// names the same key whatever order it lists them in), --max-unavailable
-// (a count, or a percentage of the machines taking part, such as 25%:
-// resolved once per rollout over the machines registered then, rounded
-// down but at least 1, and pinned in etcd; default 1; every machine must
-// use the same), --max (the same as a count), --window (a maintenance
+// Flags: --endpoints (required unless --bootstrap or $ETCDCTL_ENDPOINTS),
+// --etcd-ca, --etcd-cert, --etcd-key, --etcd-user, --etcd-password (or
+// $ETCDCTL_CACERT, $ETCDCTL_CERT, $ETCDCTL_KEY, $ETCDCTL_USER as USER or
+// USER:PASSWORD, $ETCDCTL_PASSWORD, as etcdctl reads them; a flag wins),
+// --key (one budget key for the whole restart; default: each service's
+// own key, a snap name standing for every one of its services, so a
+// restart of "k8s" on one machine and of "k8s.kube-apiserver" on another
+// exclude each other while two different services do not),
+// --max-unavailable (a count, or a percentage of the machines taking
+// part, such as 25%: resolved once per rollout over the machines that
+// joined within --join-period (default 10s) of the first, rounded down but
+// at least 1, and pinned in etcd; default 1; every machine must use the
+// same), --max (the same as a count), --window (a maintenance
 // window such as "Mon-Fri 22:00-04:00 Europe/Berlin": outside it the
 // command waits), --ttl (lease, default 10s), --unreachable (how long
 // etcd may be unreachable before failing, default 15s), --fail-open
@@ -47,7 +53,9 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -63,7 +71,6 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/probe"
@@ -89,6 +96,8 @@ const (
 type options struct {
 	endpoints, key, holder, prefix, socket      string
 	etcdCA, etcdCert, etcdKey                   string
+	etcdUser, etcdPassword                      string
+	joinPeriod                                  time.Duration
 	readyURL, readyCA, readyCert, readyKey      string
 	readyInsecure, jsonOut, failOpen, bootstrap bool
 	reload, version                             bool
@@ -101,10 +110,12 @@ type options struct {
 
 // etcdFlags are the flags every command shares.
 func etcdFlags(fs *flag.FlagSet, o *options) {
-	fs.StringVar(&o.endpoints, "endpoints", "", "etcd client URLs, comma-separated")
-	fs.StringVar(&o.etcdCA, "etcd-ca", "", "CA bundle for etcd's certificate")
-	fs.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate for etcd")
-	fs.StringVar(&o.etcdKey, "etcd-key", "", "client key for etcd")
+	fs.StringVar(&o.endpoints, "endpoints", "", "etcd client URLs, comma-separated (default $ETCDCTL_ENDPOINTS)")
+	fs.StringVar(&o.etcdCA, "etcd-ca", "", "CA bundle for etcd's certificate (default $ETCDCTL_CACERT)")
+	fs.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate for etcd (default $ETCDCTL_CERT)")
+	fs.StringVar(&o.etcdKey, "etcd-key", "", "client key for etcd (default $ETCDCTL_KEY)")
+	fs.StringVar(&o.etcdUser, "etcd-user", "", "etcd user, USER or USER:PASSWORD (default $ETCDCTL_USER)")
+	fs.StringVar(&o.etcdPassword, "etcd-password", "", "etcd user's password (default $ETCDCTL_PASSWORD)")
 	fs.StringVar(&o.prefix, "prefix", etcdbudget.DefaultPrefix, "etcd key prefix of the budget")
 	fs.StringVar(&o.holder, "holder", "", "identity shown to other machines (default HOSTNAME pid PID)")
 	fs.BoolVar(&o.jsonOut, "json", false, "JSON on stdout")
@@ -167,10 +178,11 @@ func parse(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs := newFlagSet("snapsvc-rollout", rolloutUsage, stderr)
 	etcdFlags(fs, o)
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.StringVar(&o.key, "key", "", "budget key (default: the names sorted, without duplicates, joined with '+')")
+	fs.StringVar(&o.key, "key", "", "one budget key for the whole restart (default: each service's own key; a snap name stands for all its services)")
 	fs.IntVar(&o.max, "max", 1, "machines that may restart at once (the same on every machine); see --max-unavailable")
 	fs.StringVar(&o.maxUnavailable, "max-unavailable", "", "machines that may restart at once: a count, or a percentage of the machines taking part (25%: rounded down, at least 1)")
 	fs.StringVar(&o.window, "window", "", `maintenance window, e.g. "Mon-Fri 22:00-04:00 Europe/Berlin": outside it, wait`)
+	fs.DurationVar(&o.joinPeriod, "join-period", etcdbudget.DefaultJoinPeriod, "with a percentage --max-unavailable: how long machines may join before it is resolved")
 	fs.DurationVar(&o.ttl, "ttl", etcdbudget.DefaultTTL, "lease of the slot: a crashed machine's slot frees itself after this")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "restart anyway, without a slot, when etcd stays unreachable")
 	fs.BoolVar(&o.bootstrap, "bootstrap", false, "no cluster exists yet: restart without a budget")
@@ -193,6 +205,7 @@ func parse(args []string, stdout, stderr io.Writer) (*options, error) {
 	if o.version {
 		return o, nil
 	}
+	fromEnv(o)
 	o.names = names
 	maxSet := false
 	fs.Visit(func(f *flag.Flag) { maxSet = maxSet || f.Name == "max" })
@@ -202,7 +215,7 @@ func parse(args []string, stdout, stderr io.Writer) (*options, error) {
 	case len(o.names) == 0:
 		return nil, errors.New("name at least one service, e.g. k8s.kube-apiserver")
 	case o.endpoints == "" && !o.bootstrap:
-		return nil, errors.New("--endpoints is required (or --bootstrap when no cluster exists yet)")
+		return nil, errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required (or --bootstrap when no cluster exists yet)")
 	case o.max < 1:
 		return nil, fmt.Errorf("--max %d: must be at least 1", o.max)
 	}
@@ -222,18 +235,30 @@ func parse(args []string, stdout, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("--window: %w", err)
 		}
 	}
-	if o.key == "" {
-		o.key = defaultKey(o.names)
+	if o.key != "" {
+		// One form on every machine: "a+b" and "b+a" are one key.
+		o.key = etcdbudget.Key(o.key)
 	}
 	return o, nil
 }
 
-// defaultKey is the names sorted, without duplicates, joined with "+":
-// "a b" and "b a" on two machines must be one key.
-func defaultKey(names []string) string {
-	k := slices.Clone(names)
-	slices.Sort(k)
-	return strings.Join(slices.Compact(k), "+")
+// fromEnv fills what the etcd flags left unset from etcdctl's
+// environment variables.
+func fromEnv(o *options) {
+	for _, v := range []struct {
+		dst *string
+		env string
+	}{
+		{&o.endpoints, "ETCDCTL_ENDPOINTS"}, {&o.etcdCA, "ETCDCTL_CACERT"}, {&o.etcdCert, "ETCDCTL_CERT"},
+		{&o.etcdKey, "ETCDCTL_KEY"}, {&o.etcdUser, "ETCDCTL_USER"}, {&o.etcdPassword, "ETCDCTL_PASSWORD"},
+	} {
+		if *v.dst == "" {
+			*v.dst = os.Getenv(v.env)
+		}
+	}
+	if user, pass, ok := strings.Cut(o.etcdUser, ":"); ok && o.etcdPassword == "" {
+		o.etcdUser, o.etcdPassword = user, pass // etcdctl's --user USER:PASSWORD
+	}
 }
 
 // printer writes progress lines to stderr, or JSON events to stdout.
@@ -273,7 +298,7 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 	ts := ev.Time.Format("15:04:05.000")
 	switch ev.Kind {
 	case "waiting":
-		fmt.Fprintf(p.stderr, "%s waiting for %s: held by %s, %d ahead of us (max %d)\n", ts, ev.Key, strings.Join(ev.Wait.Holders, ", "), ev.Wait.Ahead, ev.Wait.Max)
+		fmt.Fprintf(p.stderr, "%s waiting for %s: %s\n", ts, ev.Key, etcdbudget.DescribeWait(ev.Wait))
 	case "acquired":
 		fmt.Fprintf(p.stderr, "%s acquired %s as %s after %s; restarting\n", ts, ev.Key, ev.Holder, ev.Waited.Round(time.Millisecond))
 	case "ready":
@@ -344,11 +369,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cli, err := etcdClient(o)
 		if err != nil {
 			fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-			return exitUsage
+			return clientExit(err)
 		}
 		defer cli.Close()
 		mu, _ := etcdbudget.ParseMaxUnavailable(o.maxUnavailable) // checked by parse
-		ctl := etcdbudget.Controls{MaxUnavailable: mu}
+		ctl := etcdbudget.Controls{MaxUnavailable: mu, JoinPeriod: o.joinPeriod}
 		if o.window != "" {
 			ctl.Window, _ = etcdbudget.ParseWindow(o.window)
 		}
@@ -360,11 +385,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer b.Close()
 		bopts := snapsvc.BudgetOptions{
-			Key:      func(string) string { return o.key },
 			Settle:   o.settle,
 			MaxWait:  o.maxWait,
 			Progress: p.event,
 			Probe:    probe.Options{Interval: o.readyInterval, MaxWait: o.readyTimeout},
+		}
+		if o.key != "" {
+			bopts.Key = func(string) string { return o.key }
 		}
 		if o.readyURL != "" {
 			ready := &probe.HTTP{URL: o.readyURL, CAFile: o.readyCA, CertFile: o.readyCert, KeyFile: o.readyKey, InsecureSkipVerify: o.readyInsecure}
@@ -383,6 +410,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitCode(ctx, err)
 }
 
+// clientExit is the exit code of a failure to build the etcd client:
+// retryable when etcd could not be reached, usage otherwise (a refusal:
+// certificates, credentials).
+func clientExit(err error) int {
+	if errors.Is(err, snapsvc.ErrBudgetUnavailable) {
+		return exitRetryable
+	}
+	return exitUsage
+}
+
 func exitCode(ctx context.Context, err error) int {
 	var opErr *snapsvc.OpError
 	switch {
@@ -396,16 +433,48 @@ func exitCode(ctx context.Context, err error) int {
 	return exitFailed
 }
 
+// etcdClient builds the etcd client from the etcd flags (and
+// environment). A client certificate outside its validity is refused
+// here, naming the file; a client that cannot be built names each
+// endpoint and why it failed (etcdbudget.NewClient).
 func etcdClient(o *options) (*clientv3.Client, error) {
 	// gRPC keep-alive drops a connection to a member that hangs.
-	cfg := clientv3.Config{Endpoints: strings.Split(o.endpoints, ","), DialTimeout: 5 * time.Second,
-		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 3 * time.Second, Logger: zap.NewNop()}
+	cfg := etcdbudget.ClientConfig(strings.Split(o.endpoints, ","))
+	cfg.Username, cfg.Password = o.etcdUser, o.etcdPassword
 	if o.etcdCA != "" || o.etcdCert != "" {
+		if o.etcdCert != "" {
+			if err := certValid(o.etcdCert, time.Now()); err != nil {
+				return nil, err
+			}
+		}
 		tlsCfg, err := transport.TLSInfo{TrustedCAFile: o.etcdCA, CertFile: o.etcdCert, KeyFile: o.etcdKey}.ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("etcd TLS: %w", err)
 		}
 		cfg.TLS = tlsCfg
 	}
-	return clientv3.New(cfg)
+	return etcdbudget.NewClient(cfg)
+}
+
+// certValid checks that the first certificate in file is valid at now.
+func certValid(file string, now time.Time) error {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("etcd TLS: %w", err)
+	}
+	block, _ := pem.Decode(raw)
+	if block == nil {
+		return fmt.Errorf("etcd TLS: %s: no PEM certificate", file)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("etcd TLS: %s: %w", file, err)
+	}
+	switch {
+	case now.After(cert.NotAfter):
+		return fmt.Errorf("%w: etcd TLS: client certificate %s (%s) expired at %s", snapsvc.ErrBudgetRefused, file, cert.Subject.CommonName, cert.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(cert.NotBefore):
+		return fmt.Errorf("%w: etcd TLS: client certificate %s (%s) is not valid before %s", snapsvc.ErrBudgetRefused, file, cert.Subject.CommonName, cert.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdtest.MaybeRunMember()
+	etcdtest.BuildMember() // before any timed cluster start
 	os.Exit(m.Run())
 }
 
@@ -56,6 +57,21 @@ func TestTwoMachinesRollOutOneAtATime(t *testing.T) {
 	}
 	defer cl.Close()
 	eps := strings.Join(cl.Endpoints(), ",")
+	t.Run("one key", func(t *testing.T) {
+		twoMachines(t, ctx, eps, []string{"--key", "k8s.kube-apiserver", "k8s.kube-apiserver"}, []string{"--key", "k8s.kube-apiserver", "k8s.kube-apiserver"})
+	})
+	// Without --key: a whole-snap restart on one machine and a restart of
+	// one of its services on the other take the same slot (issue 26,
+	// defect 4; before, "k8s" and "k8s.kube-apiserver" were two keys).
+	t.Run("snap and service", func(t *testing.T) {
+		twoMachines(t, ctx, eps, []string{"k8s"}, []string{"k8s.kube-apiserver"})
+	})
+}
+
+// twoMachines runs two rollouts with args (after the common flags) at
+// once, each on its own fake snapd and readiness endpoint, and checks
+// they ran one after the other.
+func twoMachines(t *testing.T, ctx context.Context, eps string, args ...[]string) {
 	type machine struct {
 		srv    *fake.Server
 		ready  *readyServer
@@ -71,9 +87,9 @@ func TestTwoMachinesRollOutOneAtATime(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.code = run(ctx, []string{"--endpoints", eps, "--key", "k8s.kube-apiserver", "--max", "1", "--ttl", "3s",
+			m.code = run(ctx, append([]string{"--endpoints", eps, "--max", "1", "--ttl", "3s",
 				"--socket", m.srv.SocketPath(), "--ready-url", m.ready.URL + "/readyz", "--ready-interval", "10ms",
-				"--settle", "50ms", "--holder", []string{"node-a", "node-b"}[i], "--json", "k8s.kube-apiserver"}, &m.out, &m.stderr)
+				"--settle", "50ms", "--holder", []string{"node-a", "node-b"}[i], "--json"}, args[i]...), &m.out, &m.stderr)
 		}()
 	}
 	wg.Wait()
@@ -153,4 +169,67 @@ func TestUnreachableEtcdIsRetryable(t *testing.T) {
 	if n := len(srv.Changes()); n != 0 {
 		t.Fatalf("restarted without a slot: %d changes", n)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A paused key's progress line says who paused it, not "held by paused
+// by …"; the rollout goes on once resumed (issue 29, item 4).
+func TestPausedProgressLine(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := etcdtest.StartProcesses(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	eps := strings.Join(cl.Endpoints(), ",")
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"pause", "k8s.kube-apiserver", "--endpoints", eps, "--holder", "alice@ops-1", "--reason", "disk alarm"}, &out, &errb); code != exitOK {
+		t.Fatalf("pause: %d %s", code, errb.String())
+	}
+	srv := fake.NewServer(t, k8s())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		var out bytes.Buffer
+		done <- run(ctx, []string{"--endpoints", eps, "--ttl", "3s", "--socket", srv.SocketPath(), "--holder", "node-a", "k8s.kube-apiserver"}, &out, &stderr)
+	}()
+	for !strings.Contains(stderr.String(), "waiting for") {
+		select {
+		case code := <-done:
+			t.Fatalf("ended (%d) while paused: %s", code, stderr.String())
+		case <-time.After(10 * time.Millisecond): // polling the output, not a synchronisation
+		}
+	}
+	line := stderr.String()
+	if !strings.Contains(line, "waiting for k8s.kube-apiserver: paused by alice@ops-1 since ") || !strings.Contains(line, ": disk alarm") || strings.Contains(line, "held by paused") {
+		t.Fatalf("progress line %q", line)
+	}
+	if n := len(srv.Changes()); n != 0 {
+		t.Fatalf("restarted while paused: %d changes", n)
+	}
+	if code := run(ctx, []string{"resume", "k8s.kube-apiserver", "--endpoints", eps}, &out, &errb); code != exitOK {
+		t.Fatalf("resume: %d %s", code, errb.String())
+	}
+	if code := <-done; code != exitOK || len(srv.Changes()) != 1 {
+		t.Fatalf("after resume: exit %d, %d changes: %s", code, len(srv.Changes()), stderr.String())
+	}
+	t.Logf("%s", stderr.String())
 }

@@ -16,6 +16,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -40,13 +41,50 @@ type MemberConfig struct {
 	ClientURL      string `json:"client-url"`
 	InitialCluster string `json:"initial-cluster"`
 	Existing       bool   `json:"existing"` // restart of a member with data
+	// Client TLS (https client URL): the server's certificate and key,
+	// the CA its clients' certificates must chain to, and whether a
+	// client certificate is required.
+	CertFile       string `json:"cert-file,omitempty"`
+	KeyFile        string `json:"key-file,omitempty"`
+	TrustedCAFile  string `json:"trusted-ca-file,omitempty"`
+	ClientCertAuth bool   `json:"client-cert-auth,omitempty"`
+}
+
+// loopbackIP picks a loopback address of our own (127.0.0.0/8 all
+// reaches lo), which keeps the ports we pick from colliding with other
+// tests on the machine.
+func loopbackIP() string {
+	return fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(255), 1+rand.IntN(250))
+}
+
+// Options configure StartProcessesWith.
+type Options struct {
+	// IP is the loopback address the members listen on (default: one
+	// picked at random; see LoopbackIP). A server certificate names it.
+	IP string
+	// TLS, when set, serves every member's client URL over https.
+	TLS *TLSFiles
+	// ClientTLS is the TLS configuration etcdtest's own checks (and
+	// Client) use against https members: a CA that trusts the server's
+	// certificate and, with ClientCertAuth, a client certificate it
+	// accepts.
+	ClientTLS *tls.Config
+}
+
+// TLSFiles are a member's server certificate, key and client CA.
+type TLSFiles struct {
+	CertFile, KeyFile, TrustedCAFile string
+	// ClientCertAuth requires clients to present a certificate signed by
+	// TrustedCAFile (etcd's --client-cert-auth).
+	ClientCertAuth bool
 }
 
 // plan assigns n members' names, ports and directories under dir.
-func plan(dir string, n int) ([]MemberConfig, error) {
-	// A loopback address of our own (127.0.0.0/8 all reaches lo) keeps
-	// the ports we pick from colliding with other tests on the machine.
-	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(255), 1+rand.IntN(250))
+func plan(dir string, n int, o Options) ([]MemberConfig, error) {
+	ip := o.IP
+	if ip == "" {
+		ip = loopbackIP()
+	}
 	var ms []MemberConfig
 	var cluster []string
 	for i := range n {
@@ -61,6 +99,10 @@ func plan(dir string, n int) ([]MemberConfig, error) {
 		name := fmt.Sprintf("m%d", i)
 		m := MemberConfig{Name: name, Dir: filepath.Join(dir, name),
 			PeerURL: fmt.Sprintf("http://%s:%d", ip, pp), ClientURL: fmt.Sprintf("http://%s:%d", ip, cp)}
+		if o.TLS != nil {
+			m.ClientURL = fmt.Sprintf("https://%s:%d", ip, cp)
+			m.CertFile, m.KeyFile, m.TrustedCAFile, m.ClientCertAuth = o.TLS.CertFile, o.TLS.KeyFile, o.TLS.TrustedCAFile, o.TLS.ClientCertAuth
+		}
 		ms = append(ms, m)
 		cluster = append(cluster, name+"="+m.PeerURL)
 	}
@@ -86,8 +128,12 @@ type Embedded struct {
 	p *Processes
 }
 
-// StartEmbedded starts an n-member cluster and waits until it serves.
+// StartEmbedded starts an n-member cluster and waits until it serves
+// (at most 2 minutes, counted once the member binary is built).
 func StartEmbedded(n int) (*Embedded, error) {
+	if _, err := MemberBinary(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p, err := StartProcesses(ctx, n)
@@ -128,6 +174,7 @@ func MaybeRunMember() {}
 // that they can be killed.
 type Processes struct {
 	dir  string
+	tls  *tls.Config // for https members
 	cfgs []MemberConfig
 	mu   sync.Mutex
 	cmds []*exec.Cmd
@@ -136,13 +183,19 @@ type Processes struct {
 
 // StartProcesses starts an n-member cluster, each member a child process
 // running etcdmember (see MemberBinary), and waits until every member
-// serves.
+// serves. Build the member binary first (MemberBinary, from TestMain) so
+// that ctx bounds the start only: a cold build cache takes minutes.
 func StartProcesses(ctx context.Context, n int) (*Processes, error) {
+	return StartProcessesWith(ctx, n, Options{})
+}
+
+// StartProcessesWith is StartProcesses with options (TLS).
+func StartProcessesWith(ctx context.Context, n int, o Options) (*Processes, error) {
 	dir, err := os.MkdirTemp("", "etcdtest")
 	if err != nil {
 		return nil, err
 	}
-	cfgs, err := plan(dir, n)
+	cfgs, err := plan(dir, n, o)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -151,7 +204,7 @@ func StartProcesses(ctx context.Context, n int) (*Processes, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	p := &Processes{dir: dir, cfgs: cfgs, cmds: make([]*exec.Cmd, n), done: make([]chan struct{}, n)}
+	p := &Processes{dir: dir, tls: o.ClientTLS, cfgs: cfgs, cmds: make([]*exec.Cmd, n), done: make([]chan struct{}, n)}
 	for i := range n {
 		if err := p.start(i); err != nil {
 			p.Close()
@@ -227,7 +280,7 @@ func (p *Processes) Restart(i int) error {
 
 // WaitServing waits until member i answers a status request.
 func (p *Processes) WaitServing(ctx context.Context, i int) error {
-	cli, err := Client(p.cfgs[i].ClientURL)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.cfgs[i].ClientURL}, DialTimeout: 5 * time.Second, TLS: p.tls, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,17 @@ func MemberBinary() (string, error) {
 	return member.path, member.err
 }
 
+// BuildMember builds the member binary (MemberBinary) and exits the
+// process when that fails. Tests call it from TestMain, before any test
+// starts a cluster under a time bound: a cold build cache spends minutes
+// compiling etcd's server, which must not count against a test.
+func BuildMember() {
+	if _, err := MemberBinary(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
 func buildMember() (string, error) {
 	if bin := os.Getenv(memberBinEnv); bin != "" {
 		return bin, nil

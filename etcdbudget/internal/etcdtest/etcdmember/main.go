@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -28,6 +29,10 @@ type memberConfig struct {
 	ClientURL      string `json:"client-url"`
 	InitialCluster string `json:"initial-cluster"`
 	Existing       bool   `json:"existing"`
+	CertFile       string `json:"cert-file,omitempty"`
+	KeyFile        string `json:"key-file,omitempty"`
+	TrustedCAFile  string `json:"trusted-ca-file,omitempty"`
+	ClientCertAuth bool   `json:"client-cert-auth,omitempty"`
 }
 
 func (m memberConfig) embedConfig() (*embed.Config, error) {
@@ -49,6 +54,14 @@ func (m memberConfig) embedConfig() (*embed.Config, error) {
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	if m.Existing {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	if m.CertFile != "" {
+		// etcd's --cert-file, --key-file, --trusted-ca-file and
+		// --client-cert-auth: the client URL serves TLS; with client
+		// certificate auth, a user is the certificate's common name
+		// when auth is enabled.
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: m.CertFile, KeyFile: m.KeyFile, TrustedCAFile: m.TrustedCAFile, ClientCertAuth: m.ClientCertAuth}
+		cfg.ClientAutoTLS = false
 	}
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{filepath.Join(m.Dir, "..", m.Name+".log")}
