@@ -79,7 +79,8 @@ type BudgetFencer interface {
 // BudgetReadier is implemented by slots that record, in the coordination
 // service, that the services their holder disrupted are ready again. A
 // budgeted operation calls MarkReady once its readiness checks passed
-// (before BudgetOptions.Settle and the release), so a budget can tell a
+// (before BudgetOptions.Settle and the release) and every other operation
+// of the Client sharing the slot is ready too, so a budget can tell a
 // holder that vanished after its restart completed (its successor need not
 // wait out a lock-delay) from one that vanished between its fence and its
 // ready (it may still act, or its service may still be down). An error is
@@ -376,6 +377,10 @@ type sharedSlot struct {
 	waited   time.Duration
 	since    time.Time // when it was acquired (client's clock)
 	lostOnce sync.Once
+	// ready counts the users of the slot (refs) whose services are ready
+	// again: the slot is marked ready (BudgetReadier) only once every
+	// user is, since another user's act may still be under way.
+	ready int
 }
 
 // init completes the runner once the Client is built.
@@ -612,11 +617,12 @@ func (b *budgetRunner) acquire(ctx context.Context, s *sharedSlot, start time.Ti
 
 // hold is the slots one operation holds, sorted by key.
 type hold struct {
-	b      *budgetRunner
-	slots  []*sharedSlot
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	sendBy time.Time // the last fence's confirmations run out then (zero: no fencer)
+	b       *budgetRunner
+	slots   []*sharedSlot
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	sendBy  time.Time     // the last fence's confirmations run out then (zero: no fencer)
+	readied []*sharedSlot // slots whose ready count this hold raised
 }
 
 // takeAll takes the slots of keys in order; on failure it gives back those
@@ -749,7 +755,12 @@ func (h *hold) ready(ctx context.Context, o op) error {
 	}
 	for _, s := range h.slots {
 		b.emit(BudgetEvent{Kind: BudgetReady, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
-		if r, ok := s.slot.(BudgetReadier); ok {
+		b.mu.Lock()
+		s.ready++
+		every := s.ready >= s.refs
+		b.mu.Unlock()
+		h.readied = append(h.readied, s)
+		if r, ok := s.slot.(BudgetReadier); ok && every {
 			if err := r.MarkReady(ctx); err != nil {
 				b.emit(BudgetEvent{Kind: BudgetMarkReadyFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Err: err})
 			}
@@ -800,6 +811,12 @@ func (h *hold) stopWatching() {
 // background.
 func (h *hold) release(ctx context.Context) {
 	h.stopWatching()
+	h.b.mu.Lock()
+	for _, s := range h.readied {
+		s.ready--
+	}
+	h.b.mu.Unlock()
+	h.readied = nil
 	var pending []<-chan struct{}
 	for i := len(h.slots) - 1; i >= 0; i-- {
 		if ch := h.b.drop(ctx, h.slots[i]); ch != nil {

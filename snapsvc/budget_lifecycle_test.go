@@ -135,6 +135,65 @@ func TestBudgetFenceValidityCheckedAtWrite(t *testing.T) {
 	}
 }
 
+// Issue 26: MarkReady says the services a holder disrupted are ready
+// again. Two operations of one Client that share a slot mark it ready only
+// once both are: the first one's readiness says nothing of the second's
+// act, which may still be under way.
+func TestBudgetMarkReadyOnceEveryUserIsReady(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.readier = true
+	entered := make(chan int, 2)
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var mu sync.Mutex
+	calls := 0
+	ready := probe.Func("test", func(ctx context.Context) error {
+		mu.Lock()
+		n := calls
+		calls++
+		mu.Unlock()
+		entered <- n
+		select {
+		case <-gates[min(n, 1)]:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Ready: func(string) probe.Probe { return ready }}))
+	errs := make(chan error, 2)
+	restart := func(opts snapsvc.RestartOptions) {
+		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, opts)
+		errs <- err
+	}
+	go restart(snapsvc.RestartOptions{})
+	if n := <-entered; n != 0 {
+		t.Fatalf("probe %d first", n)
+	}
+	// The first restart waits for its services; a second joins its slot,
+	// acts, and waits for its own.
+	go restart(snapsvc.RestartOptions{Reload: true})
+	if n := <-entered; n != 1 {
+		t.Fatalf("probe %d second", n)
+	}
+	close(gates[0])
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(b.steps(), "ready k8s.kubelet") {
+		t.Fatalf("the slot was marked ready while the second restart's services were not: steps %q", b.steps())
+	}
+	close(gates[1])
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"acquire k8s.kubelet", "fence k8s.kubelet", "fence k8s.kubelet", "ready k8s.kubelet", "release k8s.kubelet"}; !slices.Equal(b.steps(), want) {
+		t.Fatalf("steps %q, want %q", b.steps(), want)
+	}
+}
+
 // Issue 19 defect 3: a slot found lost right before acting stops the
 // request (nothing is sent), is reported once ("lost"), not retryable,
 // and the slot is given back. Both ways of finding out: the fence says so,

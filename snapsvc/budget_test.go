@@ -34,6 +34,8 @@ type memBudget struct {
 	// valid, when set, is how long each fence's confirmation stands
 	// (default an hour).
 	valid func() time.Duration
+	// readier makes the slots BudgetReadiers too.
+	readier bool
 	// release, when set, runs before each Release attempt (from 1); an
 	// error fails the attempt.
 	release func(ctx context.Context, s *memSlot, attempt int) error
@@ -62,8 +64,12 @@ func (s fencingSlot) Fence(ctx context.Context) (time.Duration, error) {
 	if s.b.valid != nil {
 		valid = s.b.valid()
 	}
+	fence := s.b.fence
 	s.b.mu.Unlock()
-	return valid, s.b.fence(ctx, s.memSlot)
+	if fence == nil {
+		return valid, nil
+	}
+	return valid, fence(ctx, s.memSlot)
 }
 
 func newMemBudget(max int) *memBudget {
@@ -119,10 +125,22 @@ func (b *memBudget) Acquire(ctx context.Context, key string, progress func(snaps
 	if acquired != nil {
 		acquired(s)
 	}
+	if b.readier {
+		return readyingSlot{fencingSlot{s}}, nil
+	}
 	if fence != nil {
 		return fencingSlot{s}, nil
 	}
 	return s, nil
+}
+
+// readyingSlot is a fencingSlot that implements snapsvc.BudgetReadier
+// (it records "ready KEY").
+type readyingSlot struct{ fencingSlot }
+
+func (s readyingSlot) MarkReady(context.Context) error {
+	s.b.record("ready " + s.key)
+	return nil
 }
 
 func (s *memSlot) Key() string           { return s.key }
