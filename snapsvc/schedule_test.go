@@ -901,7 +901,18 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 		counts.budgetedChanges++
 		// snapd's clock is s.skew off the client's.
 		spawn, ready := ci.SpawnTime.Add(-s.skew), ci.ReadyTime.Add(-s.skew)
-		for _, key := range strings.Split(g.names, ",") {
+		var keys []string
+		for _, n := range strings.Split(g.names, ",") {
+			if n != "k8s" {
+				keys = append(keys, n)
+				continue
+			}
+			// A whole-snap restart takes the key of every service.
+			for _, a := range s.apps {
+				keys = append(keys, "k8s."+a.Name)
+			}
+		}
+		for _, key := range keys {
 			counts.checks++
 			if !s.slots.covers(key, spawn, ready) {
 				counts.releasedEarly++
