@@ -64,7 +64,7 @@ type call struct {
 	parent context.Context // the caller's context (ctx without the policy's time)
 	own    *call           // the call the operation's own change is waited on (ownChange), when not this one
 	rt     *retry.Retrier  // attempts, backoff, the run of unreachability
-	ev     Event          // the call's events' template: Op, Names
+	ev     Event           // the call's events' template: Op, Names
 	log    *slog.Logger
 	hold   *hold // the restart budget's slots the operation holds (budget.go)
 	down   bool  // EventUnreachable sent, EventReachable owed
