@@ -360,7 +360,7 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.
 	if err != nil {
 		w.abandon()
 		var u *UnreachableError
-		if ctx.Err() == nil && errors.As(err, &u) && b.cfg.FailOpen {
+		if ctx.Err() == nil && errors.As(err, &u) && u.Attempts > 0 && b.cfg.FailOpen {
 			b.cfg.Logger.Warn("database unreachable: proceeding without a slot (fail open)", "key", key, "error", err)
 			return b.unbudgeted(key, start, " (database unreachable, fail open: unbudgeted)"), nil
 		}
@@ -415,6 +415,7 @@ type poll struct {
 	deadline time.Time // granted: until when the row cannot have expired (local clock)
 	wait     snapsvc.BudgetWait
 	vanished []Vanished // blocking this waiter alone (it is first in line)
+	renewed  bool       // the row was inserted or renewed
 }
 
 func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*slot, error) {
@@ -434,6 +435,9 @@ func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*
 			return nil, err
 		}
 		w.queued = true // committed: a later transaction finds the row
+		if p.renewed {
+			w.renewed = sent
+		}
 		if p.granted {
 			return newSlot(b, w, p.deadline), nil
 		}
@@ -484,16 +488,20 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 	switch {
 	case i < 0 && !w.queued:
 		return poll{}, fmt.Errorf("sqlbudget: the row queued for %s is not there", w.key)
+	case i < 0 && time.Since(w.renewed) >= b.cfg.TTL-b.cfg.ClockSkew:
+		// Not renewed within its TTL (the database was unreachable, or
+		// this process was frozen): it expired and was collected.
+		return poll{}, final(&UnreachableError{What: "waiting for " + w.key, For: time.Since(w.renewed), Last: errors.New("this waiter's row expired (not renewed within its TTL): its place in the queue is lost")})
 	case i < 0:
-		return poll{}, refusal(fmt.Errorf("%w: sqlbudget: waiting for %s: this waiter's row was deleted by someone else (an operator?)", snapsvc.ErrBudgetRefused, w.key))
+		return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: this waiter's row was deleted by someone else (an operator?)", snapsvc.ErrBudgetRefused, w.key))
 	case !rows[i].live(now):
-		return poll{}, &UnreachableError{What: "waiting for " + w.key, Last: errors.New("this waiter's row expired (not renewed within its TTL): its place in the queue is lost")}
+		return poll{}, final(&UnreachableError{What: "waiting for " + w.key, Last: errors.New("this waiter's row expired (not renewed within its TTL): its place in the queue is lost")})
 	}
 	// The queue is written: from here a retried transaction finds the row.
 	mine := rows[i]
 	for _, r := range rows {
 		if r.token != w.token && r.live(now) && r.spec != b.spec {
-			return poll{}, refusal(fmt.Errorf("%w: sqlbudget: waiting for %s: %s takes part with max %s, this machine with %s: every machine must use the same",
+			return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: %s takes part with max %s, this machine with %s: every machine must use the same",
 				snapsvc.ErrBudgetRefused, w.key, r.holder, r.spec, b.spec))
 		}
 	}
@@ -541,13 +549,14 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 	} else {
 		vanished = nil // only the first in line probes
 	}
+	renewed := !w.queued
 	if time.Since(w.renewed) >= b.cfg.TTL/3 {
 		if _, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET expires = ? WHERE token = ? AND expires > ?`, now+ttl, w.token, now); err != nil {
 			return poll{}, err
 		}
-		w.renewed = sent
+		renewed = true
 	}
-	return poll{wait: snapsvc.BudgetWait{Key: w.key, Holders: holders, Ahead: max(ahead+held-n, 0), Max: n}, vanished: vanished}, nil
+	return poll{renewed: renewed, wait: snapsvc.BudgetWait{Key: w.key, Holders: holders, Ahead: max(ahead+held-n, 0), Max: n}, vanished: vanished}, nil
 }
 
 // probe asks HolderReady about the vanished holders blocking this waiter;

@@ -99,7 +99,7 @@ func Migrate(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	if current > SchemaVersion {
-		return refusal(fmt.Errorf("%w: sqlbudget: the database's budget schema is version %d, this sqlbudget knows up to %d: upgrade it", snapsvc.ErrBudgetRefused, current, SchemaVersion))
+		return final(fmt.Errorf("%w: sqlbudget: the database's budget schema is version %d, this sqlbudget knows up to %d: upgrade it", snapsvc.ErrBudgetRefused, current, SchemaVersion))
 	}
 	for i := current; i < len(migrations); i++ {
 		if err := applyMigration(ctx, tx, i); err != nil {

@@ -49,14 +49,15 @@ func dbNow(ctx context.Context, tx *sql.Tx) (int64, error) {
 	return now, err
 }
 
-// refused marks an error as an answer no retry changes (it wraps
-// snapsvc.ErrBudgetRefused); the transaction loop returns it at once.
-type refusedError struct{ err error }
+// final marks an error that retrying the transaction cannot change (a
+// refusal wrapping snapsvc.ErrBudgetRefused, or a waiter's own expiry);
+// the transaction loop returns it at once.
+type finalError struct{ err error }
 
-func (e *refusedError) Error() string { return e.err.Error() }
-func (e *refusedError) Unwrap() error { return e.err }
+func (e *finalError) Error() string { return e.err.Error() }
+func (e *finalError) Unwrap() error { return e.err }
 
-func refusal(err error) error { return &refusedError{err} }
+func final(err error) error { return &finalError{err} }
 
 // UnreachableError is returned when the database could not complete a
 // transaction of the budget within Config.Unreachable (no leader, no
@@ -86,7 +87,7 @@ func (e *UnreachableError) Retryable() bool { return true }
 
 // tx runs f in a transaction, each attempt bounded by Config.Attempt,
 // retrying with jittered backoff until it succeeds, f refuses (a
-// *refusedError or a context error of the caller), ctx ends, or bound
+// *finalError or a context error of the caller), ctx ends, or bound
 // passed since the first failure (then an *UnreachableError). f must be
 // idempotent: the transaction function may itself run it more than once,
 // and a commit whose answer was lost is retried.
@@ -108,7 +109,7 @@ func (b *Budget) tx(ctx context.Context, bound time.Duration, what string, f fun
 			return nil
 		}
 		b.txFailures.Add(1)
-		var r *refusedError
+		var r *finalError
 		switch {
 		case errors.As(err, &r):
 			return r.err

@@ -127,6 +127,7 @@ func runMachine(cfg machineConfig) error {
 		return err
 	}
 	defer c.Close()
+	failures := 0
 	for done := 0; done < cfg.Restarts; {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		res, err := c.Restart(ctx, []string{"microovn.ovn-northd"}, snapsvc.RestartOptions{})
@@ -135,14 +136,16 @@ func runMachine(cfg machineConfig) error {
 		if err != nil {
 			retryable := errors.As(err, &opErr) && opErr.Retryable()
 			out.emit(event{Ev: "error", Err: err.Error(), Retryable: retryable})
-			if retryable {
-				time.Sleep(100 * time.Millisecond) // a daemon's requeue
+			if opErr == nil || opErr.ChangeID == "" {
+				// Nothing was sent (no slot, a fence that failed): a
+				// daemon requeues the restart, as it does under faults.
+				if failures++; failures > 50 {
+					return err
+				}
+				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			if opErr == nil || opErr.ChangeID == "" {
-				return err
-			}
-			res = &snapsvc.Result{ChangeID: opErr.ChangeID}
+			res = &snapsvc.Result{ChangeID: opErr.ChangeID} // sent: it happened
 		}
 		out.emit(event{Ev: "change", Change: res.ChangeID})
 		done++
