@@ -184,16 +184,6 @@ func get(t *testing.T, ctx context.Context, out <-chan result, who string) resul
 	return result{}
 }
 
-// notWithin fails if out yields within d.
-func notWithin(t *testing.T, out <-chan result, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case r := <-out:
-		t.Fatalf("%s after %s, before it was allowed (err %v)", what, d, r.err)
-	case <-time.After(d):
-	}
-}
-
 func release(t *testing.T, ctx context.Context, s snapsvc.BudgetSlot) {
 	t.Helper()
 	if err := s.Release(ctx); err != nil {

@@ -250,8 +250,6 @@ func startProcess(t *testing.T, name, env, raw string) *machine {
 	return m
 }
 
-func (m *machine) kill() { m.cmd.Process.Signal(syscall.SIGKILL) }
-
 func (m *machine) freeze() error { return syscall.Kill(m.cmd.Process.Pid, syscall.SIGSTOP) }
 
 func (m *machine) thaw() error { return syscall.Kill(m.cmd.Process.Pid, syscall.SIGCONT) }
