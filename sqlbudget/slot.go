@@ -238,6 +238,10 @@ func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 			return valid, nil
 		case errors.Is(err, snapsvc.ErrBudgetRefused):
 			return 0, err
+		case ctx.Err() != nil && reported:
+			// The key was paused at the last look and ctx ended while
+			// looking again: nothing was sent, the pause is why.
+			return 0, fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", snapsvc.ErrBudgetPaused, s.key, context.Cause(ctx))
 		case ctx.Err() != nil:
 			return 0, fmt.Errorf("%w: sqlbudget: fencing %s: %w", snapsvc.ErrBudgetUnavailable, s.key, context.Cause(ctx))
 		default:
