@@ -1,0 +1,610 @@
+package sqlbudget
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// Defaults of Config.
+const (
+	DefaultTTL         = 10 * time.Second
+	DefaultUnreachable = 15 * time.Second
+	// DefaultLockDelay is how long a slot stays unusable after its holder
+	// vanished between a Fence and its MarkReady (see Config.LockDelay):
+	// the restart it may have sent runs on in snapd, and the service
+	// needs seconds to restart and up to tens of seconds to be ready.
+	DefaultLockDelay = time.Minute
+	// DefaultClockSkew is Config.ClockSkew's default.
+	DefaultClockSkew = 500 * time.Millisecond
+	// DefaultReleaseRetry is how long a slot whose release failed is
+	// still kept alive, so that a retried Release hands it over at once.
+	DefaultReleaseRetry = time.Minute
+)
+
+// Config configures a Budget.
+type Config struct {
+	// Tx runs a transaction on the cluster's database (microcluster:
+	// state.Database().Transaction). Set Tx or DB.
+	Tx TxFunc
+	// DB is a plain database handle, used through DBTx when Tx is nil.
+	DB *sql.DB
+	// Max is how many holders a key may have at once (default 1). Every
+	// participant must use the same Max for a key: a waiter that finds a
+	// participant with another Max (or Percent) is refused
+	// (snapsvc.ErrBudgetRefused).
+	Max int
+	// Percent, 1 to 100, when set replaces Max: the key's slot count is
+	// that share of the cluster's members, rounded down but at least 1,
+	// resolved by Members inside every transaction that grants a slot.
+	Percent int
+	// Members counts the cluster's members inside a budget transaction
+	// (microcluster: SELECT count(*) FROM core_cluster_members). Needed
+	// with Percent.
+	Members func(ctx context.Context, tx *sql.Tx) (int, error)
+	// TTL is how long a waiter's or holder's row lives without renewal
+	// (default DefaultTTL, at least 500ms). Rows are renewed every TTL/3.
+	// A holder that crashes, freezes or is cut off loses its slot TTL
+	// after its last renewal, by the database's clock.
+	TTL time.Duration
+	// LockDelay is how long a slot stays unusable after the expiry of a
+	// holder that vanished after a Fence and before its MarkReady
+	// (default DefaultLockDelay; negative: none). A holder that vanished
+	// before any Fence, or after MarkReady, holds nothing back; an
+	// orderly Release hands over at once.
+	LockDelay time.Duration
+	// HolderReady, when set, is asked (every 500ms, by the first waiter
+	// only) while a slot is held back by the lock-delay of a vanished
+	// holder. It must report true only on evidence that the vanished
+	// holder's service became ready after v.Acted (for example its
+	// process started after v.Acted, and its readiness endpoint answers):
+	// a holder frozen between its Fence and its restart looks ready but
+	// has not restarted yet. True ends the delay.
+	HolderReady func(ctx context.Context, v Vanished) bool
+	// ClockSkew bounds how far the clocks of the database's nodes may be
+	// apart (default DefaultClockSkew; at most TTL/4): expiry is judged
+	// by the clock of the node that leads when a transaction runs, so a
+	// Fence's confirmation is shortened by it.
+	ClockSkew time.Duration
+	// Holder identifies this participant (default "HOSTNAME pid PID").
+	Holder string
+	// Unreachable bounds how long a call keeps retrying while the
+	// database cannot complete a transaction (default
+	// DefaultUnreachable); past it the call fails with an
+	// *UnreachableError (snapsvc.ErrBudgetUnavailable), unless FailOpen.
+	Unreachable time.Duration
+	// Attempt bounds each attempt of a transaction (default TTL/5, at
+	// least 200ms, at most 2s).
+	Attempt time.Duration
+	// Poll is how often a waiter checks whether it may take a slot
+	// (default TTL/8, at most 250ms). A release by a Budget of the same
+	// process wakes its waiters at once.
+	Poll time.Duration
+	// ReleaseRetry is how long a slot whose Release failed is still
+	// renewed, so that a retried Release hands it over without a
+	// lock-delay (default DefaultReleaseRetry); past it the row is left
+	// to expire.
+	ReleaseRetry time.Duration
+	// FailOpen makes Acquire grant an unbudgeted slot when the database
+	// stayed unreachable for Unreachable (never on a refusal).
+	FailOpen bool
+	// ClusterExists, when set, is asked first by every Acquire; false
+	// (no cluster bootstrapped yet) grants an unbudgeted slot at once.
+	ClusterExists func(ctx context.Context) bool
+	// SkipMigrate: the application applies SchemaUpdates itself; the
+	// budget does not create its tables.
+	SkipMigrate bool
+	// OnEvent, when set, receives what the budget does (for logs and
+	// metrics). It is called synchronously and must not block.
+	OnEvent func(Event)
+	// Logger receives what the budget does (default: discard).
+	Logger *slog.Logger
+}
+
+// Vanished is a holder that vanished (its row expired without a release)
+// after a Fence and before a MarkReady, as a waiter sees it.
+type Vanished struct {
+	// Key is the budget key.
+	Key string
+	// Holder is the vanished holder's identity.
+	Holder string
+	// Acted is its last Fence, by the database's clock: it may have sent
+	// a restart right after it.
+	Acted time.Time
+	// Expired is when its row expired (database clock).
+	Expired time.Time
+	// Until is when its lock-delay ends (database clock).
+	Until time.Time
+}
+
+// Budget is a snapsvc.RestartBudget on a SQL database. It is safe for
+// concurrent use.
+type Budget struct {
+	cfg  Config
+	spec string // "1", "25%": what every participant of a key must use
+
+	schemaDone atomic.Bool
+
+	mu   sync.Mutex
+	wake map[string]chan struct{}
+	m    Metrics
+
+	txs        atomic.Uint64
+	txFailures atomic.Uint64
+}
+
+// New checks cfg and returns a Budget. It sends no query.
+func New(cfg Config) (*Budget, error) {
+	if cfg.Tx == nil {
+		if cfg.DB == nil {
+			return nil, errors.New("sqlbudget: Config.Tx and Config.DB are both nil")
+		}
+		cfg.Tx = DBTx(cfg.DB)
+	}
+	if cfg.Max < 0 || cfg.Percent < 0 || cfg.Percent > 100 {
+		return nil, fmt.Errorf("sqlbudget: Max %d / Percent %d out of range", cfg.Max, cfg.Percent)
+	}
+	if cfg.Percent > 0 && cfg.Members == nil {
+		return nil, errors.New("sqlbudget: Percent needs Config.Members")
+	}
+	if cfg.Max == 0 {
+		cfg.Max = 1
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < 500*time.Millisecond {
+		return nil, fmt.Errorf("sqlbudget: TTL %s is below 500ms", cfg.TTL)
+	}
+	if cfg.LockDelay == 0 {
+		cfg.LockDelay = DefaultLockDelay
+	}
+	if cfg.LockDelay < 0 {
+		cfg.LockDelay = 0
+	}
+	if cfg.ClockSkew == 0 {
+		cfg.ClockSkew = DefaultClockSkew
+	}
+	if cfg.ClockSkew < 0 || cfg.ClockSkew > cfg.TTL/4 {
+		return nil, fmt.Errorf("sqlbudget: ClockSkew %s must be within [0, TTL/4 = %s]", cfg.ClockSkew, cfg.TTL/4)
+	}
+	if cfg.Unreachable == 0 {
+		cfg.Unreachable = DefaultUnreachable
+	}
+	if cfg.Attempt == 0 {
+		cfg.Attempt = min(max(cfg.TTL/5, 200*time.Millisecond), 2*time.Second)
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = min(cfg.TTL/8, 250*time.Millisecond)
+	}
+	if cfg.ReleaseRetry == 0 {
+		cfg.ReleaseRetry = DefaultReleaseRetry
+	}
+	if cfg.Unreachable < 0 || cfg.Attempt < 0 || cfg.Poll <= 0 || cfg.ReleaseRetry < 0 {
+		return nil, errors.New("sqlbudget: Unreachable, Attempt, Poll and ReleaseRetry must not be negative")
+	}
+	if cfg.Poll > cfg.TTL/3 {
+		return nil, fmt.Errorf("sqlbudget: Poll %s must be at most TTL/3 (waiters renew their rows while polling)", cfg.Poll)
+	}
+	if cfg.Holder == "" {
+		cfg.Holder = DefaultHolder()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	b := &Budget{cfg: cfg, wake: map[string]chan struct{}{}}
+	b.spec = strconv.Itoa(cfg.Max)
+	if cfg.Percent > 0 {
+		b.spec = strconv.Itoa(cfg.Percent) + "%"
+	}
+	return b, nil
+}
+
+// DefaultHolder returns "HOSTNAME pid PID".
+func DefaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s pid %d", host, os.Getpid())
+}
+
+// Holder returns this participant's identity.
+func (b *Budget) Holder() string { return b.cfg.Holder }
+
+func (b *Budget) ensureSchema(ctx context.Context, tx *sql.Tx) error {
+	if b.cfg.SkipMigrate || b.schemaDone.Load() {
+		return nil
+	}
+	return Migrate(ctx, tx)
+}
+
+func (b *Budget) markSchema() { b.schemaDone.Store(true) }
+
+// wakeCh returns the channel closed at the next local release of key.
+func (b *Budget) wakeCh(key string) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := b.wake[key]
+	if ch == nil {
+		ch = make(chan struct{})
+		b.wake[key] = ch
+	}
+	return ch
+}
+
+// wakeUp wakes this Budget's waiters of key (a slot was released here).
+func (b *Budget) wakeUp(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ch := b.wake[key]; ch != nil {
+		close(ch)
+		delete(b.wake, key)
+	}
+}
+
+// row is one row of snapsvc_budget_entries.
+type row struct {
+	id                    int64
+	token, holder, spec   string
+	since, expires        int64
+	granted, acted, ready sql.NullInt64
+	lockDelay             int64
+}
+
+func (r *row) live(now int64) bool { return r.expires > now }
+
+// delayed reports whether r is a vanished holder whose lock-delay holds
+// its slot back at now: it expired after a Fence without a MarkReady (or
+// a probe's word) since.
+func (r *row) delayed(now int64) bool {
+	return !r.live(now) && r.granted.Valid && r.acted.Valid && (!r.ready.Valid || r.ready.Int64 < r.acted.Int64) &&
+		r.expires+r.lockDelay > now
+}
+
+const rowColumns = `id, token, holder, max_spec, since, expires, granted, acted, ready, lock_delay`
+
+func scanRows(rs *sql.Rows) ([]row, error) {
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		var r row
+		if err := rs.Scan(&r.id, &r.token, &r.holder, &r.spec, &r.since, &r.expires, &r.granted, &r.acted, &r.ready, &r.lockDelay); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rs.Err()
+}
+
+// keyRows reads key's rows in arrival order.
+func keyRows(ctx context.Context, tx *sql.Tx, key string) ([]row, error) {
+	rs, err := tx.QueryContext(ctx, `SELECT `+rowColumns+` FROM snapsvc_budget_entries WHERE key = ? ORDER BY id`, key)
+	if err != nil {
+		return nil, err
+	}
+	return scanRows(rs)
+}
+
+// collect deletes key's rows that hold nothing any more (expired
+// waiters; expired holders without a lock-delay, or whose delay ended).
+func collect(ctx context.Context, tx *sql.Tx, rows []row, now int64) error {
+	for _, r := range rows {
+		if !r.live(now) && !r.delayed(now) {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND expires <= ?`, r.token, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// slots resolves the key's slot count inside tx.
+func (b *Budget) slots(ctx context.Context, tx *sql.Tx) (int, error) {
+	if b.cfg.Percent == 0 {
+		return b.cfg.Max, nil
+	}
+	n, err := b.cfg.Members(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
+	return max(n*b.cfg.Percent/100, 1), nil
+}
+
+func newToken() string {
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	return hex.EncodeToString(raw[:])
+}
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// Acquire waits for a slot of key (in its canonical form) and takes it.
+// It queues a row for this Acquire (idempotently: a retried transaction
+// finds the row it made), and takes a slot once fewer than the key's
+// slot count of live rows arrived before it and no slot is held back by
+// a vanished holder's lock-delay: first come, first served. While it
+// waits it renews its row and reports who holds and how many are ahead.
+// Once it holds a slot, a paused key keeps it waiting, holding the slot,
+// until resumed. When ctx ends or Acquire fails, its row is deleted (one
+// attempt; else it expires within TTL).
+func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.BudgetWait)) (snapsvc.BudgetSlot, error) {
+	start := time.Now()
+	key, err := normaliseKey(key)
+	if err != nil {
+		b.count(func(m *Metrics) { m.Failed++ })
+		b.emit(Event{Kind: EventFailed, Key: key, Err: err})
+		return nil, err
+	}
+	if b.cfg.ClusterExists != nil && !b.cfg.ClusterExists(ctx) {
+		b.cfg.Logger.Info("no cluster exists yet: proceeding without a slot", "key", key)
+		return b.unbudgeted(key, start, " (no cluster yet, unbudgeted)"), nil
+	}
+	b.count(func(m *Metrics) { m.Waiting++ })
+	w := &waiter{b: b, key: key, token: newToken(), start: start}
+	s, err := w.wait(ctx, progress)
+	waited := time.Since(start)
+	b.count(func(m *Metrics) { m.Waiting--; m.WaitSeconds += waited.Seconds() })
+	if err != nil {
+		w.abandon()
+		var u *UnreachableError
+		if ctx.Err() == nil && errors.As(err, &u) && u.Attempts > 0 && b.cfg.FailOpen {
+			b.cfg.Logger.Warn("database unreachable: proceeding without a slot (fail open)", "key", key, "error", err)
+			return b.unbudgeted(key, start, " (database unreachable, fail open: unbudgeted)"), nil
+		}
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		b.count(func(m *Metrics) { m.Failed++ })
+		b.emit(Event{Kind: EventFailed, Key: key, Waited: waited, Err: err})
+		return nil, err
+	}
+	b.count(func(m *Metrics) {
+		m.Acquired++
+		m.Holding++
+		if w.delayed {
+			m.DelayedTakeovers++
+		}
+	})
+	b.emit(Event{Kind: EventAcquired, Key: key, Waited: waited, Max: w.max})
+	// A paused key keeps the slot just granted (and the queue behind it)
+	// until it is resumed.
+	if err := s.awaitAllowed(ctx, progress); err != nil {
+		_ = s.Release(context.WithoutCancel(ctx))
+		b.count(func(m *Metrics) { m.Failed++ })
+		b.emit(Event{Kind: EventFailed, Key: key, Waited: time.Since(start), Err: err})
+		return nil, err
+	}
+	return s, nil
+}
+
+func (b *Budget) unbudgeted(key string, start time.Time, why string) snapsvc.BudgetSlot {
+	b.count(func(m *Metrics) { m.Acquired++; m.Unbudgeted++ })
+	b.emit(Event{Kind: EventUnbudgeted, Key: key, Waited: time.Since(start)})
+	return &unbudgeted{key: key, holder: b.cfg.Holder + why, never: make(chan struct{})}
+}
+
+// waiter is one Acquire in progress.
+type waiter struct {
+	b       *Budget
+	key     string
+	token   string
+	start   time.Time
+	queued  bool
+	renewed time.Time // local time of the last renewal sent
+	delayed bool      // waited behind a vanished holder's lock-delay
+	max     int
+	probed  time.Time
+}
+
+// poll is what one waiter transaction found.
+type poll struct {
+	granted  bool
+	deadline time.Time // granted: until when the row cannot have expired (local clock)
+	wait     snapsvc.BudgetWait
+	vanished []Vanished // blocking this waiter alone (it is first in line)
+	renewed  bool       // the row was inserted or renewed
+}
+
+func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*slot, error) {
+	b := w.b
+	var last snapsvc.BudgetWait
+	reported := false
+	for {
+		wake := b.wakeCh(w.key)
+		sent := time.Now()
+		var p poll
+		err := b.tx(ctx, b.cfg.Unreachable, "waiting for a slot of "+w.key, func(ctx context.Context, tx *sql.Tx) error {
+			var err error
+			p, err = w.step(ctx, tx, sent)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		w.queued = true // committed: a later transaction finds the row
+		if p.renewed {
+			w.renewed = sent
+		}
+		if p.granted {
+			return newSlot(b, w, p.deadline), nil
+		}
+		if progress != nil && (!reported || p.wait.Ahead != last.Ahead || !slices.Equal(p.wait.Holders, last.Holders)) {
+			progress(p.wait)
+			last, reported = p.wait, true
+			b.emit(Event{Kind: EventWaiting, Key: w.key, Wait: p.wait, Waited: time.Since(w.start)})
+		}
+		if len(p.vanished) > 0 && b.cfg.HolderReady != nil && time.Since(w.probed) >= 500*time.Millisecond {
+			w.probed = time.Now()
+			if err := w.probe(ctx, p.vanished); err != nil {
+				return nil, err
+			}
+		}
+		t := time.NewTimer(b.cfg.Poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// step is one waiter transaction: it queues the row (first time), checks
+// it is still there and live, and takes a slot when the queue allows, or
+// renews the row when due.
+func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, error) {
+	b := w.b
+	now, err := dbNow(ctx, tx)
+	if err != nil {
+		return poll{}, err
+	}
+	ttl := b.cfg.TTL.Milliseconds()
+	if !w.queued {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO snapsvc_budget_entries (key, token, holder, max_spec, since, expires, lock_delay)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, w.key, w.token, b.cfg.Holder, b.spec, now, now+ttl, b.cfg.LockDelay.Milliseconds()); err != nil {
+			return poll{}, err
+		}
+	}
+	rows, err := keyRows(ctx, tx, w.key)
+	if err != nil {
+		return poll{}, err
+	}
+	i := slices.IndexFunc(rows, func(r row) bool { return r.token == w.token })
+	switch {
+	case i < 0 && !w.queued:
+		return poll{}, fmt.Errorf("sqlbudget: the row queued for %s is not there", w.key)
+	case i < 0 && time.Since(w.renewed) >= b.cfg.TTL-b.cfg.ClockSkew:
+		// Not renewed within its TTL (the database was unreachable, or
+		// this process was frozen): it expired and was collected.
+		return poll{}, final(&UnreachableError{What: "waiting for " + w.key, For: time.Since(w.renewed), Last: errors.New("this waiter's row expired (not renewed within its TTL): its place in the queue is lost")})
+	case i < 0:
+		return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: this waiter's row was deleted by someone else (an operator?)", snapsvc.ErrBudgetRefused, w.key))
+	case !rows[i].live(now):
+		return poll{}, final(&UnreachableError{What: "waiting for " + w.key, Last: errors.New("this waiter's row expired (not renewed within its TTL): its place in the queue is lost")})
+	}
+	// The queue is written: from here a retried transaction finds the row.
+	mine := rows[i]
+	for _, r := range rows {
+		if r.token != w.token && r.live(now) && r.spec != b.spec {
+			return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: %s takes part with max %s, this machine with %s: every machine must use the same",
+				snapsvc.ErrBudgetRefused, w.key, r.holder, r.spec, b.spec))
+		}
+	}
+	n, err := b.slots(ctx, tx)
+	if err != nil {
+		return poll{}, err
+	}
+	w.max = n
+	ahead, held := 0, 0
+	var holders []string
+	var vanished []Vanished
+	for _, r := range rows[:i] {
+		switch {
+		case r.live(now):
+			ahead++
+			if r.granted.Valid {
+				holders = append(holders, r.holder)
+			}
+		case r.delayed(now):
+			held++
+			holders = append(holders, r.holder+" (vanished; lock-delay)")
+			vanished = append(vanished, Vanished{Key: w.key, Holder: r.holder, Acted: msTime(r.acted.Int64), Expired: msTime(r.expires), Until: msTime(r.expires + r.lockDelay)})
+		}
+	}
+	for _, r := range rows[i+1:] {
+		if r.delayed(now) { // a vanished holder queued after this waiter (it was skipped while this one waited)
+			held++
+			holders = append(holders, r.holder+" (vanished; lock-delay)")
+			vanished = append(vanished, Vanished{Key: w.key, Holder: r.holder, Acted: msTime(r.acted.Int64), Expired: msTime(r.expires), Until: msTime(r.expires + r.lockDelay)})
+		}
+	}
+	if err := collect(ctx, tx, rows, now); err != nil {
+		return poll{}, err
+	}
+	if mine.granted.Valid || ahead+held < n {
+		// Take the slot (or find it taken by an earlier run of this
+		// transaction whose commit was not seen).
+		if _, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET granted = COALESCE(granted, ?), expires = ? WHERE token = ?`, now, now+ttl, w.token); err != nil {
+			return poll{}, err
+		}
+		return poll{granted: true, deadline: sent.Add(b.cfg.TTL)}, nil
+	}
+	if held > 0 && ahead < n {
+		w.delayed = true
+	} else {
+		vanished = nil // only the first in line probes
+	}
+	renewed := !w.queued
+	if time.Since(w.renewed) >= b.cfg.TTL/3 {
+		if _, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET expires = ? WHERE token = ? AND expires > ?`, now+ttl, w.token, now); err != nil {
+			return poll{}, err
+		}
+		renewed = true
+	}
+	return poll{renewed: renewed, wait: snapsvc.BudgetWait{Key: w.key, Holders: holders, Ahead: max(ahead+held-n, 0), Max: n}, vanished: vanished}, nil
+}
+
+// probe asks HolderReady about the vanished holders blocking this waiter;
+// one seen ready has its delay ended (its row marked ready, if it has not
+// acted again since).
+func (w *waiter) probe(ctx context.Context, vs []Vanished) error {
+	b := w.b
+	for _, v := range vs {
+		if !b.cfg.HolderReady(ctx, v) {
+			continue
+		}
+		acted := v.Acted.UnixMilli()
+		err := b.tx(ctx, b.cfg.Unreachable, "ending the lock-delay of "+v.Holder, func(ctx context.Context, tx *sql.Tx) error {
+			now, err := dbNow(ctx, tx)
+			if err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET ready = ? WHERE key = ? AND holder = ? AND acted = ? AND expires <= ?`,
+				now, w.key, v.Holder, acted, now)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		b.cfg.Logger.Info("vanished holder seen ready after it acted: lock-delay ended", "key", w.key, "holder", v.Holder)
+		b.emit(Event{Kind: EventLockDelayEnded, Key: w.key, Holder: v.Holder})
+	}
+	return nil
+}
+
+// abandon deletes the waiter's row: one attempt, so a cancelled Acquire
+// returns promptly (else the row expires within TTL).
+func (w *waiter) abandon() {
+	b := w.b
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
+	defer cancel()
+	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := b.ensureSchema(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND granted IS NULL`, w.token)
+		return err
+	})
+	// A row granted by a transaction whose answer was lost: release it
+	// the same way, since it never acted.
+	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND acted IS NULL`, w.token)
+		return err
+	})
+	b.wakeUp(w.key)
+}

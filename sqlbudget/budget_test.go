@@ -1,0 +1,350 @@
+package sqlbudget_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/sqlbudget"
+	"github.com/snapsvc/snapsvc/testsupport/budgetcontract"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func tempDB(t *testing.T) (path string, db *sql.DB) {
+	path = filepath.Join(t.TempDir(), "budget.db")
+	return path, openSQLite(t, path)
+}
+
+func newBudget(t *testing.T, tx sqlbudget.TxFunc, holder string, mod ...func(*sqlbudget.Config)) *sqlbudget.Budget {
+	t.Helper()
+	cfg := sqlbudget.Config{Tx: tx, Holder: holder, TTL: time.Second, ClockSkew: 100 * time.Millisecond, Unreachable: 3 * time.Second}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	b, err := sqlbudget.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// lossyTx commits every transaction and then, every other time, reports a
+// failure, as a commit whose answer was lost: the budget runs the same
+// transaction again, as microcluster's Transaction runs f again. The
+// budget's writes must end as if each had run once.
+func lossyTx(db *sql.DB, lost *atomic.Int64) sqlbudget.TxFunc {
+	var n atomic.Int64
+	inner := sqlbudget.DBTx(db)
+	return func(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
+		i := n.Add(1)
+		if err := inner(ctx, f); err != nil {
+			return err
+		}
+		if i%2 == 1 {
+			lost.Add(1)
+			return errors.New("lossy: the commit's answer was lost")
+		}
+		return nil
+	}
+}
+
+// Every write is idempotent: with every other commit's answer lost (so
+// the budget runs the same transaction again after it committed), two
+// participants still take turns in order, fences, marks and releases
+// still work, and no row is left behind.
+func TestRetriedTransactionsIdempotent(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	var lost atomic.Int64
+	a := newBudget(t, lossyTx(db, &lost), "a")
+	b := newBudget(t, lossyTx(db, &lost), "b")
+	key := "microovn.ovn-northd"
+	s, err := a.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan error, 1)
+	var bs snapsvc.BudgetSlot
+	queued := make(chan struct{}, 1)
+	go func() {
+		var err error
+		bs, err = b.Acquire(ctx, key, func(snapsvc.BudgetWait) {
+			select {
+			case queued <- struct{}{}:
+			default:
+			}
+		})
+		out <- err
+	}()
+	<-queued
+	st, err := a.Status(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Holders) != 1 || st.Holders[0].Holder != "a" || len(st.Waiters) != 1 || st.Waiters[0].Holder != "b" {
+		t.Fatalf("status with retried transactions: %+v (want one row each: a holding, b waiting)", st)
+	}
+	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(snapsvc.BudgetReadier).MarkReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-out; err != nil {
+		t.Fatal(err)
+	}
+	if err := bs.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM snapsvc_budget_entries`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d commits' answers lost and their transactions run again", lost.Load())
+	if rows != 0 || lost.Load() < 5 {
+		t.Errorf("%d rows left (want 0), %d answers lost", rows, lost.Load())
+	}
+}
+
+// Participants configured with different slot counts for one key are
+// refused at once, never served.
+func TestMaxMismatchRefused(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	one := newBudget(t, sqlbudget.DBTx(db), "one")
+	two := newBudget(t, sqlbudget.DBTx(db), "two", func(c *sqlbudget.Config) { c.Max = 2 })
+	s, err := one.Acquire(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	_, err = two.Acquire(ctx, "k", nil)
+	if !errors.Is(err, snapsvc.ErrBudgetRefused) {
+		t.Fatalf("Max 2 against a holder with Max 1: %v, want ErrBudgetRefused", err)
+	}
+}
+
+// Keys take one canonical form: "b+a" and "a+b" exclude each other; bad
+// keys are refused.
+func TestKeysCanonical(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	a := newBudget(t, sqlbudget.DBTx(db), "a")
+	s, err := a.Acquire(ctx, "b+a+a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Key() != "a+b" {
+		t.Errorf("key %q, want a+b", s.Key())
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := newBudget(t, sqlbudget.DBTx(db), "b").Acquire(short, " a + b ", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a+b while b+a is held: %v, want to wait", err)
+	}
+	s.Release(ctx)
+	for _, bad := range []string{"", "+", "a b", "a\nb"} {
+		if _, err := a.Acquire(ctx, bad, nil); !errors.Is(err, snapsvc.ErrBudgetRefused) {
+			t.Errorf("key %q: %v, want ErrBudgetRefused", bad, err)
+		}
+	}
+}
+
+// Migrations are idempotent, and a schema newer than the package knows
+// is refused.
+func TestSchema(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	for range 2 {
+		if err := sqlbudget.DBTx(db)(ctx, sqlbudget.Migrate); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range sqlbudget.SchemaUpdates() {
+		if err := sqlbudget.DBTx(db)(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v int
+	if err := db.QueryRowContext(ctx, `SELECT max(version) FROM snapsvc_budget_schema`).Scan(&v); err != nil || v != sqlbudget.SchemaVersion {
+		t.Fatalf("schema version %d (%v), want %d", v, err, sqlbudget.SchemaVersion)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_schema (version) VALUES (?)`, sqlbudget.SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newBudget(t, sqlbudget.DBTx(db), "old").Acquire(ctx, "k", nil)
+	if !errors.Is(err, snapsvc.ErrBudgetRefused) {
+		t.Fatalf("a newer schema: %v, want ErrBudgetRefused", err)
+	}
+}
+
+// Status tells holders, waiters blocked only by a lock-delay, and
+// vanished holders apart.
+func TestStatusVanishedAndBlocked(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	h := sqliteHarness(t, time.Second)
+	vanishing := h.NewParticipant(t, h.Config(optionsOf("vanishing", 30*time.Second)))
+	s, err := vanishing.Acquire(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vanishing.Vanish()
+	<-s.Lost()
+	next := h.NewParticipant(t, h.Config(optionsOf("next", 30*time.Second)))
+	out := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waits := make(chan snapsvc.BudgetWait, 10)
+	go func() {
+		_, err := next.Acquire(wctx, "k", func(w snapsvc.BudgetWait) { waits <- w })
+		out <- err
+	}()
+	w := <-waits
+	if len(w.Holders) != 1 || w.Holders[0] != "vanishing (vanished; lock-delay)" {
+		t.Errorf("wait %+v: want the vanished holder under lock-delay", w)
+	}
+	st, err := next.Status(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Holders) != 0 || len(st.Vanished) != 1 || len(st.Waiters) != 1 || !st.Waiters[0].BlockedByLockDelay || st.Vanished[0].Acted.IsZero() {
+		t.Errorf("status %+v: want no holder, one vanished (acted), one waiter blocked by the lock-delay", st)
+	}
+	cancel()
+	if err := <-out; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled waiter: %v", err)
+	}
+}
+
+func optionsOf(holder string, lockDelay time.Duration) budgetcontract.Options {
+	return budgetcontract.Options{Holder: holder, Max: 1, LockDelay: lockDelay}
+}
+
+// A percentage of the cluster's members, resolved in the granting
+// transaction: 50% of 4 members is 2 slots, and it follows the count.
+func TestPercentOfMembers(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	var members atomic.Int64
+	members.Store(4)
+	pct := func(c *sqlbudget.Config) {
+		c.Max, c.Percent = 0, 50
+		c.Members = func(context.Context, *sql.Tx) (int, error) { return int(members.Load()), nil }
+	}
+	var held []snapsvc.BudgetSlot
+	for _, n := range []string{"a", "b"} {
+		s, err := newBudget(t, sqlbudget.DBTx(db), n, pct).Acquire(ctx, "k", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, s)
+	}
+	third := newBudget(t, sqlbudget.DBTx(db), "c", pct)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := third.Acquire(short, "k", nil)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("third holder at 50%% of 4: %v, want to wait", err)
+	}
+	members.Store(6)
+	s, err := third.Acquire(ctx, "k", nil)
+	if err != nil {
+		t.Fatalf("third holder at 50%% of 6: %v", err)
+	}
+	st, _ := third.Status(ctx, "k")
+	if st.Max != 3 || len(st.Holders) != 3 {
+		t.Errorf("status %+v: want max 3, 3 holders", st)
+	}
+	for _, s := range append(held, s) {
+		s.Release(ctx)
+	}
+	if _, err := sqlbudget.New(sqlbudget.Config{DB: db, Percent: 50}); err == nil {
+		t.Error("Percent without Members accepted")
+	}
+}
+
+// A waiter cut off from the database for longer than its TTL finds, once
+// back, that its row expired and was collected by another waiter: that is
+// its own expiry (retryable, ErrBudgetUnavailable), not an operator's
+// deletion (ErrBudgetRefused). Found by TestRolloutFaults on dqlite: the
+// leader's election outlasted the waiters' TTL and every waiter reported
+// a refusal.
+func TestWaiterExpiredIsRetryable(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	h := sqliteHarness(t, time.Second)
+	holder := h.NewParticipant(t, h.Config(optionsOf("holder", 0)))
+	s, err := holder.Acquire(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	cfg := h.Config(optionsOf("cut", 0))
+	cfg.Unreachable = 10 * time.Second
+	cut := h.NewParticipant(t, cfg)
+	other := h.NewParticipant(t, h.Config(optionsOf("other", 0)))
+	out := make(chan error, 1)
+	queued := make(chan struct{})
+	go func() {
+		var once atomic.Bool
+		_, err := cut.Acquire(ctx, "k", func(snapsvc.BudgetWait) {
+			if once.CompareAndSwap(false, true) {
+				close(queued)
+			}
+		})
+		out <- err
+	}()
+	<-queued
+	cut.Cut(true)
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	oq := make(chan struct{}, 1)
+	go other.Acquire(octx, "k", func(snapsvc.BudgetWait) {
+		select {
+		case oq <- struct{}{}:
+		default:
+		}
+	})
+	// The cut-off waiter's row expires after its TTL; the other waiter's
+	// polls collect it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := holder.Status(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Waiters) == 1 && st.Waiters[0].Holder == "other" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cut-off waiter's row was never collected: %+v", st)
+		}
+		<-oq
+	}
+	cut.Cut(false)
+	err = <-out
+	if !errors.Is(err, snapsvc.ErrBudgetUnavailable) || errors.Is(err, snapsvc.ErrBudgetRefused) {
+		t.Fatalf("waiter whose row expired while cut off: %v, want ErrBudgetUnavailable (retryable), not refused", err)
+	}
+}

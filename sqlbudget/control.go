@@ -1,0 +1,286 @@
+package sqlbudget
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// Event kinds, Event.Kind.
+const (
+	EventWaiting        = "waiting"          // queued behind others (Wait)
+	EventAcquired       = "acquired"         // a slot was taken (Waited, Max)
+	EventUnbudgeted     = "unbudgeted"       // granted without the database: no cluster yet, or fail open
+	EventFailed         = "failed"           // Acquire returned an error (Err)
+	EventPaused         = "paused"           // a holder waits, holding its slot, while its key is paused
+	EventFenced         = "fenced"           // a Fence confirmed the slot and recorded the act
+	EventFenceFailed    = "fence-failed"     // a Fence could not confirm (Err)
+	EventReady          = "ready"            // MarkReady recorded the services ready again
+	EventLockDelayEnded = "lock-delay-ended" // HolderReady saw a vanished holder ready after it acted
+	EventLost           = "lost"             // a held slot was lost (Err, Held)
+	EventReleased       = "released"         // a slot was given back (Held)
+	EventReleaseFailed  = "release-failed"   // a Release failed (Err); a retry tries again
+)
+
+// Event is a step of a Budget, for logs and metrics (the counterpart of
+// etcdbudget.Controlled's events).
+type Event struct {
+	// Time is when it happened (local clock).
+	Time time.Time
+	// Kind is one of the Event* kinds.
+	Kind string
+	// Key is the budget key.
+	Key string
+	// Holder is this participant, or the vanished holder
+	// ("lock-delay-ended").
+	Holder string
+	// Wait is what a waiter waits behind ("waiting").
+	Wait snapsvc.BudgetWait
+	// Waited is how long Acquire waited ("waiting", "acquired",
+	// "unbudgeted", "failed").
+	Waited time.Duration
+	// Held is how long the slot has been held.
+	Held time.Duration
+	// Max is the key's slot count as resolved.
+	Max int
+	// Err is the failure, or the pause ("paused").
+	Err error
+}
+
+// Metrics is a snapshot of a Budget's counters and gauges, in the shape a
+// Prometheus exporter wants (counters only grow; sums with their counts
+// give means), as etcdbudget.Controlled's.
+type Metrics struct {
+	// Waiting is how many Acquires wait now; Holding how many slots are
+	// held now.
+	Waiting, Holding int
+	// Acquired counts slots granted (Unbudgeted included); Unbudgeted
+	// those granted without the database.
+	Acquired, Unbudgeted uint64
+	// Failed counts Acquires that returned an error.
+	Failed uint64
+	// Lost counts slots lost while held.
+	Lost uint64
+	// Released counts slots given back; ReleaseFailed failed Release
+	// calls.
+	Released, ReleaseFailed uint64
+	// Fences counts confirmed fences.
+	Fences uint64
+	// PauseWaits counts holders that waited on a pause.
+	PauseWaits uint64
+	// DelayedTakeovers counts slots taken after waiting behind a vanished
+	// holder's lock-delay.
+	DelayedTakeovers uint64
+	// Transactions counts transaction attempts; TxFailures the failed
+	// ones.
+	Transactions, TxFailures uint64
+	// WaitSeconds is the total time Acquires waited; HoldSeconds the
+	// total time released or lost slots were held.
+	WaitSeconds, HoldSeconds float64
+}
+
+// Metrics returns a snapshot of the counters.
+func (b *Budget) Metrics() Metrics {
+	b.mu.Lock()
+	m := b.m
+	b.mu.Unlock()
+	m.Transactions, m.TxFailures = b.txs.Load(), b.txFailures.Load()
+	return m
+}
+
+func (b *Budget) count(f func(*Metrics)) {
+	b.mu.Lock()
+	f(&b.m)
+	b.mu.Unlock()
+}
+
+func (b *Budget) emit(ev Event) {
+	if b.cfg.OnEvent == nil {
+		return
+	}
+	ev.Time = time.Now()
+	if ev.Holder == "" {
+		ev.Holder = b.cfg.Holder
+	}
+	b.cfg.OnEvent(ev)
+}
+
+// Entry is one participant of a key, holding, waiting or vanished.
+type Entry struct {
+	// Holder identifies it ("node-1 pid 4242").
+	Holder string `json:"holder"`
+	// Since is when it queued; Granted when it took its slot; Acted its
+	// last Fence; Ready its last MarkReady (database clock; zero: never).
+	Since   time.Time `json:"since"`
+	Granted time.Time `json:"granted,omitzero"`
+	Acted   time.Time `json:"acted,omitzero"`
+	Ready   time.Time `json:"ready,omitzero"`
+	// Expires is when its row expires unless renewed; for a vanished
+	// holder, Until is when its lock-delay ends.
+	Expires time.Time `json:"expires"`
+	Until   time.Time `json:"until,omitzero"`
+	// Max is the slot count it takes part with ("1", "25%").
+	Max string `json:"max"`
+	// BlockedByLockDelay: a waiter that would hold a slot but for a
+	// vanished holder's lock-delay.
+	BlockedByLockDelay bool `json:"blocked-by-lock-delay,omitempty"`
+}
+
+// PauseRecord is a key's pause.
+type PauseRecord struct {
+	// By is who paused the key; Since when (database clock); Reason the
+	// operator's note.
+	By     string    `json:"by"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// KeyStatus is what the database says about a key, read in one
+// transaction.
+type KeyStatus struct {
+	// Key is the canonical key; Max its slot count as this Budget
+	// resolves it now.
+	Key string `json:"key"`
+	Max int    `json:"max"`
+	// Holders hold a slot; Waiters wait, in the order they will be
+	// served (BlockedByLockDelay tells those held back only by a
+	// vanished holder); Vanished are holders whose row expired after a
+	// Fence without a MarkReady, holding their slot back until Until.
+	Holders  []Entry `json:"holders"`
+	Waiters  []Entry `json:"waiters"`
+	Vanished []Entry `json:"vanished,omitempty"`
+	// Paused is the key's pause, nil when not paused.
+	Paused *PauseRecord `json:"paused,omitempty"`
+	// Now is the database's clock at the read.
+	Now time.Time `json:"now"`
+}
+
+func entryOf(r row) Entry {
+	e := Entry{Holder: r.holder, Since: msTime(r.since), Expires: msTime(r.expires), Max: r.spec}
+	if r.granted.Valid {
+		e.Granted = msTime(r.granted.Int64)
+	}
+	if r.acted.Valid {
+		e.Acted = msTime(r.acted.Int64)
+	}
+	if r.ready.Valid {
+		e.Ready = msTime(r.ready.Int64)
+	}
+	return e
+}
+
+// Status reads key's holders, waiters, vanished holders and pause in one
+// transaction.
+func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
+	key, err := normaliseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var st *KeyStatus
+	err = b.tx(ctx, b.cfg.Unreachable, "reading the status of "+key, func(ctx context.Context, tx *sql.Tx) error {
+		now, err := dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		rows, err := keyRows(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		n, err := b.slots(ctx, tx)
+		if err != nil {
+			return err
+		}
+		st = &KeyStatus{Key: key, Max: n, Holders: []Entry{}, Waiters: []Entry{}, Now: msTime(now)}
+		delayed := 0
+		for _, r := range rows {
+			if r.delayed(now) {
+				e := entryOf(r)
+				e.Until = msTime(r.expires + r.lockDelay)
+				st.Vanished = append(st.Vanished, e)
+				delayed++
+			}
+		}
+		ahead := 0
+		for _, r := range rows {
+			switch {
+			case !r.live(now):
+			case r.granted.Valid:
+				st.Holders = append(st.Holders, entryOf(r))
+				ahead++
+			default:
+				e := entryOf(r)
+				e.BlockedByLockDelay = ahead < n && ahead+delayed >= n
+				st.Waiters = append(st.Waiters, e)
+				ahead++
+			}
+		}
+		st.Paused, err = readPause(ctx, tx, key)
+		return err
+	})
+	return st, err
+}
+
+func readPause(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, error) {
+	var p PauseRecord
+	var since int64
+	err := tx.QueryRowContext(ctx, `SELECT by, since, reason FROM snapsvc_budget_pauses WHERE key = ?`, key).Scan(&p.By, &since, &p.Reason)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.Since = msTime(since)
+	return &p, nil
+}
+
+// Pause pauses key cluster-wide: from now on every Fence of the key waits,
+// holding its slot, until the key is resumed (so no holder acts), and
+// every Acquire that takes a slot keeps it without returning; the
+// machines behind stay queued in order. A restart already sent is not
+// interrupted. Pausing a paused key keeps the first record and returns
+// it.
+func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, error) {
+	key, err := normaliseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var p *PauseRecord
+	err = b.tx(ctx, b.cfg.Unreachable, "pausing "+key, func(ctx context.Context, tx *sql.Tx) error {
+		now, err := dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO snapsvc_budget_pauses (key, by, since, reason) VALUES (?, ?, ?, ?)`, key, b.cfg.Holder, now, reason); err != nil {
+			return err
+		}
+		p, err = readPause(ctx, tx, key)
+		return err
+	})
+	return p, err
+}
+
+// Resume lifts key's pause; the holders it held back act, in queue order.
+// It reports whether the key was paused.
+func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
+	key, err := normaliseKey(key)
+	if err != nil {
+		return false, err
+	}
+	var was bool
+	err = b.tx(ctx, b.cfg.Unreachable, "resuming "+key, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_pauses WHERE key = ?`, key)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		// A retry after a commit whose answer was lost deletes nothing:
+		// the pause is gone either way.
+		was = was || n > 0
+		return err
+	})
+	return was, err
+}

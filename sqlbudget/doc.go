@@ -1,0 +1,136 @@
+// Package sqlbudget is a snapsvc.RestartBudget on a SQL database, for
+// clusters that coordinate over a replicated SQLite (dqlite, as every
+// microcluster app does: microceph, microovn) rather than etcd: it keeps
+// the cluster's machines from restarting the same service on more than
+// Max of them at once, and from starting the next restart before the
+// previous machine's service is ready again (snapsvc.WithRestartBudget
+// holds the slot until the caller's readiness probe passes).
+//
+//	// In a microcluster daemon, once the database is up (OnStart hook):
+//	b, _ := sqlbudget.New(sqlbudget.Config{Tx: s.Database().Transaction, Max: 1, Holder: s.Name()})
+//	c, _ := snapsvc.New(snapsvc.WithMode(snapsvc.ModeSnapctl), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
+//		Ready: func(string) probe.Probe { return northdReady },
+//	}))
+//	_, err := c.Restart(ctx, []string{"microovn.ovn-northd"}, snapsvc.RestartOptions{})
+//
+// It works on a transaction function, func(ctx, func(ctx, *sql.Tx) error)
+// error (microcluster's state.Database().Transaction), or on a plain
+// *sql.DB (DBTx); it speaks SQLite's dialect and imports no database
+// driver: it is its own Go module, and dqlite stays the application's
+// dependency. docs/microcluster.md in the repository is the recipe.
+//
+// # Design
+//
+// One row per Acquire in snapsvc_budget_entries (schema: SchemaVersion),
+// ordered by an AUTOINCREMENT id, so waiters are served first come, first
+// served: a waiter takes a slot once fewer than Max live rows of its key
+// arrived before it and no slot is held back by a lock-delay. Every row
+// lives TTL after its last renewal (every TTL/3, by its owner); a row not
+// renewed in time no longer counts, so a crashed or cut-off machine's
+// slot frees itself. Every decision is one transaction: the check and
+// the grant, the fence and the record of the act, the release.
+//
+// Waiting costs one transaction per waiter every Config.Poll (default
+// TTL/8, at most 250 ms), a read plus, when due, the renewal of its own
+// row; a Release wakes the waiters of the same process at once. That is
+// O(waiters) reads per second, fine for the tens of members a
+// microcluster has; it does not aim at etcdbudget's O(1) hand-over with
+// thousands of waiters.
+//
+// # Whose clock decides expiry
+//
+// The database's. Every transaction reads SQLite's julianday('now') once
+// and judges every row against it; dqlite runs every statement on its
+// leader, so expiry is judged by the clock of the node that leads when the
+// transaction runs (with plain SQLite, by the one machine's clock). The
+// machines' own clocks never decide whether a slot is free. Consequences:
+//
+//   - A leader change moves the clock: if two nodes' clocks are d apart,
+//     a row may expire up to d early or late after a change of leader.
+//     Keep the nodes' clocks synchronised (NTP) and Config.ClockSkew (the
+//     bound you promise, default 500 ms) above their skew.
+//   - A holder knows, on its own monotonic clock, the send time of its last
+//     answered renewal; from that plus TTL it cannot have expired (the
+//     database set the row's expiry after receiving the renewal). A holder
+//     that cannot renew by then reports Lost itself.
+//   - Fence returns how long its confirmation stands: TTL less
+//     ClockSkew, from the start of the transaction that confirmed (the
+//     row was renewed in it), counted from the call. A caller that has not
+//     acted within that fences again.
+//   - Timestamps in KeyStatus (Since, Acted, Expires ...) are the
+//     database's; Event times and durations are the machine's.
+//
+// # Fence, act, ready: the lock-delay
+//
+// A holder's Fence (snapsvc calls it right before every request that
+// disrupts) checks in one transaction that its row is live and granted and
+// that the key is not paused, then records acted = now and renews the row.
+// While the key is paused it waits, holding the slot, and checks again;
+// when its context ends first it fails with an error wrapping
+// snapsvc.ErrBudgetPaused. MarkReady (snapsvc calls it once the readiness
+// checks passed) records ready = now.
+//
+// A holder that vanishes (its row expires without a release) is judged by
+// those records: one that never fenced, or marked ready after its last
+// fence, never acted on a service that is down: its slot is free at once.
+// One that fenced and did not mark ready may have sent a restart that
+// snapd carries on without it: its slot stays unusable for its
+// Config.LockDelay after the expiry (DefaultLockDelay, 1 minute). A waiter
+// first in line may end that delay early with Config.HolderReady, which is
+// given the time of the vanished holder's act and must answer true only on
+// readiness that postdates it.
+//
+// The bound a holder frozen after its Fence can overlap another is its
+// confirmation (what Fence returned) plus the time its request takes:
+// with every default the successor starts no earlier than the row's
+// expiry plus the lock-delay, TTL + 1 minute after the fence.
+//
+// # Retried transactions
+//
+// The transaction function may run f more than once, and a commit whose
+// answer was lost is retried: every write is idempotent. An Acquire picks
+// a random token before its first transaction; its row is inserted with
+// INSERT OR IGNORE on that token; the grant is COALESCE(granted, now);
+// renewals, fences and MarkReady update the token's row; Release and a
+// cancelled Acquire delete it. A failed transaction is retried with
+// backoff, each attempt bounded by Config.Attempt, until
+// Config.Unreachable has passed: then *UnreachableError, which wraps
+// snapsvc.ErrBudgetUnavailable (retryable). Answers no retry changes
+// (a bad key, a row deleted by an operator, participants using different
+// Max, a newer schema) wrap snapsvc.ErrBudgetRefused.
+//
+// # Release
+//
+// Release deletes the row; the next waiter takes the slot at its next
+// poll. It may be called more than once: once it succeeded it does
+// nothing, and after a failure a new call really tries again; meanwhile
+// the row is still renewed (for Config.ReleaseRetry), so a release that
+// failed because the database was unreachable for a moment, retried, hands
+// over without a lock-delay. A lost slot whose holder acted and never
+// marked ready keeps its row (its lock-delay protects the restart).
+//
+// # Operator controls, events, metrics
+//
+// Status reads a key's holders, waiters (telling those held back only by
+// a lock-delay), vanished holders under lock-delay and pause in one
+// transaction; Pause and Resume set and lift a cluster-wide pause, read at
+// every Fence. Config.OnEvent receives every step (waiting, acquired,
+// paused, fenced, ready, lost, released, ...) and Metrics returns the
+// counters, as etcdbudget.Controlled does. Max may be a share of the
+// cluster's members (Config.Percent with Config.Members), resolved in the
+// very transaction that grants a slot, so it follows members joining and
+// leaving and never admits more than the share of the members of that
+// moment.
+//
+// # Keys
+//
+// Keys take the canonical form etcdbudget uses: "+"-joined parts sorted
+// and de-duplicated ("b+a" is "a+b").
+//
+// # Schema
+//
+// The tables are created on first use (Migrate, idempotent; a schema newer
+// than this package knows is refused). An application that manages its
+// schema itself (microcluster's schema extensions) appends SchemaUpdates
+// and sets Config.SkipMigrate.
+package sqlbudget

@@ -1,0 +1,116 @@
+// Package sqltest is sqlbudget's harness for the budget contract
+// (testsupport/budgetcontract): participants are sqlbudget Budgets, each
+// on a connection of its own (one machine each), that a test can cut off
+// (every transaction fails, as with an unreachable database) or make
+// vanish for good (a crash). It serves SQLite in-process and, from the
+// dqlite test module, a real dqlite cluster.
+package sqltest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/sqlbudget"
+	"github.com/snapsvc/snapsvc/testsupport/budgetcontract"
+)
+
+// ErrCutOff is what a cut-off participant's transactions fail with.
+var ErrCutOff = errors.New("sqltest: participant cut off from the database")
+
+// Harness builds participants on one database.
+type Harness struct {
+	// TTL of every participant's rows.
+	TTL time.Duration
+	// Open returns the transaction function of a new connection to the
+	// database (one machine); it is closed by the test's cleanup.
+	Open func(t *testing.T) sqlbudget.TxFunc
+	// Configure, when set, adjusts each participant's Config.
+	Configure func(*sqlbudget.Config)
+
+	ctl *sqlbudget.Budget
+}
+
+// Participant is a Budget whose transactions can be cut off.
+type Participant struct {
+	*sqlbudget.Budget
+	off, gone atomic.Bool
+}
+
+// Vanish cuts the participant off for good.
+func (p *Participant) Vanish() { p.gone.Store(true) }
+
+// Cut cuts the participant off (true) or reconnects it (false).
+func (p *Participant) Cut(off bool) { p.off.Store(off) }
+
+// Wrap returns tx as the participant sees it: failing while cut off.
+func (p *Participant) Wrap(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
+	return func(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
+		if p.off.Load() || p.gone.Load() {
+			return ErrCutOff
+		}
+		return tx(ctx, f)
+	}
+}
+
+// Config returns the Config the harness gives a participant of o.
+func (h *Harness) Config(o budgetcontract.Options) sqlbudget.Config {
+	ld := o.LockDelay
+	if ld == 0 {
+		ld = -1
+	}
+	cfg := sqlbudget.Config{Holder: o.Holder, Max: o.Max, TTL: h.TTL, LockDelay: ld, ClockSkew: h.TTL / 10, Unreachable: 2 * h.TTL}
+	if h.Configure != nil {
+		h.Configure(&cfg)
+	}
+	return cfg
+}
+
+// New returns a participant on a connection of its own.
+func (h *Harness) New(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	return h.NewParticipant(t, h.Config(o))
+}
+
+// NewParticipant returns a participant of cfg (Tx is set here).
+func (h *Harness) NewParticipant(t *testing.T, cfg sqlbudget.Config) *Participant {
+	t.Helper()
+	p := &Participant{}
+	cfg.Tx = p.Wrap(h.Open(t))
+	b, err := sqlbudget.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Budget = b
+	return p
+}
+
+func (h *Harness) control(t *testing.T) *sqlbudget.Budget {
+	if h.ctl == nil {
+		b, err := sqlbudget.New(sqlbudget.Config{Tx: h.Open(t), Holder: "operator", TTL: h.TTL, ClockSkew: h.TTL / 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.ctl = b
+	}
+	return h.ctl
+}
+
+// Pause pauses key.
+func (h *Harness) Pause(t *testing.T, key string) {
+	t.Helper()
+	if _, err := h.control(t).Pause(context.Background(), key, "contract"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Resume resumes key.
+func (h *Harness) Resume(t *testing.T, key string) {
+	t.Helper()
+	if _, err := h.control(t).Resume(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,110 @@
+package sqlbudget
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// SchemaVersion is the version of the schema this package writes and
+// reads. Its tables (SQLite dialect; every timestamp is milliseconds since
+// the Unix epoch by the database's clock):
+//
+//	snapsvc_budget_schema    version INTEGER PRIMARY KEY
+//	    one row per migration applied.
+//	snapsvc_budget_entries   the queue and the holders of every key
+//	    id          INTEGER PRIMARY KEY AUTOINCREMENT: the order of
+//	                arrival (AUTOINCREMENT never reuses an id)
+//	    key         the canonical budget key
+//	    token       TEXT UNIQUE: random, one per Acquire, so a retried
+//	                transaction finds the row it made
+//	    holder      who waits or holds ("node-1 pid 4242")
+//	    max_spec    the slot count the participant uses ("1", "25%")
+//	    since       when it queued
+//	    expires     when it expires unless renewed (TTL after the last
+//	                renewal)
+//	    granted     when it took its slot (NULL while waiting)
+//	    acted       the last Fence: the holder was about to act (NULL:
+//	                never)
+//	    ready       the last MarkReady, or the moment a readiness probe
+//	                saw the vanished holder's service ready (NULL: never)
+//	    lock_delay  the holder's lock-delay in ms
+//	snapsvc_budget_pauses    key TEXT PRIMARY KEY, by, since, reason:
+//	    a paused key, until resumed.
+//
+// Migrations are idempotent (CREATE ... IF NOT EXISTS, a version row
+// inserted with INSERT OR IGNORE), so a transaction that is retried, or
+// two machines migrating at once, end with the same schema.
+const SchemaVersion = 1
+
+// migrations[i] brings the schema from version i to i+1.
+var migrations = []string{
+	`CREATE TABLE IF NOT EXISTS snapsvc_budget_entries (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		key TEXT NOT NULL,
+		token TEXT NOT NULL UNIQUE,
+		holder TEXT NOT NULL,
+		max_spec TEXT NOT NULL,
+		since INTEGER NOT NULL,
+		expires INTEGER NOT NULL,
+		granted INTEGER,
+		acted INTEGER,
+		ready INTEGER,
+		lock_delay INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX IF NOT EXISTS snapsvc_budget_entries_key ON snapsvc_budget_entries (key, id);
+	CREATE TABLE IF NOT EXISTS snapsvc_budget_pauses (
+		key TEXT PRIMARY KEY,
+		by TEXT NOT NULL,
+		since INTEGER NOT NULL,
+		reason TEXT NOT NULL DEFAULT ''
+	);`,
+}
+
+// SchemaUpdates returns the schema's migrations as functions of the shape
+// of a microcluster (LXD) schema update, func(ctx, tx) error, in order: an
+// app that manages its schema itself appends them to its list of schema
+// extensions (and sets Config.SkipMigrate). Each is idempotent.
+func SchemaUpdates() []func(context.Context, *sql.Tx) error {
+	out := make([]func(context.Context, *sql.Tx) error, len(migrations))
+	for i := range migrations {
+		out[i] = func(ctx context.Context, tx *sql.Tx) error { return applyMigration(ctx, tx, i) }
+	}
+	return out
+}
+
+func applyMigration(ctx context.Context, tx *sql.Tx, i int) error {
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS snapsvc_budget_schema (version INTEGER PRIMARY KEY)`); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+		return fmt.Errorf("sqlbudget: schema version %d: %w", i+1, err)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO snapsvc_budget_schema (version) VALUES (?)`, i+1)
+	return err
+}
+
+// Migrate brings the budget's tables to SchemaVersion inside tx. It is
+// idempotent. A database whose schema is newer than this package knows
+// is refused (an error wrapping snapsvc.ErrBudgetRefused): a machine
+// running an older sqlbudget must not share a newer schema.
+func Migrate(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS snapsvc_budget_schema (version INTEGER PRIMARY KEY)`); err != nil {
+		return err
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM snapsvc_budget_schema`).Scan(&current); err != nil {
+		return err
+	}
+	if current > SchemaVersion {
+		return final(fmt.Errorf("%w: sqlbudget: the database's budget schema is version %d, this sqlbudget knows up to %d: upgrade it", snapsvc.ErrBudgetRefused, current, SchemaVersion))
+	}
+	for i := current; i < len(migrations); i++ {
+		if err := applyMigration(ctx, tx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,403 @@
+package sqlbudget
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// slot is a held slot: a granted row, renewed every TTL/3 until
+// released or lost.
+type slot struct {
+	b     *Budget
+	key   string
+	token string
+	since time.Time
+	max   int
+
+	lost chan struct{}
+	stop chan struct{} // closed: the renewer ends
+	done chan struct{} // closed by the renewer
+
+	mu        sync.Mutex
+	err       error     // why it was lost
+	deadline  time.Time // local: the row cannot have expired before (last renewal's send time + TTL)
+	released  bool      // a Release succeeded
+	relFailed time.Time // the first failed Release (zero: none)
+	stopOnce  sync.Once
+	relMu     sync.Mutex // one Release at a time
+}
+
+var (
+	_ snapsvc.BudgetFencer  = (*slot)(nil)
+	_ snapsvc.BudgetReadier = (*slot)(nil)
+)
+
+func newSlot(b *Budget, w *waiter, deadline time.Time) *slot {
+	s := &slot{b: b, key: w.key, token: w.token, since: time.Now(), max: w.max, deadline: deadline,
+		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.renew()
+	return s
+}
+
+// Key is the slot's key.
+func (s *slot) Key() string { return s.key }
+
+// Holder is this participant's identity.
+func (s *slot) Holder() string { return s.b.cfg.Holder }
+
+// Lost is closed once the slot is known lost: its row expired or was
+// deleted, or it could not be renewed within its TTL.
+func (s *slot) Lost() <-chan struct{} { return s.lost }
+
+// Err says why the slot was lost, or nil.
+func (s *slot) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *slot) setLost(err error) {
+	s.mu.Lock()
+	if s.err != nil || s.released {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	s.mu.Unlock()
+	close(s.lost)
+	held := time.Since(s.since)
+	s.b.count(func(m *Metrics) { m.Holding--; m.Lost++; m.HoldSeconds += held.Seconds() })
+	s.b.cfg.Logger.Warn("slot lost", "key", s.key, "error", err)
+	s.b.emit(Event{Kind: EventLost, Key: s.key, Held: held, Max: s.max, Err: err})
+	s.stopRenewing()
+}
+
+func (s *slot) localDeadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+func (s *slot) renewedAt(sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := sent.Add(s.b.cfg.TTL); d.After(s.deadline) {
+		s.deadline = d
+	}
+}
+
+func (s *slot) stopRenewing() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// renew extends the row every TTL/3 while the slot is held. A row found
+// expired or gone loses the slot, and so does a deadline passed without
+// a renewal answered. After a failed Release it goes on for
+// Config.ReleaseRetry, so that a retried Release hands over at once.
+func (s *slot) renew() {
+	defer close(s.done)
+	b := s.b
+	t := time.NewTicker(b.cfg.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		relFailed := s.relFailed
+		s.mu.Unlock()
+		if !relFailed.IsZero() && time.Since(relFailed) > b.cfg.ReleaseRetry {
+			b.cfg.Logger.Warn("release not retried in time: the slot's row is left to expire", "key", s.key)
+			return
+		}
+		deadline := s.localDeadline()
+		if !time.Now().Before(deadline) {
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: no renewal of the slot's row answered within its %s TTL; another machine may hold it now", snapsvc.ErrSlotLost, s.key, b.cfg.TTL))
+			return
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		sent := time.Now()
+		var ok bool
+		err := b.tx(ctx, time.Until(deadline), "renewing the slot of "+s.key, func(ctx context.Context, tx *sql.Tx) error {
+			now, err := dbNow(ctx, tx)
+			if err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET expires = ? WHERE token = ? AND expires > ?`, now+b.cfg.TTL.Milliseconds(), s.token, now)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			ok = n == 1
+			return err
+		})
+		cancel()
+		switch {
+		case err == nil && ok:
+			s.renewedAt(sent)
+		case err == nil:
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row expired or was deleted; another machine may hold it now", snapsvc.ErrSlotLost, s.key))
+			return
+		default:
+			b.cfg.Logger.Debug("renewal failed", "key", s.key, "error", err)
+		}
+	}
+}
+
+// fenceState is what one fence transaction found.
+type fenceState struct {
+	gone   bool
+	paused *PauseRecord
+}
+
+// Fence confirms, in one transaction, that the slot's row is live and
+// granted and that the key is not paused, and records that the holder is
+// about to act (and renews the row, so the confirmation stands a whole
+// TTL by the database's clock). It returns how long the confirmation
+// stands, counted from the call: TTL less Config.ClockSkew from the start
+// of the transaction that confirmed. While the key is paused it waits,
+// holding the slot, until it is resumed (then it confirms again), the
+// slot is lost (snapsvc.ErrSlotLost) or ctx ends (an error wrapping
+// snapsvc.ErrBudgetPaused). When it cannot confirm before the row might
+// expire, its error wraps snapsvc.ErrBudgetUnavailable: do not act.
+func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
+	call := time.Now()
+	b := s.b
+	reported := false
+	for {
+		if err := s.Err(); err != nil {
+			return 0, err
+		}
+		if s.isReleased() {
+			return 0, fmt.Errorf("%w: sqlbudget: the slot of %s was released", snapsvc.ErrSlotLost, s.key)
+		}
+		deadline := s.localDeadline()
+		if !time.Now().Before(deadline) {
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row may have expired (no renewal answered within its %s TTL)", snapsvc.ErrSlotLost, s.key, b.cfg.TTL))
+			return 0, s.Err()
+		}
+		fctx, cancel := context.WithDeadline(ctx, deadline)
+		sent := time.Now()
+		var st fenceState
+		err := b.tx(fctx, time.Until(deadline), "fencing the slot of "+s.key, func(ctx context.Context, tx *sql.Tx) error {
+			st = fenceState{}
+			now, err := dbNow(ctx, tx)
+			if err != nil {
+				return err
+			}
+			p, err := readPause(ctx, tx, s.key)
+			if err != nil {
+				return err
+			}
+			if p != nil {
+				// Paused: confirm the row is live, act on nothing.
+				var n int
+				if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM snapsvc_budget_entries WHERE token = ? AND granted IS NOT NULL AND expires > ?`, s.token, now).Scan(&n); err != nil {
+					return err
+				}
+				st.gone, st.paused = n == 0, p
+				return nil
+			}
+			res, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET acted = ?, expires = ? WHERE token = ? AND granted IS NOT NULL AND expires > ?`,
+				now, now+b.cfg.TTL.Milliseconds(), s.token, now)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			st.gone = n == 0
+			return err
+		})
+		cancel()
+		switch {
+		case err == nil && st.gone:
+			s.setLost(fmt.Errorf("%w: sqlbudget: fencing %s: the slot's row expired or was deleted; another machine may hold it now", snapsvc.ErrSlotLost, s.key))
+			b.emit(Event{Kind: EventFenceFailed, Key: s.key, Err: s.Err()})
+			return 0, s.Err()
+		case err == nil && st.paused != nil:
+			s.renewedAt(sent)
+			if !reported {
+				reported = true
+				b.count(func(m *Metrics) { m.PauseWaits++ })
+				b.emit(Event{Kind: EventPaused, Key: s.key, Err: fmt.Errorf("paused by %s: %s", st.paused.By, st.paused.Reason)})
+			}
+			if err := s.waitPoll(ctx); err != nil {
+				return 0, err
+			}
+			continue
+		case err == nil:
+			s.renewedAt(sent)
+			valid := sent.Add(b.cfg.TTL - b.cfg.ClockSkew).Sub(call)
+			b.count(func(m *Metrics) { m.Fences++ })
+			b.emit(Event{Kind: EventFenced, Key: s.key, Held: time.Since(s.since)})
+			return valid, nil
+		case errors.Is(err, snapsvc.ErrBudgetRefused):
+			return 0, err
+		case ctx.Err() != nil && reported:
+			// The key was paused at the last look and ctx ended while
+			// looking again: nothing was sent, the pause is why.
+			return 0, fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", snapsvc.ErrBudgetPaused, s.key, context.Cause(ctx))
+		case ctx.Err() != nil:
+			return 0, fmt.Errorf("%w: sqlbudget: fencing %s: %w", snapsvc.ErrBudgetUnavailable, s.key, context.Cause(ctx))
+		default:
+			err = fmt.Errorf("%w: sqlbudget: fencing %s: could not confirm the slot before its row might expire: %w", snapsvc.ErrBudgetUnavailable, s.key, err)
+			b.emit(Event{Kind: EventFenceFailed, Key: s.key, Err: err})
+			return 0, err
+		}
+	}
+}
+
+// waitPoll waits one poll interval while paused, or returns why it must
+// stop: the slot was lost or released, or ctx ended (ErrBudgetPaused).
+func (s *slot) waitPoll(ctx context.Context) error {
+	t := time.NewTimer(s.b.cfg.Poll)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.lost:
+		return s.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", snapsvc.ErrBudgetPaused, s.key, context.Cause(ctx))
+	}
+}
+
+// awaitAllowed waits, holding the slot, while its key is paused (Acquire's
+// last step). It reports the pause through progress once.
+func (s *slot) awaitAllowed(ctx context.Context, progress func(snapsvc.BudgetWait)) error {
+	b := s.b
+	reported := false
+	for {
+		var p *PauseRecord
+		err := b.tx(ctx, b.cfg.Unreachable, "reading the pause of "+s.key, func(ctx context.Context, tx *sql.Tx) (err error) {
+			p, err = readPause(ctx, tx, s.key)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			return nil
+		}
+		if !reported {
+			reported = true
+			b.count(func(m *Metrics) { m.PauseWaits++ })
+			b.emit(Event{Kind: EventPaused, Key: s.key, Err: fmt.Errorf("paused by %s: %s", p.By, p.Reason)})
+			if progress != nil {
+				msg := fmt.Sprintf("paused by %s since %s", p.By, p.Since.Format(time.RFC3339))
+				if p.Reason != "" {
+					msg += ": " + p.Reason
+				}
+				progress(snapsvc.BudgetWait{Key: s.key, Holders: []string{msg}, Max: s.max})
+			}
+		}
+		if err := s.waitPoll(ctx); err != nil {
+			if errors.Is(err, snapsvc.ErrSlotLost) {
+				// Nothing acted on it: a later Acquire may succeed.
+				return fmt.Errorf("%w: the slot was lost while the key was paused: %w", snapsvc.ErrBudgetUnavailable, err)
+			}
+			return err
+		}
+	}
+}
+
+// MarkReady records that the services the holder disrupted are ready
+// again: if the holder vanishes from now on (until its next Fence), its
+// slot is free at its row's expiry, without a lock-delay.
+func (s *slot) MarkReady(ctx context.Context) error {
+	b := s.b
+	err := b.tx(ctx, b.cfg.Unreachable, "marking "+s.key+" ready", func(ctx context.Context, tx *sql.Tx) error {
+		now, err := dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET ready = ? WHERE token = ?`, now, s.token)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlbudget: marking %s ready: %w", s.key, err)
+	}
+	b.emit(Event{Kind: EventReady, Key: s.key, Held: time.Since(s.since)})
+	return nil
+}
+
+func (s *slot) isReleased() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.released
+}
+
+// Release gives the slot back: it deletes the slot's row, and the next
+// waiter takes it at its next poll (at once in this process). It may be
+// called more than once: once it succeeded it does nothing; after a
+// failure a new call really tries again, and meanwhile the row is still
+// renewed (for Config.ReleaseRetry) so that the retry hands over without
+// a lock-delay. A lost slot whose holder acted and did not mark ready
+// keeps its row (the lock-delay protects the service it may have
+// restarted).
+func (s *slot) Release(ctx context.Context) error {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if s.isReleased() {
+		return nil
+	}
+	b := s.b
+	bound := b.cfg.Unreachable
+	if dl, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(dl))
+	}
+	err := b.tx(ctx, bound, "releasing the slot of "+s.key, func(ctx context.Context, tx *sql.Tx) error {
+		now, err := dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND (expires > ? OR acted IS NULL OR ready >= acted)`, s.token, now)
+		return err
+	})
+	held := time.Since(s.since)
+	if err != nil {
+		s.mu.Lock()
+		if s.relFailed.IsZero() {
+			s.relFailed = time.Now()
+		}
+		s.mu.Unlock()
+		b.count(func(m *Metrics) { m.ReleaseFailed++ })
+		err = fmt.Errorf("sqlbudget: releasing the slot of %s (retry: it is kept alive for %s meanwhile): %w", s.key, b.cfg.ReleaseRetry, err)
+		b.emit(Event{Kind: EventReleaseFailed, Key: s.key, Held: held, Err: err})
+		return err
+	}
+	s.mu.Lock()
+	wasLost := s.err != nil
+	s.released = true
+	s.mu.Unlock()
+	s.stopRenewing()
+	<-s.done
+	if !wasLost {
+		b.count(func(m *Metrics) { m.Holding--; m.Released++; m.HoldSeconds += held.Seconds() })
+	}
+	b.emit(Event{Kind: EventReleased, Key: s.key, Held: held, Max: s.max})
+	b.wakeUp(s.key)
+	return nil
+}
+
+// unbudgeted is a slot granted without the database (no cluster yet, or
+// fail open). It is never lost.
+type unbudgeted struct {
+	key, holder string
+	never       chan struct{}
+}
+
+func (u *unbudgeted) Key() string                     { return u.key }
+func (u *unbudgeted) Holder() string                  { return u.holder }
+func (u *unbudgeted) Lost() <-chan struct{}           { return u.never }
+func (u *unbudgeted) Err() error                      { return nil }
+func (u *unbudgeted) Release(context.Context) error   { return nil }
+func (u *unbudgeted) MarkReady(context.Context) error { return nil }
+func (u *unbudgeted) Fence(context.Context) (time.Duration, error) {
+	return time.Duration(1<<63 - 1), nil
+}

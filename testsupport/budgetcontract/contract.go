@@ -1,0 +1,554 @@
+// Package budgetcontract is the contract every snapsvc.RestartBudget
+// backend must pass, whatever it coordinates through (etcd, a SQL
+// database): one suite of cases run by each backend's tests against a
+// Harness that builds participants on a real instance of that backend.
+//
+// The cases (Run, one subtest each):
+//
+//	fifo                 waiters are served in the order they queued
+//	max-never-exceeded   never more than Max holders at once, and Max is reached
+//	release-hands-over   a Release hands the slot to the next waiter at once
+//	loss                 a holder cut off for good loses its slot (Lost, Err) and the next waiter gets it
+//	fence-fails-once-lost  a holder whose slot another holds now cannot fence
+//	fence-waits-while-paused  a holder's Fence waits while its key is paused, also
+//	                     after an earlier Fence passed (the pause is read at the
+//	                     moment of acting), returns once resumed, and ends with
+//	                     ErrBudgetPaused when its context ends first
+//	lock-delay           a holder that vanished after its Fence, before MarkReady,
+//	                     holds its slot back for the lock-delay
+//	no-delay-after-ready a holder that vanished after MarkReady holds nothing back
+//	no-delay-never-fenced a holder that vanished before any Fence holds nothing back
+//	cancellation         a cancelled Acquire returns promptly and leaves no trace
+//	                     (the waiter behind it is not held back)
+//	idempotent-release   Release twice is fine; a Release that failed really
+//	                     retries when called again (needs a Cutter), handing
+//	                     over without lock-delay
+//
+// Time is the backend's: cases wait for real expiries (TTL, lock-delay),
+// bounded by the harness's Config, and assert lower bounds strictly (a
+// slot never comes free early) and upper bounds with Config.Slack. It is
+// test support, not API.
+package budgetcontract
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// Options configure one participant.
+type Options struct {
+	// Holder names it.
+	Holder string
+	// Max is the key's slot count.
+	Max int
+	// LockDelay is its lock-delay after it vanished having acted (0:
+	// none). Whole seconds.
+	LockDelay time.Duration
+}
+
+// Participant is one machine taking part in a budget.
+type Participant interface {
+	snapsvc.RestartBudget
+	// Vanish cuts the participant off from the coordination service for
+	// good, as a crash would: nothing it holds is renewed or released
+	// from now on.
+	Vanish()
+}
+
+// Cutter is implemented by participants that can be cut off from the
+// coordination service for a while (every request fails as
+// unreachable) and reconnected.
+type Cutter interface {
+	Cut(off bool)
+}
+
+// Harness builds participants on a running backend.
+type Harness interface {
+	// New returns a new participant (one machine). It is closed when the
+	// test ends.
+	New(t *testing.T, o Options) Participant
+	// Pause pauses key cluster-wide, as an operator does; Resume lifts
+	// it.
+	Pause(t *testing.T, key string)
+	Resume(t *testing.T, key string)
+}
+
+// Config describes the harness's timing.
+type Config struct {
+	// TTL is the lease (row) TTL the harness gives its participants: a
+	// vanished holder's slot expires at most TTL after it vanished.
+	TTL time.Duration
+	// Slack is how late, past its due time, this backend may let a slot
+	// come free (poll intervals, expiry checks, a loaded machine).
+	Slack time.Duration
+	// Key returns a key no other case uses (default: the test's name).
+	Key func(t *testing.T) string
+}
+
+// Run runs every case of the contract against h.
+func Run(t *testing.T, h Harness, cfg Config) {
+	if cfg.Key == nil {
+		n := 0
+		var mu sync.Mutex
+		cfg.Key = func(t *testing.T) string {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			return fmt.Sprintf("contract-%d-%d.svc", time.Now().UnixNano(), n)
+		}
+	}
+	c := &suite{h: h, cfg: cfg}
+	t.Run("fifo", c.fifo)
+	t.Run("max-never-exceeded", c.maxNeverExceeded)
+	t.Run("release-hands-over", c.releaseHandsOver)
+	t.Run("loss", c.loss)
+	t.Run("fence-fails-once-lost", c.fenceFailsOnceLost)
+	t.Run("fence-waits-while-paused", c.fenceWaitsWhilePaused)
+	t.Run("lock-delay", c.lockDelay)
+	t.Run("no-delay-after-ready", c.noDelayAfterReady)
+	t.Run("no-delay-never-fenced", c.noDelayNeverFenced)
+	t.Run("cancellation", c.cancellation)
+	t.Run("idempotent-release", c.idempotentRelease)
+}
+
+type suite struct {
+	h   Harness
+	cfg Config
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// result is an Acquire's outcome.
+type result struct {
+	slot snapsvc.BudgetSlot
+	err  error
+	at   time.Time
+}
+
+// acquireAsync starts an Acquire and returns its outcome channel and a
+// channel closed once the waiter has reported that it waits (it is
+// queued).
+func acquireAsync(ctx context.Context, p Participant, key string) (<-chan result, <-chan struct{}) {
+	out := make(chan result, 1)
+	queued := make(chan struct{})
+	var once sync.Once
+	go func() {
+		s, err := p.Acquire(ctx, key, func(snapsvc.BudgetWait) { once.Do(func() { close(queued) }) })
+		out <- result{s, err, time.Now()}
+	}()
+	return out, queued
+}
+
+func mustAcquire(t *testing.T, ctx context.Context, p Participant, key string) snapsvc.BudgetSlot {
+	t.Helper()
+	s, err := p.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatalf("acquire %s: %v", key, err)
+	}
+	return s
+}
+
+func waitQueued(t *testing.T, ctx context.Context, queued <-chan struct{}, out <-chan result, who string) {
+	t.Helper()
+	select {
+	case <-queued:
+	case r := <-out:
+		t.Fatalf("%s did not wait: slot %v, err %v", who, r.slot != nil, r.err)
+	case <-ctx.Done():
+		t.Fatalf("%s never reported that it waits", who)
+	}
+}
+
+func get(t *testing.T, ctx context.Context, out <-chan result, who string) result {
+	t.Helper()
+	select {
+	case r := <-out:
+		if r.err != nil {
+			t.Fatalf("%s: acquire failed: %v", who, r.err)
+		}
+		return r
+	case <-ctx.Done():
+		t.Fatalf("%s: no slot: %v", who, ctx.Err())
+	}
+	return result{}
+}
+
+func release(t *testing.T, ctx context.Context, s snapsvc.BudgetSlot) {
+	t.Helper()
+	if err := s.Release(ctx); err != nil {
+		t.Errorf("release %s: %v", s.Key(), err)
+	}
+}
+
+func fence(ctx context.Context, s snapsvc.BudgetSlot) (time.Duration, error) {
+	f, ok := s.(snapsvc.BudgetFencer)
+	if !ok {
+		return 0, errors.New("the slot does not implement snapsvc.BudgetFencer")
+	}
+	return f.Fence(ctx)
+}
+
+// fifo: waiters queued one after the other are served in that order.
+func (c *suite) fifo(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	key := c.cfg.Key(t)
+	first := c.h.New(t, Options{Holder: "first", Max: 1})
+	s := mustAcquire(t, ctx, first, key)
+	var outs []<-chan result
+	for i := range 4 {
+		name := fmt.Sprintf("waiter-%d", i)
+		p := c.h.New(t, Options{Holder: name, Max: 1})
+		out, queued := acquireAsync(ctx, p, key)
+		waitQueued(t, ctx, queued, out, name)
+		outs = append(outs, out)
+	}
+	release(t, ctx, s)
+	for i, out := range outs {
+		r := get(t, ctx, out, fmt.Sprintf("waiter-%d", i))
+		// Nobody behind it may hold a slot meanwhile.
+		for j := i + 1; j < len(outs); j++ {
+			select {
+			case r2 := <-outs[j]:
+				t.Fatalf("waiter-%d got a slot (err %v) while waiter-%d, queued before it, holds it", j, r2.err, i)
+			default:
+			}
+		}
+		release(t, ctx, r.slot)
+	}
+}
+
+// maxNeverExceeded: participants contend for Max 2; the count of holders
+// (taken after Acquire and a Fence, given back before Release) never
+// exceeds 2, and reaches it.
+func (c *suite) maxNeverExceeded(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	key := c.cfg.Key(t)
+	const max, n, rounds = 2, 5, 3
+	var cur, peak atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, n*rounds)
+	for i := range n {
+		p := c.h.New(t, Options{Holder: fmt.Sprintf("m%d", i), Max: max})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				s, err := p.Acquire(ctx, key, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if _, err := fence(ctx, s); err != nil {
+					errs <- fmt.Errorf("fence: %w", err)
+				}
+				v := cur.Add(1)
+				for {
+					old := peak.Load()
+					if v <= old || peak.CompareAndSwap(old, v) {
+						break
+					}
+				}
+				time.Sleep(50 * time.Millisecond) // the restart
+				cur.Add(-1)
+				if err := s.Release(ctx); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d participants × %d rounds at max %d: peak %d holders", n, rounds, max, peak.Load())
+	if p := peak.Load(); p > max || p < max {
+		t.Errorf("peak %d holders at once, want exactly %d (never more, and the second slot used)", p, max)
+	}
+}
+
+// releaseHandsOver: a Release hands the slot to the waiter at once (well
+// before any expiry could).
+func (c *suite) releaseHandsOver(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1, LockDelay: 30 * time.Second})
+	b := c.h.New(t, Options{Holder: "b", Max: 1, LockDelay: 30 * time.Second})
+	s := mustAcquire(t, ctx, a, key)
+	if _, err := fence(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	out, queued := acquireAsync(ctx, b, key)
+	waitQueued(t, ctx, queued, out, "b")
+	at := time.Now()
+	release(t, ctx, s)
+	r := get(t, ctx, out, "b")
+	d := r.at.Sub(at)
+	t.Logf("released: next holder after %s", d.Round(time.Millisecond))
+	if d > c.cfg.TTL/2+c.cfg.Slack {
+		t.Errorf("next holder after %s: a release must hand over at once, not at an expiry", d)
+	}
+	release(t, ctx, r.slot)
+}
+
+// loss: a holder cut off for good loses its slot: Lost closes and Err
+// wraps ErrSlotLost within TTL (plus slack), and the next waiter gets it.
+func (c *suite) loss(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1})
+	b := c.h.New(t, Options{Holder: "b", Max: 1})
+	s := mustAcquire(t, ctx, a, key)
+	out, queued := acquireAsync(ctx, b, key)
+	waitQueued(t, ctx, queued, out, "b")
+	at := time.Now()
+	a.Vanish()
+	select {
+	case <-s.Lost():
+	case <-time.After(c.cfg.TTL + c.cfg.Slack):
+		t.Fatalf("the cut-off holder's Lost did not close within TTL %s + %s", c.cfg.TTL, c.cfg.Slack)
+	}
+	if err := s.Err(); !errors.Is(err, snapsvc.ErrSlotLost) {
+		t.Errorf("Err() = %v, want ErrSlotLost", err)
+	}
+	r := get(t, ctx, out, "b")
+	t.Logf("holder cut off: lost after %s, next holder after %s", time.Since(at).Round(time.Millisecond), r.at.Sub(at).Round(time.Millisecond))
+	release(t, ctx, r.slot)
+}
+
+// fenceFailsOnceLost: a holder cut off until another holds the slot can
+// no longer fence.
+func (c *suite) fenceFailsOnceLost(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1})
+	b := c.h.New(t, Options{Holder: "b", Max: 1})
+	s := mustAcquire(t, ctx, a, key)
+	if v, err := fence(ctx, s); err != nil || v <= 0 || v > c.cfg.TTL+time.Second {
+		t.Fatalf("fence of a held slot: valid %s, %v; want (0, TTL]", v, err)
+	}
+	a.Vanish()
+	r := get(t, ctx, func() <-chan result { out, _ := acquireAsync(ctx, b, key); return out }(), "b")
+	fctx, cancel := context.WithTimeout(ctx, c.cfg.TTL+c.cfg.Slack)
+	defer cancel()
+	v, err := fence(fctx, s)
+	t.Logf("fence of the lost slot: %v", err)
+	if err == nil || !(errors.Is(err, snapsvc.ErrSlotLost) || errors.Is(err, snapsvc.ErrBudgetUnavailable)) {
+		t.Errorf("fence while another holds the slot: valid %s, err %v; want ErrSlotLost or ErrBudgetUnavailable", v, err)
+	}
+	if _, err := fence(ctx, r.slot); err != nil {
+		t.Errorf("the new holder's fence: %v", err)
+	}
+	release(t, ctx, r.slot)
+}
+
+// fenceWaitsWhilePaused: the pause is read at the moment of acting.
+func (c *suite) fenceWaitsWhilePaused(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1})
+	s := mustAcquire(t, ctx, a, key)
+	if _, err := fence(ctx, s); err != nil {
+		t.Fatalf("first fence: %v", err)
+	}
+	c.h.Pause(t, key)
+	paused := true
+	defer func() {
+		if paused {
+			c.h.Resume(t, key)
+		}
+	}()
+	// Its context ends while paused: ErrBudgetPaused, nothing recorded.
+	short, cancel := context.WithTimeout(ctx, c.cfg.TTL/2)
+	_, err := fence(short, s)
+	cancel()
+	if !errors.Is(err, snapsvc.ErrBudgetPaused) {
+		t.Errorf("fence while paused until its context ended: %v, want ErrBudgetPaused", err)
+	}
+	type fenced struct {
+		valid time.Duration
+		err   error
+		at    time.Time
+	}
+	done := make(chan fenced, 1)
+	go func() {
+		v, err := fence(ctx, s)
+		done <- fenced{v, err, time.Now()}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("fence returned while the key is paused (err %v)", r.err)
+	case <-time.After(c.cfg.TTL): // longer than a renewal: it holds the slot meanwhile
+	}
+	at := time.Now()
+	c.h.Resume(t, key)
+	paused = false
+	select {
+	case r := <-done:
+		if r.err != nil || r.valid <= 0 {
+			t.Fatalf("fence after resume: valid %s, %v", r.valid, r.err)
+		}
+		t.Logf("fence returned %s after the resume (valid %s)", r.at.Sub(at).Round(time.Millisecond), r.valid.Round(time.Millisecond))
+	case <-time.After(c.cfg.TTL + c.cfg.Slack):
+		t.Fatal("fence still waiting after the resume")
+	}
+	select {
+	case <-s.Lost():
+		t.Errorf("the slot was lost while paused: %v", s.Err())
+	default:
+	}
+	release(t, ctx, s)
+}
+
+// vanishAfter runs a holder through steps (fence, mark ready), makes it
+// vanish, and returns how long after that a waiter got the slot.
+func (c *suite) vanishAfter(t *testing.T, lockDelay time.Duration, doFence, markReady bool) time.Duration {
+	ctx := ctxT(t, 2*time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "vanishing", Max: 1, LockDelay: lockDelay})
+	b := c.h.New(t, Options{Holder: "next", Max: 1, LockDelay: lockDelay})
+	s := mustAcquire(t, ctx, a, key)
+	if doFence {
+		if _, err := fence(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if markReady {
+		r, ok := s.(snapsvc.BudgetReadier)
+		if !ok {
+			t.Fatal("the slot does not implement snapsvc.BudgetReadier")
+		}
+		if err := r.MarkReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, queued := acquireAsync(ctx, b, key)
+	waitQueued(t, ctx, queued, out, "next")
+	at := time.Now()
+	a.Vanish()
+	r := get(t, ctx, out, "next")
+	release(t, ctx, r.slot)
+	return r.at.Sub(at)
+}
+
+// lockDelay: a holder that vanished between its Fence and its MarkReady
+// holds its slot back for the lock-delay after its expiry.
+func (c *suite) lockDelay(t *testing.T) {
+	const delay = 3 * time.Second
+	d := c.vanishAfter(t, delay, true, false)
+	t.Logf("vanished after its fence: next holder after %s (TTL %s, lock-delay %s)", d.Round(time.Millisecond), c.cfg.TTL, delay)
+	// Its row/lease expires between 2/3 TTL (renewed every TTL/3) and
+	// TTL after it vanished; the delay runs from the expiry.
+	if lo, hi := delay+c.cfg.TTL/2, delay+c.cfg.TTL+c.cfg.Slack; d < lo || d > hi {
+		t.Errorf("next holder after %s, want within [%s, %s]", d, lo, hi)
+	}
+}
+
+// noDelayAfterReady: a holder that vanished after MarkReady holds nothing
+// back past its expiry.
+func (c *suite) noDelayAfterReady(t *testing.T) {
+	const delay = 20 * time.Second
+	d := c.vanishAfter(t, delay, true, true)
+	t.Logf("vanished after MarkReady: next holder after %s (TTL %s, lock-delay %s)", d.Round(time.Millisecond), c.cfg.TTL, delay)
+	if d > c.cfg.TTL+c.cfg.Slack {
+		t.Errorf("next holder after %s, want at the expiry (TTL %s + %s), without the %s lock-delay", d, c.cfg.TTL, c.cfg.Slack, delay)
+	}
+}
+
+// noDelayNeverFenced: a holder that vanished before any Fence never acted.
+func (c *suite) noDelayNeverFenced(t *testing.T) {
+	const delay = 20 * time.Second
+	d := c.vanishAfter(t, delay, false, false)
+	t.Logf("vanished before any fence: next holder after %s (TTL %s, lock-delay %s)", d.Round(time.Millisecond), c.cfg.TTL, delay)
+	if d > c.cfg.TTL+c.cfg.Slack {
+		t.Errorf("next holder after %s, want at the expiry (TTL %s + %s), without the %s lock-delay", d, c.cfg.TTL, c.cfg.Slack, delay)
+	}
+}
+
+// cancellation: a cancelled Acquire returns promptly with the context's
+// error, and the waiter queued behind it is not held back by it.
+func (c *suite) cancellation(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1})
+	b := c.h.New(t, Options{Holder: "cancelled", Max: 1})
+	d := c.h.New(t, Options{Holder: "behind", Max: 1})
+	s := mustAcquire(t, ctx, a, key)
+	bctx, cancel := context.WithCancel(ctx)
+	bout, bq := acquireAsync(bctx, b, key)
+	waitQueued(t, ctx, bq, bout, "cancelled")
+	dout, dq := acquireAsync(ctx, d, key)
+	waitQueued(t, ctx, dq, dout, "behind")
+	at := time.Now()
+	cancel()
+	select {
+	case r := <-bout:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("cancelled Acquire: slot %v, err %v; want context.Canceled", r.slot != nil, r.err)
+		}
+		if d := r.at.Sub(at); d > time.Second {
+			t.Errorf("cancelled Acquire returned after %s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelled Acquire did not return")
+	}
+	rel := time.Now()
+	release(t, ctx, s)
+	r := get(t, ctx, dout, "behind")
+	t.Logf("after a cancelled waiter: next holder %s after the release", r.at.Sub(rel).Round(time.Millisecond))
+	if d := r.at.Sub(rel); d > c.cfg.TTL/2+c.cfg.Slack {
+		t.Errorf("the waiter behind a cancelled one got the slot %s after the release: the cancelled waiter left a trace", d)
+	}
+	release(t, ctx, r.slot)
+}
+
+// idempotentRelease: Release twice is fine; a failed Release retried
+// hands over at once.
+func (c *suite) idempotentRelease(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1, LockDelay: 30 * time.Second})
+	s := mustAcquire(t, ctx, a, key)
+	release(t, ctx, s)
+	release(t, ctx, s)
+	cut, ok := a.(Cutter)
+	if !ok {
+		t.Skip("the harness cannot cut a participant off: the retried release is not checked")
+	}
+	s = mustAcquire(t, ctx, a, key)
+	if _, err := fence(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	b := c.h.New(t, Options{Holder: "b", Max: 1, LockDelay: 30 * time.Second})
+	out, queued := acquireAsync(ctx, b, key)
+	waitQueued(t, ctx, queued, out, "b")
+	cut.Cut(true)
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.TTL/4)
+	err := s.Release(rctx)
+	cancel()
+	cut.Cut(false)
+	if err == nil {
+		t.Fatal("release while cut off succeeded")
+	}
+	at := time.Now()
+	if err := s.Release(ctx); err != nil {
+		t.Fatalf("retried release: %v", err)
+	}
+	r := get(t, ctx, out, "b")
+	t.Logf("release failed, retried: next holder %s after the retry", r.at.Sub(at).Round(time.Millisecond))
+	if d := r.at.Sub(at); d > c.cfg.TTL/2+c.cfg.Slack {
+		t.Errorf("next holder %s after the retried release: the retry did not release", d)
+	}
+	release(t, ctx, r.slot)
+}
