@@ -2,28 +2,16 @@ package sqlbudget
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"unicode"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-// canonicalKey is the one place where sqlbudget gives a key its canonical
-// form: the "+"-joined parts sorted, trimmed and de-duplicated, exactly as
-// etcdbudget.Key does, so "b+a" and "a+b" are one key on both backends.
-// (When package snapsvc gains its canonical key function, this body
-// becomes a call to it.)
-func canonicalKey(key string) string {
-	var parts []string
-	for _, p := range strings.Split(key, "+") {
-		if p = strings.TrimSpace(p); p != "" {
-			parts = append(parts, p)
-		}
-	}
-	slices.Sort(parts)
-	return strings.Join(slices.Compact(parts), "+")
-}
+// canonicalKey gives a key the one canonical form every budget uses,
+// snapsvc.CanonicalKey's: the "+"-joined parts sorted, trimmed and
+// de-duplicated, so "b+a" and "a+b" are one key on every backend.
+func canonicalKey(key string) string { return snapsvc.CanonicalKey(key) }
 
 // normaliseKey checks key and returns its canonical form. A key the
 // budget cannot use fails at once with an error wrapping
