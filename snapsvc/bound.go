@@ -60,12 +60,6 @@ func deadlineCause(ctx context.Context) error {
 	return context.DeadlineExceeded
 }
 
-// bound returns ctx, ended also once the policy's MaxElapsedTime has
-// passed from now (when the policy sets one), on the real clock.
-func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	return boundBy(ctx, c.clock, c.policy.MaxElapsedTime)
-}
-
 // boundBy returns ctx ended also after d (d <= 0: no bound) on the real
 // clock.
 func boundBy(ctx context.Context, clock retry.Clock, d time.Duration) (context.Context, context.CancelFunc) {

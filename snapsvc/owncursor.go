@@ -79,13 +79,6 @@ type paceState struct {
 	offLo, offHi time.Duration
 }
 
-// offsetKnown reports whether an own change has bounded snapd's clock.
-func (p *paceState) offsetKnown() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.offKnown
-}
-
 // snapdTime returns the earliest snapd's clock may read when the client's
 // reads t: t itself until an own change says better. (Each own change
 // bounds the offset from below by its spawn time less its answer time:

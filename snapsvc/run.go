@@ -113,7 +113,7 @@ func (c *Client) run(k *call, o op, wait bool) (*Result, bool, error) {
 		case retry.Indeterminate:
 			var res *Result
 			var done bool
-			res, done, err, step = r.lost(a, wait)
+			res, done, step, err = r.lost(a, wait)
 			if res != nil || err != nil {
 				return res, done, err
 			}
@@ -431,7 +431,7 @@ func (r *runner) waitOut(ids []string, ce *retry.ConflictError, watched bool, ma
 // lost handles a request whose answer was lost: it adopts the change the
 // request made, settles the outcome from the services' state, or reports
 // (tryPaused) that the request made no change and may be sent again.
-func (r *runner) lost(a attempt, wait bool) (*Result, bool, error, next) {
+func (r *runner) lost(a attempt, wait bool) (*Result, bool, next, error) {
 	c, k := r.c, r.k
 	ev := k.event(EventAnswerLost)
 	ev.Err = a.err
@@ -440,14 +440,14 @@ func (r *runner) lost(a attempt, wait bool) (*Result, bool, error, next) {
 	switch {
 	case err != nil:
 		res, done, err := r.fail("", err)
-		return res, done, err, 0
+		return res, done, 0, err
 	case settled:
 		k.log.Info("outcome unknown; the services reached the state asked for", "attempt", r.res.Attempts)
 		r.res.Status = snapd.StatusDone
-		return r.res, true, nil, 0
+		return r.res, true, 0, nil
 	case id == "":
 		k.log.Info("the request made no change; sending it again", "attempt", r.res.Attempts, "error", k.last)
-		return nil, false, nil, tryPaused
+		return nil, false, tryPaused, nil
 	}
 	k.log.Info("request's answer was lost; adopting the change it made", "change", id, "attempt", r.res.Attempts)
 	if r.o.enable || r.o.disable {
@@ -457,22 +457,22 @@ func (r *runner) lost(a attempt, wait bool) (*Result, bool, error, next) {
 		ok, svcs, err := r.adoptedMatches(id)
 		if err != nil {
 			res, done, err := r.fail(id, err)
-			return res, done, err, 0
+			return res, done, 0, err
 		}
 		if !ok {
 			k.log.Info("the change found was not this request's (the services are not "+map[bool]string{true: "enabled", false: "disabled"}[r.o.enable]+"); sending it again", "change", id, "services", svcs)
 			c.unclaim(r.o, id)
 			r.known[id] = true
-			return nil, false, nil, tryPaused
+			return nil, false, tryPaused, nil
 		}
 		c.recordRestart(r.o)
 		r.res.ChangeID, r.res.Status = id, snapd.StatusDone
-		return r.res, true, nil, 0
+		return r.res, true, 0, nil
 	}
 	c.recordRestart(r.o)
 	r.res.ChangeID = id
 	res, done, err := r.adopted(id, wait)
-	return res, done, err, 0
+	return res, done, 0, err
 }
 
 // lostAnswerSettle is the least pause between the two look-ups that tell

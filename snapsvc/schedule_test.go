@@ -170,9 +170,9 @@ type slotLog struct {
 }
 
 type slotSpan struct {
-	key           string
-	from, to      time.Time
-	released, bad bool
+	key      string
+	from, to time.Time
+	released bool
 }
 
 func (l *slotLog) taken(s *memSlot) {
