@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
 	"github.com/snapsvc/snapsvc/testsupport/budgetcontract"
@@ -18,24 +16,39 @@ const contractTTL = 2 * time.Second
 
 // etcdHarness runs the budget contract's participants on the package's
 // real 3-member cluster, each with an etcd client of its own (one
-// machine each).
+// machine each) that reaches the members through a loopback proxy of its
+// own (etcdtest.Proxy).
 type etcdHarness struct {
 	p   *etcdtest.Processes
 	ctl *etcdbudget.Budget
 }
 
-// etcdParticipant is a Budget on a client of its own; Vanish closes the
-// client, so its leases are neither renewed nor revoked (a crash).
+// etcdParticipant is a Budget on a client of its own behind a proxy of
+// its own. Vanish cuts the proxy for good: the process and its client
+// stay up and keep trying, as on a machine partitioned from the cluster,
+// while nothing they send reaches etcd (leases neither renewed nor
+// revoked). Cut cuts it off for a while (budgetcontract.Cutter): a
+// request sent meanwhile never reaches etcd, even after the cut ends
+// (the proxy drops it rather than delivering it late), so a Release
+// that failed during a cut did not release anything.
 type etcdParticipant struct {
 	*etcdbudget.Budget
-	cli *clientv3.Client
+	px *etcdtest.Proxy
 }
 
-func (p *etcdParticipant) Vanish() { p.cli.Close() }
+var _ budgetcontract.Cutter = (*etcdParticipant)(nil)
+
+func (p *etcdParticipant) Vanish()      { p.px.Cut(true) }
+func (p *etcdParticipant) Cut(off bool) { p.px.Cut(off) }
 
 func (h *etcdHarness) New(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
 	t.Helper()
-	cli, err := newClient(h.p.Endpoints())
+	px, err := etcdtest.NewProxy(h.p.Endpoints()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close) // after the client's (cleanups run last first)
+	cli, err := newClient(px.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +61,7 @@ func (h *etcdHarness) New(t *testing.T, o budgetcontract.Options) budgetcontract
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &etcdParticipant{Budget: b, cli: cli}
+	return &etcdParticipant{Budget: b, px: px}
 }
 
 func (h *etcdHarness) Pause(t *testing.T, key string) {

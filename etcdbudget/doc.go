@@ -129,9 +129,11 @@
 // it granted (checking every 500 ms) and deletes the entry through raft;
 // only that deletion lets the next waiter count fewer than Max entries
 // ahead. A holder that is cut off learns it on its side too: once TTL
-// passed without an answered keep-alive, or its entry is seen deleted,
-// the slot's Lost channel closes; snapsvc then reports snapsvc.ErrSlotLost
-// for the operation under way (not retryable).
+// passed without an answered keep-alive (also while the slot's watch is
+// reading its entry again, and after its etcd client was closed), or its
+// entry is seen deleted, the slot's Lost channel closes; snapsvc then
+// reports snapsvc.ErrSlotLost for the operation under way (not
+// retryable).
 //
 // Lost can only tell what the process has seen: a holder paused past its
 // lease (SIGSTOP, a frozen VM) runs on, for a moment, as if it still held

@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -388,105 +386,6 @@ func TestPercentageJoinPeriod(t *testing.T) {
 	}
 }
 
-// blackhole is a loopback TCP proxy to one etcd member that can stop
-// forwarding (without closing anything): etcd unreachable for a moment,
-// as a network that drops packets makes it.
-type blackhole struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	cond   *sync.Cond
-	closed bool
-	held   bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newBlackhole(t *testing.T, target string) *blackhole {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bh := &blackhole{l: l, target: strings.TrimPrefix(target, "http://")}
-	bh.cond = sync.NewCond(&bh.mu)
-	bh.wg.Add(1)
-	go bh.serve()
-	t.Cleanup(bh.close)
-	return bh
-}
-
-func (bh *blackhole) URL() string { return "http://" + bh.l.Addr().String() }
-
-func (bh *blackhole) hold(on bool) {
-	bh.mu.Lock()
-	bh.held = on
-	bh.cond.Broadcast()
-	bh.mu.Unlock()
-}
-
-func (bh *blackhole) serve() {
-	defer bh.wg.Done()
-	for {
-		c, err := bh.l.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", bh.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		bh.mu.Lock()
-		bh.conns = append(bh.conns, c, u)
-		bh.mu.Unlock()
-		bh.wg.Add(2)
-		go bh.pipe(c, u)
-		go bh.pipe(u, c)
-	}
-}
-
-// pipe copies src to dst, holding each chunk while the hole is held.
-func (bh *blackhole) pipe(src, dst net.Conn) {
-	defer bh.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		bh.mu.Lock()
-		for bh.held && !bh.closed {
-			bh.cond.Wait()
-		}
-		closed := bh.closed
-		bh.mu.Unlock()
-		if closed {
-			return
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				dst.Close()
-			}
-			return
-		}
-	}
-}
-
-func (bh *blackhole) close() {
-	bh.l.Close()
-	bh.mu.Lock()
-	bh.closed = true
-	bh.cond.Broadcast()
-	for _, c := range bh.conns {
-		c.Close()
-	}
-	bh.mu.Unlock()
-	bh.wg.Wait()
-}
-
 // A release that failed because etcd was unreachable for a moment is
 // retried by calling Release again, which really sends it: the guard is
 // deleted and the next waiter takes the slot at once, without the
@@ -498,8 +397,15 @@ func TestReleaseRetried(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	key := uniqueKey(t)
 	const lockDelay = 20 * time.Second
-	bh := newBlackhole(t, p.Endpoint(0))
-	hcli := client(t, bh.URL())
+	// A cut, not a hold: a request sent during a hold is delivered when
+	// it ends and may land (2 of 10 timed-out puts did), which would
+	// release the slot whatever the second Release does.
+	px, err := etcdtest.NewProxy(p.Endpoint(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	hcli := client(t, px.Endpoints()...)
 	holder := newBudget(t, hcli, "node-a", 1, func(c *etcdbudget.Config) { c.LockDelay = lockDelay })
 	s, err := holder.Acquire(ctx, key, nil)
 	if err != nil {
@@ -510,15 +416,15 @@ func TestReleaseRetried(t *testing.T) {
 	}
 	out := make(chan acquired, 1)
 	acquireAsync(ctx, newBudget(t, client(t, p.Endpoints()...), "node-b", 1, func(c *etcdbudget.Config) { c.LockDelay = lockDelay }), "node-b", key, out, nil)
-	bh.hold(true)
+	px.Cut(true)
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	err = s.Release(rctx)
 	cancel()
 	if err == nil {
-		t.Fatal("release through a black hole succeeded")
+		t.Fatal("release while cut off succeeded")
 	}
 	t.Logf("first release: %v", err)
-	bh.hold(false)
+	px.Cut(false)
 	if err := s.Release(ctx); err != nil {
 		t.Fatalf("second release: %v", err)
 	}

@@ -66,11 +66,26 @@ func newSlot(w *waiter, gid clientv3.LeaseID, rev int64, rec guard, grev int64, 
 // held; when the watch fails (compaction, a member without leader, a
 // closed channel) or stays silent for Recheck, the entry is read again:
 // a failed watch is never taken for a deletion, nor a deletion missed.
+//
+// Every request it makes ends with the slot's release and with its lease:
+// a holder cut off while the entry is read again (its client closed, a
+// partition during a recheck) learns that the slot is lost when the
+// keeper gives the lease up (TTL), not when the read gives up
+// (Config.Unreachable).
 func (s *slot) watch(rev int64) {
 	defer s.watching.Done()
 	b := s.b
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.k.gone:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := b.cfg.Client.Watch(wctx, s.entry, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
 		deleted, ended := s.watchOnce(wch)
 		cancel()
@@ -84,7 +99,7 @@ func (s *slot) watch(rev int64) {
 		// Read the entry again.
 		for {
 			var exists bool
-			err := b.call(s.ctx, &outage{bound: b.cfg.Unreachable}, "checking the slot "+s.entry, func(actx context.Context) error {
+			err := b.call(ctx, &outage{bound: b.cfg.Unreachable}, "checking the slot "+s.entry, func(actx context.Context) error {
 				resp, err := b.cfg.Client.Get(actx, s.entry, clientv3.WithKeysOnly())
 				if err == nil {
 					exists = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == s.rev
@@ -92,8 +107,8 @@ func (s *slot) watch(rev int64) {
 				}
 				return err
 			})
-			if s.ctx.Err() != nil || s.k.Err() != nil {
-				s.lostLease()
+			if ctx.Err() != nil || s.k.Err() != nil {
+				s.lostLease() // released: nothing
 				return
 			}
 			if err == nil && !exists {
@@ -105,7 +120,8 @@ func (s *slot) watch(rev int64) {
 			}
 			// Unreachable for long: the keeper tells when the lease is
 			// presumed expired; keep trying meanwhile.
-			if sleep(s.ctx, time.Second) != nil {
+			if sleep(ctx, time.Second) != nil {
+				s.lostLease()
 				return
 			}
 		}

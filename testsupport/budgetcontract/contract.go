@@ -64,7 +64,10 @@ type Participant interface {
 
 // Cutter is implemented by participants that can be cut off from the
 // coordination service for a while (every request fails as
-// unreachable) and reconnected.
+// unreachable) and reconnected. A request sent while cut off must never
+// reach the service, not even late once reconnected (a network that
+// only delays delivers it then): idempotent-release could not tell a
+// retried Release from a failed one that landed after all.
 type Cutter interface {
 	Cut(off bool)
 }
@@ -319,11 +322,12 @@ func (c *suite) loss(t *testing.T) {
 	case <-time.After(c.cfg.TTL + c.cfg.Slack):
 		t.Fatalf("the cut-off holder's Lost did not close within TTL %s + %s", c.cfg.TTL, c.cfg.Slack)
 	}
+	lost := time.Since(at)
 	if err := s.Err(); !errors.Is(err, snapsvc.ErrSlotLost) {
 		t.Errorf("Err() = %v, want ErrSlotLost", err)
 	}
 	r := get(t, ctx, out, "b")
-	t.Logf("holder cut off: lost after %s, next holder after %s", time.Since(at).Round(time.Millisecond), r.at.Sub(at).Round(time.Millisecond))
+	t.Logf("holder cut off: lost after %s, next holder after %s", lost.Round(time.Millisecond), r.at.Sub(at).Round(time.Millisecond))
 	release(t, ctx, r.slot)
 }
 

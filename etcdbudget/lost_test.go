@@ -1,0 +1,77 @@
+package etcdbudget_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/snapsvc/snapsvc/etcdbudget"
+	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// A holder cut off from etcd sees Lost when its keeper gives its lease
+// up (no keep-alive answered for the TTL), not only once the slot's watch
+// has given up reading its entry again (Config.Unreachable, here 30s):
+// when etcd goes away while the watch re-reads (its channel closed with
+// the client, or a silent watch's recheck falling inside a partition),
+// the re-read retried for Unreachable without looking at the lease, and
+// Lost closed that much late, long after another machine could hold the
+// slot (issue 31: the contract's loss case, 5.9s after a TTL of 2s with
+// Unreachable 5s). Both subtests failed before the fix (no Lost within
+// the 15s bound).
+func TestCutOffHolderSeesLostWithinTTL(t *testing.T) {
+	p := cluster(t)
+	const ttl, unreachable = 2 * time.Second, 30 * time.Second
+	cases := []struct {
+		name string
+		// recheck of the slot's watch (0: default)
+		recheck time.Duration
+		cut     func(t *testing.T, cli *clientv3.Client, px *etcdtest.Proxy)
+	}{
+		{"client-closed", 0, func(t *testing.T, cli *clientv3.Client, px *etcdtest.Proxy) { cli.Close() }},
+		// A recheck every 200ms puts the watch in a re-read when the
+		// partition starts.
+		{"partitioned-while-rechecking", 200 * time.Millisecond, func(t *testing.T, cli *clientv3.Client, px *etcdtest.Proxy) { px.Cut(true) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t, 2*time.Minute)
+			px, err := etcdtest.NewProxy(p.Endpoints()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(px.Close)
+			cli := client(t, px.Endpoints()...)
+			b := newBudget(t, cli, "node-a", 1, func(c *etcdbudget.Config) {
+				c.TTL, c.Unreachable, c.LockDelay, c.Recheck = ttl, unreachable, -1, tc.recheck
+			})
+			s, err := b.Acquire(ctx, uniqueKey(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				// Stops its goroutines; etcd is out of reach.
+				rctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				s.Release(rctx)
+			})
+			at := time.Now()
+			tc.cut(t, cli, px)
+			select {
+			case <-s.Lost():
+			case <-time.After(unreachable / 2):
+				t.Fatalf("Lost not closed %s after the holder was cut off (TTL %s): it waits for the re-read's %s bound", unreachable/2, ttl, unreachable)
+			}
+			t.Logf("lost %s after the cut (TTL %s): %v", time.Since(at).Round(time.Millisecond), ttl, s.Err())
+			if err := s.Err(); !errors.Is(err, snapsvc.ErrSlotLost) || !strings.Contains(err.Error(), "no keep-alive answered") {
+				t.Errorf("Err() = %v, want ErrSlotLost with the keeper's verdict", err)
+			}
+		})
+	}
+}
