@@ -21,7 +21,7 @@ import (
 // the client, or a silent watch's recheck falling inside a partition),
 // the re-read retried for Unreachable without looking at the lease, and
 // Lost closed that much late, long after another machine could hold the
-// slot (issue 31: the contract's loss case, 5.9s after a TTL of 2s with
+// slot (found by the budget contract's loss case, 5.9s after a TTL of 2s with
 // Unreachable 5s). Both subtests failed before the fix (no Lost within
 // the 15s bound).
 func TestCutOffHolderSeesLostWithinTTL(t *testing.T) {
