@@ -1,8 +1,15 @@
 // Package clistyle is the one command-line style of snapsvc's binaries
-// (snapsvc, fakesnapd, and the etcdbudget commands that adopt it): help on
+// (snapsvc, fakesnapd and bench in this module; snapsvc-rollout and
+// rollout-demo in github.com/snapsvc/snapsvc/etcdbudget/cmd): help on
 // stdout, GNU-style flag errors that exit 2, suggestions for mistyped
 // commands, shell completion, man pages, and one --version flag that
-// prints the build from debug.ReadBuildInfo.
+// prints the build from debug.ReadBuildInfo, or what the release tool
+// stamped.
+//
+// It is public only so that the etcd commands, a module of their own, can
+// share it: Go's internal rule would keep it from a module outside cmd/,
+// and the library modules must not import it (it brings cobra). It is not
+// a stable API: its names may change in any release.
 //
 // It is built on cobra (and its pflag), as k8sd and kubectl are, rather
 // than on go-flags as snap and pebble are: cobra generates the bash, zsh
@@ -36,7 +43,7 @@ type Build struct {
 }
 
 // What a release build stamps into the binary (go build -ldflags "-X
-// github.com/snapsvc/snapsvc/cmd/internal/clistyle.stampedVersion=v0.2.0
+// github.com/snapsvc/snapsvc/cmd/clistyle.stampedVersion=v0.2.0
 // ..."; .ci/release does, from git): the version from git describe, the
 // commit and its time. A build in the workspace (go.work) gets neither a
 // module version nor VCS settings from the go command, so these are what
