@@ -198,3 +198,55 @@ func AsUsage(err error, ran bool, path string) (*UsageError, bool) {
 	}
 	return nil, false
 }
+
+// ExitCode is one exit code of a command and what it means.
+type ExitCode struct {
+	Code int
+	Text string
+}
+
+// ExitCodes is a command's list of exit codes, the one source of both its
+// help (Help) and its man page (Man), so the two never disagree.
+type ExitCodes []ExitCode
+
+// Help is intro followed by the exit codes as an aligned list, wrapped at
+// 80 columns, for a command's Long.
+func (codes ExitCodes) Help(intro string) string {
+	var b strings.Builder
+	b.WriteString(intro + "\n\nExit codes:\n")
+	for _, e := range codes {
+		fmt.Fprintf(&b, "  %-4d %s\n", e.Code, wrap(e.Text, 72, "       "))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// Man is intro followed by the exit codes as a definition list (a tagged
+// paragraph in roff, which reflows to the reader's width where the help's
+// aligned list would not), for a command's ManLong annotation.
+func (codes ExitCodes) Man(intro string) string {
+	var b strings.Builder
+	b.WriteString(intro + "\n\nExit codes:\n\n")
+	for _, e := range codes {
+		fmt.Fprintf(&b, "%d\n: %s\n\n", e.Code, e.Text)
+	}
+	return b.String()
+}
+
+// wrap breaks s into lines of at most width columns, the lines after the
+// first indented by indent.
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n" + indent)
+			n = 0
+		} else if i > 0 {
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
