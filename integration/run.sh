@@ -492,13 +492,25 @@ check_packages() {
 	inside dpkg-query -W -f='${Package} ${Version} ${Architecture}\n' snapsvc snapsvc-rollout
 	for f in /usr/bin/snapsvc /usr/bin/fakesnapd /usr/bin/snapsvc-rollout /usr/share/man/man1/snapsvc.1.gz \
 		/usr/share/man/man1/snapsvc-restart.1.gz /usr/share/bash-completion/completions/snapsvc \
-		/usr/share/zsh/vendor-completions/_snapsvc /usr/share/fish/vendor_completions.d/snapsvc.fish; do
+		/usr/share/zsh/vendor-completions/_snapsvc /usr/share/fish/vendor_completions.d/snapsvc.fish \
+		/usr/share/man/man1/snapsvc-rollout.1.gz /usr/share/man/man1/snapsvc-rollout-status.1.gz \
+		/usr/share/man/man1/snapsvc-rollout-pause.1.gz /usr/share/bash-completion/completions/snapsvc-rollout \
+		/usr/share/zsh/vendor-completions/_snapsvc-rollout /usr/share/fish/vendor_completions.d/snapsvc-rollout.fish; do
 		inside test -s "$f" || { say "the packages did not install $f"; return 1; }
 	done
-	say "installed: binaries, $(inside sh -c 'ls /usr/share/man/man1/snapsvc*.1.gz /usr/share/man/man1/fakesnapd*.1.gz | wc -l') man pages, bash/zsh/fish completion"
+	# Each package's man pages are its own (dpkg -S names the owner).
+	inside sh -c 'dpkg -S /usr/share/man/man1/snapsvc-rollout.1.gz | grep -q "^snapsvc-rollout: "' ||
+		{ say "snapsvc-rollout.1.gz is not snapsvc-rollout's"; return 1; }
+	say "installed: binaries, $(inside sh -c 'ls /usr/share/man/man1/snapsvc*.1.gz /usr/share/man/man1/fakesnapd*.1.gz | wc -l') man pages ($(inside sh -c 'ls /usr/share/man/man1/snapsvc-rollout*.1.gz | wc -l') of snapsvc-rollout), bash/zsh/fish completion"
 	say "\$ snapsvc --version"
 	inside /usr/bin/snapsvc --version || return 1
+	say "\$ snapsvc-rollout --version"
 	inside /usr/bin/snapsvc-rollout --version || return 1
+	# The man page renders, and the completion script defines its function.
+	inside sh -c 'zcat /usr/share/man/man1/snapsvc-rollout.1.gz | grep -q "^\.TH \"SNAPSVC-ROLLOUT\""' ||
+		{ say "snapsvc-rollout.1.gz is not snapsvc-rollout's man page"; return 1; }
+	inside grep -q __start_snapsvc-rollout /usr/share/bash-completion/completions/snapsvc-rollout ||
+		{ say "the bash completion of snapsvc-rollout defines no __start_snapsvc-rollout"; return 1; }
 	main_before=$(inside systemctl show -p MainPID --value snap.svcdemo.alpha.service)
 	say "\$ snapsvc restart svcdemo.alpha   (MainPID $main_before)"
 	inside /usr/bin/snapsvc restart svcdemo.alpha || return 1

@@ -16,6 +16,7 @@ import (
 
 	"github.com/goreleaser/nfpm/v2"
 	_ "github.com/goreleaser/nfpm/v2/deb" // registers the deb packager
+	"github.com/goreleaser/nfpm/v2/files"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -43,7 +44,11 @@ func (b *builder) archives() error {
 				if err != nil || e.IsDir() {
 					return err
 				}
-				files[filepath.ToSlash(filepath.Join(into, rel(dir, p)))] = p
+				in := rel(dir, p)
+				if dir == b.manDir() {
+					in = filepath.Base(p) // build/man/NAME/PAGE: every page in man/man1
+				}
+				files[filepath.ToSlash(filepath.Join(into, in))] = p
 				return nil
 			})
 			if err != nil {
@@ -220,6 +225,7 @@ func (b *builder) packages() error {
 		return err
 	}
 	for _, t := range b.def.Targets {
+		owners := map[string]string{} // installed path -> package
 		for i := range b.def.Packages {
 			conf, err := yaml.Marshal(&b.def.Packages[i])
 			if err != nil {
@@ -239,6 +245,9 @@ func (b *builder) packages() error {
 			if err := nfpm.PrepareForPackager(info, "deb"); err != nil {
 				return fmt.Errorf("%s: %w", info.Name, err)
 			}
+			if err := claim(owners, info.Name, info.Contents); err != nil {
+				return fmt.Errorf("%s: %w", t, err)
+			}
 			var buf bytes.Buffer
 			if err := pkgr.Package(info, &buf); err != nil {
 				return fmt.Errorf("%s for %s: %w", info.Name, t, err)
@@ -249,6 +258,23 @@ func (b *builder) packages() error {
 			}
 			fmt.Printf("release: %s (%d files)\n", file, len(info.Contents))
 		}
+	}
+	return nil
+}
+
+// claim records in owners (installed path -> package) the files pkg
+// installs, and refuses a file another package of the same target
+// installs too: dpkg would refuse to install the second package.
+// Directories may be shared.
+func claim(owners map[string]string, pkg string, contents files.Contents) error {
+	for _, c := range contents {
+		if c.Type == files.TypeDir || c.Type == files.TypeImplicitDir || c.Type == files.TypeTree {
+			continue
+		}
+		if other, ok := owners[c.Destination]; ok && other != pkg {
+			return fmt.Errorf("packages %s and %s both install %s (from %s): dpkg refuses to install both", other, pkg, c.Destination, c.Source)
+		}
+		owners[c.Destination] = pkg
 	}
 	return nil
 }

@@ -28,6 +28,10 @@ func (b *builder) binDir(t target) string {
 	return filepath.Join(b.out, "build", t.OS+"_"+debArch(t.Arch))
 }
 
+// manDir is where the man pages are written, gzipped, a directory per
+// binary (build/man/NAME/), so that a package takes one binary's pages by
+// directory: a name glob such as snapsvc*.1.gz would also take
+// snapsvc-rollout's.
 func (b *builder) manDir() string { return filepath.Join(b.out, "build", "man") }
 
 func (b *builder) completionDir(shell string) string {
@@ -90,8 +94,9 @@ func (b *builder) docs() error {
 			}
 		}
 		if bin.Man {
-			if out, err := exec.Command(exe, "man", raw).CombinedOutput(); err != nil {
-				return fmt.Errorf("%s man %s: %v\n%s", bin.Name, raw, err, out)
+			dir := filepath.Join(raw, bin.Name)
+			if out, err := exec.Command(exe, "man", dir).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s man %s: %v\n%s", bin.Name, dir, err, out)
 			}
 		}
 		if bin.Completion {
@@ -106,7 +111,7 @@ func (b *builder) docs() error {
 			}
 		}
 	}
-	pages, _ := filepath.Glob(filepath.Join(raw, "*.1"))
+	pages, _ := filepath.Glob(filepath.Join(raw, "*", "*.1"))
 	for _, page := range pages {
 		data, err := os.ReadFile(page)
 		if err != nil {
@@ -118,7 +123,7 @@ func (b *builder) docs() error {
 		if err := w.Close(); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(b.manDir(), filepath.Base(page)+".gz"), gz.Bytes(), 0o644); err != nil {
+		if err := writeFile(filepath.Join(b.manDir(), rel(raw, page)+".gz"), gz.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}

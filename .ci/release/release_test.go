@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/goreleaser/nfpm/v2/files"
 )
 
 // TestDebVersion checks git describe's forms against the Debian versions
@@ -97,7 +99,7 @@ packages:
       - src: ${DIST}/build/linux_${ARCH}/tool
         dst: /usr/bin/tool
         expand: true
-      - src: ${DIST}/build/man/tool*.1.gz
+      - src: ${DIST}/build/man/tool/*.1.gz
         dst: /usr/share/man/man1/
         expand: true
       - src: ${DIST}/build/completion/bash/tool
@@ -178,6 +180,34 @@ packages:
 	}
 	if err := run(repo, filepath.Join(repo, "release.yaml"), outs[0], ""); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("a second run into the same directory: %v, want a refusal", err)
+	}
+}
+
+// TestClaim checks that two packages of one target may share directories
+// but not a file: the snapsvc package's man page glob once took
+// snapsvc-rollout's pages too, and dpkg would have refused the second
+// package.
+func TestClaim(t *testing.T) {
+	owners := map[string]string{}
+	one := files.Contents{
+		{Destination: "/usr/share/man/man1/", Type: files.TypeImplicitDir},
+		{Destination: "/usr/share/man/man1/snapsvc.1.gz", Source: "build/man/snapsvc/snapsvc.1.gz"},
+	}
+	two := files.Contents{
+		{Destination: "/usr/share/man/man1/", Type: files.TypeImplicitDir},
+		{Destination: "/usr/share/man/man1/snapsvc-rollout.1.gz", Source: "build/man/snapsvc-rollout/snapsvc-rollout.1.gz"},
+	}
+	if err := claim(owners, "snapsvc", one); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim(owners, "snapsvc-rollout", two); err != nil {
+		t.Fatalf("a shared directory refused: %v", err)
+	}
+	both := append(files.Contents{}, two...)
+	both = append(both, &files.Content{Destination: "/usr/share/man/man1/snapsvc-rollout.1.gz", Source: "build/man/snapsvc-rollout.1.gz"})
+	err := claim(map[string]string{"/usr/share/man/man1/snapsvc-rollout.1.gz": "snapsvc-rollout"}, "snapsvc", both)
+	if err == nil || !strings.Contains(err.Error(), "packages snapsvc-rollout and snapsvc both install /usr/share/man/man1/snapsvc-rollout.1.gz") {
+		t.Fatalf("a file of two packages: %v", err)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
+	"github.com/snapsvc/snapsvc/cmd/clistyle"
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/testsupport/benchkit"
 )

@@ -8,7 +8,7 @@
 //	go run ./cmd/bench --scenario foreign --snapd-version 2.57 --samples 40
 //
 // It is a command of the cmd module, in the CLI style every binary of the
-// project shares (cmd/internal/clistyle: GNU flags, help on stdout,
+// project shares (cmd/clistyle: GNU flags, help on stdout,
 // --version): the root module stays free of cobra, and bench needs nothing
 // of the core that the cmd module does not already import.
 //
@@ -56,7 +56,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
+	"github.com/snapsvc/snapsvc/cmd/clistyle"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -5,7 +5,7 @@ import (
 
 	"context"
 	"fmt"
-	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
+	"github.com/snapsvc/snapsvc/cmd/clistyle"
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/snapsvc/snapsvc/cmd/internal/clistyle"
+	"github.com/snapsvc/snapsvc/cmd/clistyle"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"

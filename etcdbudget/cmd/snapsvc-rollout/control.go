@@ -4,95 +4,115 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/snapsvc/snapsvc/cmd/clistyle"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-const controlUsage = `usage: snapsvc-rollout status KEY [flags]
-       snapsvc-rollout pause KEY [--reason TEXT] [flags]
-       snapsvc-rollout resume KEY [flags]
-
-status: who holds KEY's slots and since when, who waits (in the order they
-will be served), whether KEY is paused, the machines taking part.
-pause: every machine that reaches the front of KEY's queue keeps its place
-and its slot without restarting until resume; the others stay queued. A
-restart already under way finishes. The pause stays until resumed.
-resume: lifts the pause; the machines go on in queue order.
-
-Exit codes: 0 done, 2 usage, 3 etcd unreachable (retryable).
-
-Flags (--name value or --name=value; after KEY or before it):
-`
-
-// version is the module version the binary was built from.
-func version() string {
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		for _, d := range bi.Deps {
-			if d.Path == "github.com/snapsvc/snapsvc/etcdbudget" {
-				v = d.Version
-			}
-		}
-	}
-	// The style every binary of the project prints (cmd/snapsvc's
-	// --version): NAME VERSION (MODULE, GO).
-	return fmt.Sprintf("%s (github.com/snapsvc/snapsvc/etcdbudget, %s)", v, runtime.Version())
+// controlIntro is each operator command's help.
+var controlIntro = map[string]string{
+	"status": `status shows who holds KEY's slots and since when, who waits (in the order
+they will be served; a waiter kept out only by a vanished holder's
+lock-delay says so), the holders that vanished (lease expired, not released)
+with what they recorded, whether KEY is paused, and the machines taking
+part. --json prints the etcdbudget.KeyStatus document.`,
+	"pause": `pause holds KEY cluster-wide: every machine that reaches the front of KEY's
+queue keeps its place and its slot without restarting until resume; the
+others stay queued. A restart already under way finishes. The pause stays
+until resumed, and records who paused: $SUDO_USER (else $USER) @ the host,
+unless --holder names someone. A pause of a snap (pause k8s) holds every key
+of its services.`,
+	"resume": `resume lifts KEY's pause; the machines go on in queue order.`,
 }
 
-// runControl runs an operator command: status, pause or resume.
-func runControl(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+// controlShort is each operator command's one-line summary.
+var controlShort = map[string]string{
+	"status": "Show who holds KEY's slots, who waits, the pause and the machines taking part",
+	"pause":  "Hold every machine at the front of KEY's queue until resume",
+	"resume": "Lift KEY's pause",
+}
+
+// controlExits are the operator commands' exit codes.
+var controlExits = clistyle.ExitCodes{
+	{Code: exitOK, Text: "done"},
+	{Code: exitUsage, Text: "usage error, or etcd refused the client or the request (certificates, credentials, permission)"},
+	{Code: exitRetryable, Text: "etcd unreachable within --timeout: retryable"},
+}
+
+// controlCmd is the operator command name (status, pause, resume): the
+// etcd flags, --timeout (10s), and for pause --reason.
+func (r *runner) controlCmd(name string) *cobra.Command {
 	o := &options{}
-	fs := newFlagSet("snapsvc-rollout "+cmd, controlUsage, stderr)
+	use := name + " KEY [flags]"
+	if name == "pause" {
+		use = "pause KEY [--reason TEXT] [flags]"
+	}
+	c := &cobra.Command{
+		Use:               use,
+		Short:             controlShort[name],
+		Long:              controlExits.Help(controlIntro[name]),
+		Annotations:       map[string]string{clistyle.ManLong: controlExits.Man(controlIntro[name])},
+		ValidArgsFunction: cobra.NoFileCompletions,
+		// The key may come before, between or after the flags.
+		RunE: func(c *cobra.Command, args []string) error {
+			fromEnv(o)
+			var err error
+			switch {
+			case len(args) == 0:
+				err = fmt.Errorf("%s: name the budget KEY, e.g. k8s.kube-apiserver", name)
+			case len(args) > 1:
+				err = fmt.Errorf("%s: unexpected arguments %q", name, args[1:])
+			case o.endpoints == "":
+				err = errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required")
+			case o.timeout < 0 || o.unreachable < 0:
+				err = errors.New("--timeout and --unreachable must not be negative")
+			}
+			if err != nil {
+				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
+			}
+			o.key = args[0]
+			return r.do(c, name, o)
+		},
+	}
+	fs := c.Flags()
+	fs.SortFlags = false
 	etcdFlags(fs, o)
-	var reason string
-	if cmd == "pause" {
-		fs.StringVar(&reason, "reason", "", "why, shown by status and to the machines held back")
+	if name == "pause" {
+		fs.StringVar(&o.reason, "reason", "", "why, shown by status and to the machines held back")
 	}
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on the command")
-	// The key may come before, between or after the flags.
-	rest, err := parseFlags(fs, args, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	var key string
-	fromEnv(o)
-	switch {
-	case err != nil:
-	case len(rest) == 0:
-		err = fmt.Errorf("%s: name the budget KEY, e.g. k8s.kube-apiserver", cmd)
-	case len(rest) > 1:
-		err = fmt.Errorf("%s: unexpected arguments %q", cmd, rest[1:])
-	case o.endpoints == "":
-		err = errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required")
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-		return exitUsage
-	}
-	key = rest[0]
+	return c
+}
+
+// control runs an operator command (status, pause or resume) and returns
+// its exit code.
+func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writer) int {
+	key := o.key
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
+	fail := func(err error, code int) int {
+		if o.jsonOut {
+			json.NewEncoder(stdout).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "retryable": errors.Is(err, snapsvc.ErrBudgetUnavailable)}})
+		}
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return code
+	}
 	cli, err := etcdClient(o)
 	if err != nil {
-		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-		return clientExit(err)
+		return fail(err, clientExit(err))
 	}
 	defer cli.Close()
 	holder := o.holder
@@ -101,8 +121,7 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 	}
 	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Prefix: o.prefix, Holder: holder, Unreachable: o.unreachable})
 	if err != nil {
-		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-		return exitUsage
+		return fail(err, exitUsage)
 	}
 	var out any
 	switch cmd {
@@ -116,7 +135,7 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 		}
 	case "pause":
 		var rec *etcdbudget.PauseRecord
-		if rec, err = b.Pause(ctx, key, reason); err == nil {
+		if rec, err = b.Pause(ctx, key, o.reason); err == nil {
 			out = map[string]any{"key": key, "paused": rec}
 			if !o.jsonOut {
 				fmt.Fprintf(stdout, "%s paused by %s since %s%s\n", key, rec.By, rec.Since.Format(time.RFC3339), reasonSuffix(rec.Reason))
@@ -136,14 +155,10 @@ func runControl(ctx context.Context, cmd string, args []string, stdout, stderr i
 		}
 	}
 	if err != nil {
-		if o.jsonOut {
-			json.NewEncoder(stdout).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "retryable": errors.Is(err, snapsvc.ErrBudgetUnavailable)}})
-		}
-		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
 		if errors.Is(err, snapsvc.ErrBudgetRefused) {
-			return exitUsage
+			return fail(err, exitUsage)
 		}
-		return exitRetryable
+		return fail(err, exitRetryable)
 	}
 	if o.jsonOut {
 		enc := json.NewEncoder(stdout)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -98,21 +97,6 @@ func TestControlUsageAndUnreachable(t *testing.T) {
 		t.Errorf("unreachable etcd: %s, want within the 2s bound", d)
 	}
 	t.Logf("unreachable: %s", errb.String())
-}
-
-func TestHelpOnStdoutAndVersion(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"-h"}, {"status", "--help"}, {"pause", "-h"}} {
-		var out, errb bytes.Buffer
-		if code := run(context.Background(), args, &out, &errb); code != exitOK || !strings.Contains(out.String(), "usage: snapsvc-rollout") || errb.Len() != 0 {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out.String(), errb.String())
-		}
-	}
-	for _, args := range [][]string{{"--version"}, {"version"}} {
-		var out, errb bytes.Buffer
-		if code := run(context.Background(), args, &out, &errb); code != exitOK || !regexp.MustCompile(`^snapsvc-rollout \S+ \(github.com/snapsvc/snapsvc/etcdbudget, go[^)]*\)\n$`).MatchString(out.String()) {
-			t.Errorf("%q: exit %d, stdout %q", args, code, out.String())
-		}
-	}
 }
 
 // Without --key each service is its own key (the core expands a snap

@@ -45,10 +45,21 @@
 //	                               hold every machine at the front of the queue until resumed
 //	snapsvc-rollout resume KEY
 //
+// And, as every binary of the project (github.com/snapsvc/snapsvc/cmd/clistyle):
+// GNU-style flags anywhere among the arguments ("--" ends them), help on
+// stdout (--help, help COMMAND), --version (and version), completion
+// bash|zsh|fish, man DIR. Errors are one line on stderr after "error: ";
+// a usage error adds how to get the help.
+//
 // Exit codes: 0 done and ready; 1 the restart failed, the service did not
 // become ready, or the slot was lost mid-restart (check the service before
-// running again); 2 usage; 3 retryable: etcd unreachable, no slot within
-// --max-wait, snapd unreachable or busy; 130 interrupted.
+// running again); 2 usage, or etcd refused the client (certificates,
+// credentials); 3 retryable: etcd unreachable, no slot within --max-wait,
+// snapd unreachable or busy; 130 interrupted.
+//
+// The command is in the module github.com/snapsvc/snapsvc/etcdbudget/cmd,
+// apart from the library etcdbudget, so that the CLI's dependencies
+// (cobra) never reach a consumer of the library.
 package main
 
 import (
@@ -57,31 +68,35 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snapsvc/snapsvc/cmd/clistyle"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-func main() {
+func main() { os.Exit(realMain()) }
+
+// realMain runs the command line of this process and returns its exit
+// code (the tests' scripts run it as the snapsvc-rollout command).
+func realMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 }
 
 // Exit codes.
@@ -100,146 +115,256 @@ type options struct {
 	joinPeriod                                  time.Duration
 	readyURL, readyCA, readyCert, readyKey      string
 	readyInsecure, jsonOut, failOpen, bootstrap bool
-	reload, version                             bool
+	reload                                      bool
 	max                                         int
-	maxUnavailable, window                      string
+	maxUnavailable, window, reason              string
 	ttl, unreachable, maxWait, settle, timeout  time.Duration
 	readyInterval, readyTimeout                 time.Duration
 	names                                       []string
 }
 
 // etcdFlags are the flags every command shares.
-func etcdFlags(fs *flag.FlagSet, o *options) {
-	fs.StringVar(&o.endpoints, "endpoints", "", "etcd client URLs, comma-separated (default $ETCDCTL_ENDPOINTS)")
-	fs.StringVar(&o.etcdCA, "etcd-ca", "", "CA bundle for etcd's certificate (default $ETCDCTL_CACERT)")
-	fs.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate for etcd (default $ETCDCTL_CERT)")
-	fs.StringVar(&o.etcdKey, "etcd-key", "", "client key for etcd (default $ETCDCTL_KEY)")
-	fs.StringVar(&o.etcdUser, "etcd-user", "", "etcd user, USER or USER:PASSWORD (default $ETCDCTL_USER)")
-	fs.StringVar(&o.etcdPassword, "etcd-password", "", "etcd user's password (default $ETCDCTL_PASSWORD)")
-	fs.StringVar(&o.prefix, "prefix", etcdbudget.DefaultPrefix, "etcd key prefix of the budget")
-	fs.StringVar(&o.holder, "holder", "", "identity shown to other machines (default HOSTNAME pid PID)")
+func etcdFlags(fs *pflag.FlagSet, o *options) {
+	fs.StringVar(&o.endpoints, "endpoints", "", "etcd client `URLs`, comma-separated (default $ETCDCTL_ENDPOINTS)")
+	fs.StringVar(&o.etcdCA, "etcd-ca", "", "CA bundle `FILE` for etcd's certificate (default $ETCDCTL_CACERT)")
+	fs.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate `FILE` for etcd (default $ETCDCTL_CERT)")
+	fs.StringVar(&o.etcdKey, "etcd-key", "", "client key `FILE` for etcd (default $ETCDCTL_KEY)")
+	fs.StringVar(&o.etcdUser, "etcd-user", "", "etcd user, `USER` or USER:PASSWORD (default $ETCDCTL_USER)")
+	fs.StringVar(&o.etcdPassword, "etcd-password", "", "etcd user's `PASSWORD` (default $ETCDCTL_PASSWORD)")
+	fs.StringVar(&o.prefix, "prefix", etcdbudget.DefaultPrefix, "etcd key `PREFIX` of the budget")
+	fs.StringVar(&o.holder, "holder", "", "`NAME` shown to other machines (default HOSTNAME pid PID)")
 	fs.BoolVar(&o.jsonOut, "json", false, "JSON on stdout")
 	fs.DurationVar(&o.unreachable, "unreachable", etcdbudget.DefaultUnreachable, "how long etcd may be unreachable before giving up")
-}
-
-// newFlagSet returns a flag set whose errors, and usage after an error,
-// go to stderr; parseFlags sends --help to stdout.
-func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses args GNU-style: flags may come before, between and
-// after the other arguments, which it returns in order; everything after
-// "--" is an argument. -h, -help or --help prints the usage on stdout and
-// returns flag.ErrHelp.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
-	head, tail := args, []string(nil)
-	if i := slices.Index(args, "--"); i >= 0 {
-		head, tail = args[:i], args[i+1:]
-	}
-	for _, a := range head {
-		if a == "-h" || a == "-help" || a == "--help" {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return nil, flag.ErrHelp
-		}
-	}
-	var rest []string
-	for {
-		if err := fs.Parse(head); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return append(rest, tail...), nil
-		}
-		rest, head = append(rest, fs.Arg(0)), fs.Args()[1:]
+	for _, name := range []string{"etcd-ca", "etcd-cert", "etcd-key"} {
+		fs.SetAnnotation(name, cobra.BashCompFilenameExt, nil) // complete files
 	}
 }
 
-const rolloutUsage = `usage: snapsvc-rollout [flags] NAME...
-       snapsvc-rollout status|pause|resume KEY [flags]
+const rolloutIntro = `snapsvc-rollout restarts snap services under a cluster-wide restart budget
+kept in etcd. Run the same command on every machine: each waits for a slot,
+restarts, waits until the service is ready again (--ready-url answers 2xx,
+then --settle) and only then gives the slot to the next machine. Progress
+goes to stderr; --json prints one JSON object per event on stdout and a
+final "result" or "error" object.
 
-Restarts snap services under a cluster-wide restart budget kept in etcd:
-each machine waits for a slot, restarts, waits until ready, then gives the
-slot to the next. Exit codes: 0 done, 1 failed, 2 usage, 3 retryable,
-130 interrupted.
+NAME is a snap ("k8s": all its services) or a service ("k8s.kube-apiserver").
+Without --key each service is its own budget key, a snap name standing for
+every one of its services; --key gives the whole restart one key. Every
+machine must use the same --key and --max or --max-unavailable.
 
-Flags (--name value or --name=value):
-`
+The etcd flags default to etcdctl's environment variables: ETCDCTL_ENDPOINTS,
+ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER (USER or
+USER:PASSWORD) and ETCDCTL_PASSWORD; a flag wins over its variable.`
 
-func parse(args []string, stdout, stderr io.Writer) (*options, error) {
+// rolloutExits are the rollout's exit codes.
+var rolloutExits = clistyle.ExitCodes{
+	{Code: exitOK, Text: "done, and the services are ready again"},
+	{Code: exitFailed, Text: "the restart failed, the service did not become ready in --ready-timeout, or the slot was lost mid-restart: check the service before running again"},
+	{Code: exitUsage, Text: "usage error, or etcd refused the client (certificates, credentials)"},
+	{Code: exitRetryable, Text: "retryable, nothing was restarted: etcd unreachable, no slot within --max-wait, snapd unreachable or busy, the key still paused when --timeout ended"},
+	{Code: exitInterrupted, Text: "interrupted (Ctrl-C, SIGTERM)"},
+}
+
+// runner is one invocation: what its command did.
+type runner struct {
+	stdout, stderr io.Writer
+	// ran: a command's work started (anything that fails before it is
+	// the command line's fault); code is its exit code.
+	ran  bool
+	code int
+	// act does the work of kind ("rollout", "status", "pause",
+	// "resume") with o; parse replaces it to only read the command line.
+	act func(ctx context.Context, kind string, o *options) int
+}
+
+// newRoot builds the command tree.
+func (r *runner) newRoot() *cobra.Command {
 	o := &options{}
-	fs := newFlagSet("snapsvc-rollout", rolloutUsage, stderr)
+	var maxSet bool
+	root := &cobra.Command{
+		Use:   "snapsvc-rollout [flags] NAME...",
+		Short: "Restart snap services under a cluster-wide restart budget kept in etcd",
+		Long:  rolloutExits.Help(rolloutIntro),
+		Example: `  snapsvc-rollout --endpoints https://10.0.0.1:2379,https://10.0.0.2:2379 \
+      --etcd-ca ca.crt --etcd-cert client.crt --etcd-key client.key \
+      --max 1 --ready-url https://127.0.0.1:6443/readyz --settle 5s k8s.kube-apiserver
+  export ETCDCTL_ENDPOINTS=https://10.0.0.1:2379   # then no --endpoints
+  snapsvc-rollout --max-unavailable 25% --window "Mon-Fri 22:00-04:00 Europe/Berlin" k8s
+  snapsvc-rollout status k8s.kube-apiserver`,
+		Annotations: map[string]string{clistyle.ManLong: rolloutExits.Man(rolloutIntro)},
+		// Arguments are service names; a subcommand's name wins.
+		Args:              cobra.ArbitraryArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(c *cobra.Command, names []string) error {
+			maxSet = c.Flags().Changed("max")
+			o.names = names
+			if err := validateRollout(o, maxSet); err != nil {
+				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
+			}
+			return r.do(c, "rollout", o)
+		},
+	}
+	clistyle.Apply(root)
+	fs := root.Flags()
+	fs.SortFlags = false
 	etcdFlags(fs, o)
-	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.StringVar(&o.key, "key", "", "one budget key for the whole restart (default: each service's own key; a snap name stands for all its services)")
+	fs.StringVar(&o.key, "key", "", "one budget `KEY` for the whole restart (default: each service's own key; a snap name stands for all its services)")
 	fs.IntVar(&o.max, "max", 1, "machines that may restart at once (the same on every machine); see --max-unavailable")
-	fs.StringVar(&o.maxUnavailable, "max-unavailable", "", "machines that may restart at once: a count, or a percentage of the machines taking part (25%: rounded down, at least 1)")
-	fs.StringVar(&o.window, "window", "", `maintenance window, e.g. "Mon-Fri 22:00-04:00 Europe/Berlin": outside it, wait`)
+	fs.StringVar(&o.maxUnavailable, "max-unavailable", "", "machines that may restart at once: a `COUNT`, or a percentage of the machines taking part (25%: rounded down, at least 1)")
+	fs.StringVar(&o.window, "window", "", `maintenance `+"`WINDOW`"+`, e.g. "Mon-Fri 22:00-04:00 Europe/Berlin": outside it, wait`)
 	fs.DurationVar(&o.joinPeriod, "join-period", etcdbudget.DefaultJoinPeriod, "with a percentage --max-unavailable: how long machines may join before it is resolved")
 	fs.DurationVar(&o.ttl, "ttl", etcdbudget.DefaultTTL, "lease of the slot: a crashed machine's slot frees itself after this")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "restart anyway, without a slot, when etcd stays unreachable")
 	fs.BoolVar(&o.bootstrap, "bootstrap", false, "no cluster exists yet: restart without a budget")
 	fs.DurationVar(&o.maxWait, "max-wait", 0, "give up when no slot is free within this (0: wait)")
-	fs.StringVar(&o.readyURL, "ready-url", "", "readiness URL that must answer 2xx before the slot is given back")
-	fs.StringVar(&o.readyCA, "ready-ca", "", "CA bundle for the readiness URL")
-	fs.StringVar(&o.readyCert, "ready-cert", "", "client certificate for the readiness URL")
-	fs.StringVar(&o.readyKey, "ready-key", "", "client key for the readiness URL")
+	fs.StringVar(&o.readyURL, "ready-url", "", "readiness `URL` that must answer 2xx before the slot is given back")
+	fs.StringVar(&o.readyCA, "ready-ca", "", "CA bundle `FILE` for the readiness URL")
+	fs.StringVar(&o.readyCert, "ready-cert", "", "client certificate `FILE` for the readiness URL")
+	fs.StringVar(&o.readyKey, "ready-key", "", "client key `FILE` for the readiness URL")
 	fs.BoolVar(&o.readyInsecure, "ready-insecure", false, "do not verify the readiness URL's certificate")
 	fs.DurationVar(&o.readyInterval, "ready-interval", time.Second, "pause between readiness checks")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 5*time.Minute, "how long the service may take to become ready")
 	fs.DurationVar(&o.settle, "settle", 0, "keep the slot this long after the service is ready")
 	fs.BoolVar(&o.reload, "reload", false, "reload services that support it instead of restarting")
-	fs.StringVar(&o.socket, "socket", "", "snapd's socket (default /run/snapd.socket, or snapctl inside a snap)")
+	fs.StringVar(&o.socket, "socket", "", "snapd's socket `PATH` (default /run/snapd.socket, or snapctl inside a snap)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "bound on the whole command (0: none)")
-	names, err := parseFlags(fs, args, stdout)
-	if err != nil {
-		return nil, err
+	for _, name := range []string{"ready-ca", "ready-cert", "ready-key", "socket"} {
+		fs.SetAnnotation(name, cobra.BashCompFilenameExt, nil)
 	}
-	if o.version {
-		return o, nil
+	root.AddCommand(r.controlCmd("status"), r.controlCmd("pause"), r.controlCmd("resume"), versionCmd())
+	for _, c := range root.Commands() {
+		c.DisableFlagsInUseLine = true // their Use lists their flags
 	}
+	return root
+}
+
+// versionCmd is "version": --version as a command, as snapsvc has it.
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:               "version",
+		Short:             "Print this build's version (module, Go, revision)",
+		Args:              cobra.NoArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		Run: func(c *cobra.Command, _ []string) {
+			fmt.Fprintln(c.OutOrStdout(), clistyle.ReadBuild().Line(c.Root().Name()))
+		},
+	}
+}
+
+// do runs the work of kind, once the command line was read and checked.
+func (r *runner) do(c *cobra.Command, kind string, o *options) error {
+	r.ran = true
+	r.code = r.act(c.Context(), kind, o)
+	return nil
+}
+
+// run runs one command line and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	r := &runner{stdout: stdout, stderr: stderr}
+	r.act = r.work
+	code, err := r.execute(ctx, args)
+	if err == nil {
+		return code
+	}
+	fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", err.Msg, err.Cmd)
+	return exitUsage
+}
+
+// execute runs args through the command tree: the exit code of the
+// command that ran, or the usage error that kept it from running.
+func (r *runner) execute(ctx context.Context, args []string) (int, *clistyle.UsageError) {
+	root := r.newRoot()
+	root.SetArgs(args)
+	root.SetOut(r.stdout)
+	root.SetErr(r.stderr)
+	root.SetIn(strings.NewReader(""))
+	c, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return r.code, nil
+	}
+	path := root.CommandPath()
+	if c != nil {
+		path = c.CommandPath()
+	}
+	ue, ok := clistyle.AsUsage(err, r.ran, path)
+	if !ok {
+		// Only the style's own commands (man DIR) fail after they ran.
+		ue = &clistyle.UsageError{Msg: err.Error(), Cmd: path}
+	}
+	return exitUsage, ue
+}
+
+// parse reads a rollout's command line without running it (for tests).
+func parse(args []string, stdout, stderr io.Writer) (*options, error) {
+	var got *options
+	r := &runner{stdout: stdout, stderr: stderr}
+	r.act = func(_ context.Context, kind string, o *options) int {
+		if kind == "rollout" {
+			got = o
+		}
+		return exitOK
+	}
+	if _, ue := r.execute(context.Background(), args); ue != nil {
+		return nil, ue
+	}
+	if got == nil {
+		return nil, errors.New("not a rollout")
+	}
+	return got, nil
+}
+
+// work does the work of kind.
+func (r *runner) work(ctx context.Context, kind string, o *options) int {
+	if kind == "rollout" {
+		return rollout(ctx, o, r.stdout, r.stderr)
+	}
+	return control(ctx, kind, o, r.stdout, r.stderr)
+}
+
+// validateRollout checks a rollout's options, after its flags were read,
+// and fills in what the environment gives.
+func validateRollout(o *options, maxSet bool) error {
 	fromEnv(o)
-	o.names = names
-	maxSet := false
-	fs.Visit(func(f *flag.Flag) { maxSet = maxSet || f.Name == "max" })
 	switch {
 	case o.maxUnavailable != "" && maxSet:
-		return nil, errors.New("give --max or --max-unavailable, not both")
+		return errors.New("give --max or --max-unavailable, not both")
 	case len(o.names) == 0:
-		return nil, errors.New("name at least one service, e.g. k8s.kube-apiserver")
+		return errors.New("name at least one service, e.g. k8s.kube-apiserver")
 	case o.endpoints == "" && !o.bootstrap:
-		return nil, errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required (or --bootstrap when no cluster exists yet)")
+		return errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required (or --bootstrap when no cluster exists yet)")
 	case o.max < 1:
-		return nil, fmt.Errorf("--max %d: must be at least 1", o.max)
+		return fmt.Errorf("--max %d: must be at least 1", o.max)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ttl", o.ttl}, {"unreachable", o.unreachable}, {"max-wait", o.maxWait}, {"settle", o.settle},
+		{"timeout", o.timeout}, {"ready-interval", o.readyInterval}, {"ready-timeout", o.readyTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("--%s %s: must not be negative", d.name, d.v)
+		}
 	}
 	for _, n := range o.names {
 		if _, _, err := snapsvc.ValidateName(n); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if o.maxUnavailable == "" {
 		o.maxUnavailable = strconv.Itoa(o.max)
 	}
 	if _, err := etcdbudget.ParseMaxUnavailable(o.maxUnavailable); err != nil {
-		return nil, fmt.Errorf("--max-unavailable: %w", err)
+		return fmt.Errorf("--max-unavailable: %w", err)
 	}
 	if o.window != "" {
 		if _, err := etcdbudget.ParseWindow(o.window); err != nil {
-			return nil, fmt.Errorf("--window: %w", err)
+			return fmt.Errorf("--window: %w", err)
 		}
 	}
 	if o.key != "" {
 		// One form on every machine: "a+b" and "b+a" are one key.
 		o.key = etcdbudget.Key(o.key)
 	}
-	return o, nil
+	return nil
 }
 
 // fromEnv fills what the etcd flags left unset from etcdctl's
@@ -314,6 +439,19 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 	}
 }
 
+// fail reports a failure before the restart: one "error: " line on
+// stderr, and under --json the error document on stdout (retryable when
+// etcd could not be reached, as the exit code says).
+func (p *printer) fail(err error, code int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		json.NewEncoder(p.stdout).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "retryable": errors.Is(err, snapsvc.ErrBudgetUnavailable)}})
+	}
+	fmt.Fprintf(p.stderr, "error: %v\n", err)
+	return code
+}
+
 func (p *printer) done(res *snapsvc.Result, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -334,27 +472,8 @@ func (p *printer) done(res *snapsvc.Result, err error) {
 	fmt.Fprintf(p.stderr, "done: change %s %s\n", res.ChangeID, res.Status)
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "status", "pause", "resume":
-			return runControl(ctx, args[0], args[1:], stdout, stderr)
-		case "version":
-			args = []string{"--version"}
-		}
-	}
-	o, err := parse(args, stdout, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-		return exitUsage
-	}
-	if o.version {
-		fmt.Fprintln(stdout, "snapsvc-rollout", version())
-		return exitOK
-	}
+// rollout restarts o.names under the budget and returns the exit code.
+func rollout(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
@@ -368,11 +487,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !o.bootstrap {
 		cli, err := etcdClient(o)
 		if err != nil {
-			fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-			return clientExit(err)
+			return p.fail(err, clientExit(err))
 		}
 		defer cli.Close()
-		mu, _ := etcdbudget.ParseMaxUnavailable(o.maxUnavailable) // checked by parse
+		mu, _ := etcdbudget.ParseMaxUnavailable(o.maxUnavailable) // checked by validateRollout
 		ctl := etcdbudget.Controls{MaxUnavailable: mu, JoinPeriod: o.joinPeriod}
 		if o.window != "" {
 			ctl.Window, _ = etcdbudget.ParseWindow(o.window)
@@ -380,8 +498,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		b, err := etcdbudget.NewControlled(etcdbudget.Config{Client: cli, Prefix: o.prefix, TTL: o.ttl,
 			Holder: o.holder, Unreachable: o.unreachable, FailOpen: o.failOpen}, ctl)
 		if err != nil {
-			fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-			return exitUsage
+			return p.fail(err, exitUsage)
 		}
 		defer b.Close()
 		bopts := snapsvc.BudgetOptions{
@@ -401,8 +518,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := snapsvc.New(copts...)
 	if err != nil {
-		fmt.Fprintln(stderr, "snapsvc-rollout:", err)
-		return exitUsage
+		return p.fail(err, exitUsage)
 	}
 	defer c.Close()
 	res, err := c.Restart(ctx, o.names, snapsvc.RestartOptions{Reload: o.reload})

@@ -4,22 +4,128 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/snapsvc/snapsvc/etcdbudget/cmd/internal/demo"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
 	"github.com/snapsvc/snapsvc/fake"
 )
 
+// buildFirst builds etcd's member binary before any test starts a
+// cluster under a time bound (a cold build cache takes minutes), and only
+// in the test binary's own run, not when a script runs it as a command.
+type buildFirst struct{ m *testing.M }
+
+func (b buildFirst) Run() int {
+	etcdtest.BuildMember()
+	return b.m.Run()
+}
+
+// TestMain lets the test binary act as the snapsvc-rollout and the
+// rollout-demo commands inside scripts.
 func TestMain(m *testing.M) {
-	etcdtest.MaybeRunMember()
-	etcdtest.BuildMember() // before any timed cluster start
-	os.Exit(m.Run())
+	testscript.Main(buildFirst{m}, map[string]func(){
+		"snapsvc-rollout": func() { os.Exit(realMain()) },
+		"rollout-demo":    func() { os.Exit(demo.Main()) },
+	})
+}
+
+// TestScripts runs testdata/script/*.txtar. Each script has a fake snapd
+// with the k8s snap at $FAKE_SOCKET, and an environment without etcdctl's
+// variables.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		Setup: func(e *testscript.Env) error {
+			srv, err := fake.New(k8s())
+			if err != nil {
+				return err
+			}
+			e.Defer(func() { srv.Close() })
+			e.Setenv("FAKE_SOCKET", srv.SocketPath())
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"exits":      cmdExits,
+			"await-file": cmdAwaitFile,
+			"source-env": cmdSourceEnv,
+		},
+	})
+}
+
+// exits CODE COMMAND [ARGS...]: run COMMAND and check its exit code.
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits CODE COMMAND [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		got = ee.ExitCode()
+	default:
+		ts.Fatalf("running %s: %v", args[1], err)
+	}
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
+	}
+}
+
+// awaitTimeout bounds await-file: a safety net against a hang, never a
+// synchronisation (the member binary is built before the scripts run).
+const awaitTimeout = 2 * time.Minute
+
+// await-file FILE: wait until FILE exists (a background command writes it
+// by renaming it into place, whole).
+func cmdAwaitFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: await-file FILE")
+	}
+	path := ts.MkAbs(args[0])
+	deadline := time.After(awaitTimeout)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case <-deadline:
+			ts.Fatalf("%s did not appear within %s", path, awaitTimeout)
+		case <-time.After(20 * time.Millisecond): // polling the file system for the file
+		}
+	}
+}
+
+// source-env FILE: set the variables of FILE's "export NAME=VALUE" lines.
+func cmdSourceEnv(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: source-env FILE")
+	}
+	for _, line := range strings.Split(ts.ReadFile(args[0]), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok || !strings.HasPrefix(line, "export ") {
+			ts.Fatalf("%s: not an export line: %q", args[0], line)
+		}
+		ts.Setenv(name, value)
+	}
 }
 
 func k8s() fake.Option {

@@ -1,8 +1,15 @@
 // Package clistyle is the one command-line style of snapsvc's binaries
-// (snapsvc, fakesnapd, and the etcdbudget commands that adopt it): help on
+// (snapsvc, fakesnapd and bench in this module; snapsvc-rollout and
+// rollout-demo in github.com/snapsvc/snapsvc/etcdbudget/cmd): help on
 // stdout, GNU-style flag errors that exit 2, suggestions for mistyped
 // commands, shell completion, man pages, and one --version flag that
-// prints the build from debug.ReadBuildInfo.
+// prints the build from debug.ReadBuildInfo, or what the release tool
+// stamped.
+//
+// It is public only so that the etcd commands, a module of their own, can
+// share it: Go's internal rule would keep it from a module outside cmd/,
+// and the library modules must not import it (it brings cobra). It is not
+// a stable API: its names may change in any release.
 //
 // It is built on cobra (and its pflag), as k8sd and kubectl are, rather
 // than on go-flags as snap and pebble are: cobra generates the bash, zsh
@@ -36,7 +43,7 @@ type Build struct {
 }
 
 // What a release build stamps into the binary (go build -ldflags "-X
-// github.com/snapsvc/snapsvc/cmd/internal/clistyle.stampedVersion=v0.2.0
+// github.com/snapsvc/snapsvc/cmd/clistyle.stampedVersion=v0.2.0
 // ..."; .ci/release does, from git): the version from git describe, the
 // commit and its time. A build in the workspace (go.work) gets neither a
 // module version nor VCS settings from the go command, so these are what
@@ -190,4 +197,56 @@ func AsUsage(err error, ran bool, path string) (*UsageError, bool) {
 		return &UsageError{Msg: err.Error(), Cmd: path}, true
 	}
 	return nil, false
+}
+
+// ExitCode is one exit code of a command and what it means.
+type ExitCode struct {
+	Code int
+	Text string
+}
+
+// ExitCodes is a command's list of exit codes, the one source of both its
+// help (Help) and its man page (Man), so the two never disagree.
+type ExitCodes []ExitCode
+
+// Help is intro followed by the exit codes as an aligned list, wrapped at
+// 80 columns, for a command's Long.
+func (codes ExitCodes) Help(intro string) string {
+	var b strings.Builder
+	b.WriteString(intro + "\n\nExit codes:\n")
+	for _, e := range codes {
+		fmt.Fprintf(&b, "  %-4d %s\n", e.Code, wrap(e.Text, 72, "       "))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// Man is intro followed by the exit codes as a definition list (a tagged
+// paragraph in roff, which reflows to the reader's width where the help's
+// aligned list would not), for a command's ManLong annotation.
+func (codes ExitCodes) Man(intro string) string {
+	var b strings.Builder
+	b.WriteString(intro + "\n\nExit codes:\n\n")
+	for _, e := range codes {
+		fmt.Fprintf(&b, "%d\n: %s\n\n", e.Code, e.Text)
+	}
+	return b.String()
+}
+
+// wrap breaks s into lines of at most width columns, the lines after the
+// first indented by indent.
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n" + indent)
+			n = 0
+		} else if i > 0 {
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
 }

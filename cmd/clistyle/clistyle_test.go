@@ -97,3 +97,39 @@ func TestStamped(t *testing.T) {
 		t.Errorf("--version line %q", line)
 	}
 }
+
+// TestExitCodes checks that one list of exit codes gives the help an
+// aligned, wrapped list and the man page a tagged paragraph per code.
+func TestExitCodes(t *testing.T) {
+	codes := ExitCodes{{0, "done"}, {3, "retryable: " + strings.Repeat("etcd unreachable, ", 6) + "no slot"}, {130, "interrupted"}}
+	help := codes.Help("Intro.")
+	if !strings.HasPrefix(help, "Intro.\n\nExit codes:\n  0    done\n  3    retryable: etcd unreachable,") || !strings.HasSuffix(help, "\n  130  interrupted") {
+		t.Errorf("help:\n%s", help)
+	}
+	for _, l := range strings.Split(help, "\n") {
+		if len(l) > 80 {
+			t.Errorf("help line of %d columns: %q", len(l), l)
+		}
+	}
+	if !strings.Contains(help, "\n       unreachable, etcd") {
+		t.Errorf("help does not wrap under the text:\n%s", help)
+	}
+	var out bytes.Buffer
+	root := newRoot(&out)
+	root.Long = help
+	root.Annotations = map[string]string{ManLong: codes.Man("Intro.")}
+	dir := t.TempDir()
+	root.SetArgs([]string{"man", dir})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "tool.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{".TP\n0\ndone\n", ".TP\n130\ninterrupted\n"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("tool.1 lacks %q:\n%s", want, page)
+		}
+	}
+}
