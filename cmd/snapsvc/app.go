@@ -78,59 +78,22 @@ NAME is a snap ("k8s": all its services) or a service ("k8s.kubelet").`
 
 // exitCodes is the one list of exit codes, for the help (rootLong) and
 // the man page (rootManLong).
-var exitCodes = []struct {
-	code int
-	text string
-}{
-	{exitOK, "success"},
-	{exitFailed, "the operation failed (a change ended in error, snapd refused, snapd is not installed)"},
-	{exitUsage, "usage error (unknown command or flag, missing or malformed name)"},
-	{exitTimeout, "nothing was done and retrying later may help: timed out (--timeout), gave up waiting for another change or for an unreachable snapd (--wait-snapd)"},
-	{exitNotFound, "not found (unknown snap, service or change)"},
-	{exitUnknown, "the request was, or may have been, carried out but its outcome is not known (timed out or snapd vanished while waiting for its change, or snapd's answer was lost): check before running it again"},
-	{exitInterrupted, "interrupted (Ctrl-C, SIGTERM): the change, if one was made, goes on in snapd; the message says which and how to wait for it again"},
+var exitCodes = clistyle.ExitCodes{
+	{Code: exitOK, Text: "success"},
+	{Code: exitFailed, Text: "the operation failed (a change ended in error, snapd refused, snapd is not installed)"},
+	{Code: exitUsage, Text: "usage error (unknown command or flag, missing or malformed name)"},
+	{Code: exitTimeout, Text: "nothing was done and retrying later may help: timed out (--timeout), gave up waiting for another change or for an unreachable snapd (--wait-snapd)"},
+	{Code: exitNotFound, Text: "not found (unknown snap, service or change)"},
+	{Code: exitUnknown, Text: "the request was, or may have been, carried out but its outcome is not known (timed out or snapd vanished while waiting for its change, or snapd's answer was lost): check before running it again"},
+	{Code: exitInterrupted, Text: "interrupted (Ctrl-C, SIGTERM): the change, if one was made, goes on in snapd; the message says which and how to wait for it again"},
 }
 
-// rootLong is the root's help: the exit codes as an aligned list.
-var rootLong = func() string {
-	var b strings.Builder
-	b.WriteString(rootIntro + "\n\nExit codes:\n")
-	for _, e := range exitCodes {
-		fmt.Fprintf(&b, "  %-4d %s\n", e.code, wrap(e.text, 72, "       "))
-	}
-	return strings.TrimSuffix(b.String(), "\n")
-}()
-
-// rootManLong is the root's man page description: the exit codes as a
-// definition list (a tagged paragraph in roff), which reflows to the
-// reader's width where the help's aligned list would not.
-var rootManLong = func() string {
-	var b strings.Builder
-	b.WriteString(rootIntro + "\n\nExit codes:\n\n")
-	for _, e := range exitCodes {
-		fmt.Fprintf(&b, "%d\n: %s\n\n", e.code, e.text)
-	}
-	return b.String()
-}()
-
-// wrap breaks s into lines of at most width columns, the lines after the
-// first indented by indent.
-func wrap(s string, width int, indent string) string {
-	var b strings.Builder
-	n := 0
-	for i, w := range strings.Fields(s) {
-		if i > 0 && n+1+len(w) > width {
-			b.WriteString("\n" + indent)
-			n = 0
-		} else if i > 0 {
-			b.WriteByte(' ')
-			n++
-		}
-		b.WriteString(w)
-		n += len(w)
-	}
-	return b.String()
-}
+// rootLong is the root's help: the exit codes as an aligned list;
+// rootManLong, the man page's: a definition list.
+var (
+	rootLong    = exitCodes.Help(rootIntro)
+	rootManLong = exitCodes.Man(rootIntro)
+)
 
 // newRoot builds the command tree for one invocation.
 func (a *app) newRoot() *cobra.Command {

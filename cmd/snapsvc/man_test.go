@@ -32,12 +32,12 @@ func TestManPages(t *testing.T) {
 	}
 	help := strings.Join(strings.Fields(rootLong), " ")
 	for _, e := range exitCodes {
-		code := strconv.Itoa(e.code)
-		if tagged := ".TP\n" + code + "\n" + e.text + "\n"; !strings.Contains(string(root), tagged) {
-			t.Errorf("snapsvc.1 lacks exit code %d as a tagged paragraph %q", e.code, tagged)
+		code := strconv.Itoa(e.Code)
+		if tagged := ".TP\n" + code + "\n" + e.Text + "\n"; !strings.Contains(string(root), tagged) {
+			t.Errorf("snapsvc.1 lacks exit code %d as a tagged paragraph %q", e.Code, tagged)
 		}
-		if !strings.Contains(help, " "+code+" "+e.text) {
-			t.Errorf("the help lacks exit code %d: %s", e.code, e.text)
+		if !strings.Contains(help, " "+code+" "+e.Text) {
+			t.Errorf("the help lacks exit code %d: %s", e.Code, e.Text)
 		}
 	}
 }
