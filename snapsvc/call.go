@@ -322,26 +322,49 @@ func (k *call) unreachableNow() bool {
 	return down
 }
 
-// read runs f, a read request, until it answers, fails for another reason
-// than an unreachable or restarting snapd (retry.Transient: no socket,
-// nobody listening, kind daemon-restart or system-restart, a garbled
-// answer to a GET), or the call's bounds end. It is how every read rides
-// out a snapd restart, in every mode. In a read call each try is an
-// attempt (MaxAttempts).
+// read runs f, a request that only reads, until it answers, fails for
+// another reason than an unreachable or restarting snapd (retry.Transient:
+// no socket, nobody listening, kind daemon-restart or system-restart, a
+// garbled answer), or the call's bounds end. A read whose answer was lost
+// (retry.Indeterminate, as a snapctl listing sent by POST can be) is asked
+// again too: asking twice changes nothing. It is how every read rides out
+// a snapd restart, in every mode. In a read call each try is an attempt
+// (MaxAttempts).
 func (k *call) read(what string, f func(ctx context.Context) error) error {
+	return k.request(what, true, f)
+}
+
+// act runs f, a request to act outside an operation (AbortChange), as
+// read does, except that a request whose answer was lost is never sent
+// again (it may have been carried out): that fails with an error matching
+// ErrOutcomeUnknown, and the call's bound when that is what cut it.
+func (k *call) act(what string, f func(ctx context.Context) error) error {
+	return k.request(what, false, f)
+}
+
+func (k *call) request(what string, idempotent bool, f func(ctx context.Context) error) error {
 	for {
 		if k.kind == callRead {
 			k.rt.Attempt()
 		}
 		err := f(k.ctx)
 		k.observe(err)
-		if err == nil || retry.Classify(err) != retry.Transient {
+		if err == nil {
+			return nil
+		}
+		switch retry.Classify(err) {
+		case retry.Transient:
+		case retry.Indeterminate:
+			if !idempotent {
+				return &outcomeUnknownError{reason: what + ": snapd's answer was lost (it may have been carried out; not sent again)", last: err}
+			}
+		default:
 			return err
 		}
 		if k.ctx.Err() != nil {
 			return interrupted(k.ctx, err)
 		}
-		k.log.Debug("read failed; retrying", "what", what, "error", err)
+		k.log.Debug("request failed; asking again", "what", what, "error", err)
 		if perr := k.pause(err); perr != nil {
 			return perr
 		}

@@ -130,7 +130,40 @@ func TestReadsBoundedByPolicyTime(t *testing.T) {
 			if !errors.Is(err, snapsvc.ErrGaveUp) {
 				t.Errorf("%s: %v, want ErrGaveUp (the policy's time)", name, err)
 			}
+			// snapd read the abort: it may carry it out once it gets its
+			// lock, so the outcome is unknown; a read's never is.
+			if want := name == "AbortChange"; errors.Is(err, snapsvc.ErrOutcomeUnknown) != want {
+				t.Errorf("%s: %v, matches ErrOutcomeUnknown: %v, want %v", name, err, !want, want)
+			}
 		})
+	}
+}
+
+// A read whose answer was lost is asked again, whatever its method (a
+// snapctl listing is a POST): asking twice changes nothing. An abort whose
+// answer was lost is not sent again: snapd carried it out.
+func TestLostAnswersOfReadsAreAskedAgain(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
+	srv.InjectFault(fake.Fault{Kind: fake.FaultDrop, Method: "POST", Path: "/v2/snapctl", Times: 1})
+	svcs, err := c.Services(ctxT(t), "k8s.kubelet")
+	if err != nil || len(svcs) != 1 || !svcs[0].Active {
+		t.Fatalf("snapctl services with its first answer lost: %+v %v", svcs, err)
+	}
+	if n := countRequests(srv, "POST", "/v2/snapctl"); n != 2 {
+		t.Errorf("%d snapctl requests, want 2 (the lost one asked again)", n)
+	}
+
+	chg := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	rc := newClient(t, srv)
+	srv.InjectFault(fake.Fault{Kind: fake.FaultDrop, Method: "POST", Path: "/v2/changes/", Times: 1})
+	_, err = rc.AbortChange(ctxT(t), chg.ID())
+	if !errors.Is(err, snapsvc.ErrOutcomeUnknown) {
+		t.Errorf("abort with its answer lost: %v, want ErrOutcomeUnknown", err)
+	}
+	if n := countRequests(srv, "POST", "/v2/changes/"+chg.ID()); n != 1 {
+		t.Errorf("%d abort requests, want 1 (never sent twice)", n)
 	}
 }
 
@@ -274,4 +307,15 @@ func TestLostAnswerUnderClockSkewNeverActsTwice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countRequests is how many requests the fake got for method and path.
+func countRequests(srv *fake.Server, method, path string) int {
+	n := 0
+	for _, r := range srv.Requests() {
+		if r.Method == method && r.Path == path {
+			n++
+		}
+	}
+	return n
 }

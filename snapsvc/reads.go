@@ -12,13 +12,15 @@ import (
 // (call.go): each retries a request that failed because snapd could not
 // be reached or answered that it is restarting (retry.Transient: no
 // socket, nobody listening, kind daemon-restart or system-restart, a
-// garbled answer to a GET) within the call's bounds: the context, the
+// garbled answer; a read whose answer was lost, as a snapctl listing sent
+// by POST can be) within the call's bounds: the context, the
 // policy's MaxElapsedTime (a deadline on every request, so a snapd that
 // accepts and never answers cannot hold a read), MaxUnreachable and
 // MaxAttempts. The observer gets EventUnreachable and EventReachable for
 // them with Op "read". Any other failure (an unknown change, a bad name)
-// returns at once. A request to act whose answer was lost is never resent
-// (retry.Indeterminate is not Transient). The same reads inside an
+// returns at once. AbortChange, a request to act, is never resent once its
+// answer was lost: it fails matching ErrOutcomeUnknown (and ErrGaveUp or
+// the context's error when the call's bound cut it). The same reads inside an
 // operation run on the operation's call, within its bounds.
 
 // readApps is c.main.Apps on call k.
@@ -72,7 +74,7 @@ func (c *Client) readSnapctl(k *call, args []string) (out *snapd.SnapctlResult, 
 func (c *Client) AbortChange(ctx context.Context, id string) (*Change, error) {
 	var chg *snapd.Change
 	err := c.callOf(ctx, callRead, "read", nil, func(k *call) error {
-		return k.read("aborting change "+id, func(ctx context.Context) (err error) {
+		return k.act("aborting change "+id, func(ctx context.Context) (err error) {
 			chg, err = c.main.Abort(ctx, id)
 			return err
 		})

@@ -116,6 +116,21 @@ func (e *ConnectionError) Error() string {
 
 func (e *ConnectionError) Unwrap() error { return e.Err }
 
+// withCause returns err, a request's failure, so that it matches the
+// cause of ctx when ctx has ended: a caller's bound (snapsvc's ErrGaveUp,
+// the policy's time) is set as the cause of a context, and net/http
+// reports only ctx.Err() before Go 1.23, the cause from then on.
+func withCause(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cause, err)
+}
+
 // ResponseError is an answer from snapd that is not a snapd envelope (for
 // example a proxy's page, a body cut short, or one larger than snapd ever
 // sends).
@@ -228,7 +243,7 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 		if at.conn != nil && at.conn.refused.Load() > at.refusedBase {
 			err = fmt.Errorf("%w: %w", ErrSendDeadline, err)
 		}
-		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: at.written(), Connected: at.connected, Err: err}
+		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: at.written(), Connected: at.connected, Err: withCause(ctx, err)}
 	}
 	defer hrsp.Body.Close()
 	limit := req.maxBody
@@ -243,9 +258,9 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 		return nil, &ResponseError{Method: req.method, Path: req.path, StatusCode: hrsp.StatusCode, Err: fmt.Errorf("%w (more than %d bytes)", ErrTooLarge, limit)}
 	case lr.err != nil:
 		// The body was cut short: the answer was lost on the way.
-		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: true, Connected: true, Err: lr.err}
+		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: true, Connected: true, Err: withCause(ctx, lr.err)}
 	case derr != nil && errors.Is(derr, io.ErrUnexpectedEOF):
-		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: true, Connected: true, Err: derr}
+		return nil, &ConnectionError{Socket: c.socket, Method: req.method, Path: req.path, Written: true, Connected: true, Err: withCause(ctx, derr)}
 	}
 	// Let the connection be reused: drain what a well-formed answer may
 	// still have after its JSON value (a newline), within reason.

@@ -249,3 +249,52 @@ func TestLongPollOverdueIsGivenUp(t *testing.T) {
 		t.Fatalf("overdue long-poll: %v", err)
 	}
 }
+
+// A request cut by a context's deadline or cancellation matches the
+// context's cause, whatever the Go version: net/http reported only
+// ctx.Err() before Go 1.23, and callers set their bound as the cause
+// (snapsvc's ErrGaveUp). Found by the core's tests on Go 1.22.
+func TestRequestErrorsCarryTheContextsCause(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // a wedged snapd: never answers
+	})
+	bound := errors.New("the caller's bound")
+	for _, method := range []string{"GET", "POST"} {
+		send := func(ctx context.Context) (err error) {
+			if method == "GET" {
+				_, err = c.Change(ctx, "1")
+			} else {
+				_, err = c.Abort(ctx, "1")
+			}
+			return err
+		}
+		// Cancelled once snapd has the request.
+		ctx, cancel := context.WithCancelCause(context.Background())
+		go func() { <-arrived; cancel(bound) }()
+		err := send(ctx)
+		var ce *ConnectionError
+		if !errors.Is(err, bound) || !errors.As(err, &ce) || !ce.Written {
+			t.Errorf("cancelled %s: %v, want a ConnectionError after the request was sent, matching the context's cause", method, err)
+		}
+		// A deadline with a cause.
+		ctx, stop := context.WithDeadlineCause(context.Background(), time.Now().Add(20*time.Millisecond), bound)
+		err = send(ctx)
+		stop()
+		if !errors.Is(err, bound) || !errors.As(err, &ce) {
+			t.Errorf("deadline %s: %v, want a ConnectionError matching the context's cause", method, err)
+		}
+		select {
+		case <-arrived: // the deadline's request, if it arrived in time
+		default:
+		}
+	}
+	// A context that ended without a cause of its own adds nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := c.Change(ctx, "1")
+	if !errors.Is(err, context.DeadlineExceeded) || strings.Count(err.Error(), "context deadline exceeded") != 1 {
+		t.Errorf("plain deadline: %v", err)
+	}
+}
