@@ -84,5 +84,5 @@ func TestContract(t *testing.T) {
 	p := cluster(t)
 	h := &etcdHarness{p: p, ctl: newBudget(t, client(t, p.Endpoints()...), "operator", 1)}
 	budgetcontract.Run(t, h, budgetcontract.Config{TTL: contractTTL, Slack: 2 * time.Second,
-		Key: func(t *testing.T) string { return uniqueKey(t) }})
+		Key: func(t *testing.T) string { return uniqueKey(t) + ".svc" }})
 }

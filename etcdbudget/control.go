@@ -299,14 +299,14 @@ func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 }
 
 // awaitResume waits while key is paused (a pause record of the key, of
-// one of its parts, or of their snaps: pauseScopes): it reports the pause
+// one of its parts, or of their snaps: snapsvc.PauseScopes): it reports the pause
 // through progress, and returns nil once no pause holds the key, ctx's
 // cause once it ends, or an error wrapping snapsvc.ErrBudgetUnavailable
 // once lost is closed (the slot held meanwhile was lost). It costs one
 // read when the key is not paused. Acquire calls it once it holds its
 // slot, Fence whenever its confirmation found a pause.
 func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct{}, progress func(snapsvc.BudgetWait)) error {
-	scopes := pauseScopes(key)
+	scopes := snapsvc.PauseScopes(key)
 	reported := ""
 	for {
 		var resp *clientv3.TxnResponse

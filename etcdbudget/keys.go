@@ -39,26 +39,3 @@ func normaliseKey(key string) (string, error) {
 	}
 	return k, nil
 }
-
-// pauseScopes are the pause records that hold key back: its own, each of
-// its "+"-joined parts', and, for a part naming a service ("snap.app"),
-// its snap's ("snap"). So pausing "k8s" pauses every key of k8s's
-// services (a whole-snap restart takes those: see Key).
-func pauseScopes(key string) []string {
-	scopes := []string{key}
-	add := func(s string) {
-		for _, o := range scopes {
-			if o == s {
-				return
-			}
-		}
-		scopes = append(scopes, s)
-	}
-	for _, p := range strings.Split(key, "+") {
-		add(p)
-		if snap, _, ok := strings.Cut(p, "."); ok && snap != "" {
-			add(snap)
-		}
-	}
-	return scopes
-}

@@ -334,7 +334,7 @@ func (s *slot) confirm(ctx context.Context, deadline time.Time) (paused bool, er
 		rec.Acts++
 		rec.Acted = time.Now().UTC()
 		val, _ := json.Marshal(rec)
-		scopes := pauseScopes(s.key)
+		scopes := snapsvc.PauseScopes(s.key)
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(s.entry), "=", s.rev),
 			clientv3.Compare(clientv3.LeaseValue(s.entry), "=", s.k.id),

@@ -438,6 +438,24 @@ func CanonicalKey(key string) string {
 	return strings.Join(slices.Compact(parts), "+")
 }
 
+// PauseScopes returns the keys whose pause holds key (a canonical key)
+// back, the key's own first: key, each of its "+"-joined parts, and, for a
+// part naming a service ("snap.app"), its snap ("snap"). Budgets that can
+// be paused apply it, so that pausing a snap's name pauses every restart
+// of its services (a whole-snap restart takes their keys, not the snap's).
+func PauseScopes(key string) []string {
+	scopes := []string{key}
+	for _, p := range strings.Split(key, "+") {
+		if !slices.Contains(scopes, p) {
+			scopes = append(scopes, p)
+		}
+		if snap, _, ok := strings.Cut(p, "."); ok && snap != "" && !slices.Contains(scopes, snap) {
+			scopes = append(scopes, snap)
+		}
+	}
+	return scopes
+}
+
 // keysOf returns the sorted, unique canonical keys of names (service
 // names: a whole-snap name is expanded by budgetKeys first).
 func (b *budgetRunner) keysOf(names []string) []string {

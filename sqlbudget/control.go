@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -235,6 +236,43 @@ func readPause(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, error
 	}
 	p.Since = msTime(since)
 	return &p, nil
+}
+
+// pauseHolding returns the pause that holds key back, nil for none: the
+// key's own, or else one of its parts' or their snaps'
+// (snapsvc.PauseScopes, in that order), as etcdbudget reads it. It is one
+// query.
+func pauseHolding(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, error) {
+	scopes := snapsvc.PauseScopes(key)
+	args := make([]any, len(scopes))
+	for i, sc := range scopes {
+		args[i] = sc
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT key, by, since, reason FROM snapsvc_budget_pauses WHERE key IN (?`+strings.Repeat(", ?", len(scopes)-1)+`)`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := map[string]*PauseRecord{}
+	for rows.Next() {
+		var k string
+		var since int64
+		var p PauseRecord
+		if err := rows.Scan(&k, &p.By, &since, &p.Reason); err != nil {
+			return nil, err
+		}
+		p.Since = msTime(since)
+		found[k] = &p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, sc := range scopes {
+		if p := found[sc]; p != nil {
+			return p, nil
+		}
+	}
+	return nil, nil
 }
 
 // Pause pauses key cluster-wide: from now on every Fence of the key waits,

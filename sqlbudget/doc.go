@@ -65,7 +65,10 @@
 // A holder's Fence (snapsvc calls it right before every request that
 // disrupts) checks in one transaction that its row is live and granted and
 // that the key is not paused, then records acted = now and renews the row.
-// While the key is paused it waits, holding the slot, and checks again;
+// A key is paused by its own pause or by one of its parts' or their
+// snaps' (snapsvc.PauseScopes): pausing "k8s" holds back "k8s.kubelet", as
+// in etcdbudget. While the key is paused it waits, holding the slot (its
+// row renewed at each check), and checks again;
 // when its context ends first it fails with an error wrapping
 // snapsvc.ErrBudgetPaused. MarkReady (snapsvc calls it once the readiness
 // checks passed) records ready = now.

@@ -191,21 +191,22 @@ func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 			if err != nil {
 				return err
 			}
-			p, err := readPause(ctx, tx, s.key)
+			p, err := pauseHolding(ctx, tx, s.key)
 			if err != nil {
 				return err
 			}
+			var res sql.Result
 			if p != nil {
-				// Paused: confirm the row is live, act on nothing.
-				var n int
-				if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM snapsvc_budget_entries WHERE token = ? AND granted IS NOT NULL AND expires > ?`, s.token, now).Scan(&n); err != nil {
-					return err
-				}
-				st.gone, st.paused = n == 0, p
-				return nil
+				// Paused: renew the live row (the slot is held meanwhile:
+				// the local deadline moves only with the row's), act on
+				// nothing.
+				st.paused = p
+				res, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET expires = ? WHERE token = ? AND granted IS NOT NULL AND expires > ?`,
+					now+b.cfg.TTL.Milliseconds(), s.token, now)
+			} else {
+				res, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET acted = ?, expires = ? WHERE token = ? AND granted IS NOT NULL AND expires > ?`,
+					now, now+b.cfg.TTL.Milliseconds(), s.token, now)
 			}
-			res, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET acted = ?, expires = ? WHERE token = ? AND granted IS NOT NULL AND expires > ?`,
-				now, now+b.cfg.TTL.Milliseconds(), s.token, now)
 			if err != nil {
 				return err
 			}
@@ -275,7 +276,7 @@ func (s *slot) awaitAllowed(ctx context.Context, progress func(snapsvc.BudgetWai
 	for {
 		var p *PauseRecord
 		err := b.tx(ctx, b.cfg.Unreachable, "reading the pause of "+s.key, func(ctx context.Context, tx *sql.Tx) (err error) {
-			p, err = readPause(ctx, tx, s.key)
+			p, err = pauseHolding(ctx, tx, s.key)
 			return err
 		})
 		if err != nil {

@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,7 +92,8 @@ type Config struct {
 	// Slack is how late, past its due time, this backend may let a slot
 	// come free (poll intervals, expiry checks, a loaded machine).
 	Slack time.Duration
-	// Key returns a key no other case uses (default: the test's name).
+	// Key returns a key no other case uses, naming one service ("snap.app":
+	// a case pauses its snap); default "contract-N-M.svc".
 	Key func(t *testing.T) string
 }
 
@@ -113,7 +115,8 @@ func Run(t *testing.T, h Harness, cfg Config) {
 	t.Run("release-hands-over", c.releaseHandsOver)
 	t.Run("loss", c.loss)
 	t.Run("fence-fails-once-lost", c.fenceFailsOnceLost)
-	t.Run("fence-waits-while-paused", c.fenceWaitsWhilePaused)
+	t.Run("fence-waits-while-paused", func(t *testing.T) { c.fenceWaitsWhilePaused(t, false) })
+	t.Run("fence-waits-while-its-snap-is-paused", func(t *testing.T) { c.fenceWaitsWhilePaused(t, true) })
 	t.Run("lock-delay", c.lockDelay)
 	t.Run("no-delay-after-ready", c.noDelayAfterReady)
 	t.Run("no-delay-never-fenced", c.noDelayNeverFenced)
@@ -357,20 +360,30 @@ func (c *suite) fenceFailsOnceLost(t *testing.T) {
 	release(t, ctx, r.slot)
 }
 
-// fenceWaitsWhilePaused: the pause is read at the moment of acting.
-func (c *suite) fenceWaitsWhilePaused(t *testing.T) {
+// fenceWaitsWhilePaused: the pause is read at the moment of acting. With
+// bySnap the pause is of the key's snap ("x" for "x.svc": an operator
+// pausing a snap pauses each of its services' keys, snapsvc.PauseScopes).
+func (c *suite) fenceWaitsWhilePaused(t *testing.T, bySnap bool) {
 	ctx := ctxT(t, time.Minute)
 	key := c.cfg.Key(t)
+	pauseKey := key
+	if bySnap {
+		snap, _, ok := strings.Cut(key, ".")
+		if !ok {
+			t.Fatalf("key %q names no snap's service (snap.app)", key)
+		}
+		pauseKey = snap
+	}
 	a := c.h.New(t, Options{Holder: "a", Max: 1})
 	s := mustAcquire(t, ctx, a, key)
 	if _, err := fence(ctx, s); err != nil {
 		t.Fatalf("first fence: %v", err)
 	}
-	c.h.Pause(t, key)
+	c.h.Pause(t, pauseKey)
 	paused := true
 	defer func() {
 		if paused {
-			c.h.Resume(t, key)
+			c.h.Resume(t, pauseKey)
 		}
 	}()
 	// Its context ends while paused: ErrBudgetPaused, nothing recorded.
@@ -396,7 +409,7 @@ func (c *suite) fenceWaitsWhilePaused(t *testing.T) {
 	case <-time.After(c.cfg.TTL): // longer than a renewal: it holds the slot meanwhile
 	}
 	at := time.Now()
-	c.h.Resume(t, key)
+	c.h.Resume(t, pauseKey)
 	paused = false
 	select {
 	case r := <-done:

@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +32,8 @@ type Harness struct {
 	// Configure, when set, adjusts each participant's Config.
 	Configure func(*sqlbudget.Config)
 
-	ctl *sqlbudget.Budget
+	mu  sync.Mutex
+	ctl map[*testing.T]*sqlbudget.Budget // the operator's, one per test (Open's connection ends with it)
 }
 
 // Participant is a Budget whose transactions can be cut off.
@@ -88,15 +90,28 @@ func (h *Harness) NewParticipant(t *testing.T, cfg sqlbudget.Config) *Participan
 	return p
 }
 
+// control returns the operator's budget for test t: on a connection of
+// t's, closed when t ends.
 func (h *Harness) control(t *testing.T) *sqlbudget.Budget {
-	if h.ctl == nil {
-		b, err := sqlbudget.New(sqlbudget.Config{Tx: h.Open(t), Holder: "operator", TTL: h.TTL, ClockSkew: h.TTL / 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.ctl = b
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b := h.ctl[t]; b != nil {
+		return b
 	}
-	return h.ctl
+	b, err := sqlbudget.New(sqlbudget.Config{Tx: h.Open(t), Holder: "operator", TTL: h.TTL, ClockSkew: h.TTL / 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ctl == nil {
+		h.ctl = map[*testing.T]*sqlbudget.Budget{}
+	}
+	h.ctl[t] = b
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.ctl, t)
+	})
+	return b
 }
 
 // Pause pauses key.
