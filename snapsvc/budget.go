@@ -755,6 +755,8 @@ func (h *hold) fence(ctx context.Context) error {
 // ---- ready ----
 
 // ready waits until the services o names pass their checks, then settles.
+// Each slot of the hold counts its readiness once, however often ready
+// runs (again in the background when the call ended while settling).
 func (h *hold) ready(ctx context.Context, o op) error {
 	b := h.b
 	names := slices.Clone(o.t.names)
@@ -772,6 +774,9 @@ func (h *hold) ready(ctx context.Context, o op) error {
 		}
 	}
 	for _, s := range h.slots {
+		if slices.Contains(h.readied, s) {
+			continue // counted by an earlier check of this hold (one cut short while settling)
+		}
 		b.emit(BudgetEvent{Kind: BudgetReady, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
 		b.mu.Lock()
 		s.ready++

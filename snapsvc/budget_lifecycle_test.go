@@ -194,6 +194,84 @@ func TestBudgetMarkReadyOnceEveryUserIsReady(t *testing.T) {
 	}
 }
 
+// A hold's readiness counts once toward a shared slot's, whichever path
+// checks it: an operation whose time ends while it settles keeps its slot
+// in the background and checks its services again there, and that second
+// check must not count as another user's readiness (the slot would be
+// marked ready while the other operation's services are not).
+func TestBudgetReadyCountsOncePerHold(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv.SetDurations("k8s", "kubelet", 0, 0)
+	b := newMemBudget(1)
+	b.readier = true
+	entered := make(chan int, 3)
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	var mu sync.Mutex
+	calls := 0
+	ready := probe.Func("test", func(ctx context.Context) error {
+		mu.Lock()
+		n := calls
+		calls++
+		mu.Unlock()
+		entered <- n
+		select {
+		case <-gates[min(n, 2)]:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	evs := newBudgetEvents()
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
+		Ready:    func(string) probe.Probe { return ready },
+		Settle:   7 * time.Second,
+		Progress: evs.record,
+	}))
+	actx, cancelA := context.WithCancel(ctx)
+	defer cancelA()
+	errA, errB := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := c.Restart(actx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); errA <- err }()
+	if n := <-entered; n != 0 {
+		t.Fatalf("probe %d first", n)
+	}
+	go func() {
+		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{Reload: true})
+		errB <- err
+	}()
+	if n := <-entered; n != 1 {
+		t.Fatalf("probe %d second", n)
+	}
+	close(gates[0]) // A is ready (1 of 2) and settles...
+	evs.waitFor(ctx, t, "ready")
+	cancelA() // ...until its context ends
+	if err := <-errA; err == nil {
+		t.Fatal("the restart whose context ended while settling returned nil")
+	}
+	// A's hold, in the background, checks its services again; then B's
+	// services are ready.
+	if n := <-entered; n != 2 {
+		t.Fatalf("probe %d third", n)
+	}
+	close(gates[2])
+	close(gates[1])
+	if err := testclock.Drive(t, mc, 7*time.Second, errB); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }() // waits for A's hold in the background
+	testclock.Drive(t, mc, 7*time.Second, closed)
+	// Two users, two readinesses: one MarkReady, once both were ready.
+	if n := evs.count("ready"); n != 2 {
+		t.Errorf("%d ready events, want 2 (one per restart)", n)
+	}
+	if want := []string{"acquire k8s.kubelet", "fence k8s.kubelet", "fence k8s.kubelet", "ready k8s.kubelet", "release k8s.kubelet"}; !slices.Equal(b.steps(), want) {
+		t.Fatalf("steps %q, want %q", b.steps(), want)
+	}
+}
+
 // Issue 19 defect 3: a slot found lost right before acting stops the
 // request (nothing is sent), is reported once ("lost"), not retryable,
 // and the slot is given back. Both ways of finding out: the fence says so,
