@@ -253,9 +253,9 @@ const (
 	// per slot.
 	BudgetLost = "lost"
 	// BudgetReleaseFailed: an attempt to give the slot back failed (Err,
-	// Attempt); it is tried again in the background, up to 5 attempts,
-	// after which the slot is freed only when the budget expires it (its
-	// lease).
+	// Attempt); it is tried again in the background, up to 5 attempts or
+	// until Close, after which (Final) the slot is freed only when the
+	// budget expires it (its lease).
 	BudgetReleaseFailed = "release-failed"
 )
 
@@ -283,6 +283,10 @@ type BudgetEvent struct {
 	// Attempt is the release attempt ("released", "release-failed"),
 	// from 1.
 	Attempt int
+	// Final ("release-failed") says no attempt follows: the slot is freed
+	// only when the budget expires it. The last of the attempts is final,
+	// and so is one that Close kept from being made (Err says so).
+	Final bool
 	// Err is why the slot was lost ("lost"), the fence failed
 	// ("fence-failed") or the release failed ("release-failed").
 	Err error
@@ -903,14 +907,17 @@ func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <
 				b.emit(BudgetEvent{Kind: BudgetReleased, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt})
 				return
 			}
-			b.emit(BudgetEvent{Kind: BudgetReleaseFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt, Err: err})
+			final := attempt == releaseAttempts || b.bg.Err() != nil
+			b.emit(BudgetEvent{Kind: BudgetReleaseFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt, Err: err, Final: final})
 			firstDone()
-			if attempt == releaseAttempts || b.bg.Err() != nil {
+			if final {
 				log.Error("restart budget slot not given back; it is freed when the budget expires it", "key", s.key, "holder", s.slot.Holder(), "attempts", attempt, "error", err)
 				return
 			}
 			log.Warn("restart budget slot not given back; trying again", "key", s.key, "holder", s.slot.Holder(), "attempt", attempt, "retry_in", pause, "error", err)
 			if retry.Sleep(b.bg, c.clock, pause) != nil {
+				err = fmt.Errorf("not tried: the client was closed (attempt %d: %w)", attempt, err)
+				b.emit(BudgetEvent{Kind: BudgetReleaseFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt + 1, Err: err, Final: true})
 				log.Error("restart budget slot not given back before Close; it is freed when the budget expires it", "key", s.key, "holder", s.slot.Holder(), "attempts", attempt, "error", err)
 				return
 			}

@@ -47,6 +47,19 @@ func (r *budgetEvents) kinds() []string {
 	return out
 }
 
+// all returns the events of kind seen so far, in order.
+func (r *budgetEvents) all(kind string) []snapsvc.BudgetEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []snapsvc.BudgetEvent
+	for _, ev := range r.evs {
+		if ev.Kind == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 // count returns how many events of kind were seen.
 func (r *budgetEvents) count(kind string) int {
 	r.mu.Lock()
@@ -513,6 +526,47 @@ func TestBudgetReleaseGivenUp(t *testing.T) {
 	}
 	if n := evs.count("release-failed"); n != 5 || evs.count("released") != 0 {
 		t.Fatalf("%d release-failed events, want 5: %q", n, evs.kinds())
+	}
+	for i, ev := range evs.all("release-failed") {
+		if ev.Final != (i == 4) {
+			t.Errorf("release-failed event %d: Final %v, want %v (only the last attempt is final)", i+1, ev.Final, i == 4)
+		}
+	}
+}
+
+// Close ending the retries of a release says so: the last event is a
+// final "release-failed" (a metric of held slots must not count the slot
+// for ever).
+func TestBudgetReleaseRetriesEndedByClose(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.release = func(context.Context, *memSlot, int) error {
+		return fmt.Errorf("%w: lease revoke: no leader", snapsvc.ErrBudgetUnavailable)
+	}
+	evs := newBudgetEvents()
+	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST),
+		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{ReleaseTimeout: 50 * time.Millisecond, Progress: evs.record}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	evs.waitFor(ctx, t, "release-failed") // the first attempt; the next waits a second
+	c.Close()
+	for {
+		ev := evs.waitFor(ctx, t, "release-failed")
+		if ev.Final {
+			if ev.Attempt >= 5 || ev.Err == nil {
+				t.Fatalf("final release-failed event %+v: want one Close ended before the fifth attempt, with why", ev)
+			}
+			break
+		}
+	}
+	if n := evs.count("release-failed"); !evs.all("release-failed")[n-1].Final {
+		t.Fatalf("the last release-failed event is not final: %+v", evs.all("release-failed"))
 	}
 }
 

@@ -171,18 +171,24 @@ func TestBudgetEvents(t *testing.T) {
 	m.Observe(snapsvc.Event{Kind: snapsvc.EventFailed, Op: "restart", Err: &snapsvc.OpError{Op: "restart", Err: &snapsvc.BudgetError{Key: "b", Err: snapsvc.ErrBudgetWait}}})
 	expect("wait failed", map[string]float64{"budget_waiting": 0, "budget_acquired_total": -1}, "b")
 
-	// Held until given back; released after five failed attempts is no
-	// longer held (the budget expires it).
+	// Held until given back; after the final failed attempt (the fifth,
+	// or one Close kept from being made) no longer held (the budget
+	// expires it).
 	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetAcquired, Key: "c", Holder: "n1"})
 	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetAcquired, Key: "c", Holder: "n2"})
 	expect("two holders", map[string]float64{"budget_slots_held": 2}, "c")
 	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetReleased, Key: "c", Holder: "n2", Held: time.Second})
 	for attempt := 1; attempt <= 5; attempt++ {
-		m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetReleaseFailed, Key: "c", Holder: "n1", Attempt: attempt})
+		m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetReleaseFailed, Key: "c", Holder: "n1", Attempt: attempt, Final: attempt == 5})
 		want := 1.0
 		if attempt == 5 {
 			want = 0
 		}
 		expect("release failed", map[string]float64{"budget_slots_held": want, "budget_release_failures_total": float64(attempt), "budget_hold_seconds": 1}, "c")
 	}
+	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetAcquired, Key: "d", Holder: "n1"})
+	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetReleaseFailed, Key: "d", Holder: "n1", Attempt: 1})
+	expect("release failed, retried", map[string]float64{"budget_slots_held": 1}, "d")
+	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetReleaseFailed, Key: "d", Holder: "n1", Attempt: 2, Final: true})
+	expect("retries ended by Close", map[string]float64{"budget_slots_held": 0, "budget_release_failures_total": 2}, "d")
 }

@@ -258,17 +258,13 @@ func (m *Metrics) ObserveBudget(ev snapsvc.BudgetEvent) {
 		m.setHeld(ev.Key, ev.Holder, false)
 	case snapsvc.BudgetReleaseFailed:
 		m.releaseFailed.WithLabelValues(ev.Key).Inc()
-		if ev.Attempt >= releaseAttempts {
+		if ev.Final {
 			m.setHeld(ev.Key, ev.Holder, false)
 		}
 	case snapsvc.BudgetFenceFailed:
 		m.fenceFailed.WithLabelValues(ev.Key).Inc()
 	}
 }
-
-// releaseAttempts is how many times snapsvc tries to give a slot back
-// (snapsvc.BudgetReleaseFailed's documentation).
-const releaseAttempts = 5
 
 // endWait says no operation waits for key any more.
 func (m *Metrics) endWait(key string) {
