@@ -9,15 +9,13 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// Bounds. A call returns by the earlier of its context's deadline and the
-// end of its policy's MaxElapsedTime, on the policy's clock, plus a small
-// epsilon (scheduling, closing the request in flight): the policy's time is
-// enforced as a deadline on every request, not only between attempts, so
-// a snapd that accepts connections and never answers cannot hold a call.
-// Nothing the call does is sent after its bound; what must still happen
-// (looking up the change of a request cut off in flight, so the next
-// operation waits for it) runs in the background, owned by the Client and
-// ended by Close.
+// Bounds: every call's are stated once, in call.go, and held by its call
+// value. The policy's time is enforced as a deadline on every request, not
+// only between attempts, so a snapd that accepts connections and never
+// answers cannot hold a call. Nothing the call does is sent after its
+// bound; what must still happen (looking up the change of a request cut
+// off in flight, so the next operation waits for it) runs in the
+// background, owned by the Client and ended by Close.
 
 // policyTimeError is the cause of a context ended by the policy's
 // MaxElapsedTime. It matches ErrGaveUp.

@@ -90,9 +90,10 @@ func (c *Client) ensure(ctx context.Context, action string, names []string, diff
 
 // WaitActive waits until snapd reports every named service (or every
 // service of named snaps) active, reading their state at the client's poll
-// interval on its clock. It is bounded by ctx; on its end the error names
-// the services still inactive. Failures to reach snapd are retried until
-// then; an unknown service fails at once.
+// interval on its clock. It is bounded by ctx (on its end the error names
+// the services still inactive) and by the policy's MaxUnreachable: failures
+// to reach snapd are retried until either ends (ErrGaveUp); an unknown
+// service fails at once.
 func (c *Client) WaitActive(ctx context.Context, names []string) error {
 	if len(names) == 0 {
 		return &OpError{Op: "wait active", Err: ErrNoNames}

@@ -39,8 +39,8 @@ func (b *builder) completionDir(shell string) string {
 }
 
 // binaries builds every binary for every target: static (CGO_ENABLED=0),
-// -trimpath, stripped, the version stamped; in the repository's
-// workspace, whatever GOWORK the tool itself was run with.
+// -trimpath, stripped, the version stamped; always in the repository's
+// workspace (GOWORK is set to its go.work, whatever the tool was run with).
 func (b *builder) binaries() error {
 	for _, t := range b.def.Targets {
 		for _, bin := range b.def.Binaries {

@@ -68,8 +68,8 @@
 // done what was waited out. Off a terminal it prints nothing but its
 // result, as snap does, unless -v: then, beside the library's log, a line
 // when a wait starts and one every 5 seconds ("still waiting for change 42
-// (configure-snap) ..., 10s"). With --no-wait nothing is printed on stderr
-// at all. Whatever stderr is, a command says at once when it cannot reach
+// (configure-snap) ..., 10s"). With --no-wait no progress is printed at
+// all. Whatever stderr is, a command says at once when it cannot reach
 // snapd (which socket, why, until when it keeps trying) and when snapd
 // answers again.
 //

@@ -51,11 +51,10 @@
 // bash|zsh|fish, man DIR. Errors are one line on stderr after "error: ";
 // a usage error adds how to get the help.
 //
-// Exit codes: 0 done and ready; 1 the restart failed, the service did not
-// become ready, or the slot was lost mid-restart (check the service before
-// running again); 2 usage, or etcd refused the client (certificates,
-// credentials); 3 retryable: etcd unreachable, no slot within --max-wait,
-// snapd unreachable or busy; 130 interrupted.
+// Exit codes: 0 done and ready, 1 failed (check the service before
+// running again), 2 usage or etcd refused the client, 3 retryable (nothing
+// was restarted), 130 interrupted; --help and the man page list what each
+// covers (rolloutExits).
 //
 // The command is in the module github.com/snapsvc/snapsvc/etcdbudget/cmd,
 // apart from the library etcdbudget, so that the CLI's dependencies
