@@ -381,8 +381,14 @@ func (r *Retrier) Pause(ctx context.Context) error {
 	return Sleep(ctx, r.policy.Clock, r.NextPause())
 }
 
-// PauseConflict is Pause capped at MaxConflictInterval, for a conflict
-// whose blocking change cannot be watched.
+// PauseConflict waits ConflictPause, for a conflict whose blocking change
+// cannot be watched.
 func (r *Retrier) PauseConflict(ctx context.Context) error {
-	return Sleep(ctx, r.policy.Clock, min(r.NextPause(), r.policy.MaxConflictInterval))
+	return Sleep(ctx, r.policy.Clock, r.ConflictPause())
+}
+
+// ConflictPause is the next backoff pause capped at MaxConflictInterval:
+// the pause before asking again after a conflict.
+func (r *Retrier) ConflictPause() time.Duration {
+	return min(r.NextPause(), r.policy.MaxConflictInterval)
 }

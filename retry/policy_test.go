@@ -67,6 +67,9 @@ func TestConflictPauseIsCapped(t *testing.T) {
 	if clock.pauses[0] != time.Second {
 		t.Errorf("conflict pause %v, want the 1s default cap", clock.pauses[0])
 	}
+	if d := rt.ConflictPause(); d != time.Second {
+		t.Errorf("ConflictPause %v, want the 1s default cap", d)
+	}
 	p := retry.Policy{MaxAttempts: 2, Clock: clock}.NewRetrier()
 	p.Attempt()
 	p.Attempt()

@@ -512,6 +512,21 @@ func (c *Client) budgetKeys(k *call, names []string, svcs []Service) ([]string, 
 }
 
 // goBackground runs f on a goroutine that Close waits for (bounded).
+// goCall runs f in the background (goBackground) on bctx, k's context
+// without its end (it ends at Close), and on a wait call of its own for o
+// on bctx.
+func (b *budgetRunner) goCall(k *call, o op, f func(bctx context.Context, bk *call)) {
+	b.goBackground(func() {
+		bctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
+		defer cancel()
+		stop := context.AfterFunc(b.base, cancel)
+		defer stop()
+		bk := b.c.newCall(bctx, callWait, o.action, o.t.names)
+		defer bk.end()
+		f(bctx, bk)
+	})
+}
+
 func (b *budgetRunner) goBackground(f func()) {
 	b.mu.Lock()
 	if b.running == 0 {
@@ -1126,15 +1141,8 @@ func settleChange(bk *call, o op, err error) (bool, error) {
 // there was none, and gives the slots back. It stops at Close (the slots
 // are given back then too).
 func (b *budgetRunner) holdInBackground(k *call, o op, h *hold, settle func(bk *call) (bool, error)) {
-	c := b.c
 	log := k.log
-	b.goBackground(func() {
-		bctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
-		defer cancel()
-		stop := context.AfterFunc(b.base, cancel)
-		defer stop()
-		bk := c.newCall(bctx, callWait, o.action, o.t.names)
-		defer bk.end()
+	b.goCall(k, o, func(bctx context.Context, bk *call) {
 		ran, err := settle(bk)
 		switch {
 		case err != nil:
@@ -1187,14 +1195,8 @@ func (c *Client) holdAsync(k *call, op *Operation, h *hold, done bool) {
 	}
 	a := &asyncHold{done: make(chan struct{})}
 	op.budget = a
-	b.goBackground(func() {
+	b.goCall(k, o, func(bctx context.Context, bk *call) {
 		defer close(a.done)
-		bctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
-		defer cancel()
-		stop := context.AfterFunc(b.base, cancel)
-		defer stop()
-		bk := c.newCall(bctx, callWait, o.action, o.t.names)
-		defer bk.end()
 		var werr error
 		if !done && res.ChangeID != "" {
 			if _, err := c.sharedWaitChange(bk, res.ChangeID); err != nil {

@@ -308,7 +308,7 @@ func (k *call) pause(last error) error {
 	case k.unreachableNow():
 		d = k.rt.RedialPause()
 	case retry.Classify(last) == retry.Conflict:
-		d = min(k.rt.NextPause(), k.rt.Policy().MaxConflictInterval)
+		d = k.rt.ConflictPause()
 	default:
 		d = k.rt.NextPause()
 	}

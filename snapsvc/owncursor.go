@@ -74,7 +74,8 @@ type paceState struct {
 	clockBad atomic.Bool              // the last own change's times did not fit the client's clock
 	// How snapd's clock reads against the client's (snapd's minus the
 	// client's), as own changes bound it: each was spawned (snapd's clock)
-	// between its request's send and its answer (the client's).
+	// between its request's send and its answer (the client's). Both are 0
+	// (one clock) until offKnown.
 	offKnown     bool
 	offLo, offHi time.Duration
 }
@@ -86,10 +87,7 @@ type paceState struct {
 func (p *paceState) snapdTime(t time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.offKnown {
-		return t.Add(p.offLo)
-	}
-	return t
+	return t.Add(p.offLo)
 }
 
 // snapdTimeLate returns the latest snapd's clock may read when the
@@ -97,10 +95,7 @@ func (p *paceState) snapdTime(t time.Time) time.Time {
 func (p *paceState) snapdTimeLate(t time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.offKnown {
-		return t.Add(p.offHi)
-	}
-	return t
+	return t.Add(p.offHi)
 }
 
 // noteOffset narrows what is known of snapd's clock with a change spawned

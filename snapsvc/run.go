@@ -557,7 +557,7 @@ func (r *runner) awaitState() error {
 		if err != nil {
 			k.log.Debug("cannot read service state", "error", err)
 		}
-		d := min(k.rt.NextPause(), k.rt.Policy().MaxConflictInterval)
+		d := k.rt.ConflictPause()
 		if perr := k.sleep(d); perr != nil {
 			if g := (*gaveUpError)(nil); errors.As(perr, &g) {
 				return &outcomeUnknownError{reason: g.reason + " " + what, last: r.lastAct()}

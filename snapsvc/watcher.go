@@ -50,8 +50,7 @@ type sharedWaits struct {
 
 // watcher is one shared wait and the facts it publishes.
 type watcher struct {
-	refs    int                  // callers still waiting
-	joins   map[uint64]time.Time // when each of them joined (client clock)
+	joins   map[uint64]time.Time // when each caller still waiting joined (client clock)
 	nextID  uint64
 	cancel  func()        // stops the watcher
 	news    chan struct{} // closed and replaced whenever a fact changes
@@ -109,7 +108,6 @@ func (s *sharedWaits) share(k *call, key string, f watchFunc) (any, error, bool)
 	if w == nil {
 		w = s.start(k, key, f)
 	}
-	w.refs++
 	w.nextID++
 	id := w.nextID
 	w.joins[id] = joined
@@ -208,7 +206,7 @@ func (s *sharedWaits) leave(key string, w *watcher, id uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(w.joins, id)
-	if w.refs--; w.refs == 0 {
+	if len(w.joins) == 0 {
 		if s.waits[key] == w {
 			delete(s.waits, key)
 		}
@@ -224,7 +222,7 @@ func (s *sharedWaits) awaitSubscribers(ctx context.Context, key string, n int) e
 		s.mu.Lock()
 		refs := 0
 		if w := s.waits[key]; w != nil {
-			refs = w.refs
+			refs = len(w.joins)
 		}
 		changed := s.changed
 		s.mu.Unlock()
