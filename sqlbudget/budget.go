@@ -342,12 +342,13 @@ func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 // attempt; else it expires within TTL).
 func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.BudgetWait)) (snapsvc.BudgetSlot, error) {
 	start := time.Now()
-	key, err := normaliseKey(key)
+	canon, err := normaliseKey(key)
 	if err != nil {
 		b.count(func(m *Metrics) { m.Failed++ })
-		b.emit(Event{Kind: EventFailed, Key: key, Err: err})
+		b.emit(Event{Kind: EventFailed, Key: key, Err: err}) // the key as given
 		return nil, err
 	}
+	key = canon
 	if b.cfg.ClusterExists != nil && !b.cfg.ClusterExists(ctx) {
 		b.cfg.Logger.Info("no cluster exists yet: proceeding without a slot", "key", key)
 		return b.unbudgeted(key, start, " (no cluster yet, unbudgeted)"), nil
@@ -588,7 +589,9 @@ func (w *waiter) probe(ctx context.Context, vs []Vanished) error {
 }
 
 // abandon deletes the waiter's row: one attempt, so a cancelled Acquire
-// returns promptly (else the row expires within TTL).
+// returns promptly (else the row expires within TTL). A row granted by a
+// transaction whose answer was lost goes too: it never acted (acted is
+// only ever set on a granted row, by Fence).
 func (w *waiter) abandon() {
 	b := w.b
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
@@ -597,12 +600,6 @@ func (w *waiter) abandon() {
 		if err := b.ensureSchema(ctx, tx); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND granted IS NULL`, w.token)
-		return err
-	})
-	// A row granted by a transaction whose answer was lost: release it
-	// the same way, since it never acted.
-	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND acted IS NULL`, w.token)
 		return err
 	})

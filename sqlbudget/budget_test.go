@@ -348,3 +348,55 @@ func TestWaiterExpiredIsRetryable(t *testing.T) {
 		t.Fatalf("waiter whose row expired while cut off: %v, want ErrBudgetUnavailable (retryable), not refused", err)
 	}
 }
+
+// HolderReady ends a vanished holder's lock-delay only when it says so:
+// the first waiter asks about the holder that acted, and holds back while
+// the answer is false.
+func TestHolderReadyEndsLockDelay(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	h := sqliteHarness(t, time.Second)
+	vanishing := h.NewParticipant(t, h.Config(optionsOf("vanishing", 30*time.Second)))
+	s, err := vanishing.Acquire(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vanishing.Vanish()
+	<-s.Lost()
+	var ready atomic.Bool
+	asked := make(chan sqlbudget.Vanished, 10)
+	cfg := h.Config(optionsOf("next", 30*time.Second))
+	cfg.HolderReady = func(_ context.Context, v sqlbudget.Vanished) bool {
+		asked <- v
+		return ready.Load()
+	}
+	next := h.NewParticipant(t, cfg)
+	out := make(chan error, 1)
+	// Half the lock-delay: only HolderReady can end it in time.
+	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	go func() {
+		s, err := next.Acquire(actx, "k", nil)
+		if err == nil {
+			err = s.Release(ctx)
+		}
+		out <- err
+	}()
+	for i := range 2 {
+		v := <-asked
+		if v.Holder != "vanishing" || v.Acted.IsZero() || v.Key != "k" {
+			t.Fatalf("asked about %+v, want the vanishing holder of k, with its act", v)
+		}
+		select {
+		case err := <-out:
+			t.Fatalf("Acquire returned (%v) while HolderReady said no (%d asks), 30s before the lock-delay ends", err, i+1)
+		default:
+		}
+	}
+	ready.Store(true)
+	if err := <-out; err != nil {
+		t.Fatalf("Acquire once the vanished holder was ready: %v", err)
+	}
+}

@@ -8,16 +8,13 @@ import (
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-// canonicalKey gives a key the one canonical form every budget uses,
-// snapsvc.CanonicalKey's: the "+"-joined parts sorted, trimmed and
-// de-duplicated, so "b+a" and "a+b" are one key on every backend.
-func canonicalKey(key string) string { return snapsvc.CanonicalKey(key) }
-
-// normaliseKey checks key and returns its canonical form. A key the
+// normaliseKey checks key and returns its canonical form, the one every
+// budget uses (snapsvc.CanonicalKey: "b+a" and "a+b" are one key on every
+// backend). A key the
 // budget cannot use fails at once with an error wrapping
 // snapsvc.ErrBudgetRefused: no retry can fix it.
 func normaliseKey(key string) (string, error) {
-	k := canonicalKey(key)
+	k := snapsvc.CanonicalKey(key)
 	if k == "" {
 		return "", fmt.Errorf("%w: sqlbudget: empty key %q", snapsvc.ErrBudgetRefused, key)
 	}
