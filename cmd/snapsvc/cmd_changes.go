@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -104,14 +103,8 @@ change object (null for --last=KIND? without such a change).`,
 				return err
 			}
 			return a.withClient(c, func(ctx context.Context, cl *snapsvc.Client) error {
-				id, err := changeID(ctx, cl, pos, last)
-				if errors.Is(err, errNoChangeOK) {
-					if a.json {
-						a.printJSON(nil)
-					}
-					return nil
-				}
-				if err != nil {
+				id, ok, err := a.resolveChange(ctx, cl, pos, last)
+				if !ok {
 					return err
 				}
 				chg, err := cl.Change(ctx, id)

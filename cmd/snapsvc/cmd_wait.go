@@ -80,14 +80,8 @@ func (a *app) waitChange(pos []string, last string, summary bool) func(ctx conte
 			return err
 		}
 		defer c.Close()
-		id, err := changeID(ctx, c, pos, last)
-		if errors.Is(err, errNoChangeOK) {
-			if a.json {
-				a.printJSON(nil)
-			}
-			return nil
-		}
-		if err != nil {
+		id, ok, err := a.resolveChange(ctx, c, pos, last)
+		if !ok {
 			return err
 		}
 		// Fail fast, with exit code 4, on an unknown change.
@@ -135,14 +129,8 @@ when it ends. It prints nothing (--json: the change as snapd returned it);
 				return err
 			}
 			return a.withClient(c, func(ctx context.Context, cl *snapsvc.Client) error {
-				id, err := changeID(ctx, cl, pos, last)
-				if errors.Is(err, errNoChangeOK) {
-					if a.json {
-						a.printJSON(nil)
-					}
-					return nil
-				}
-				if err != nil {
+				id, ok, err := a.resolveChange(ctx, cl, pos, last)
+				if !ok {
 					return err
 				}
 				chg, err := cl.AbortChange(ctx, id)

@@ -89,6 +89,20 @@ func changeID(ctx context.Context, cl *snapsvc.Client, pos []string, last string
 	return "", &notFoundError{fmt.Sprintf("no changes of type %q found", strings.TrimSuffix(last, "?"))}
 }
 
+// resolveChange is changeID for a command: ok is false, with null printed
+// under --json, when --last=KIND? found no such change (the command then
+// does nothing and succeeds).
+func (a *app) resolveChange(ctx context.Context, cl *snapsvc.Client, pos []string, last string) (id string, ok bool, err error) {
+	id, err = changeID(ctx, cl, pos, last)
+	if errors.Is(err, errNoChangeOK) {
+		if a.json {
+			a.printJSON(nil)
+		}
+		return "", false, nil
+	}
+	return id, err == nil, err
+}
+
 // completeKinds completes --last with the kinds of snapd's changes and
 // snap's short forms, when snapd answers within a second.
 func (a *app) completeKinds(c *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {

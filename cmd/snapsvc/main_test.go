@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/snapsvc/snapsvc/cmd/clistyle/clistyletest"
 	"github.com/snapsvc/snapsvc/fake"
 )
 
@@ -71,7 +70,7 @@ func TestScripts(t *testing.T) {
 			"fake-count":      cmdFakeCount,
 			"await":           cmdAwait,
 			"proxy-reset":     cmdProxyReset,
-			"exits":           cmdExits,
+			"exits":           clistyletest.Exits,
 		},
 	})
 }
@@ -250,27 +249,4 @@ func cmdProxyReset(ts *testscript.TestScript, neg bool, args []string) {
 	px.mu.Lock()
 	px.events = nil
 	px.mu.Unlock()
-}
-
-// exits CODE COMMAND ARGS...: run a command and check its exit code;
-// stdout and stderr are kept for the next stdout/stderr assertions.
-func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: exits CODE COMMAND [ARGS...]")
-	}
-	want, err := strconv.Atoi(args[0])
-	ts.Check(err)
-	err = ts.Exec(args[1], args[2:]...)
-	got := 0
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		got = ee.ExitCode()
-	default:
-		ts.Fatalf("running %s: %v", args[1], err)
-	}
-	if got != want {
-		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
-	}
 }

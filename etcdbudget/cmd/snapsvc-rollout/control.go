@@ -103,13 +103,7 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	fail := func(err error, code int) int {
-		if o.jsonOut {
-			json.NewEncoder(stdout).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "retryable": errors.Is(err, snapsvc.ErrBudgetUnavailable)}})
-		}
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return code
-	}
+	fail := (&printer{json: o.jsonOut, stdout: stdout, stderr: stderr}).fail
 	cli, err := etcdClient(o)
 	if err != nil {
 		return fail(err, clientExit(err))

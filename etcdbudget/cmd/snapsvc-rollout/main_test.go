@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/snapsvc/snapsvc/cmd/clistyle/clistyletest"
 	"github.com/snapsvc/snapsvc/etcdbudget/cmd/internal/demo"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
 	"github.com/snapsvc/snapsvc/fake"
@@ -58,33 +56,11 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exits":      cmdExits,
+			"exits":      clistyletest.Exits,
 			"await-file": cmdAwaitFile,
 			"source-env": cmdSourceEnv,
 		},
 	})
-}
-
-// exits CODE COMMAND [ARGS...]: run COMMAND and check its exit code.
-func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: exits CODE COMMAND [ARGS...]")
-	}
-	want, err := strconv.Atoi(args[0])
-	ts.Check(err)
-	err = ts.Exec(args[1], args[2:]...)
-	got := 0
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		got = ee.ExitCode()
-	default:
-		ts.Fatalf("running %s: %v", args[1], err)
-	}
-	if got != want {
-		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
-	}
 }
 
 // awaitTimeout bounds await-file: a safety net against a hang, never a

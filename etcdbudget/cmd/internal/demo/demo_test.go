@@ -3,15 +3,13 @@ package demo
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/snapsvc/snapsvc/cmd/clistyle/clistyletest"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
 )
 
@@ -38,30 +36,8 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
-		Cmds:                map[string]func(ts *testscript.TestScript, neg bool, args []string){"exits": cmdExits},
+		Cmds:                map[string]func(ts *testscript.TestScript, neg bool, args []string){"exits": clistyletest.Exits},
 	})
-}
-
-// exits CODE COMMAND [ARGS...]: run COMMAND and check its exit code.
-func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: exits CODE COMMAND [ARGS...]")
-	}
-	want, err := strconv.Atoi(args[0])
-	ts.Check(err)
-	err = ts.Exec(args[1], args[2:]...)
-	got := 0
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		got = ee.ExitCode()
-	default:
-		ts.Fatalf("running %s: %v", args[1], err)
-	}
-	if got != want {
-		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
-	}
 }
 
 func TestDemo(t *testing.T) {
