@@ -374,12 +374,7 @@ func (s *Snap) perform(ctx context.Context, req Request) (outcome, error) {
 		if err != nil {
 			return outcome{}, err
 		}
-		var todo []string
-		for _, sv := range svcs {
-			if !sv.Active || !sv.Enabled {
-				todo = append(todo, sv.FullName())
-			}
-		}
+		todo := notRunning(svcs)
 		if len(todo) == 0 {
 			return outcome{unchanged: true}, nil
 		}
@@ -547,12 +542,7 @@ func (s *Snap) ensureRunningAsync(ctx context.Context, names []string) (outcome,
 	if err != nil {
 		return outcome{}, &snapsvc.OpError{Op: "ensure start", Snap: s.instance, Names: names, Err: err}
 	}
-	var todo []string
-	for _, sv := range svcs {
-		if !sv.Active || !sv.Enabled {
-			todo = append(todo, sv.FullName())
-		}
-	}
+	todo := notRunning(svcs)
 	if len(todo) == 0 {
 		return outcome{unchanged: true}, nil
 	}
@@ -560,12 +550,23 @@ func (s *Snap) ensureRunningAsync(ctx context.Context, names []string) (outcome,
 	if err != nil {
 		return outcome{}, err
 	}
-	out := resultOutcome(ptr(op.Result()))
+	res := op.Result()
+	out := resultOutcome(&res)
 	out.names = todo
 	return out, nil
 }
 
-func ptr[T any](v T) *T { return &v }
+// notRunning returns the full names of the services of svcs that are
+// inactive or disabled: what EnsureRunning starts and enables.
+func notRunning(svcs []snapsvc.Service) []string {
+	var todo []string
+	for _, sv := range svcs {
+		if !sv.Active || !sv.Enabled {
+			todo = append(todo, sv.FullName())
+		}
+	}
+	return todo
+}
 
 // parseServicesOutput reads the table "snap services" and "snapctl
 // services" print (overlord/hookstate/ctlcmd/services.go, cmd/snap's

@@ -46,10 +46,8 @@ func (c *Client) ensure(ctx context.Context, action string, names []string, diff
 	if len(names) == 0 {
 		return nil, &OpError{Op: "ensure " + action, Err: ErrNoNames}
 	}
-	for _, n := range names {
-		if _, _, err := ValidateName(n); err != nil {
-			return nil, &OpError{Op: "ensure " + action, Names: names, Err: err}
-		}
+	if err := validateNames(names); err != nil {
+		return nil, &OpError{Op: "ensure " + action, Names: names, Err: err}
 	}
 	k := c.newCall(ctx, callOp, action, names)
 	defer k.end()
@@ -98,10 +96,8 @@ func (c *Client) WaitActive(ctx context.Context, names []string) error {
 	if len(names) == 0 {
 		return &OpError{Op: "wait active", Err: ErrNoNames}
 	}
-	for _, n := range names {
-		if _, _, err := ValidateName(n); err != nil {
-			return &OpError{Op: "wait active", Names: names, Err: err}
-		}
+	if err := validateNames(names); err != nil {
+		return &OpError{Op: "wait active", Names: names, Err: err}
 	}
 	k := c.newCall(ctx, callWait, "wait", names)
 	defer k.end()

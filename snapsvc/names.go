@@ -74,6 +74,17 @@ type target struct {
 	snaps []string
 }
 
+// validateNames checks every name (ValidateName) and returns the first
+// failure.
+func validateNames(names []string) error {
+	for _, n := range names {
+		if _, _, err := ValidateName(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func parseTarget(names []string) (target, error) {
 	if len(names) == 0 {
 		return target{}, ErrNoNames

@@ -27,10 +27,8 @@ func (s Service) FullName() string { return s.Snap + "." + s.Name }
 // given. Unknown snaps and services fail with an error matching
 // ErrNotFound.
 func (c *Client) Services(ctx context.Context, names ...string) ([]Service, error) {
-	for _, n := range names {
-		if _, _, err := ValidateName(n); err != nil {
-			return nil, err
-		}
+	if err := validateNames(names); err != nil {
+		return nil, err
 	}
 	var svcs []Service
 	err := c.callOf(ctx, callRead, "read", names, func(k *call) (err error) {
