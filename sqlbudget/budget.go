@@ -361,7 +361,7 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.
 	if err != nil {
 		w.abandon()
 		var u *UnreachableError
-		if ctx.Err() == nil && errors.As(err, &u) && u.Attempts > 0 && b.cfg.FailOpen {
+		if ctx.Err() == nil && errors.As(err, &u) && b.cfg.FailOpen {
 			b.cfg.Logger.Warn("database unreachable: proceeding without a slot (fail open)", "key", key, "error", err)
 			return b.unbudgeted(key, start, " (database unreachable, fail open: unbudgeted)"), nil
 		}
@@ -492,11 +492,11 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 	case i < 0 && time.Since(w.renewed) >= b.cfg.TTL-b.cfg.ClockSkew:
 		// Not renewed within its TTL (the database was unreachable, or
 		// this process was frozen): it expired and was collected.
-		return poll{}, final(&UnreachableError{What: "waiting for " + w.key, For: time.Since(w.renewed), Last: errors.New("this waiter's row expired (not renewed within its TTL): its place in the queue is lost")})
+		return poll{}, final(&queueLostError{key: w.key, since: time.Since(w.renewed)})
 	case i < 0:
 		return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: this waiter's row was deleted by someone else (an operator?)", snapsvc.ErrBudgetRefused, w.key))
 	case !rows[i].live(now):
-		return poll{}, final(&UnreachableError{What: "waiting for " + w.key, Last: errors.New("this waiter's row expired (not renewed within its TTL): its place in the queue is lost")})
+		return poll{}, final(&queueLostError{key: w.key, since: time.Since(w.renewed)})
 	}
 	// The queue is written: from here a retried transaction finds the row.
 	mine := rows[i]

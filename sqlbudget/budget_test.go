@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -346,6 +348,38 @@ func TestWaiterExpiredIsRetryable(t *testing.T) {
 	err = <-out
 	if !errors.Is(err, snapsvc.ErrBudgetUnavailable) || errors.Is(err, snapsvc.ErrBudgetRefused) {
 		t.Fatalf("waiter whose row expired while cut off: %v, want ErrBudgetUnavailable (retryable), not refused", err)
+	}
+	if !strings.Contains(err.Error(), "its place in the queue is lost") || strings.Contains(err.Error(), "attempts") {
+		t.Errorf("waiter whose row expired: %q, want its place in the queue lost (not a count of attempts the database answered)", err)
+	}
+}
+
+// FailOpen: a database that cannot be reached within Unreachable lets the
+// restart go ahead without a slot; without it, Acquire fails retryable.
+func TestFailOpenOnlyWhenUnreachable(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	h := sqliteHarness(t, time.Second)
+	for _, failOpen := range []bool{false, true} {
+		cfg := h.Config(optionsOf(fmt.Sprintf("fail-open-%v", failOpen), 0))
+		cfg.Unreachable, cfg.FailOpen = 300*time.Millisecond, failOpen
+		p := h.NewParticipant(t, cfg)
+		p.Cut(true)
+		s, err := p.Acquire(ctx, "k", nil)
+		switch {
+		case failOpen && (err != nil || s == nil):
+			t.Errorf("FailOpen with the database unreachable: %v, want a slot without the budget", err)
+		case !failOpen && !errors.Is(err, snapsvc.ErrBudgetUnavailable):
+			t.Errorf("database unreachable: %v, want ErrBudgetUnavailable", err)
+		}
+		if s != nil {
+			if err := s.Release(ctx); err != nil {
+				t.Errorf("releasing the unbudgeted slot: %v", err)
+			}
+		}
+	}
+	st, err := h.NewParticipant(t, h.Config(optionsOf("reader", 0))).Status(ctx, "k")
+	if err != nil || len(st.Holders)+len(st.Waiters) != 0 {
+		t.Errorf("status after: %+v %v, want nothing held or queued", st, err)
 	}
 }
 

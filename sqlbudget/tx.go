@@ -85,6 +85,26 @@ func (e *UnreachableError) Unwrap() []error { return []error{snapsvc.ErrBudgetUn
 // Retryable reports true: a later attempt may find the database.
 func (e *UnreachableError) Retryable() bool { return true }
 
+// queueLostError is a waiter whose row expired, not renewed within its
+// TTL (the database was unreachable, or this process was frozen): its
+// place in the queue is lost, though a new Acquire may queue again. It is
+// not an UnreachableError (the database answered): FailOpen does not
+// apply.
+type queueLostError struct {
+	key   string
+	since time.Duration // since the row's last renewal
+}
+
+func (e *queueLostError) Error() string {
+	return fmt.Sprintf("%v: sqlbudget: waiting for %s: this waiter's row expired (last renewed %s ago, beyond its TTL): its place in the queue is lost",
+		snapsvc.ErrBudgetUnavailable, e.key, e.since.Round(time.Millisecond))
+}
+
+func (e *queueLostError) Unwrap() error { return snapsvc.ErrBudgetUnavailable }
+
+// Retryable reports true: a new Acquire queues again.
+func (e *queueLostError) Retryable() bool { return true }
+
 // tx runs f in a transaction, each attempt bounded by Config.Attempt,
 // retrying with jittered backoff until it succeeds, f refuses (a
 // *finalError or a context error of the caller), ctx ends, or bound
