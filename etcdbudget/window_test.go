@@ -65,3 +65,39 @@ func TestParseWindow(t *testing.T) {
 		}
 	}
 }
+
+// Closes: the end of the opening that contains t, past midnight and over
+// whole days too; t itself outside the window; never for a window open
+// all the time.
+func TestWindowCloses(t *testing.T) {
+	at := func(s string) time.Time {
+		tm, err := time.Parse("2006-01-02 15:04", s) // UTC; 2026-12-04 is a Friday
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	for _, c := range []struct {
+		spec, t, want string // want "" for never
+	}{
+		{"Mon-Fri 09:00-17:00", "2026-12-04 10:00", "2026-12-04 17:00"},
+		{"Mon-Fri 09:00-17:00", "2026-12-04 18:00", "2026-12-04 18:00"}, // outside
+		{"Fri 22:00-04:00", "2026-12-04 23:00", "2026-12-05 04:00"},     // opened today, past midnight
+		{"Fri 22:00-04:00", "2026-12-05 02:00", "2026-12-05 04:00"},     // opened yesterday
+		{"Sat,Sun 00:00-24:00", "2026-12-05 10:00", "2026-12-07 00:00"}, // whole days: Monday's midnight
+		{"daily 00:00-24:00", "2026-12-04 10:00", ""},
+	} {
+		w, err := etcdbudget.ParseWindow(c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := w.Closes(at(c.t))
+		want := time.Time{}
+		if c.want != "" {
+			want = at(c.want)
+		}
+		if !got.Equal(want) {
+			t.Errorf("%q.Closes(%s) = %v, want %v", c.spec, c.t, got, want)
+		}
+	}
+}
