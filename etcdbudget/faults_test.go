@@ -14,6 +14,7 @@ import (
 
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
+	"github.com/snapsvc/snapsvc/testsupport/rollouttest"
 )
 
 // TestRolloutFaults runs a rollout (5 machines joining over a second,
@@ -267,16 +268,16 @@ func TestRolloutFaults(t *testing.T) {
 	ivs := restartIntervals(t, ms)
 	open := 0
 	for _, iv := range ivs {
-		if iv.to.After(time.Now()) {
+		if iv.To.After(time.Now()) {
 			open++
 		}
 	}
-	peak := maxConcurrent(ivs)
+	peak := rollouttest.MaxConcurrent(ivs)
 	t.Logf("budget %d (pin %+v): %d restarts (%d never ready), at most %d restarting or not ready at once; counts %v", budget, pin, len(ivs), open, peak, counts)
 	if peak > budget {
 		t.Errorf("%d machines restarting or not ready at once, budget %d", peak, budget)
 		for _, iv := range ivs {
-			t.Logf("%s %s %s .. %s", iv.machine, iv.change, iv.from.Format("15:04:05.000"), iv.to.Format("15:04:05.000"))
+			t.Logf("%s %s %s .. %s", iv.Machine, iv.Change, iv.From.Format("15:04:05.000"), iv.To.Format("15:04:05.000"))
 		}
 	}
 	if open > 0 {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"sort"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/testsupport/rollouttest"
 )
 
 // A simulated machine is this test binary re-executed with machineEnv set:
@@ -449,75 +449,18 @@ func (m *machine) wait(t *testing.T, ctx context.Context) []event {
 	}
 }
 
-// interval is one restart as a machine's site saw it: from the change's
-// spawn until its service was ready (the change done, plus ReadyDelay).
-type interval struct {
-	machine, change string
-	from, to        time.Time
-}
-
 // restartIntervals rebuilds, from the sites' change records (not the
 // budget's events, nor anything in the machine processes), when each
-// machine's service was restarting or not yet ready. A change not done
-// yet is open until far in the future.
-func restartIntervals(t *testing.T, ms []*machine) []interval {
+// machine's service was restarting or not yet ready (rollouttest).
+func restartIntervals(t *testing.T, ms []*machine) []rollouttest.Interval {
 	t.Helper()
-	var out []interval
+	var sites []rollouttest.Site
 	seen := map[*site]bool{}
 	for _, m := range ms {
-		if seen[m.site] {
-			continue
-		}
-		seen[m.site] = true
-		for _, c := range m.site.srv.Changes() {
-			to := time.Now().Add(time.Hour)
-			if c.Ready {
-				to = c.ReadyTime.Add(m.site.readyDelay)
-			}
-			out = append(out, interval{machine: m.name, change: c.ID, from: c.SpawnTime, to: to})
+		if !seen[m.site] {
+			seen[m.site] = true
+			sites = append(sites, rollouttest.Site{Machine: m.name, Server: m.site.srv, ReadyDelay: m.site.readyDelay})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].from.Before(out[j].from) })
-	return out
-}
-
-// maxConcurrent is the most intervals open at one instant (an interval
-// ending at the instant another starts does not overlap it).
-func maxConcurrent(ivs []interval) int {
-	type edge struct {
-		t     time.Time
-		delta int
-	}
-	var edges []edge
-	for _, iv := range ivs {
-		edges = append(edges, edge{iv.from, +1}, edge{iv.to, -1})
-	}
-	sort.Slice(edges, func(i, j int) bool {
-		if edges[i].t.Equal(edges[j].t) {
-			return edges[i].delta < edges[j].delta
-		}
-		return edges[i].t.Before(edges[j].t)
-	})
-	cur, peak := 0, 0
-	for _, e := range edges {
-		cur += e.delta
-		peak = max(peak, cur)
-	}
-	return peak
-}
-
-func makespan(ivs []interval) time.Duration {
-	if len(ivs) == 0 {
-		return 0
-	}
-	first, last := ivs[0].from, ivs[0].to
-	for _, iv := range ivs {
-		if iv.from.Before(first) {
-			first = iv.from
-		}
-		if iv.to.After(last) {
-			last = iv.to
-		}
-	}
-	return last.Sub(first)
+	return rollouttest.Intervals(sites)
 }

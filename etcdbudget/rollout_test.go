@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/snapsvc/snapsvc/testsupport/rollouttest"
 )
 
 // rollout starts n machine processes with cfg (Name set per machine) and
@@ -61,8 +63,8 @@ func TestRolloutFiveMachines(t *testing.T) {
 		if len(ivs) != 100 {
 			t.Fatalf("budget %d: %d restarts completed, want 100", max, len(ivs))
 		}
-		peak := maxConcurrent(ivs)
-		makespans[max] = makespan(ivs)
+		peak := rollouttest.MaxConcurrent(ivs)
+		makespans[max] = rollouttest.Makespan(ivs)
 		t.Logf("budget %d: 100 restarts, at most %d restarting or not yet ready at once, makespan %s",
 			max, peak, makespans[max].Round(time.Millisecond))
 		if peak > max {
@@ -127,10 +129,10 @@ func TestRolloutHolderKilled(t *testing.T) {
 		t.Errorf("next holder after %s, want within [%s, %s]", handover, lo, hi)
 	}
 	ivs := restartIntervals(t, append(others, victim))
-	if peak := maxConcurrent(ivs); peak > 1 || len(ivs) != 5 {
+	if peak := rollouttest.MaxConcurrent(ivs); peak > 1 || len(ivs) != 5 {
 		t.Errorf("%d restarts (want 5), %d restarting or not ready at once", len(ivs), peak)
 		for _, iv := range ivs {
-			t.Logf("%s %s +%s .. +%s", iv.machine, iv.change, iv.from.Sub(killed), iv.to.Sub(killed))
+			t.Logf("%s %s +%s .. +%s", iv.Machine, iv.Change, iv.From.Sub(killed), iv.To.Sub(killed))
 		}
 	}
 }
@@ -178,7 +180,7 @@ func TestRolloutEtcdMembersKilled(t *testing.T) {
 			}
 		}
 		ivs := restartIntervals(t, ms)
-		if peak := maxConcurrent(ivs); len(ivs) != 24 || peak > 1 {
+		if peak := rollouttest.MaxConcurrent(ivs); len(ivs) != 24 || peak > 1 {
 			t.Errorf("%d restarts (want 24), %d at once", len(ivs), peak)
 		}
 		if err := p.Restart(l); err != nil {
@@ -250,10 +252,10 @@ func TestRolloutEtcdMembersKilled(t *testing.T) {
 				}
 			}
 		}
-		if peak := maxConcurrent(ivs); len(ivs) != 18 || peak > 1 {
+		if peak := rollouttest.MaxConcurrent(ivs); len(ivs) != 18 || peak > 1 {
 			t.Errorf("%d restarts (want 18), %d at once", len(ivs), peak)
 			for _, iv := range ivs {
-				t.Logf("%s change %s +%s .. +%s", iv.machine, iv.change, iv.from.Sub(lost), iv.to.Sub(lost))
+				t.Logf("%s change %s +%s .. +%s", iv.Machine, iv.Change, iv.From.Sub(lost), iv.To.Sub(lost))
 			}
 			for name, evs := range timelines {
 				for _, ev := range evs {
@@ -263,8 +265,8 @@ func TestRolloutEtcdMembersKilled(t *testing.T) {
 		}
 		grace := 500 * time.Millisecond // answers already on the wire at the kill
 		for _, iv := range ivs {
-			if iv.from.After(lost.Add(grace)) && iv.from.Before(restored) {
-				t.Errorf("%s restarted at +%s, during the outage (until +%s)", iv.machine, iv.from.Sub(lost), restored.Sub(lost))
+			if iv.From.After(lost.Add(grace)) && iv.From.Before(restored) {
+				t.Errorf("%s restarted at +%s, during the outage (until +%s)", iv.Machine, iv.From.Sub(lost), restored.Sub(lost))
 			}
 		}
 		for name, evs := range timelines {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/sqlbudget"
+	"github.com/snapsvc/snapsvc/testsupport/rollouttest"
 )
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -159,16 +160,16 @@ func TestRolloutFaults(t *testing.T) {
 		}
 	}
 	ivs := restartIntervals(ms)
-	peak := maxConcurrent(ivs)
+	peak := rollouttest.MaxConcurrent(ivs)
 	for _, line := range log {
 		t.Log(line)
 	}
 	t.Logf("%d restarts by 4 machines in %s, at most %d restarting or not ready at once (budget 1); %d slots lost and reported, %d errors retried or reported",
-		len(ivs), makespan(ivs).Round(time.Millisecond), peak, lost, errs)
+		len(ivs), rollouttest.Makespan(ivs).Round(time.Millisecond), peak, lost, errs)
 	if peak > 1 {
 		t.Errorf("%d machines restarting or not ready at once, budget 1", peak)
 		for _, iv := range ivs {
-			t.Logf("%s %s +%s .. +%s", iv.machine, iv.change, iv.from.Sub(start).Round(time.Millisecond), iv.to.Sub(start).Round(time.Millisecond))
+			t.Logf("%s %s +%s .. +%s", iv.Machine, iv.Change, iv.From.Sub(start).Round(time.Millisecond), iv.To.Sub(start).Round(time.Millisecond))
 		}
 	}
 	if len(ivs) < 20 {

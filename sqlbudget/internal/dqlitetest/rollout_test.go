@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/snapsvc/snapsvc/testsupport/rollouttest"
 )
 
 // The rollout-demo on dqlite: five simulated machines (each a dqlite
@@ -57,8 +59,8 @@ func TestRolloutDemo(t *testing.T) {
 			}
 		}
 		ivs := restartIntervals(ms)
-		peak := maxConcurrent(ivs)
-		makespans[max] = makespan(ivs)
+		peak := rollouttest.MaxConcurrent(ivs)
+		makespans[max] = rollouttest.Makespan(ivs)
 		if max == 1 {
 			sort.Strings(lines)
 			for _, l := range lines {
