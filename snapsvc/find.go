@@ -97,12 +97,10 @@ func (c *Client) findOpChange(k *call, o op, s sent, until time.Time, skip map[s
 	if err != nil {
 		return "", err
 	}
-	chgs, err := c.main.Changes(k.ctx, snapd.SelectAll, "")
-	k.observe(err)
+	chgs, err := c.listOnce(k, snapd.SelectAll)
 	if err != nil {
 		return "", err
 	}
-	c.saw(chgs...)
 	return c.claimOpChange(chgs, o, all, s, until, skip), nil
 }
 
@@ -328,13 +326,11 @@ func (c *Client) ownHookChange(k *call, snaps []string) string {
 	if c.blind.noListing.Load() {
 		return "" // snapd refuses this client its changes (cadence.go)
 	}
-	chgs, err := c.main.Changes(k.ctx, snapd.SelectInProgress, "")
-	k.observe(err)
+	chgs, err := c.listOnce(k, snapd.SelectInProgress)
 	if err != nil {
 		c.noteListing(err)
 		return ""
 	}
-	c.saw(chgs...)
 	for _, chg := range chgs {
 		for _, t := range chg.Tasks {
 			if t.Kind != "run-hook" || t.Status != snapd.StatusDoing {

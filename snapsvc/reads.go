@@ -42,6 +42,16 @@ func (c *Client) readChanges(k *call, sel, snap string) (chgs []snapd.Change, er
 	return chgs, err
 }
 
+// listOnce is one listing of snapd's changes (sel: snapd.SelectAll or
+// SelectInProgress) on call k, not retried: the caller decides what a
+// failure means. What it lists is seen (saw).
+func (c *Client) listOnce(k *call, sel string) ([]snapd.Change, error) {
+	chgs, err := c.main.Changes(k.ctx, sel, "")
+	k.observe(err)
+	c.saw(chgs...)
+	return chgs, err
+}
+
 // readChange is c.main.Change on call k.
 func (c *Client) readChange(k *call, id string) (chg *snapd.Change, err error) {
 	err = k.read("reading change "+id, func(ctx context.Context) (err error) {

@@ -495,12 +495,7 @@ const lostAnswerSettle = 100 * time.Millisecond
 // knows is ErrOutcomeUnknown too, never a retryable error.
 func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 	k := r.k
-	unknown := func(reason string, err error) error {
-		if g := (*gaveUpError)(nil); errors.As(err, &g) {
-			return &outcomeUnknownError{reason: g.reason + " " + reason, last: r.lastAct(), sent: st}
-		}
-		return &outcomeUnknownError{reason: "interrupted " + reason, last: interrupted(k.ctx, r.lastAct()), sent: st}
-	}
+	unknown := func(reason string, err error) error { return r.unknownOutcome(reason, err, st) }
 	const what = "looking for the change of a request whose answer was lost"
 	confirming := false
 	for {
@@ -536,6 +531,17 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 	}
 }
 
+// unknownOutcome is the end of a call, for err (the call's bound, or its
+// context), while it was finding out what its request to act did (what):
+// ErrOutcomeUnknown, with the request's last failure, and st, when set,
+// the request whose outcome is unknown.
+func (r *runner) unknownOutcome(what string, err error, st sent) error {
+	if g := (*gaveUpError)(nil); errors.As(err, &g) {
+		return &outcomeUnknownError{reason: g.reason + " " + what, last: r.lastAct(), sent: st}
+	}
+	return &outcomeUnknownError{reason: "interrupted " + what, last: interrupted(r.k.ctx, r.lastAct()), sent: st}
+}
+
 // lastAct is the failure of the last request to act.
 func (r *runner) lastAct() error {
 	if r.k.last != nil {
@@ -557,12 +563,8 @@ func (r *runner) awaitState() error {
 		if err != nil {
 			k.log.Debug("cannot read service state", "error", err)
 		}
-		d := k.rt.ConflictPause()
-		if perr := k.sleep(d); perr != nil {
-			if g := (*gaveUpError)(nil); errors.As(perr, &g) {
-				return &outcomeUnknownError{reason: g.reason + " " + what, last: r.lastAct()}
-			}
-			return &outcomeUnknownError{reason: "interrupted " + what, last: interrupted(k.ctx, r.lastAct())}
+		if perr := k.sleep(k.rt.ConflictPause()); perr != nil {
+			return r.unknownOutcome(what, perr, sent{})
 		}
 	}
 }
@@ -596,12 +598,10 @@ func (r *runner) adoptedMatches(id string) (bool, []Service, error) {
 // touchedSince reports whether a change other than chg, spawned after it,
 // touches one of snaps.
 func (c *Client) touchedSince(k *call, snaps []string, chg *snapd.Change) (bool, error) {
-	chgs, err := c.main.Changes(k.ctx, snapd.SelectAll, "")
-	k.observe(err)
+	chgs, err := c.listOnce(k, snapd.SelectAll)
 	if err != nil {
 		return false, err
 	}
-	c.saw(chgs...)
 	for i := range chgs {
 		other := &chgs[i]
 		if other.ID == chg.ID || !other.SpawnTime.After(chg.SpawnTime) {
@@ -729,10 +729,8 @@ func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 	all, err := c.wholeSnapServices(k, r.o)
 	var chgs []snapd.Change
 	if err == nil && !c.blind.noListing.Load() {
-		chgs, err = c.main.Changes(k.ctx, snapd.SelectAll, "")
-		k.observe(err)
+		chgs, err = c.listOnce(k, snapd.SelectAll)
 		c.noteListing(err)
-		c.saw(chgs...)
 	}
 	if err == nil {
 		if id := queuedIn(chgs, r.o, all, c.pace.snapdTime(a.sentAt), c.pace.snapdTimeLate(a.answeredAt)); id != "" {

@@ -536,9 +536,7 @@ func (c *Client) findBlockers(k *call, snaps []string, ce *retry.ConflictError, 
 		// blockers may then take the listing as its first read.
 		c.state.open()
 	}
-	chgs, err := c.main.Changes(k.ctx, snapd.SelectInProgress, "")
-	k.observe(err)
-	c.saw(chgs...)
+	chgs, err := c.listOnce(k, snapd.SelectInProgress)
 	if err != nil {
 		return nil, err
 	}
