@@ -52,6 +52,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -74,12 +76,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return c.writeTable(stdout, rows)
 	})
-	cmd.SetArgs(args)
-	cmd.SetOut(stdout)
-	cmd.SetErr(stderr)
-	_, err := cmd.ExecuteC()
-	if ue, ok := clistyle.AsUsage(err, ran, "bench"); ok {
-		fmt.Fprintf(stderr, "error: %s\nRun 'bench --help' for usage.\n", ue.Msg)
+	_, err := clistyle.Execute(context.Background(), cmd, args, stdout, stderr, func() bool { return ran })
+	var ue *clistyle.UsageError
+	if errors.As(err, &ue) {
+		ue.Fprint(stderr)
 		return 2
 	}
 	if err != nil {

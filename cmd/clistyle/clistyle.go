@@ -19,8 +19,10 @@
 package clistyle
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -113,6 +115,12 @@ type UsageError struct {
 
 func (e *UsageError) Error() string { return e.Msg }
 
+// Fprint writes e as every binary reports a bad command line: "error: "
+// and the message, then how to get the command's help.
+func (e *UsageError) Fprint(w io.Writer) {
+	fmt.Fprintf(w, "error: %s\nRun '%s --help' for usage.\n", e.Msg, e.Cmd)
+}
+
 // Usagef returns a *UsageError.
 func Usagef(format string, args ...any) error {
 	return &UsageError{Msg: fmt.Sprintf(format, args...)}
@@ -197,6 +205,27 @@ func AsUsage(err error, ran bool, path string) (*UsageError, bool) {
 		return &UsageError{Msg: err.Error(), Cmd: path}, true
 	}
 	return nil, false
+}
+
+// Execute runs one command line through root, every binary's way: args,
+// output on stdout and stderr, an empty stdin. It returns the path of the
+// command that ran or was asked for ("snapsvc restart") and its error: a
+// *UsageError when the command line is at fault (AsUsage; ran reports,
+// once it returns, whether a command's work began), else as it is.
+func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer, ran func() bool) (path string, err error) {
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetIn(strings.NewReader(""))
+	c, err := root.ExecuteContextC(ctx)
+	path = root.CommandPath()
+	if c != nil {
+		path = c.CommandPath()
+	}
+	if ue, ok := AsUsage(err, ran(), path); ok {
+		return path, ue
+	}
+	return path, err
 }
 
 // ExitCode is one exit code of a command and what it means.

@@ -2,6 +2,7 @@ package clistyle
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -131,5 +132,37 @@ func TestExitCodes(t *testing.T) {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("tool.1 lacks %q:\n%s", want, page)
 		}
+	}
+}
+
+// Execute: a bad command line is a *UsageError naming the command asked
+// for, printed in the one form; a command's own failure after it ran is
+// returned as it is.
+func TestExecute(t *testing.T) {
+	ran := false
+	failed := errors.New("it failed")
+	mkRoot := func() *cobra.Command {
+		root := &cobra.Command{Use: "tool"}
+		root.AddCommand(&cobra.Command{Use: "sub", Args: cobra.NoArgs, RunE: func(*cobra.Command, []string) error {
+			ran = true
+			return failed
+		}})
+		Apply(root)
+		return root
+	}
+	var stdout, stderr bytes.Buffer
+	path, err := Execute(context.Background(), mkRoot(), []string{"sub", "extra"}, &stdout, &stderr, func() bool { return ran })
+	var ue *UsageError
+	if !errors.As(err, &ue) || ue.Cmd != "tool sub" || path != "tool sub" || ran {
+		t.Fatalf("extra argument: path %q, %#v (ran %v), want a UsageError of \"tool sub\"", path, err, ran)
+	}
+	var out bytes.Buffer
+	ue.Fprint(&out)
+	if want := "error: unknown command \"extra\" for \"tool sub\"\nRun 'tool sub --help' for usage.\n"; out.String() != want {
+		t.Errorf("Fprint: %q, want %q", out.String(), want)
+	}
+	path, err = Execute(context.Background(), mkRoot(), []string{"sub"}, &stdout, &stderr, func() bool { return ran })
+	if err != failed || path != "tool sub" {
+		t.Errorf("failure after running: path %q, %v, want %v", path, err, failed)
 	}
 }

@@ -83,28 +83,20 @@ with a control socket for "fakesnapd ctl". Ctrl-C removes the sockets.
 			return nil
 		},
 	})
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	c, err := root.ExecuteC()
+	_, err := clistyle.Execute(context.Background(), root, args, stdout, stderr, func() bool { return ran })
 	var ee *exitError
+	var ue *clistyle.UsageError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.As(err, &ue):
+		ue.Fprint(stderr)
+		return 2
 	}
-	path := root.CommandPath()
-	if c != nil {
-		path = c.CommandPath()
-	}
-	ue, _ := clistyle.AsUsage(err, ran, path)
-	if ue == nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, ue.Cmd)
-	return 2
+	fmt.Fprintf(stderr, "error: %v\n", err)
+	return 1
 }
 
 // serve runs the fake until SIGINT or SIGTERM and returns the exit code.
@@ -112,7 +104,7 @@ func serve(f serveFlags, stdout, stderr io.Writer) int {
 	dir, root, version, snapsFile, snapYAMLs, asJSON := &f.dir, &f.root, &f.version, &f.snapsFile, f.snapYAMLs, &f.asJSON
 	d, err := socketDir(*dir, *root)
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\nRun 'fakesnapd --help' for usage.\n", err)
+		(&clistyle.UsageError{Msg: err.Error(), Cmd: "fakesnapd"}).Fprint(stderr)
 		return 2
 	}
 	v, err := parseVersion(*version)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -149,18 +150,13 @@ func (a *app) newRoot() *cobra.Command {
 // run runs one command line and returns the exit code.
 func run(ctx context.Context, args []string, e env) int {
 	a := &app{env: e, waitSnapd: retry.DefaultPolicy().MaxUnreachable}
-	root := a.newRoot()
-	root.SetArgs(args)
-	root.SetOut(e.stdout)
-	root.SetErr(e.stderr)
-	root.SetIn(strings.NewReader(""))
-	c, err := root.ExecuteContextC(ctx)
-	if a.cmd == "" && c != nil {
-		a.cmd = c.CommandPath()
+	path, err := clistyle.Execute(ctx, a.newRoot(), args, e.stdout, e.stderr, func() bool { return a.ran })
+	if a.cmd == "" {
+		a.cmd = path
 	}
-	if ue, ok := clistyle.AsUsage(err, a.ran, a.cmd); ok {
+	var ue *clistyle.UsageError
+	if errors.As(err, &ue) {
 		a.json = a.json || jsonRequested(args)
-		return a.report(ue)
 	}
 	return a.report(err)
 }

@@ -193,11 +193,10 @@ func (a *app) report(err error) int {
 	errors.As(err, &ce)
 	msg := a.message(err, v)
 	if errors.As(err, &ue) {
-		path := ue.Cmd
-		if path == "" {
-			path = "snapsvc"
+		if ue.Cmd == "" {
+			ue.Cmd = "snapsvc"
 		}
-		fmt.Fprintf(a.stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, path)
+		ue.Fprint(a.stderr)
 	} else {
 		fmt.Fprintf(a.stderr, "error: %s\n", msg)
 		switch {

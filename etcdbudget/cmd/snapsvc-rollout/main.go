@@ -265,28 +265,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return code
 	}
-	fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", err.Msg, err.Cmd)
+	err.Fprint(stderr)
 	return exitUsage
 }
 
 // execute runs args through the command tree: the exit code of the
 // command that ran, or the usage error that kept it from running.
 func (r *runner) execute(ctx context.Context, args []string) (int, *clistyle.UsageError) {
-	root := r.newRoot()
-	root.SetArgs(args)
-	root.SetOut(r.stdout)
-	root.SetErr(r.stderr)
-	root.SetIn(strings.NewReader(""))
-	c, err := root.ExecuteContextC(ctx)
+	path, err := clistyle.Execute(ctx, r.newRoot(), args, r.stdout, r.stderr, func() bool { return r.ran })
 	if err == nil {
 		return r.code, nil
 	}
-	path := root.CommandPath()
-	if c != nil {
-		path = c.CommandPath()
-	}
-	ue, ok := clistyle.AsUsage(err, r.ran, path)
-	if !ok {
+	var ue *clistyle.UsageError
+	if !errors.As(err, &ue) {
 		// Only the style's own commands (man DIR) fail after they ran.
 		ue = &clistyle.UsageError{Msg: err.Error(), Cmd: path}
 	}

@@ -175,25 +175,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.settle, "settle", 100*time.Millisecond, "slot kept this long after ready")
 	fs.BoolVar(&o.serve, "serve", false, "start the 3-member etcd, print its ETCDCTL_ENDPOINTS and keep it running until Ctrl-C (no rollout)")
 	fs.StringVar(&o.envFile, "env-file", "", "with --serve: also write the export line to `FILE` (for \". FILE\" in another shell; removed on exit)")
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetIn(strings.NewReader(""))
-	c, err := root.ExecuteContextC(ctx)
-	if err == nil {
+	_, err := clistyle.Execute(ctx, root, args, stdout, stderr, func() bool { return ran })
+	var ue *clistyle.UsageError
+	switch {
+	case err == nil:
 		return code
+	case errors.As(err, &ue):
+		ue.Fprint(stderr)
+		return exitUsage
 	}
-	path := root.CommandPath()
-	if c != nil {
-		path = c.CommandPath()
-	}
-	ue, ok := clistyle.AsUsage(err, ran, path)
-	if !ok {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFailed
-	}
-	fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", ue.Msg, ue.Cmd)
-	return exitUsage
+	fmt.Fprintf(stderr, "error: %v\n", err)
+	return exitFailed
 }
 
 // check refuses flags that do not go together or out of range.
