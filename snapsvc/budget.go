@@ -377,7 +377,6 @@ type sharedSlot struct {
 	slot     BudgetSlot
 	err      error
 	refs     int
-	holders  []string // last seen while waiting
 	waited   time.Duration
 	since    time.Time // when it was acquired (client's clock)
 	lostOnce sync.Once
@@ -636,7 +635,7 @@ func (b *budgetRunner) acquire(ctx context.Context, s *sharedSlot, start time.Ti
 		}
 	}
 	b.mu.Lock()
-	s.slot, s.holders, s.waited, s.since = slot, holders, waited, c.clock.Now()
+	s.slot, s.waited, s.since = slot, waited, c.clock.Now()
 	if err != nil {
 		s.err = &BudgetError{Key: s.key, Holders: holders, Waited: waited, Err: err}
 		if b.slots[s.key] == s {
@@ -994,10 +993,8 @@ func (c *Client) takeBudget(k *call, o op) (*hold, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	if o.action == "restart" && c.minRestart > 0 {
-		if err := c.paceRestart(k, o); err != nil {
-			return nil, c.opError(o, "", 0, err)
-		}
+	if err := c.paceRestart(k, o); err != nil { // a no-op unless a restart must be paced
+		return nil, c.opError(o, "", 0, err)
 	}
 	h, err := b.takeAll(k.ctx, keys)
 	if err != nil {
