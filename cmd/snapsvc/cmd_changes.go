@@ -243,18 +243,10 @@ func (a *app) completeChanges() cobra.CompletionFunc {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		ctx, cancel := context.WithTimeout(c.Context(), completionWait)
-		defer cancel()
-		cl, err := snapsvc.New(append(a.socketOpt(), snapsvc.WithPolicy(a.policy()))...)
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		defer cl.Close()
-		chgs, err := cl.Changes(ctx, snapsvc.ChangesOptions{Select: "all"})
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
 		var out []cobra.Completion
+		chgs, _ := completionRead(c, a, func(ctx context.Context, cl *snapsvc.Client) ([]snapsvc.Change, error) {
+			return cl.Changes(ctx, snapsvc.ChangesOptions{Select: "all"})
+		})
 		for _, chg := range chgs {
 			if strings.HasPrefix(chg.ID, prefix) {
 				out = append(out, cobra.CompletionWithDesc(chg.ID, chg.Status+" "+chg.Summary))

@@ -168,14 +168,9 @@ func doneContext(ctx context.Context) context.Context {
 // completeNames completes service names from snapd, when it answers
 // within a second.
 func (a *app) completeNames(c *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
-	ctx, cancel := context.WithTimeout(c.Context(), completionWait)
-	defer cancel()
-	cl, err := snapsvc.New(append(a.socketOpt(), snapsvc.WithPolicy(a.policy()))...)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	defer cl.Close()
-	svcs, err := cl.Services(ctx)
+	svcs, err := completionRead(c, a, func(ctx context.Context, cl *snapsvc.Client) ([]snapsvc.Service, error) {
+		return cl.Services(ctx)
+	})
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

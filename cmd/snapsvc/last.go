@@ -103,6 +103,20 @@ func (a *app) resolveChange(ctx context.Context, cl *snapsvc.Client, pos []strin
 	return id, err == nil, err
 }
 
+// completionRead reads what a completion offers from snapd through a
+// client of the command line's settings, giving snapd completionWait to
+// answer.
+func completionRead[T any](c *cobra.Command, a *app, read func(context.Context, *snapsvc.Client) ([]T, error)) ([]T, error) {
+	ctx, cancel := context.WithTimeout(c.Context(), completionWait)
+	defer cancel()
+	cl, err := snapsvc.New(append(a.socketOpt(), snapsvc.WithPolicy(a.policy()))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	return read(ctx, cl)
+}
+
 // completeKinds completes --last with the kinds of snapd's changes and
 // snap's short forms, when snapd answers within a second.
 func (a *app) completeKinds(c *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
@@ -110,15 +124,11 @@ func (a *app) completeKinds(c *cobra.Command, _ []string, prefix string) ([]cobr
 	for _, k := range shortKinds {
 		kinds[k] = true
 	}
-	ctx, cancel := context.WithTimeout(c.Context(), completionWait)
-	defer cancel()
-	if cl, err := snapsvc.New(append(a.socketOpt(), snapsvc.WithPolicy(a.policy()))...); err == nil {
-		defer cl.Close()
-		if chgs, err := cl.Changes(ctx, snapsvc.ChangesOptions{Select: "all"}); err == nil {
-			for _, chg := range chgs {
-				kinds[chg.Kind] = true
-			}
-		}
+	chgs, _ := completionRead(c, a, func(ctx context.Context, cl *snapsvc.Client) ([]snapsvc.Change, error) {
+		return cl.Changes(ctx, snapsvc.ChangesOptions{Select: "all"})
+	})
+	for _, chg := range chgs {
+		kinds[chg.Kind] = true
 	}
 	var out []cobra.Completion
 	for k := range kinds {
