@@ -274,6 +274,12 @@ func (r *row) delayed(now int64) bool {
 		r.expires+r.lockDelay > now
 }
 
+// vanished is r, a holder under its lock-delay (delayed), as a waiter
+// reports it.
+func (r *row) vanished(key string) Vanished {
+	return Vanished{Key: key, Holder: r.holder, Acted: msTime(r.acted.Int64), Expired: msTime(r.expires), Until: msTime(r.expires + r.lockDelay)}
+}
+
 const rowColumns = `id, token, holder, max_spec, since, expires, granted, acted, ready, lock_delay`
 
 func scanRows(rs *sql.Rows) ([]row, error) {
@@ -524,14 +530,14 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 		case r.delayed(now):
 			held++
 			holders = append(holders, r.holder+" (vanished; lock-delay)")
-			vanished = append(vanished, Vanished{Key: w.key, Holder: r.holder, Acted: msTime(r.acted.Int64), Expired: msTime(r.expires), Until: msTime(r.expires + r.lockDelay)})
+			vanished = append(vanished, r.vanished(w.key))
 		}
 	}
 	for _, r := range rows[i+1:] {
 		if r.delayed(now) { // a vanished holder queued after this waiter (it was skipped while this one waited)
 			held++
 			holders = append(holders, r.holder+" (vanished; lock-delay)")
-			vanished = append(vanished, Vanished{Key: w.key, Holder: r.holder, Acted: msTime(r.acted.Int64), Expired: msTime(r.expires), Until: msTime(r.expires + r.lockDelay)})
+			vanished = append(vanished, r.vanished(w.key))
 		}
 	}
 	if err := collect(ctx, tx, rows, now); err != nil {
