@@ -259,24 +259,7 @@ func (r *Recorder) read(ctx context.Context, services, args []string) (string, e
 		}
 		c.Command = snapservices.ServicesCommand(r.mode, c.Names)
 	}
-	r.mu.Lock()
-	n := len(r.calls) + 1
-	r.calls = append(r.calls, c)
-	if err == nil {
-		err = r.byCall[n]
-	}
-	if err == nil {
-		err = r.failure("services", services)
-	}
-	handler := r.handler
-	r.mu.Unlock()
-	if err == nil && c.Command != nil && handler != nil {
-		err = handler(ctx, c.clone())
-	}
-	r.mu.Lock()
-	r.calls[n-1].Err = err
-	r.mu.Unlock()
-	if err != nil {
+	if err = r.finish(ctx, c, err, nil); err != nil {
 		return "", err
 	}
 	var b strings.Builder
@@ -347,6 +330,14 @@ func (r *Recorder) record(ctx context.Context, action string, services, args []s
 		c.Command = req.CommandFor(r.mode)
 	}
 
+	return r.finish(ctx, c, perr, func() { r.apply(req) })
+}
+
+// finish records call c and its outcome: perr (the call refused before
+// anything ran), else the failure set for its number or for its action
+// and services, else the handler's answer. On success done, if any, runs
+// with r.mu held.
+func (r *Recorder) finish(ctx context.Context, c Call, perr error, done func()) error {
 	r.mu.Lock()
 	n := len(r.calls) + 1
 	r.calls = append(r.calls, c) // Err filled in below
@@ -355,7 +346,7 @@ func (r *Recorder) record(ctx context.Context, action string, services, args []s
 		err = r.byCall[n]
 	}
 	if err == nil {
-		err = r.failure(action, services)
+		err = r.failure(c.Action, c.Services)
 	}
 	handler := r.handler
 	r.mu.Unlock()
@@ -365,8 +356,8 @@ func (r *Recorder) record(ctx context.Context, action string, services, args []s
 	}
 	r.mu.Lock()
 	r.calls[n-1].Err = err
-	if err == nil {
-		r.apply(req)
+	if err == nil && done != nil {
+		done()
 	}
 	r.mu.Unlock()
 	return err
