@@ -148,6 +148,32 @@ func TestBudgetFenceValidityCheckedAtWrite(t *testing.T) {
 	}
 }
 
+// gatedProbe returns a readiness probe whose nth check (from 0) says its
+// number on entered and passes once gates[n] is closed (the last gate for
+// every check past it).
+func gatedProbe(n int) (ready probe.Probe, entered chan int, gates []chan struct{}) {
+	entered = make(chan int, n)
+	for range n {
+		gates = append(gates, make(chan struct{}))
+	}
+	var mu sync.Mutex
+	calls := 0
+	ready = probe.Func("test", func(ctx context.Context) error {
+		mu.Lock()
+		i := calls
+		calls++
+		mu.Unlock()
+		entered <- i
+		select {
+		case <-gates[min(i, n-1)]:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	return ready, entered, gates
+}
+
 // Issue 26: MarkReady says the services a holder disrupted are ready
 // again. Two operations of one Client that share a slot mark it ready only
 // once both are: the first one's readiness says nothing of the second's
@@ -158,23 +184,7 @@ func TestBudgetMarkReadyOnceEveryUserIsReady(t *testing.T) {
 	srv := budgetServer(t)
 	b := newMemBudget(1)
 	b.readier = true
-	entered := make(chan int, 2)
-	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
-	var mu sync.Mutex
-	calls := 0
-	ready := probe.Func("test", func(ctx context.Context) error {
-		mu.Lock()
-		n := calls
-		calls++
-		mu.Unlock()
-		entered <- n
-		select {
-		case <-gates[min(n, 1)]:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
+	ready, entered, gates := gatedProbe(2)
 	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Ready: func(string) probe.Probe { return ready }}))
 	errs := make(chan error, 2)
 	restart := func(opts snapsvc.RestartOptions) {
@@ -220,23 +230,7 @@ func TestBudgetReadyCountsOncePerHold(t *testing.T) {
 	srv.SetDurations("k8s", "kubelet", 0, 0)
 	b := newMemBudget(1)
 	b.readier = true
-	entered := make(chan int, 3)
-	gates := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
-	var mu sync.Mutex
-	calls := 0
-	ready := probe.Func("test", func(ctx context.Context) error {
-		mu.Lock()
-		n := calls
-		calls++
-		mu.Unlock()
-		entered <- n
-		select {
-		case <-gates[min(n, 2)]:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
+	ready, entered, gates := gatedProbe(3)
 	evs := newBudgetEvents()
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
 		Ready:    func(string) probe.Probe { return ready },
