@@ -108,11 +108,11 @@ func (c *Client) findOpChange(k *call, o op, s sent, until time.Time, skip map[s
 // wholeSnapServices; a non-zero answeredAt also leaves out changes
 // spawned after snapd answered the request.
 func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
-	from, to := c.pace.snapdTime(s.at), time.Time{}
+	from, sure, to := c.pace.snapdTime(s.at), c.pace.snapdTimeLate(s.at), time.Time{}
 	if !answeredAt.IsZero() {
 		to = c.pace.snapdTimeLate(answeredAt)
 	}
-	for _, id := range opCandidates(chgs, o, all, s.seen, from, to, skip) {
+	for _, id := range opCandidates(chgs, o, all, s.seen, from, sure, to, skip) {
 		if c.claim(o, id) {
 			return id
 		}
@@ -192,12 +192,19 @@ func namesWholeOnly(o op, snap string) bool {
 	return whole
 }
 
-// opCandidates lists, earliest first, the changes in chgs that may have
-// been made for request o: unseen before it (an id above seen), spawned no
-// earlier than from and, when to is not zero, no later than to (snapd's
-// clock).
-func opCandidates(chgs []snapd.Change, o op, all map[string][]string, seen int64, from, to time.Time, skip map[string]bool) []string {
-	var ids []string
+// opCandidates lists the changes in chgs that may have been made for
+// request o: unseen before it (an id above seen), spawned no earlier than
+// from and, when to is not zero, no later than to (snapd's clock). sure
+// (>= from) is the earliest snapd's clock certainly read after the
+// request was sent. The likeliest first: those spawned at or after sure,
+// earliest first (the request's change is the first snapd made once it
+// had the request); then those spawned between from and sure, latest
+// first: snapd numbers its changes in order, so an identical change of
+// someone else's made just before the request has the lower id, and one
+// made after it, while the request's own was running, would have
+// conflicted.
+func opCandidates(chgs []snapd.Change, o op, all map[string][]string, seen int64, from, sure, to time.Time, skip map[string]bool) []string {
+	var after, unsure []string
 	for i := range chgs {
 		chg := &chgs[i]
 		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(from) {
@@ -209,11 +216,16 @@ func opCandidates(chgs []snapd.Change, o op, all map[string][]string, seen int64
 		if !to.IsZero() && chg.SpawnTime.After(to) {
 			continue
 		}
-		if matchesOp(chg, o, all) {
-			ids = append(ids, chg.ID)
+		if !matchesOp(chg, o, all) {
+			continue
+		}
+		if chg.SpawnTime.Before(sure) {
+			unsure = append(unsure, chg.ID)
+		} else {
+			after = append(after, chg.ID)
 		}
 	}
-	slices.SortFunc(ids, func(a, b string) int {
+	byID := func(a, b string) int {
 		switch {
 		case lessID(a, b):
 			return -1
@@ -221,8 +233,10 @@ func opCandidates(chgs []snapd.Change, o op, all map[string][]string, seen int64
 			return 1
 		}
 		return 0
-	})
-	return ids
+	}
+	slices.SortFunc(after, byID)
+	slices.SortFunc(unsure, func(a, b string) int { return byID(b, a) })
+	return append(after, unsure...)
 }
 
 // queuedIn returns the running hook change that o's service commands were

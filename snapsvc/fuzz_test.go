@@ -85,7 +85,7 @@ func FuzzChangeMatching(f *testing.F) {
 		}
 		// svcdemo's services, as a whole-snap start or stop lists them.
 		all := map[string][]string{"svcdemo": {"alpha", "beta", "gamma"}}
-		for _, id := range opCandidates(chgs, o, all, 0, sentAt, time.Time{}, nil) {
+		for _, id := range opCandidates(chgs, o, all, 0, sentAt, sentAt, time.Time{}, nil) {
 			i := slices.IndexFunc(chgs, func(c snapd.Change) bool { return c.ID == id })
 			chg := chgs[i]
 			if chg.Kind != "service-control" || chg.SpawnTime.Before(sentAt) {
