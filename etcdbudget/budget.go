@@ -18,7 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // Defaults of Config.
@@ -70,7 +70,7 @@ type Config struct {
 	// Max is how many holders a key may have at once (default 1). Every
 	// participant must use the same Max for a key: a waiter that finds a
 	// holder of its key with another Max fails with an error wrapping
-	// snapsvc.ErrBudgetRefused.
+	// budget.ErrRefused.
 	Max int
 	// TTL is the lease of each slot and waiter, in whole seconds (default
 	// DefaultTTL; at least 2s, etcd's minimum with its default timing): a
@@ -83,7 +83,7 @@ type Config struct {
 	// Unreachable bounds how long Acquire keeps trying while etcd cannot
 	// be reached or has no quorum (default DefaultUnreachable). Past it
 	// Acquire fails closed with an *UnreachableError (wrapping
-	// snapsvc.ErrBudgetUnavailable), unless FailOpen.
+	// budget.ErrUnavailable), unless FailOpen.
 	Unreachable time.Duration
 	// Attempt bounds each attempt of each etcd request (default TTL/5,
 	// at least 500ms, at most 2s). A member that hangs costs one attempt;
@@ -146,7 +146,7 @@ func ClientConfig(endpoints []string) clientv3.Config {
 	}
 }
 
-// Budget is a snapsvc.RestartBudget on etcd. It is safe for concurrent
+// Budget is a budget.Budget on etcd. It is safe for concurrent
 // use.
 type Budget struct {
 	cfg Config
@@ -334,7 +334,7 @@ func (b *Budget) guards(key string) string { return b.cfg.Prefix + key + "#lock-
 // and how many are ahead. When ctx ends or Acquire fails, its entry is
 // removed (its lease revoked, one attempt at most; if etcd does not
 // answer at once, the lease expires within TTL).
-func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.BudgetWait)) (snapsvc.BudgetSlot, error) {
+func (b *Budget) Acquire(ctx context.Context, key string, progress func(budget.Wait)) (budget.Slot, error) {
 	key, err := normaliseKey(key)
 	if err != nil {
 		b.refusals.Add(1)
@@ -368,17 +368,17 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.
 
 // failed decides what an Acquire that failed with err returns: a slot
 // only under FailOpen and only when etcd was unreachable.
-func (b *Budget) failed(ctx context.Context, key string, err error) (snapsvc.BudgetSlot, error) {
+func (b *Budget) failed(ctx context.Context, key string, err error) (budget.Slot, error) {
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
 	var u *UnreachableError
 	switch {
-	case errors.Is(err, errLeaseGone) && !errors.Is(err, snapsvc.ErrBudgetUnavailable):
+	case errors.Is(err, errLeaseGone) && !errors.Is(err, budget.ErrUnavailable):
 		// Every path where this waiter's own lease expired is the same
 		// failure whatever request noticed it: its place in the queue
 		// is lost and a later Acquire may succeed (retryable).
-		return nil, fmt.Errorf("%w: waiting for %s: this waiter's lease expired: %w", snapsvc.ErrBudgetUnavailable, key, err)
+		return nil, fmt.Errorf("%w: waiting for %s: this waiter's lease expired: %w", budget.ErrUnavailable, key, err)
 	case errors.As(err, &u):
 		b.unreached.Add(1)
 		if b.cfg.FailOpen {
@@ -386,7 +386,7 @@ func (b *Budget) failed(ctx context.Context, key string, err error) (snapsvc.Bud
 			b.cfg.Logger.Warn("etcd unreachable: proceeding without a slot (fail open)", "key", key, "grants", n, "error", err)
 			return newUnbudgeted(key, b.cfg.Holder+" (etcd unreachable, fail open: unbudgeted)"), nil
 		}
-	case errors.Is(err, snapsvc.ErrBudgetRefused):
+	case errors.Is(err, budget.ErrRefused):
 		b.refusals.Add(1)
 	}
 	return nil, err
@@ -467,7 +467,7 @@ func (w *waiter) read(ctx context.Context) (queue, error) {
 }
 
 // wait enqueues the waiter's entry and waits until it holds a slot.
-func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*slot, error) {
+func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, error) {
 	b := w.b
 	w.name = fmt.Sprintf("%016x-%d", int64(w.k.id), b.seq.Add(1))
 	w.entry = b.dir(w.key) + w.name
@@ -516,7 +516,7 @@ func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*
 		return nil, fail(err)
 	}
 
-	var last snapsvc.BudgetWait
+	var last budget.Wait
 	reported := false
 	for {
 		q, err := w.read(ctx)
@@ -552,7 +552,7 @@ func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*
 			holders = append(holders, guardOf(g.Value).Holder+" (vanished; lock-delay)")
 		}
 		ahead := max(len(q.older)+len(q.orphans)-b.cfg.Max, 0)
-		wt := snapsvc.BudgetWait{Key: w.key, Holders: holders, Ahead: ahead, Max: b.cfg.Max}
+		wt := budget.Wait{Key: w.key, Holders: holders, Ahead: ahead, Max: b.cfg.Max}
 		if progress != nil && (!reported || wt.Ahead != last.Ahead || !slices.Equal(wt.Holders, last.Holders)) {
 			progress(wt)
 			last, reported = wt, true
@@ -589,7 +589,7 @@ func (w *waiter) leaseErr() error {
 	if err == nil {
 		err = errLeaseGone
 	}
-	return fmt.Errorf("%w: waiting for %s: this waiter's lease expired, its place in the queue is lost: %w", snapsvc.ErrBudgetUnavailable, w.key, err)
+	return fmt.Errorf("%w: waiting for %s: this waiter's lease expired, its place in the queue is lost: %w", budget.ErrUnavailable, w.key, err)
 }
 
 // vanished explains a waiter's entry that is gone: its lease expired
@@ -750,7 +750,7 @@ func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) erro
 // lock-delay guard, on a lease of TTL+LockDelay kept alive with the
 // entry's, which outlives the entry by LockDelay when the holder
 // vanishes and is revoked first by Release.
-func (w *waiter) take(ctx context.Context, q queue, progress func(snapsvc.BudgetWait)) (*slot, error) {
+func (w *waiter) take(ctx context.Context, q queue, progress func(budget.Wait)) (*slot, error) {
 	b := w.b
 	rev := q.rev
 	rec := guard{V: guardVersion, Holder: b.cfg.Holder, Since: time.Now().UTC()}

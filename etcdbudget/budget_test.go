@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
 	"github.com/snapsvc/snapsvc/fake"
@@ -115,14 +116,14 @@ func newBudget(t testing.TB, cli *clientv3.Client, holder string, max int, mod .
 
 type acquired struct {
 	name string
-	slot snapsvc.BudgetSlot
+	slot budget.Slot
 	err  error
 }
 
 // acquireAsync acquires in a goroutine; waits reports each progress call.
-func acquireAsync(ctx context.Context, b *etcdbudget.Budget, name, key string, out chan<- acquired, waits chan<- snapsvc.BudgetWait) {
+func acquireAsync(ctx context.Context, b *etcdbudget.Budget, name, key string, out chan<- acquired, waits chan<- budget.Wait) {
 	go func() {
-		s, err := b.Acquire(ctx, key, func(w snapsvc.BudgetWait) {
+		s, err := b.Acquire(ctx, key, func(w budget.Wait) {
 			if waits != nil {
 				waits <- w
 			}
@@ -143,7 +144,7 @@ func TestFIFOAndHolders(t *testing.T) {
 	}
 	out := make(chan acquired, 3)
 	for i, name := range []string{"node-b", "node-c", "node-d"} {
-		waits := make(chan snapsvc.BudgetWait, 10)
+		waits := make(chan budget.Wait, 10)
 		acquireAsync(ctx, newBudget(t, cli, name, 1), name, key, out, waits)
 		w := <-waits // queued: the next one enqueues strictly after it
 		if w.Ahead != i || !slices.Equal(w.Holders, []string{"node-a"}) || w.Max != 1 {
@@ -177,16 +178,16 @@ func TestMaxTwo(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	cli := client(t, p.Endpoints()...)
 	key := uniqueKey(t)
-	var slots []snapsvc.BudgetSlot
+	var slots []budget.Slot
 	for _, n := range []string{"node-a", "node-b"} {
-		s, err := newBudget(t, cli, n, 2).Acquire(ctx, key, func(w snapsvc.BudgetWait) { t.Errorf("%s had to wait: %+v", n, w) })
+		s, err := newBudget(t, cli, n, 2).Acquire(ctx, key, func(w budget.Wait) { t.Errorf("%s had to wait: %+v", n, w) })
 		if err != nil {
 			t.Fatal(err)
 		}
 		slots = append(slots, s)
 	}
 	out := make(chan acquired, 1)
-	waits := make(chan snapsvc.BudgetWait, 10)
+	waits := make(chan budget.Wait, 10)
 	acquireAsync(ctx, newBudget(t, cli, "node-c", 2), "node-c", key, out, waits)
 	if w := <-waits; w.Ahead != 0 || !slices.Equal(w.Holders, []string{"node-a", "node-b"}) || w.Max != 2 {
 		t.Fatalf("node-c waits %+v", w)
@@ -198,7 +199,7 @@ func TestMaxTwo(t *testing.T) {
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
-	for _, s := range []snapsvc.BudgetSlot{slots[0], a.slot} {
+	for _, s := range []budget.Slot{slots[0], a.slot} {
 		if err := s.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +222,7 @@ func TestMaxMismatchRefused(t *testing.T) {
 	defer sa.Release(ctx)
 	b := newBudget(t, cli, "node-b", 2, func(c *etcdbudget.Config) { c.FailOpen = true })
 	_, err = b.Acquire(ctx, key, nil)
-	if !errors.Is(err, snapsvc.ErrBudgetRefused) || errors.Is(err, snapsvc.ErrBudgetUnavailable) || !strings.Contains(err.Error(), "Max 1") {
+	if !errors.Is(err, budget.ErrRefused) || errors.Is(err, budget.ErrUnavailable) || !strings.Contains(err.Error(), "Max 1") {
 		t.Fatalf("want a refusal naming the other Max, got %v", err)
 	}
 	if st := b.Stats(); st.FailOpenGrants != 0 || st.Refused != 1 {
@@ -245,10 +246,10 @@ func TestCancelledWaiterLeavesNoEntry(t *testing.T) {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	out := make(chan acquired, 2)
-	waits := make(chan snapsvc.BudgetWait, 10)
+	waits := make(chan budget.Wait, 10)
 	acquireAsync(wctx, newBudget(t, cli, "node-b", 1), "node-b", key, out, waits)
 	<-waits
-	waitsC := make(chan snapsvc.BudgetWait, 10)
+	waitsC := make(chan budget.Wait, 10)
 	acquireAsync(ctx, newBudget(t, cli, "node-c", 1), "node-c", key, out, waitsC)
 	if w := <-waitsC; w.Ahead != 1 {
 		t.Fatalf("node-c waits %+v, want behind node-b", w)
@@ -290,7 +291,7 @@ func TestSlotLostWhenEntryDeleted(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("slot not reported lost")
 	}
-	if !errors.Is(s.Err(), snapsvc.ErrSlotLost) || !strings.Contains(s.Err().Error(), "deleted") {
+	if !errors.Is(s.Err(), budget.ErrSlotLost) || !strings.Contains(s.Err().Error(), "deleted") {
 		t.Fatalf("Err %v", s.Err())
 	}
 	s.Release(ctx)
@@ -327,7 +328,7 @@ func TestSlotLostWhenLeaseRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-s.Lost()
-	if !errors.Is(s.Err(), snapsvc.ErrSlotLost) {
+	if !errors.Is(s.Err(), budget.ErrSlotLost) {
 		t.Fatalf("Err %v", s.Err())
 	}
 	s.Release(ctx)
@@ -350,7 +351,7 @@ func TestUnreachableFailsClosed(t *testing.T) {
 	b := newBudget(t, cli, "node-a", 1, func(c *etcdbudget.Config) { c.Unreachable = time.Second })
 	start := time.Now()
 	_, err := b.Acquire(ctx, "k8s.kube-apiserver", nil)
-	if !errors.Is(err, snapsvc.ErrBudgetUnavailable) {
+	if !errors.Is(err, budget.ErrUnavailable) {
 		t.Fatalf("want ErrBudgetUnavailable, got %v", err)
 	}
 	// The bound is Unreachable; allow generously for a loaded machine,

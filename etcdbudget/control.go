@@ -24,7 +24,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 func (b *Budget) pauseKey(key string) string        { return b.cfg.Prefix + key + "#pause" }
@@ -41,7 +41,7 @@ func controlKey(key string) (string, error) { return normaliseKey(key) }
 
 // unavailable wraps an etcd failure of an operator request.
 func unavailable(what string, err error) error {
-	return fmt.Errorf("%w: %s: %w", snapsvc.ErrBudgetUnavailable, what, err)
+	return fmt.Errorf("%w: %s: %w", budget.ErrUnavailable, what, err)
 }
 
 // controlAttempt bounds one attempt of a control request (TTL/5, within
@@ -54,16 +54,16 @@ func (b *Budget) controlAttempt() time.Duration {
 // retryControl runs the control request f, each attempt bounded by
 // Config.Attempt (a member that hangs costs one attempt; the next goes to
 // another member), until it succeeds, etcd refuses it (an error wrapping
-// snapsvc.ErrBudgetRefused), ctx ends or Config.Unreachable passed (an
-// error wrapping snapsvc.ErrBudgetUnavailable). Errors name the endpoints
+// budget.ErrRefused), ctx ends or Config.Unreachable passed (an
+// error wrapping budget.ErrUnavailable). Errors name the endpoints
 // and why each failed. f must be safe to repeat.
 func (b *Budget) retryControl(ctx context.Context, what string, f func(context.Context) error) error {
 	err := b.call(ctx, &outage{bound: b.cfg.Unreachable, early: true}, what, f)
 	switch {
-	case err == nil, errors.Is(err, snapsvc.ErrBudgetRefused), errors.Is(err, snapsvc.ErrBudgetUnavailable):
+	case err == nil, errors.Is(err, budget.ErrRefused), errors.Is(err, budget.ErrUnavailable):
 		return err
 	}
-	return fmt.Errorf("%w: %w", snapsvc.ErrBudgetUnavailable, err) // err names what failed
+	return fmt.Errorf("%w: %w", budget.ErrUnavailable, err) // err names what failed
 
 }
 
@@ -136,8 +136,8 @@ type KeyStatus struct {
 
 // Status reads key's holders, waiters, pause and participants in one
 // linearizable transaction (it needs a quorum). Errors wrap
-// snapsvc.ErrBudgetUnavailable (etcd did not answer within ctx or
-// Config.Unreachable) or snapsvc.ErrBudgetRefused (a key the budget
+// budget.ErrUnavailable (etcd did not answer within ctx or
+// Config.Unreachable) or budget.ErrRefused (a key the budget
 // cannot use).
 func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 	key, err := controlKey(key)
@@ -299,14 +299,14 @@ func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 }
 
 // awaitResume waits while key is paused (a pause record of the key, of
-// one of its parts, or of their snaps: snapsvc.PauseScopes): it reports the pause
+// one of its parts, or of their snaps: budget.PauseScopes): it reports the pause
 // through progress, and returns nil once no pause holds the key, ctx's
-// cause once it ends, or an error wrapping snapsvc.ErrBudgetUnavailable
+// cause once it ends, or an error wrapping budget.ErrUnavailable
 // once lost is closed (the slot held meanwhile was lost). It costs one
 // read when the key is not paused. Acquire calls it once it holds its
 // slot, Fence whenever its confirmation found a pause.
-func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct{}, progress func(snapsvc.BudgetWait)) error {
-	scopes := snapsvc.PauseScopes(key)
+func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct{}, progress func(budget.Wait)) error {
+	scopes := budget.PauseScopes(key)
 	reported := ""
 	for {
 		var resp *clientv3.TxnResponse
@@ -341,7 +341,7 @@ func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct
 			}
 			b.cfg.Logger.Info("key paused: holding the slot until it is resumed", "key", key, "pause", scope, "by", p.By, "reason", p.Reason)
 			if progress != nil {
-				progress(snapsvc.BudgetWait{Key: key, Holders: []string{pausedMessage(key, scope, p)}, Max: b.cfg.Max})
+				progress(budget.Wait{Key: key, Holders: []string{pausedMessage(key, scope, p)}, Max: b.cfg.Max})
 			}
 			reported = scope
 		}
@@ -375,7 +375,7 @@ func pausedMessage(key, scope string, p PauseRecord) string {
 // waits of a paused key or of a window that is closed, "paused by
 // alice@ops-1 since 2026-12-04T10:34:26Z: disk alarm" and "outside the
 // maintenance window Mon-Fri 22:00-04:00 UTC; opens …".
-func DescribeWait(w snapsvc.BudgetWait) string {
+func DescribeWait(w budget.Wait) string {
 	if len(w.Holders) == 1 && (strings.HasPrefix(w.Holders[0], pausedPrefix) || strings.HasPrefix(w.Holders[0], windowPrefix)) {
 		return w.Holders[0]
 	}
@@ -388,7 +388,7 @@ func DescribeWait(w snapsvc.BudgetWait) string {
 
 // watchGone returns nil once key is deleted at or after rev (or the watch
 // needs a fresh read: it failed, was compacted, or a TTL passed), an error
-// wrapping snapsvc.ErrBudgetUnavailable once the slot is lost, or ctx's
+// wrapping budget.ErrUnavailable once the slot is lost, or ctx's
 // cause once it ends.
 func (b *Budget) watchGone(ctx context.Context, key string, rev int64, lost <-chan struct{}) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -402,7 +402,7 @@ func (b *Budget) watchGone(ctx context.Context, key string, rev int64, lost <-ch
 			return context.Cause(ctx)
 		case <-lost:
 			// Nothing acted on the slot yet: a later Acquire may succeed.
-			return fmt.Errorf("%w: the slot's lease expired while the key was paused (etcd unreachable?)", snapsvc.ErrBudgetUnavailable)
+			return fmt.Errorf("%w: the slot's lease expired while the key was paused (etcd unreachable?)", budget.ErrUnavailable)
 		case <-recheck.C:
 			return nil
 		case wr, ok := <-wch:
@@ -600,7 +600,7 @@ func (p *Participation) Resolve(ctx context.Context, m MaxUnavailable) (int, err
 // machines that joined within the period, never of more, so a late joiner
 // never lets a rollout disrupt more machines than the percentage of those
 // counted. A pin made for another percentage is an error wrapping
-// snapsvc.ErrBudgetRefused.
+// budget.ErrRefused.
 func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, joinPeriod time.Duration) (int, error) {
 	if m.Percent == 0 {
 		return m.Of(0), nil
@@ -623,11 +623,11 @@ func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, join
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			var pin Pin
 			if err := json.Unmarshal(kvs[0].Value, &pin); err != nil || pin.Max < 1 {
-				return 0, fmt.Errorf("%w: the pinned max-unavailable of %s is unreadable: %q", snapsvc.ErrBudgetRefused, p.key, kvs[0].Value)
+				return 0, fmt.Errorf("%w: the pinned max-unavailable of %s is unreadable: %q", budget.ErrRefused, p.key, kvs[0].Value)
 			}
 			if pin.Spec != m.String() {
 				return 0, fmt.Errorf("%w: %s's rollout runs with max-unavailable %s (resolved to %d by %s), this machine asks for %s: every machine must use the same",
-					snapsvc.ErrBudgetRefused, p.key, pin.Spec, pin.Max, pin.By, m)
+					budget.ErrRefused, p.key, pin.Spec, pin.Max, pin.By, m)
 			}
 			p.keepPin(clientv3.LeaseID(kvs[0].Lease))
 			return pin.Max, nil

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/fake"
-	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/testsupport/testclock"
 )
 
@@ -25,7 +25,7 @@ func holdersOf(es []etcdbudget.Entry) []string {
 }
 
 // waitFor reads from waits until one satisfies ok.
-func waitFor(ctx context.Context, t *testing.T, waits <-chan snapsvc.BudgetWait, what string, ok func(snapsvc.BudgetWait) bool) snapsvc.BudgetWait {
+func waitFor(ctx context.Context, t *testing.T, waits <-chan budget.Wait, what string, ok func(budget.Wait) bool) budget.Wait {
 	t.Helper()
 	for {
 		select {
@@ -39,7 +39,7 @@ func waitFor(ctx context.Context, t *testing.T, waits <-chan snapsvc.BudgetWait,
 	}
 }
 
-func pausedWait(w snapsvc.BudgetWait) bool {
+func pausedWait(w budget.Wait) bool {
 	return len(w.Holders) == 1 && strings.HasPrefix(w.Holders[0], "paused by operator")
 }
 
@@ -58,10 +58,10 @@ func TestStatusPauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make(chan acquired, 2)
-	waitsB := make(chan snapsvc.BudgetWait, 10)
+	waitsB := make(chan budget.Wait, 10)
 	acquireAsync(ctx, newBudget(t, cli, "node-b", 1), "node-b", key, out, waitsB)
 	<-waitsB
-	waitsC := make(chan snapsvc.BudgetWait, 10)
+	waitsC := make(chan budget.Wait, 10)
 	acquireAsync(ctx, newBudget(t, cli, "node-c", 1), "node-c", key, out, waitsC)
 	<-waitsC
 
@@ -140,7 +140,7 @@ func TestPausedAcquireCancelled(t *testing.T) {
 	}
 	actx, cancel := context.WithCancel(ctx)
 	out := make(chan acquired, 1)
-	waits := make(chan snapsvc.BudgetWait, 10)
+	waits := make(chan budget.Wait, 10)
 	acquireAsync(actx, newBudget(t, cli, "node-a", 1), "node-a", key, out, waits)
 	waitFor(ctx, t, waits, "node-a told of the pause", pausedWait)
 	cancel()
@@ -230,9 +230,9 @@ func TestMaxUnavailablePercentage(t *testing.T) {
 	}
 	// node-b joins later: the pin holds, it waits behind node-a.
 	out := make(chan acquired, 1)
-	waits := make(chan snapsvc.BudgetWait, 10)
+	waits := make(chan budget.Wait, 10)
 	go func() {
-		s, err := machines[1].Acquire(ctx, key, func(w snapsvc.BudgetWait) { waits <- w })
+		s, err := machines[1].Acquire(ctx, key, func(w budget.Wait) { waits <- w })
 		out <- acquired{"node-b", s, err}
 	}()
 	if w := <-waits; w.Max != 1 || !slices.Equal(w.Holders, []string{"node-a"}) {
@@ -244,7 +244,7 @@ func TestMaxUnavailablePercentage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, err := other.Acquire(ctx, key, nil); !errors.Is(err, snapsvc.ErrBudgetRefused) {
+	if _, err := other.Acquire(ctx, key, nil); !errors.Is(err, budget.ErrRefused) {
 		t.Fatalf("a machine with another percentage: want ErrBudgetRefused, got %v", err)
 	}
 	if err := a.Release(ctx); err != nil {
@@ -294,9 +294,9 @@ func TestWindowWaits(t *testing.T) {
 	}
 	defer c.Close()
 	out := make(chan acquired, 1)
-	waits := make(chan snapsvc.BudgetWait, 10)
+	waits := make(chan budget.Wait, 10)
 	go func() {
-		s, err := c.Acquire(ctx, key, func(w snapsvc.BudgetWait) { waits <- w })
+		s, err := c.Acquire(ctx, key, func(w budget.Wait) { waits <- w })
 		out <- acquired{"node-a", s, err}
 	}()
 	wt := <-waits
@@ -365,7 +365,7 @@ func TestControlledMetricsLost(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no lost event")
 	}
-	if !errors.Is(ev.Err, snapsvc.ErrSlotLost) || ev.Held <= 0 || ev.Max != 2 {
+	if !errors.Is(ev.Err, budget.ErrSlotLost) || ev.Held <= 0 || ev.Max != 2 {
 		t.Fatalf("lost event %+v", ev)
 	}
 	_ = s.Release(ctx)

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/retry"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // Controls are a machine's rollout controls, applied around a Budget's
@@ -94,7 +94,7 @@ type Metrics struct {
 	HoldSeconds float64
 }
 
-// Controlled is a snapsvc.RestartBudget on etcd with a machine's rollout
+// Controlled is a budget.Budget on etcd with a machine's rollout
 // controls: a maintenance window and max-unavailable as a count or a
 // percentage. It counts what it does (Metrics). Pauses are honoured by
 // every Budget's Acquire, with or without controls.
@@ -208,7 +208,7 @@ func (c *Controlled) participation(ctx context.Context, key string) (*Participat
 // Acquire waits for the window, resolves max-unavailable, and takes a
 // slot of key; a slot granted once the window closed is held until it
 // opens again.
-func (c *Controlled) Acquire(ctx context.Context, key string, progress func(snapsvc.BudgetWait)) (snapsvc.BudgetSlot, error) {
+func (c *Controlled) Acquire(ctx context.Context, key string, progress func(budget.Wait)) (budget.Slot, error) {
 	start := c.ctl.Clock.Now()
 	c.update(func(m *Metrics) { m.Waiting++ })
 	slot, max, err := c.acquire(ctx, key, progress)
@@ -239,7 +239,7 @@ func (c *Controlled) Acquire(ctx context.Context, key string, progress func(snap
 	return c.wrap(slot, max), nil
 }
 
-func (c *Controlled) acquire(ctx context.Context, key string, progress func(snapsvc.BudgetWait)) (snapsvc.BudgetSlot, int, error) {
+func (c *Controlled) acquire(ctx context.Context, key string, progress func(budget.Wait)) (budget.Slot, int, error) {
 	key, err := controlKey(key)
 	if err != nil {
 		return nil, 0, err
@@ -267,7 +267,7 @@ func (c *Controlled) acquire(ctx context.Context, key string, progress func(snap
 	}
 	if err := c.awaitWindow(ctx, key, progress, slot.Lost()); err != nil {
 		if lerr := slot.Err(); lerr != nil {
-			err = fmt.Errorf("%w: the slot was lost while waiting for the maintenance window: %w", snapsvc.ErrBudgetUnavailable, lerr)
+			err = fmt.Errorf("%w: the slot was lost while waiting for the maintenance window: %w", budget.ErrUnavailable, lerr)
 		}
 		_ = slot.Release(context.WithoutCancel(ctx))
 		return nil, max, err
@@ -297,14 +297,14 @@ func (g windowGate) open() (bool, time.Duration) {
 	return true, closes.Sub(now)
 }
 
-func (g windowGate) wait(ctx context.Context, lost <-chan struct{}, progress func(snapsvc.BudgetWait)) error {
+func (g windowGate) wait(ctx context.Context, lost <-chan struct{}, progress func(budget.Wait)) error {
 	return g.c.awaitWindow(ctx, g.key, progress, lost)
 }
 
 // awaitWindow waits until the window is open (at once without one). A
 // slot kept meanwhile closes lost when it is lost, which ends the wait
-// (an error wrapping snapsvc.ErrBudgetUnavailable).
-func (c *Controlled) awaitWindow(ctx context.Context, key string, progress func(snapsvc.BudgetWait), lost <-chan struct{}) error {
+// (an error wrapping budget.ErrUnavailable).
+func (c *Controlled) awaitWindow(ctx context.Context, key string, progress func(budget.Wait), lost <-chan struct{}) error {
 	w := c.ctl.Window
 	if w == nil {
 		return nil
@@ -317,13 +317,13 @@ func (c *Controlled) awaitWindow(ctx context.Context, key string, progress func(
 			return nil
 		}
 		if opens.IsZero() {
-			return fmt.Errorf("%w: maintenance window %s never opens", snapsvc.ErrBudgetRefused, w)
+			return fmt.Errorf("%w: maintenance window %s never opens", budget.ErrRefused, w)
 		}
 		if !counted {
 			c.update(func(m *Metrics) { m.WindowWaits++ })
 			c.emit(Event{Kind: "window", Key: key, Opens: opens})
 			if progress != nil {
-				progress(snapsvc.BudgetWait{Key: key, Holders: []string{fmt.Sprintf("%s%s; opens %s", windowPrefix, w, opens.Format(time.RFC3339))}, Max: c.cfg.Max})
+				progress(budget.Wait{Key: key, Holders: []string{fmt.Sprintf("%s%s; opens %s", windowPrefix, w, opens.Format(time.RFC3339))}, Max: c.cfg.Max})
 			}
 			counted = true
 		}
@@ -332,7 +332,7 @@ func (c *Controlled) awaitWindow(ctx context.Context, key string, progress func(
 		case <-t.C():
 		case <-lost:
 			t.Stop()
-			return fmt.Errorf("%w: the slot was lost while waiting for the maintenance window", snapsvc.ErrBudgetUnavailable)
+			return fmt.Errorf("%w: the slot was lost while waiting for the maintenance window", budget.ErrUnavailable)
 		case <-ctx.Done():
 			t.Stop()
 			return context.Cause(ctx)
@@ -357,7 +357,7 @@ func (c *Controlled) Close() error {
 
 // controlledSlot counts a slot's hold time, loss and release.
 type controlledSlot struct {
-	snapsvc.BudgetSlot
+	budget.Slot
 	c        *Controlled
 	since    time.Time
 	max      int
@@ -375,7 +375,7 @@ type fencingControlledSlot struct {
 
 // Fence confirms the slot is still held and that acting is allowed now:
 // the key not paused and, with a window, the window open (see
-// snapsvc.BudgetFencer and the Budget's slot's Fence); outside the window
+// budget.Fencer and the Budget's slot's Fence); outside the window
 // it waits, holding the slot, until the window opens.
 func (s fencingControlledSlot) Fence(ctx context.Context) (time.Duration, error) {
 	var g gate
@@ -386,11 +386,11 @@ func (s fencingControlledSlot) Fence(ctx context.Context) (time.Duration, error)
 }
 
 // MarkReady records that the services are ready again (see
-// snapsvc.BudgetReadier).
+// budget.Readier).
 func (s fencingControlledSlot) MarkReady(ctx context.Context) error { return s.s.MarkReady(ctx) }
 
-func (c *Controlled) wrap(held snapsvc.BudgetSlot, max int) snapsvc.BudgetSlot {
-	s := &controlledSlot{BudgetSlot: held, c: c, since: c.ctl.Clock.Now(), max: max, released: make(chan struct{})}
+func (c *Controlled) wrap(held budget.Slot, max int) budget.Slot {
+	s := &controlledSlot{Slot: held, c: c, since: c.ctl.Clock.Now(), max: max, released: make(chan struct{})}
 	go s.watch()
 	if es, ok := held.(*slot); ok {
 		return fencingControlledSlot{controlledSlot: s, s: es}
@@ -403,7 +403,7 @@ func (s *controlledSlot) watch() {
 	select {
 	case <-s.released:
 	case <-s.Lost():
-		s.end(true, s.BudgetSlot.Err())
+		s.end(true, s.Slot.Err())
 	}
 }
 
@@ -433,7 +433,7 @@ func (s *controlledSlot) end(lost bool, err error) {
 
 // Release gives the slot back.
 func (s *controlledSlot) Release(ctx context.Context) error {
-	err := s.BudgetSlot.Release(ctx)
+	err := s.Slot.Release(ctx)
 	s.relOnce.Do(func() { close(s.released) })
 	s.end(false, err)
 	return err

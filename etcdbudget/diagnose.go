@@ -40,7 +40,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // EndpointError is why one etcd endpoint could not be used.
@@ -272,8 +272,8 @@ func (b *Budget) connecting() bool {
 // authenticates at once when cfg has a user and password, within
 // cfg.DialTimeout), it probes each endpoint with a TCP connection and,
 // for https endpoints, a TLS handshake with cfg.TLS. A failed handshake
-// or a refused authentication wraps snapsvc.ErrBudgetRefused (retrying
-// cannot help), anything else snapsvc.ErrBudgetUnavailable.
+// or a refused authentication wraps budget.ErrRefused (retrying
+// cannot help), anything else budget.ErrUnavailable.
 func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
 	cli, err := clientv3.New(cfg)
 	if err == nil {
@@ -281,7 +281,7 @@ func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
 		return cli, nil
 	}
 	if isRefusal(err) {
-		return nil, fmt.Errorf("%w: etcd at %s refused the client: %w", snapsvc.ErrBudgetRefused, strings.Join(cfg.Endpoints, ","), err)
+		return nil, fmt.Errorf("%w: etcd at %s refused the client: %w", budget.ErrRefused, strings.Join(cfg.Endpoints, ","), err)
 	}
 	timeout := cfg.DialTimeout
 	if timeout <= 0 {
@@ -300,9 +300,9 @@ func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
 	}
 	wg.Wait()
 	if r := tlsRefusal(es, false); r != nil {
-		return nil, fmt.Errorf("%w: etcd client: %w (client: %v)", snapsvc.ErrBudgetRefused, r, err)
+		return nil, fmt.Errorf("%w: etcd client: %w (client: %v)", budget.ErrRefused, r, err)
 	}
-	return nil, fmt.Errorf("%w: etcd client: %v (endpoints: %s)", snapsvc.ErrBudgetUnavailable, err, endpointsString(es))
+	return nil, fmt.Errorf("%w: etcd client: %v (endpoints: %s)", budget.ErrUnavailable, err, endpointsString(es))
 }
 
 // handshake connects to ep and, for https (or a non-nil tlsCfg), makes a

@@ -1,4 +1,4 @@
-// Package etcdbudget is a snapsvc.RestartBudget on etcd: it keeps a
+// Package etcdbudget is a budget.Budget on etcd: it keeps a
 // cluster's machines from restarting the same service on more than Max of
 // them at once, and from starting the next restart before the previous
 // machine's service is ready again (snapsvc.WithRestartBudget holds the
@@ -31,7 +31,7 @@
 // # Keys
 //
 // A key is one semaphore, in one canonical form computed by
-// snapsvc.CanonicalKey, which the core applies before it sorts the keys an
+// budget.CanonicalKey, which the core applies before it sorts the keys an
 // operation takes and this package applies to every key it is given: the
 // "+"-joined parts sorted and de-duplicated ("b+a" is "a+b"), so two
 // spellings are one slot and two machines take the same keys in the same
@@ -76,11 +76,11 @@
 // are retried with jittered backoff while they look like unreachability
 // (timeouts, no leader, connection refused, too many requests) until
 // Config.Unreachable has passed since the first failure; then the call
-// fails with an *UnreachableError, which wraps snapsvc.ErrBudgetUnavailable
+// fails with an *UnreachableError, which wraps budget.ErrUnavailable
 // (retryable) and the last cause. Answers that no retry can change (a
 // request too large, failed authentication or permission, a database out
 // of space, a waiter's entry deleted by an operator, a Max mismatch, a bad
-// key) fail at once with an error wrapping snapsvc.ErrBudgetRefused and
+// key) fail at once with an error wrapping budget.ErrRefused and
 // the cause. Build the client with NewClient from ClientConfig, whose
 // gRPC keep-alive drops a connection to a hung member within 13 s, moving
 // its watches too.
@@ -132,12 +132,12 @@
 // passed without an answered keep-alive (also while the slot's watch is
 // reading its entry again, and after its etcd client was closed), or its
 // entry is seen deleted, the slot's Lost channel closes; snapsvc then
-// reports snapsvc.ErrSlotLost for the operation under way (not
+// reports budget.ErrSlotLost for the operation under way (not
 // retryable).
 //
 // Lost can only tell what the process has seen: a holder paused past its
 // lease (SIGSTOP, a frozen VM) runs on, for a moment, as if it still held
-// the slot. So a held slot implements snapsvc.BudgetFencer, and snapsvc
+// the slot. So a held slot implements budget.Fencer, and snapsvc
 // fences right before each request that disrupts a service. Fence renews
 // the slot's lease and its guard's, then, in one linearizable
 // transaction, checks that the entry still exists with its create
@@ -150,11 +150,11 @@
 // after that transaction, and ends the confirmation when the window
 // closes. While the key is paused or the window closed, Fence waits
 // holding the slot, reporting the wait through Acquire's progress, until
-// acting is allowed (snapsvc.ErrBudgetPaused once its context ends).
-// Fence's error wraps snapsvc.ErrSlotLost when the slot is not held,
-// snapsvc.ErrBudgetUnavailable when it cannot confirm before the lease
+// acting is allowed (budget.ErrPaused once its context ends).
+// Fence's error wraps budget.ErrSlotLost when the slot is not held,
+// budget.ErrUnavailable when it cannot confirm before the lease
 // might expire. Once the operation's services are ready again, MarkReady
-// (snapsvc.BudgetReadier) records in the guard that they are ready after
+// (budget.Readier) records in the guard that they are ready after
 // the last act.
 //
 // # The fence-to-act bound

@@ -13,12 +13,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // UnreachableError is a failure to reach etcd (or a quorum of it) within
 // Config.Unreachable: every attempt timed out or found no member able to
-// answer. It wraps snapsvc.ErrBudgetUnavailable (retryable) and the last
+// answer. It wraps budget.ErrUnavailable (retryable) and the last
 // attempt's error. It is the only failure on which a FailOpen budget
 // grants an unbudgeted slot.
 type UnreachableError struct {
@@ -36,19 +36,19 @@ type UnreachableError struct {
 }
 
 func (e *UnreachableError) Error() string {
-	msg := fmt.Sprintf("%v: %s: etcd unreachable or without quorum for %s: %v", snapsvc.ErrBudgetUnavailable, e.What, e.For.Round(time.Millisecond), e.Err)
+	msg := fmt.Sprintf("%v: %s: etcd unreachable or without quorum for %s: %v", budget.ErrUnavailable, e.What, e.For.Round(time.Millisecond), e.Err)
 	if len(e.Endpoints) > 0 {
 		msg += " (endpoints: " + endpointsString(e.Endpoints) + ")"
 	}
 	return msg
 }
 
-// Unwrap returns snapsvc.ErrBudgetUnavailable and the cause.
-func (e *UnreachableError) Unwrap() []error { return []error{snapsvc.ErrBudgetUnavailable, e.Err} }
+// Unwrap returns budget.ErrUnavailable and the cause.
+func (e *UnreachableError) Unwrap() []error { return []error{budget.ErrUnavailable, e.Err} }
 
 // refused wraps a permanent answer of etcd.
 func refused(what string, err error) error {
-	return fmt.Errorf("%w: %s: %w", snapsvc.ErrBudgetRefused, what, err)
+	return fmt.Errorf("%w: %s: %w", budget.ErrRefused, what, err)
 }
 
 // errLeaseGone: etcd answered that a lease does not exist (it expired
@@ -143,7 +143,7 @@ func (o *outage) lasted() time.Duration {
 // to another member (the client balances requests round-robin over its
 // endpoints). It retries unreachability with jittered backoff until out
 // has lasted Config.Unreachable, then returns an *UnreachableError; a
-// refusal returns at once, wrapping snapsvc.ErrBudgetRefused; a lease
+// refusal returns at once, wrapping budget.ErrRefused; a lease
 // etcd does not know returns errLeaseGone. When ctx ends it returns its
 // cause.
 func (b *Budget) call(ctx context.Context, out *outage, what string, f func(context.Context) error) error {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -60,7 +60,7 @@ func TestOwnLeaseGoneIsRetryable(t *testing.T) {
 	if slot != nil {
 		t.Fatalf("granted %v on an expired lease", slot)
 	}
-	if !errors.Is(err, snapsvc.ErrBudgetUnavailable) || errors.Is(err, snapsvc.ErrBudgetRefused) || !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrRefused) || !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		t.Fatalf("want ErrBudgetUnavailable keeping the cause, got %v", err)
 	}
 	if n := b.failOpen.Load(); n != 0 {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // BenchmarkHandOver queues N waiters on one key of a loopback 3-member
@@ -40,7 +40,7 @@ func BenchmarkHandOver(b *testing.B) {
 					b.Fatal(err)
 				}
 				type res struct {
-					s   snapsvc.BudgetSlot
+					s   budget.Slot
 					err error
 					at  time.Time
 				}
@@ -49,7 +49,7 @@ func BenchmarkHandOver(b *testing.B) {
 				for range n {
 					go func() {
 						once := false
-						s, err := bud.Acquire(ctx, key, func(snapsvc.BudgetWait) {
+						s, err := bud.Acquire(ctx, key, func(budget.Wait) {
 							if !once {
 								once = true
 								queued <- struct{}{}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // A holder process is this test binary re-executed with holderEnv set: it
@@ -92,17 +92,17 @@ func runHolder(cfg holderConfig) error {
 			}
 			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			ev.Start = time.Now()
-			valid, err := s.(snapsvc.BudgetFencer).Fence(fctx)
+			valid, err := s.(budget.Fencer).Fence(fctx)
 			cancel()
 			ev.T, ev.Valid = time.Now(), valid
 			if err != nil {
 				ev.Err = err.Error()
-				ev.Lost = errors.Is(err, snapsvc.ErrSlotLost)
-				ev.Unavailable = errors.Is(err, snapsvc.ErrBudgetUnavailable)
+				ev.Lost = errors.Is(err, budget.ErrSlotLost)
+				ev.Unavailable = errors.Is(err, budget.ErrUnavailable)
 			}
 			enc.Encode(ev)
 		case "ready":
-			err := s.(snapsvc.BudgetReadier).MarkReady(ctx)
+			err := s.(budget.Readier).MarkReady(ctx)
 			ev := holderEvent{Ev: "ready", T: time.Now()}
 			if err != nil {
 				ev.Err = err.Error()

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // Key returns the budget key of a restart of names in its canonical form
-// (snapsvc.CanonicalKey): the names sorted, without duplicates, joined
+// (budget.CanonicalKey): the names sorted, without duplicates, joined
 // with "+". Every machine taking part in a rollout must use the same key
 // for the same services, whatever order it names them in; Key makes "a b"
 // and "b a" one key. Acquire, Status, Pause and Resume apply the same
@@ -23,19 +23,19 @@ import (
 // and a restart of one of its services exclude each other, while restarts
 // of two different services do not (see the package documentation, Keys).
 func Key(names ...string) string {
-	return snapsvc.CanonicalKey(strings.Join(names, "+"))
+	return budget.CanonicalKey(strings.Join(names, "+"))
 }
 
 // normaliseKey checks key and returns its canonical form (see Key). A key
 // etcdbudget cannot use fails at once with an error wrapping
-// snapsvc.ErrBudgetRefused: no retry can fix it.
+// budget.ErrRefused: no retry can fix it.
 func normaliseKey(key string) (string, error) {
-	k := snapsvc.CanonicalKey(key)
+	k := budget.CanonicalKey(key)
 	if k == "" {
-		return "", fmt.Errorf("%w: etcdbudget: empty key %q", snapsvc.ErrBudgetRefused, key)
+		return "", fmt.Errorf("%w: etcdbudget: empty key %q", budget.ErrRefused, key)
 	}
 	if i := strings.IndexFunc(k, func(r rune) bool { return r == '/' || r == '#' || unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
-		return "", fmt.Errorf("%w: etcdbudget: invalid key %q (no '/', '#', spaces or control characters)", snapsvc.ErrBudgetRefused, key)
+		return "", fmt.Errorf("%w: etcdbudget: invalid key %q (no '/', '#', spaces or control characters)", budget.ErrRefused, key)
 	}
 	return k, nil
 }

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // A slot whose holder vanished (kill -9: its lease expires, nobody
@@ -28,15 +28,15 @@ func TestLockDelay(t *testing.T) {
 
 	// steps are the holder's commands before it vanishes ("release":
 	// it releases instead).
-	takeover := func(t *testing.T, lockDelay time.Duration, ready func(context.Context, etcdbudget.VanishedHolder) bool, steps ...string) (time.Duration, etcdbudget.Stats, []snapsvc.BudgetWait) {
+	takeover := func(t *testing.T, lockDelay time.Duration, ready func(context.Context, etcdbudget.VanishedHolder) bool, steps ...string) (time.Duration, etcdbudget.Stats, []budget.Wait) {
 		key := uniqueKey(t)
 		h := startHolder(t, holderConfig{Endpoints: p.Endpoints(), Key: key, Name: "vanishing", TTL: ttl, LockDelay: lockDelay})
 		h.next(t, ctx, "acquired")
 		b := newBudget(t, cli, "next", 1, func(c *etcdbudget.Config) { c.LockDelay = lockDelay; c.HolderReady = ready })
 		out := make(chan acquired, 1)
-		waits := make(chan snapsvc.BudgetWait, 10)
+		waits := make(chan budget.Wait, 10)
 		acquireAsync(ctx, b, "next", key, out, waits)
-		seen := []snapsvc.BudgetWait{<-waits}
+		seen := []budget.Wait{<-waits}
 		var at time.Time
 		release := false
 		for _, step := range steps {
@@ -156,7 +156,7 @@ func TestFencePausedHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Release(ctx)
-	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+	if _, err := s.(budget.Fencer).Fence(ctx); err != nil {
 		t.Fatalf("successor's fence: %v", err)
 	}
 	h.send(t, "fence") // read as soon as it runs again

@@ -9,9 +9,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // A holder cut off from etcd sees Lost when its keeper gives its lease
@@ -69,7 +69,7 @@ func TestCutOffHolderSeesLostWithinTTL(t *testing.T) {
 				t.Fatalf("Lost not closed %s after the holder was cut off (TTL %s): it waits for the re-read's %s bound", unreachable/2, ttl, unreachable)
 			}
 			t.Logf("lost %s after the cut (TTL %s): %v", time.Since(at).Round(time.Millisecond), ttl, s.Err())
-			if err := s.Err(); !errors.Is(err, snapsvc.ErrSlotLost) || !strings.Contains(err.Error(), "no keep-alive answered") {
+			if err := s.Err(); !errors.Is(err, budget.ErrSlotLost) || !strings.Contains(err.Error(), "no keep-alive answered") {
 				t.Errorf("Err() = %v, want ErrSlotLost with the keeper's verdict", err)
 			}
 		})

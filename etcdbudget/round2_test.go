@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
 	"github.com/snapsvc/snapsvc/fake"
@@ -30,11 +31,11 @@ type fenced struct {
 	start time.Time
 }
 
-func fenceAsync(ctx context.Context, s snapsvc.BudgetSlot) <-chan fenced {
+func fenceAsync(ctx context.Context, s budget.Slot) <-chan fenced {
 	out := make(chan fenced, 1)
 	go func() {
 		start := time.Now()
-		v, err := s.(snapsvc.BudgetFencer).Fence(ctx)
+		v, err := s.(budget.Fencer).Fence(ctx)
 		out <- fenced{v, err, start}
 	}()
 	return out
@@ -42,7 +43,7 @@ func fenceAsync(ctx context.Context, s snapsvc.BudgetSlot) <-chan fenced {
 
 // waitOrFenced returns the first wait report satisfying ok; a fence that
 // returns first fails the test.
-func waitOrFenced(ctx context.Context, t *testing.T, waits <-chan snapsvc.BudgetWait, f <-chan fenced, what string, ok func(snapsvc.BudgetWait) bool) {
+func waitOrFenced(ctx context.Context, t *testing.T, waits <-chan budget.Wait, f <-chan fenced, what string, ok func(budget.Wait) bool) {
 	t.Helper()
 	for {
 		select {
@@ -73,8 +74,8 @@ func TestFenceWaitsWhilePaused(t *testing.T) {
 	const ttl = 3 * time.Second
 	b := newBudget(t, cli, "node-a", 1)
 	op := newBudget(t, cli, "operator", 1)
-	waits := make(chan snapsvc.BudgetWait, 10)
-	s, err := b.Acquire(ctx, key, func(w snapsvc.BudgetWait) { waits <- w })
+	waits := make(chan budget.Wait, 10)
+	s, err := b.Acquire(ctx, key, func(w budget.Wait) { waits <- w })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +101,8 @@ func TestFenceWaitsWhilePaused(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	_, err = s.(snapsvc.BudgetFencer).Fence(short)
-	if !errors.Is(err, snapsvc.ErrBudgetPaused) || errors.Is(err, snapsvc.ErrSlotLost) || s.Err() != nil {
+	_, err = s.(budget.Fencer).Fence(short)
+	if !errors.Is(err, budget.ErrPaused) || errors.Is(err, budget.ErrSlotLost) || s.Err() != nil {
 		t.Fatalf("fence ended while paused: %v (slot %v), want ErrBudgetPaused with the slot held", err, s.Err())
 	}
 	if _, err := op.Resume(ctx, key); err != nil {
@@ -131,15 +132,15 @@ func TestFenceWaitsForWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waits := make(chan snapsvc.BudgetWait, 10)
-	s, err := c.Acquire(ctx, key, func(w snapsvc.BudgetWait) { waits <- w })
+	waits := make(chan budget.Wait, 10)
+	s, err := c.Acquire(ctx, key, func(w budget.Wait) { waits <- w })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Release(ctx)
 	mc.Set(t0.Add(90 * time.Minute)) // 23:30: closed; a restart was refused meanwhile, say
 	f := fenceAsync(ctx, s)
-	waitOrFenced(ctx, t, waits, f, "the fence reporting the closed window", func(w snapsvc.BudgetWait) bool {
+	waitOrFenced(ctx, t, waits, f, "the fence reporting the closed window", func(w budget.Wait) bool {
 		return len(w.Holders) == 1 && strings.HasPrefix(w.Holders[0], "outside the maintenance window")
 	})
 	opens := t0.Add(24 * time.Hour)
@@ -411,7 +412,7 @@ func TestReleaseRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil { // it acted: a vanished holder would be waited out
+	if _, err := s.(budget.Fencer).Fence(ctx); err != nil { // it acted: a vanished holder would be waited out
 		t.Fatal(err)
 	}
 	out := make(chan acquired, 1)

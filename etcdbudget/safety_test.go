@@ -10,8 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // Regression tests of issue 19, on real 3-member clusters.
@@ -31,7 +31,7 @@ func TestKeysNormalised(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make(chan acquired, 1)
-	waits := make(chan snapsvc.BudgetWait, 10)
+	waits := make(chan budget.Wait, 10)
 	acquireAsync(ctx, newBudget(t, cli, "node-b", 1), "node-b", key+".b+"+key+".a+"+key+".b", out, waits)
 	select {
 	case w := <-waits:
@@ -48,7 +48,7 @@ func TestKeysNormalised(t *testing.T) {
 	}
 	r.slot.Release(ctx)
 	for _, bad := range []string{"", "+", "a/b", "a#b", "a b"} {
-		if _, err := newBudget(t, cli, "x", 1).Acquire(ctx, bad, nil); !errors.Is(err, snapsvc.ErrBudgetRefused) {
+		if _, err := newBudget(t, cli, "x", 1).Acquire(ctx, bad, nil); !errors.Is(err, budget.ErrRefused) {
 			t.Errorf("key %q: %v, want a refusal", bad, err)
 		}
 	}
@@ -69,7 +69,7 @@ func TestCompactionLossStillReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make(chan acquired, 1)
-	waits := make(chan snapsvc.BudgetWait, 10)
+	waits := make(chan budget.Wait, 10)
 	acquireAsync(ctx, newBudget(t, cli, "node-b", 1), "node-b", key, out, waits)
 	<-waits
 	// Writes elsewhere, then a compaction past node-b's enqueue, as
@@ -99,7 +99,7 @@ func TestCompactionLossStillReported(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("node-b's entry was deleted after a compaction, and it was never told")
 	}
-	if !errors.Is(r.slot.Err(), snapsvc.ErrSlotLost) {
+	if !errors.Is(r.slot.Err(), budget.ErrSlotLost) {
 		t.Fatalf("Err %v", r.slot.Err())
 	}
 	// A compaction while waiting: the waiter is still served.
@@ -142,7 +142,7 @@ func TestRefusals(t *testing.T) {
 		b := newBudget(t, cli, strings.Repeat("h", 1600<<10), 1, open)
 		start := time.Now()
 		_, err := b.Acquire(ctx, key, nil)
-		if !errors.Is(err, snapsvc.ErrBudgetRefused) || errors.Is(err, snapsvc.ErrBudgetUnavailable) || !strings.Contains(err.Error(), "too large") {
+		if !errors.Is(err, budget.ErrRefused) || errors.Is(err, budget.ErrUnavailable) || !strings.Contains(err.Error(), "too large") {
 			t.Fatalf("want a refusal naming the cause, got %.300v", err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
@@ -162,7 +162,7 @@ func TestRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := make(chan acquired, 1)
-		waits := make(chan snapsvc.BudgetWait, 10)
+		waits := make(chan budget.Wait, 10)
 		b := newBudget(t, cli, name, 1, open)
 		acquireAsync(ctx, b, name, key, out, waits)
 		<-waits
@@ -180,7 +180,7 @@ func TestRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := <-out
-		if !errors.Is(r.err, snapsvc.ErrBudgetRefused) || errors.Is(r.err, snapsvc.ErrBudgetUnavailable) || !strings.Contains(r.err.Error(), "deleted") {
+		if !errors.Is(r.err, budget.ErrRefused) || errors.Is(r.err, budget.ErrUnavailable) || !strings.Contains(r.err.Error(), "deleted") {
 			t.Fatalf("want a refusal, got slot %v, %v", r.slot, r.err)
 		}
 	})
@@ -196,7 +196,7 @@ func TestRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := <-out
-		if !errors.Is(r.err, snapsvc.ErrBudgetUnavailable) || errors.Is(r.err, snapsvc.ErrBudgetRefused) || r.slot != nil {
+		if !errors.Is(r.err, budget.ErrUnavailable) || errors.Is(r.err, budget.ErrRefused) || r.slot != nil {
 			t.Fatalf("want a retryable ErrBudgetUnavailable, got slot %v, %v", r.slot, r.err)
 		}
 		if st := b.Stats(); st.FailOpenGrants != 0 {
@@ -225,7 +225,7 @@ func TestHungMember(t *testing.T) {
 	mod := func(c *etcdbudget.Config) { c.FailOpen = true; c.Unreachable = 4 * time.Second; c.LockDelay = -1 }
 
 	// Nine holders of nine keys, and one holder of the contended key.
-	var holders []snapsvc.BudgetSlot
+	var holders []budget.Slot
 	for i := range 10 {
 		b := newBudget(t, cli, "holder", 1, mod)
 		s, err := b.Acquire(ctx, key+"-"+string(rune('a'+i)), nil)
@@ -296,7 +296,7 @@ func TestHungMember(t *testing.T) {
 	}
 	lost := 0
 	for _, s := range holders {
-		if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil || s.Err() != nil {
+		if _, err := s.(budget.Fencer).Fence(ctx); err != nil || s.Err() != nil {
 			lost++
 			t.Errorf("holder of %s: fence %v, lost %v", s.Key(), err, s.Err())
 		}
@@ -318,7 +318,7 @@ func TestHungMember(t *testing.T) {
 	// member hung (no answer, no reset).
 	wb := newBudget(t, cli, "late", 1, func(c *etcdbudget.Config) { c.LockDelay = -1; c.Unreachable = 30 * time.Second })
 	wctx, cancel := context.WithCancel(ctx)
-	lateWaits := make(chan snapsvc.BudgetWait, 10)
+	lateWaits := make(chan budget.Wait, 10)
 	acquireAsync(wctx, wb, "late", contended, res, lateWaits)
 	<-lateWaits
 	for i := range 3 {
@@ -337,9 +337,9 @@ func TestHungMember(t *testing.T) {
 		t.Errorf("cancelled Acquire with etcd unreachable: %v after %s, want context.Canceled within 1s", r.err, d)
 	}
 	start := time.Now()
-	_, err := holders[0].(snapsvc.BudgetFencer).Fence(ctx)
+	_, err := holders[0].(budget.Fencer).Fence(ctx)
 	d := time.Since(start)
-	if err == nil || !(errors.Is(err, snapsvc.ErrBudgetUnavailable) || errors.Is(err, snapsvc.ErrSlotLost)) || d > ttl+time.Second {
+	if err == nil || !(errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrSlotLost)) || d > ttl+time.Second {
 		t.Errorf("fence with etcd unreachable: %v after %s, want unavailable (or lost) within the TTL", err, d)
 	}
 	t.Logf("etcd unreachable: fence said %q after %s", err, d.Round(time.Millisecond))

@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // slot is a held slot: an entry among the first Max of its key, bound to
@@ -28,7 +28,7 @@ type slot struct {
 	gkey string // the guard's key
 	// progress is Acquire's: Fence reports its waits (pause, window)
 	// through it.
-	progress func(snapsvc.BudgetWait)
+	progress func(budget.Wait)
 
 	wmu  sync.Mutex // serialises the guard's writes
 	rec  guard      // the guard's value as last written
@@ -48,11 +48,11 @@ type slot struct {
 }
 
 var (
-	_ snapsvc.BudgetFencer  = (*slot)(nil)
-	_ snapsvc.BudgetReadier = (*slot)(nil)
+	_ budget.Fencer  = (*slot)(nil)
+	_ budget.Readier = (*slot)(nil)
 )
 
-func newSlot(w *waiter, gid clientv3.LeaseID, rev int64, rec guard, grev int64, progress func(snapsvc.BudgetWait)) *slot {
+func newSlot(w *waiter, gid clientv3.LeaseID, rev int64, rec guard, grev int64, progress func(budget.Wait)) *slot {
 	s := &slot{b: w.b, k: w.k, key: w.key, entry: w.entry, rev: w.rev, guard: gid, gkey: w.b.guards(w.key) + w.name,
 		rec: rec, grev: grev, progress: progress, lost: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -93,7 +93,7 @@ func (s *slot) watch(rev int64) {
 			return
 		}
 		if deleted {
-			s.setLost(fmt.Errorf("%w: entry %s of %s was deleted (by someone else, or its lease expired)", snapsvc.ErrSlotLost, s.entry, s.key))
+			s.setLost(fmt.Errorf("%w: entry %s of %s was deleted (by someone else, or its lease expired)", budget.ErrSlotLost, s.entry, s.key))
 			return
 		}
 		// Read the entry again.
@@ -112,7 +112,7 @@ func (s *slot) watch(rev int64) {
 				return
 			}
 			if err == nil && !exists {
-				s.setLost(fmt.Errorf("%w: entry %s of %s is gone (deleted by someone else, or its lease expired)", snapsvc.ErrSlotLost, s.entry, s.key))
+				s.setLost(fmt.Errorf("%w: entry %s of %s is gone (deleted by someone else, or its lease expired)", budget.ErrSlotLost, s.entry, s.key))
 				return
 			}
 			if err == nil {
@@ -158,7 +158,7 @@ func (s *slot) watchOnce(wch clientv3.WatchChan) (deleted, ended bool) {
 
 func (s *slot) lostLease() {
 	if err := s.k.Err(); err != nil {
-		s.setLost(fmt.Errorf("%w: %s of %s: %w; another machine may hold the slot now", snapsvc.ErrSlotLost, s.entry, s.key, err))
+		s.setLost(fmt.Errorf("%w: %s of %s: %w; another machine may hold the slot now", budget.ErrSlotLost, s.entry, s.key, err))
 	}
 }
 
@@ -205,12 +205,12 @@ type gate interface {
 	open() (bool, time.Duration)
 	// wait waits until acting may be allowed, ctx ends (its cause) or
 	// lost is closed; it reports the wait through progress.
-	wait(ctx context.Context, lost <-chan struct{}, progress func(snapsvc.BudgetWait)) error
+	wait(ctx context.Context, lost <-chan struct{}, progress func(budget.Wait)) error
 }
 
 // Fence confirms, right before a request that disrupts a service, that
 // the slot is still held and that the holder may act now, and records in
-// etcd that it is about to act (see snapsvc.BudgetFencer):
+// etcd that it is about to act (see budget.Fencer):
 //
 //   - it renews the slot's lease and its lock-delay guard's (etcd's
 //     leader answers; a lease it no longer knows means the slot is lost);
@@ -229,12 +229,12 @@ type gate interface {
 // While the key is paused (or, for a Controlled budget, outside its
 // window) Fence waits, holding the slot and reporting the wait through the
 // progress function given to Acquire, until acting is allowed, the slot is
-// lost (an error wrapping snapsvc.ErrSlotLost) or ctx ends (an error
-// wrapping snapsvc.ErrBudgetPaused). Each attempt is bounded by ctx and by
+// lost (an error wrapping budget.ErrSlotLost) or ctx ends (an error
+// wrapping budget.ErrPaused). Each attempt is bounded by ctx and by
 // the time the lease is known to live: a holder that cannot confirm before
 // its lease might expire gets an error wrapping
-// snapsvc.ErrBudgetUnavailable and must not act; a slot not held gives an
-// error wrapping snapsvc.ErrSlotLost (and Lost is closed).
+// budget.ErrUnavailable and must not act; a slot not held gives an
+// error wrapping budget.ErrSlotLost (and Lost is closed).
 //
 // A holder frozen after Fence returned and before its request is written
 // (SIGSTOP, a VM paused) can still act late: see the package
@@ -248,7 +248,7 @@ func (s *slot) fence(ctx context.Context, g gate) (time.Duration, error) {
 			return 0, err
 		}
 		if s.releasing.Load() {
-			return 0, fmt.Errorf("%w: %s of %s was released", snapsvc.ErrSlotLost, s.entry, s.key)
+			return 0, fmt.Errorf("%w: %s of %s was released", budget.ErrSlotLost, s.entry, s.key)
 		}
 		if g != nil {
 			if ok, _ := g.open(); !ok {
@@ -261,7 +261,7 @@ func (s *slot) fence(ctx context.Context, g gate) (time.Duration, error) {
 		deadline, ok := s.k.alive()
 		if !ok {
 			err := fmt.Errorf("%w: %s of %s: lease %x may have expired by this machine's clock (no keep-alive answered for its %s TTL)",
-				snapsvc.ErrSlotLost, s.entry, s.key, int64(s.k.id), s.b.cfg.TTL)
+				budget.ErrSlotLost, s.entry, s.key, int64(s.k.id), s.b.cfg.TTL)
 			s.setLost(err)
 			return 0, s.Err()
 		}
@@ -277,7 +277,7 @@ func (s *slot) fence(ctx context.Context, g gate) (time.Duration, error) {
 		}
 		until, ok := s.k.alive()
 		if !ok {
-			return 0, fmt.Errorf("%w: fencing %s of %s: confirmed too late, its lease may have expired meanwhile", snapsvc.ErrBudgetUnavailable, s.entry, s.key)
+			return 0, fmt.Errorf("%w: fencing %s of %s: confirmed too late, its lease may have expired meanwhile", budget.ErrUnavailable, s.entry, s.key)
 		}
 		valid := until.Sub(start) - s.b.fenceMargin()
 		if g != nil {
@@ -290,7 +290,7 @@ func (s *slot) fence(ctx context.Context, g gate) (time.Duration, error) {
 			}
 		}
 		if valid <= time.Since(start) {
-			return 0, fmt.Errorf("%w: fencing %s of %s: confirmed with no time left before its lease might expire", snapsvc.ErrBudgetUnavailable, s.entry, s.key)
+			return 0, fmt.Errorf("%w: fencing %s of %s: confirmed with no time left before its lease might expire", budget.ErrUnavailable, s.entry, s.key)
 		}
 		return valid, nil
 	}
@@ -303,7 +303,7 @@ func (s *slot) heldBackErr(ctx context.Context, why string, err error) error {
 		return lerr
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w: %s of %s held back (%s) until the operation's bounds ended: %w", snapsvc.ErrBudgetPaused, s.entry, s.key, why, context.Cause(ctx))
+		return fmt.Errorf("%w: %s of %s held back (%s) until the operation's bounds ended: %w", budget.ErrPaused, s.entry, s.key, why, context.Cause(ctx))
 	}
 	return err
 }
@@ -334,7 +334,7 @@ func (s *slot) confirm(ctx context.Context, deadline time.Time) (paused bool, er
 		rec.Acts++
 		rec.Acted = time.Now().UTC()
 		val, _ := json.Marshal(rec)
-		scopes := snapsvc.PauseScopes(s.key)
+		scopes := budget.PauseScopes(s.key)
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(s.entry), "=", s.rev),
 			clientv3.Compare(clientv3.LeaseValue(s.entry), "=", s.k.id),
@@ -376,24 +376,24 @@ func (s *slot) confirm(ctx context.Context, deadline time.Time) (paused bool, er
 	}
 	switch {
 	case errors.Is(err, errLeaseGone) || (err == nil && !held):
-		s.setLost(fmt.Errorf("%w: fencing %s of %s: the slot is no longer held (lease expired or entry deleted): %v", snapsvc.ErrSlotLost, s.entry, s.key, err))
+		s.setLost(fmt.Errorf("%w: fencing %s of %s: the slot is no longer held (lease expired or entry deleted): %v", budget.ErrSlotLost, s.entry, s.key, err))
 		if lerr := s.Err(); lerr != nil {
 			return false, lerr
 		}
-		return false, fmt.Errorf("%w: %s of %s", snapsvc.ErrSlotLost, s.entry, s.key)
+		return false, fmt.Errorf("%w: %s of %s", budget.ErrSlotLost, s.entry, s.key)
 	case err != nil && ctx.Err() != nil:
-		return false, fmt.Errorf("%w: fencing %s of %s: %w", snapsvc.ErrBudgetUnavailable, s.entry, s.key, context.Cause(ctx))
-	case errors.Is(err, snapsvc.ErrBudgetRefused):
+		return false, fmt.Errorf("%w: fencing %s of %s: %w", budget.ErrUnavailable, s.entry, s.key, context.Cause(ctx))
+	case errors.Is(err, budget.ErrRefused):
 		return false, err
 	case err != nil:
-		return false, fmt.Errorf("%w: fencing %s of %s: could not confirm the slot before its lease might expire: %w", snapsvc.ErrBudgetUnavailable, s.entry, s.key, err)
+		return false, fmt.Errorf("%w: fencing %s of %s: could not confirm the slot before its lease might expire: %w", budget.ErrUnavailable, s.entry, s.key, err)
 	}
 	return paused, nil
 }
 
 // MarkReady records, in the slot's lock-delay guard, that the services
 // this holder disrupted are ready again after its last recorded act (see
-// snapsvc.BudgetReadier). A successor that finds this holder vanished
+// budget.Readier). A successor that finds this holder vanished
 // then takes the slot without waiting out the lock-delay. It writes only
 // while the guard is as this holder last wrote it (a successor that
 // already judged it deleted it); without a lock-delay there is nothing to

@@ -12,9 +12,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // tlsCluster is a one-member etcd serving its clients over TLS with
@@ -129,7 +129,7 @@ func (c *tlsCluster) issue(t *testing.T, o etcdtest.CertOptions) *etcdtest.Issue
 func refusedWell(t *testing.T, b *etcdbudget.Budget, err error, took time.Duration, host string, causes ...string) {
 	t.Helper()
 	t.Logf("after %s: %v", took.Round(time.Millisecond), err)
-	if !errors.Is(err, snapsvc.ErrBudgetRefused) {
+	if !errors.Is(err, budget.ErrRefused) {
 		t.Errorf("want ErrBudgetRefused, got %v", err)
 	}
 	if err != nil && !strings.Contains(err.Error(), host) {
@@ -164,7 +164,7 @@ func TestTLSAndRBAC(t *testing.T) {
 		return ca.Issue(etcdtest.CertOptions{CommonName: "etcd-server", IPs: []net.IP{ip}})
 	})
 	c.enableRBAC(t, ctx)
-	budget := func(t *testing.T, cli *clientv3.Client) *etcdbudget.Budget {
+	newBudget := func(t *testing.T, cli *clientv3.Client) *etcdbudget.Budget {
 		return newBudget(t, cli, "node-a", 1, func(cfg *etcdbudget.Config) { cfg.FailOpen, cfg.Unreachable = true, 3*time.Second })
 	}
 	acquire := func(t *testing.T, b *etcdbudget.Budget) (time.Duration, error) {
@@ -178,16 +178,16 @@ func TestTLSAndRBAC(t *testing.T) {
 
 	t.Run("least privilege", func(t *testing.T) {
 		cli := c.client(t, etcdtest.ClientTLS(c.ca.Pool(), c.issue(t, etcdtest.CertOptions{CommonName: "snapsvc-node"})))
-		b := budget(t, cli)
+		b := newBudget(t, cli)
 		key := uniqueKey(t)
 		s, err := b.Acquire(ctx, key, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+		if _, err := s.(budget.Fencer).Fence(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.(snapsvc.BudgetReadier).MarkReady(ctx); err != nil {
+		if err := s.(budget.Readier).MarkReady(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.Pause(ctx, key, "test"); err != nil {
@@ -247,7 +247,7 @@ func TestTLSAndRBAC(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b := budget(t, c.client(t, tc.tls()))
+			b := newBudget(t, c.client(t, tc.tls()))
 			took, err := acquire(t, b)
 			refusedWell(t, b, err, took, c.host, tc.causes...)
 		})
@@ -264,7 +264,7 @@ func TestTLSAndRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cli.Close()
-		b := budget(t, cli)
+		b := newBudget(t, cli)
 		took, err := acquire(t, b)
 		refusedWell(t, b, err, took, c.host, "certificate required", "rejects the client's certificate")
 	})
@@ -280,7 +280,7 @@ func TestTLSAndRBAC(t *testing.T) {
 		}
 		took := time.Since(start)
 		t.Logf("after %s: %v", took.Round(time.Millisecond), err)
-		if !errors.Is(err, snapsvc.ErrBudgetRefused) || !strings.Contains(fmt1(err), c.host) || !strings.Contains(fmt1(err), "authentication failed") {
+		if !errors.Is(err, budget.ErrRefused) || !strings.Contains(fmt1(err), c.host) || !strings.Contains(fmt1(err), "authentication failed") {
 			t.Fatalf("want a refusal naming %s and the failed authentication, got %v", c.host, err)
 		}
 	})
@@ -289,7 +289,7 @@ func TestTLSAndRBAC(t *testing.T) {
 		exp := startTLSCluster(t, ctx, func(ca *etcdtest.CA, ip net.IP) (*etcdtest.Issued, error) {
 			return ca.Issue(etcdtest.CertOptions{CommonName: "etcd-server", IPs: []net.IP{ip}, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
 		})
-		b := budget(t, exp.client(t, etcdtest.ClientTLS(exp.ca.Pool(), exp.issue(t, etcdtest.CertOptions{CommonName: "snapsvc-node"}))))
+		b := newBudget(t, exp.client(t, etcdtest.ClientTLS(exp.ca.Pool(), exp.issue(t, etcdtest.CertOptions{CommonName: "snapsvc-node"}))))
 		took, err := acquire(t, b)
 		refusedWell(t, b, err, took, exp.host, "certificate has expired")
 	})

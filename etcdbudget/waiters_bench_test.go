@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // BenchmarkWaiters queues 1,000 waiters on one key of a loopback 3-member
@@ -43,7 +43,7 @@ func BenchmarkWaiters(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := first.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+				if _, err := first.(budget.Fencer).Fence(ctx); err != nil {
 					b.Fatal(err)
 				}
 				cli := client(b, p.Endpoints()...)
@@ -58,7 +58,7 @@ func BenchmarkWaiters(b *testing.B) {
 					go func() {
 						defer wg.Done()
 						once := false
-						s, err := bud.Acquire(ctx, key, func(snapsvc.BudgetWait) {
+						s, err := bud.Acquire(ctx, key, func(budget.Wait) {
 							if !once {
 								once = true
 								queued <- nil

@@ -9,123 +9,54 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// RestartBudget bounds how many machines of a cluster disrupt the same
-// service at once: a restart takes a slot for the service's key (for
-// example "k8s.kube-apiserver") and gives it back only once the service is
-// ready again. The etcd implementation lives in its own module,
-// github.com/snapsvc/snapsvc/etcdbudget, so users of this package never
-// pull in etcd.
-//
-// Implementations must be safe for concurrent use.
-type RestartBudget interface {
-	// Acquire waits until a slot of key is free and takes it. While it
-	// waits it calls progress (when not nil) whenever what it waits behind
-	// changes. It returns promptly once ctx ends, leaving no trace of the
-	// waiter behind. Errors that a later attempt could overcome (the
-	// coordination service is unreachable) wrap ErrBudgetUnavailable.
-	Acquire(ctx context.Context, key string, progress func(BudgetWait)) (BudgetSlot, error)
-}
+// The restart budget's contract lives in package budget, which backends
+// import; these names are the same types and values, for users of
+// WithRestartBudget and for errors.Is.
+type (
+	// RestartBudget is budget.Budget: it hands out slots (see WithRestartBudget).
+	RestartBudget = budget.Budget
+	// BudgetSlot is budget.Slot, a slot taken from a RestartBudget.
+	BudgetSlot = budget.Slot
+	// BudgetFencer is budget.Fencer: slots that confirm they are still held
+	// right before each request that disrupts.
+	BudgetFencer = budget.Fencer
+	// BudgetReadier is budget.Readier: slots that record that their
+	// holder's services are ready again.
+	BudgetReadier = budget.Readier
+	// BudgetWait is budget.Wait: what a wait for a slot waits behind.
+	BudgetWait = budget.Wait
+)
 
-// BudgetSlot is a slot taken from a RestartBudget.
-type BudgetSlot interface {
-	// Key is the key the slot was taken for.
-	Key() string
-	// Holder identifies this holder, as others waiting see it (for
-	// example "node-1 pid 4242").
-	Holder() string
-	// Lost is closed when the slot was lost before Release: its session
-	// expired (the machine was cut off from the coordination service for
-	// longer than its lease), so another machine may hold it now.
-	Lost() <-chan struct{}
-	// Err says why the slot was lost (it wraps ErrSlotLost), nil while the
-	// slot is held.
-	Err() error
-	// Release gives the slot back. It may be called more than once.
-	Release(ctx context.Context) error
-}
-
-// BudgetFencer is implemented by slots that can confirm, with a read that
-// reflects every earlier write of the coordination service (a linearizable
-// read), that they are still held and that the holder may act now. A
-// budgeted operation calls Fence right before each request that disrupts a
-// service (every restart or stop request, every attempt of it, and a start
-// under BudgetOptions.StopsAndStarts), so a holder that was paused past its
-// lease, or cut off, never acts on a slot someone else may hold now.
-//
-// Fence:
-//   - returns nil and how long its confirmation stands, counted from the
-//     moment Fence was called (what is left of the slot's lease, less a
-//     margin); the operation sends its request only within that time and
-//     fences again otherwise;
-//   - checks every operator control of the key at that moment (a pause, a
-//     maintenance window), not only at the grant: while the key is paused
-//     or outside its window it waits, holding the slot, until acting is
-//     allowed, the slot is lost or ctx ends (then an error wrapping
-//     ErrBudgetPaused);
-//   - records in the coordination service that the holder is about to act,
-//     so a holder that vanishes afterwards is judged as one that may have
-//     acted (see BudgetReadier);
-//   - returns an error wrapping ErrSlotLost once the slot is not held, and
-//     one wrapping ErrBudgetUnavailable when it cannot tell in time (the
-//     operation then does not act).
-type BudgetFencer interface {
-	Fence(ctx context.Context) (valid time.Duration, err error)
-}
-
-// BudgetReadier is implemented by slots that record, in the coordination
-// service, that the services their holder disrupted are ready again. A
-// budgeted operation calls MarkReady once its readiness checks passed
-// (before BudgetOptions.Settle and the release) and every other operation
-// of the Client sharing the slot is ready too, so a budget can tell a
-// holder that vanished after its restart completed (its successor need not
-// wait out a lock-delay) from one that vanished between its fence and its
-// ready (it may still act, or its service may still be down). An error is
-// reported (a "mark-ready-failed" event) and does not fail the operation.
-type BudgetReadier interface {
-	MarkReady(ctx context.Context) error
-}
-
-// BudgetWait describes a wait for a slot, as Acquire reports it.
-type BudgetWait struct {
-	// Key is the budget's key.
-	Key string
-	// Holders identify who holds the key's slots now.
-	Holders []string
-	// Ahead is how many other waiters are served before this one.
-	Ahead int
-	// Max is the number of slots of the key.
-	Max int
-}
-
-// Errors of a restart budget; match them with errors.Is.
+// Errors of a restart budget (package budget's); match them with errors.Is.
 var (
-	// ErrBudgetUnavailable: the budget's coordination service could not be
-	// reached (or has no quorum) within the budget's bound. Retryable.
-	ErrBudgetUnavailable = errors.New("restart budget unavailable")
-	// ErrSlotLost: the slot was lost while the operation held it, so
-	// another machine may have restarted the service at the same time.
-	// The operation itself may have succeeded; not retryable (running it
-	// again restarts the services again).
-	ErrSlotLost = errors.New("restart budget slot lost")
+	// ErrBudgetUnavailable is budget.ErrUnavailable: the coordination
+	// service could not be reached within the budget's bound. Retryable.
+	ErrBudgetUnavailable = budget.ErrUnavailable
+	// ErrSlotLost is budget.ErrSlotLost: the slot was lost while the
+	// operation held it. Not retryable.
+	ErrSlotLost = budget.ErrSlotLost
+	// ErrBudgetRefused is budget.ErrRefused: the coordination service
+	// answered and refused. Not retryable; never fails open.
+	ErrBudgetRefused = budget.ErrRefused
+	// ErrBudgetPaused is budget.ErrPaused: the key was paused, or outside
+	// its window, at the moment of acting, until the operation's bounds
+	// ended. Nothing was sent. Retryable.
+	ErrBudgetPaused = budget.ErrPaused
 	// ErrBudgetWait: no slot became free within BudgetOptions.MaxWait.
 	// Retryable.
 	ErrBudgetWait = errors.New("no restart budget slot became free in time")
-	// ErrBudgetRefused: the coordination service answered and refused the
-	// budget (a key it rejects, failed authentication or TLS, a waiter's
-	// entry deleted by an operator, machines configured with different
-	// slot counts for one key). Retrying cannot help until an operator
-	// acts; a fail-open budget never grants a slot on it.
-	ErrBudgetRefused = errors.New("restart budget refused")
-	// ErrBudgetPaused: the operation held its slot but the key was paused
-	// by an operator, or outside its maintenance window, at the moment of
-	// acting, until the operation's bounds ended. Nothing was sent.
-	// Retryable.
-	ErrBudgetPaused = errors.New("restart budget paused")
 )
+
+// CanonicalKey is budget.CanonicalKey: the one form of a budget key.
+func CanonicalKey(key string) string { return budget.CanonicalKey(key) }
+
+// PauseScopes is budget.PauseScopes: the keys whose pause holds key back.
+func PauseScopes(key string) []string { return budget.PauseScopes(key) }
 
 // errBudgetClosed: the Client was closed while the operation waited for
 // a slot (or before it asked for one).
@@ -420,43 +351,6 @@ func (b *budgetRunner) emit(ev BudgetEvent) {
 // held is how long s has been held.
 func (b *budgetRunner) held(s *sharedSlot) time.Duration {
 	return b.c.clock.Now().Sub(s.since)
-}
-
-// CanonicalKey returns the one form of a budget key that every machine
-// and every budget uses: the "+"-separated parts of key trimmed of spaces,
-// sorted and without duplicates or empty parts, joined with "+". So "a+b",
-// "b+a" and " b + a + a" are one key, "a+b"; a key without "+" is only
-// trimmed. The core takes slots in the order of canonical keys, so two
-// operations naming one key in different spellings share one slot and
-// cannot deadlock; github.com/snapsvc/snapsvc/etcdbudget applies the same
-// function to every key it is given.
-func CanonicalKey(key string) string {
-	var parts []string
-	for _, p := range strings.Split(key, "+") {
-		if p = strings.TrimSpace(p); p != "" {
-			parts = append(parts, p)
-		}
-	}
-	slices.Sort(parts)
-	return strings.Join(slices.Compact(parts), "+")
-}
-
-// PauseScopes returns the keys whose pause holds key (a canonical key)
-// back, the key's own first: key, each of its "+"-joined parts, and, for a
-// part naming a service ("snap.app"), its snap ("snap"). Budgets that can
-// be paused apply it, so that pausing a snap's name pauses every restart
-// of its services (a whole-snap restart takes their keys, not the snap's).
-func PauseScopes(key string) []string {
-	scopes := []string{key}
-	for _, p := range strings.Split(key, "+") {
-		if !slices.Contains(scopes, p) {
-			scopes = append(scopes, p)
-		}
-		if snap, _, ok := strings.Cut(p, "."); ok && snap != "" && !slices.Contains(scopes, snap) {
-			scopes = append(scopes, snap)
-		}
-	}
-	return scopes
 }
 
 // keysOf returns the sorted, unique canonical keys of names (service

@@ -8,35 +8,6 @@ import (
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
-func TestCanonicalKey(t *testing.T) {
-	for in, want := range map[string]string{
-		"k8s.kube-apiserver": "k8s.kube-apiserver",
-		"a+b":                "a+b",
-		"b+a":                "a+b",
-		" b + a + a ":        "a+b",
-		"a++b+":              "a+b",
-		"":                   "",
-		"+":                  "",
-	} {
-		if got := snapsvc.CanonicalKey(in); got != want {
-			t.Errorf("CanonicalKey(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestPauseScopes(t *testing.T) {
-	for key, want := range map[string][]string{
-		"k8s":                     {"k8s"},
-		"k8s.kubelet":             {"k8s.kubelet", "k8s"},
-		"k8s.kubelet+k8s.kubectl": {"k8s.kubelet+k8s.kubectl", "k8s.kubelet", "k8s", "k8s.kubectl"},
-		"a.x+b":                   {"a.x+b", "a.x", "a", "b"},
-	} {
-		if got := snapsvc.PauseScopes(key); !slices.Equal(got, want) {
-			t.Errorf("PauseScopes(%q) = %q, want %q", key, got, want)
-		}
-	}
-}
-
 // Two spellings of one combined key are one slot, taken in the order of
 // canonical keys (issue 26, defect 4): before, the restart took "a+b" and
 // "b+a" as two slots of one etcd key and waited behind itself, and two

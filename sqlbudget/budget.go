@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // Defaults of Config.
@@ -44,7 +44,7 @@ type Config struct {
 	// Max is how many holders a key may have at once (default 1). Every
 	// participant must use the same Max for a key: a waiter that finds a
 	// participant with another Max (or Percent) is refused
-	// (snapsvc.ErrBudgetRefused).
+	// (budget.ErrRefused).
 	Max int
 	// Percent, 1 to 100, when set replaces Max: the key's slot count is
 	// that share of the cluster's members, rounded down but at least 1,
@@ -83,7 +83,7 @@ type Config struct {
 	// Unreachable bounds how long a call keeps retrying while the
 	// database cannot complete a transaction (default
 	// DefaultUnreachable); past it the call fails with an
-	// *UnreachableError (snapsvc.ErrBudgetUnavailable), unless FailOpen.
+	// *UnreachableError (budget.ErrUnavailable), unless FailOpen.
 	Unreachable time.Duration
 	// Attempt bounds each attempt of a transaction (default TTL/5, at
 	// least 200ms, at most 2s).
@@ -129,7 +129,7 @@ type Vanished struct {
 	Until time.Time
 }
 
-// Budget is a snapsvc.RestartBudget on a SQL database. It is safe for
+// Budget is a budget.Budget on a SQL database. It is safe for
 // concurrent use.
 type Budget struct {
 	cfg  Config
@@ -346,7 +346,7 @@ func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 // Once it holds a slot, a paused key keeps it waiting, holding the slot,
 // until resumed. When ctx ends or Acquire fails, its row is deleted (one
 // attempt; else it expires within TTL).
-func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.BudgetWait)) (snapsvc.BudgetSlot, error) {
+func (b *Budget) Acquire(ctx context.Context, key string, progress func(budget.Wait)) (budget.Slot, error) {
 	start := time.Now()
 	canon, err := normaliseKey(key)
 	if err != nil {
@@ -397,7 +397,7 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(snapsvc.
 	return s, nil
 }
 
-func (b *Budget) unbudgeted(key string, start time.Time, why string) snapsvc.BudgetSlot {
+func (b *Budget) unbudgeted(key string, start time.Time, why string) budget.Slot {
 	b.count(func(m *Metrics) { m.Acquired++; m.Unbudgeted++ })
 	b.emit(Event{Kind: EventUnbudgeted, Key: key, Waited: time.Since(start)})
 	return &unbudgeted{key: key, holder: b.cfg.Holder + why, never: make(chan struct{})}
@@ -420,14 +420,14 @@ type waiter struct {
 type poll struct {
 	granted  bool
 	deadline time.Time // granted: until when the row cannot have expired (local clock)
-	wait     snapsvc.BudgetWait
+	wait     budget.Wait
 	vanished []Vanished // blocking this waiter alone (it is first in line)
 	renewed  bool       // the row was inserted or renewed
 }
 
-func (w *waiter) wait(ctx context.Context, progress func(snapsvc.BudgetWait)) (*slot, error) {
+func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, error) {
 	b := w.b
-	var last snapsvc.BudgetWait
+	var last budget.Wait
 	reported := false
 	for {
 		wake := b.wakeCh(w.key)
@@ -500,7 +500,7 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 		// this process was frozen): it expired and was collected.
 		return poll{}, final(&queueLostError{key: w.key, since: time.Since(w.renewed)})
 	case i < 0:
-		return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: this waiter's row was deleted by someone else (an operator?)", snapsvc.ErrBudgetRefused, w.key))
+		return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: this waiter's row was deleted by someone else (an operator?)", budget.ErrRefused, w.key))
 	case !rows[i].live(now):
 		return poll{}, final(&queueLostError{key: w.key, since: time.Since(w.renewed)})
 	}
@@ -509,7 +509,7 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 	for _, r := range rows {
 		if r.token != w.token && r.live(now) && r.spec != b.spec {
 			return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: %s takes part with max %s, this machine with %s: every machine must use the same",
-				snapsvc.ErrBudgetRefused, w.key, r.holder, r.spec, b.spec))
+				budget.ErrRefused, w.key, r.holder, r.spec, b.spec))
 		}
 	}
 	n, err := b.slots(ctx, tx)
@@ -563,7 +563,7 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 		}
 		renewed = true
 	}
-	return poll{renewed: renewed, wait: snapsvc.BudgetWait{Key: w.key, Holders: holders, Ahead: max(ahead+held-n, 0), Max: n}, vanished: vanished}, nil
+	return poll{renewed: renewed, wait: budget.Wait{Key: w.key, Holders: holders, Ahead: max(ahead+held-n, 0), Max: n}, vanished: vanished}, nil
 }
 
 // probe asks HolderReady about the vanished holders blocking this waiter;

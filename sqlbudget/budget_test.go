@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/sqlbudget"
 	"github.com/snapsvc/snapsvc/testsupport/budgetcontract"
 )
@@ -82,11 +82,11 @@ func TestRetriedTransactionsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make(chan error, 1)
-	var bs snapsvc.BudgetSlot
+	var bs budget.Slot
 	queued := make(chan struct{}, 1)
 	go func() {
 		var err error
-		bs, err = b.Acquire(ctx, key, func(snapsvc.BudgetWait) {
+		bs, err = b.Acquire(ctx, key, func(budget.Wait) {
 			select {
 			case queued <- struct{}{}:
 			default:
@@ -102,10 +102,10 @@ func TestRetriedTransactionsIdempotent(t *testing.T) {
 	if len(st.Holders) != 1 || st.Holders[0].Holder != "a" || len(st.Waiters) != 1 || st.Waiters[0].Holder != "b" {
 		t.Fatalf("status with retried transactions: %+v (want one row each: a holding, b waiting)", st)
 	}
-	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+	if _, err := s.(budget.Fencer).Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.(snapsvc.BudgetReadier).MarkReady(ctx); err != nil {
+	if err := s.(budget.Readier).MarkReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx); err != nil {
@@ -140,7 +140,7 @@ func TestMaxMismatchRefused(t *testing.T) {
 	}
 	defer s.Release(ctx)
 	_, err = two.Acquire(ctx, "k", nil)
-	if !errors.Is(err, snapsvc.ErrBudgetRefused) {
+	if !errors.Is(err, budget.ErrRefused) {
 		t.Fatalf("Max 2 against a holder with Max 1: %v, want ErrBudgetRefused", err)
 	}
 }
@@ -165,7 +165,7 @@ func TestKeysCanonical(t *testing.T) {
 	}
 	s.Release(ctx)
 	for _, bad := range []string{"", "+", "a b", "a\nb"} {
-		if _, err := a.Acquire(ctx, bad, nil); !errors.Is(err, snapsvc.ErrBudgetRefused) {
+		if _, err := a.Acquire(ctx, bad, nil); !errors.Is(err, budget.ErrRefused) {
 			t.Errorf("key %q: %v, want ErrBudgetRefused", bad, err)
 		}
 	}
@@ -194,7 +194,7 @@ func TestSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := newBudget(t, sqlbudget.DBTx(db), "old").Acquire(ctx, "k", nil)
-	if !errors.Is(err, snapsvc.ErrBudgetRefused) {
+	if !errors.Is(err, budget.ErrRefused) {
 		t.Fatalf("a newer schema: %v, want ErrBudgetRefused", err)
 	}
 }
@@ -209,7 +209,7 @@ func TestStatusVanishedAndBlocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+	if _, err := s.(budget.Fencer).Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
 	vanishing.Vanish()
@@ -218,9 +218,9 @@ func TestStatusVanishedAndBlocked(t *testing.T) {
 	out := make(chan error, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	waits := make(chan snapsvc.BudgetWait, 10)
+	waits := make(chan budget.Wait, 10)
 	go func() {
-		_, err := next.Acquire(wctx, "k", func(w snapsvc.BudgetWait) { waits <- w })
+		_, err := next.Acquire(wctx, "k", func(w budget.Wait) { waits <- w })
 		out <- err
 	}()
 	w := <-waits
@@ -255,7 +255,7 @@ func TestPercentOfMembers(t *testing.T) {
 		c.Max, c.Percent = 0, 50
 		c.Members = func(context.Context, *sql.Tx) (int, error) { return int(members.Load()), nil }
 	}
-	var held []snapsvc.BudgetSlot
+	var held []budget.Slot
 	for _, n := range []string{"a", "b"} {
 		s, err := newBudget(t, sqlbudget.DBTx(db), n, pct).Acquire(ctx, "k", nil)
 		if err != nil {
@@ -310,7 +310,7 @@ func TestWaiterExpiredIsRetryable(t *testing.T) {
 	queued := make(chan struct{})
 	go func() {
 		var once atomic.Bool
-		_, err := cut.Acquire(ctx, "k", func(snapsvc.BudgetWait) {
+		_, err := cut.Acquire(ctx, "k", func(budget.Wait) {
 			if once.CompareAndSwap(false, true) {
 				close(queued)
 			}
@@ -322,7 +322,7 @@ func TestWaiterExpiredIsRetryable(t *testing.T) {
 	octx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	oq := make(chan struct{}, 1)
-	go other.Acquire(octx, "k", func(snapsvc.BudgetWait) {
+	go other.Acquire(octx, "k", func(budget.Wait) {
 		select {
 		case oq <- struct{}{}:
 		default:
@@ -346,7 +346,7 @@ func TestWaiterExpiredIsRetryable(t *testing.T) {
 	}
 	cut.Cut(false)
 	err = <-out
-	if !errors.Is(err, snapsvc.ErrBudgetUnavailable) || errors.Is(err, snapsvc.ErrBudgetRefused) {
+	if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrRefused) {
 		t.Fatalf("waiter whose row expired while cut off: %v, want ErrBudgetUnavailable (retryable), not refused", err)
 	}
 	if !strings.Contains(err.Error(), "its place in the queue is lost") || strings.Contains(err.Error(), "attempts") {
@@ -368,7 +368,7 @@ func TestFailOpenOnlyWhenUnreachable(t *testing.T) {
 		switch {
 		case failOpen && (err != nil || s == nil):
 			t.Errorf("FailOpen with the database unreachable: %v, want a slot without the budget", err)
-		case !failOpen && !errors.Is(err, snapsvc.ErrBudgetUnavailable):
+		case !failOpen && !errors.Is(err, budget.ErrUnavailable):
 			t.Errorf("database unreachable: %v, want ErrBudgetUnavailable", err)
 		}
 		if s != nil {
@@ -394,7 +394,7 @@ func TestHolderReadyEndsLockDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+	if _, err := s.(budget.Fencer).Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
 	vanishing.Vanish()

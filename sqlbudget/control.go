@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // Event kinds, Event.Kind.
@@ -39,7 +39,7 @@ type Event struct {
 	// ("lock-delay-ended").
 	Holder string
 	// Wait is what a waiter waits behind ("waiting").
-	Wait snapsvc.BudgetWait
+	Wait budget.Wait
 	// Waited is how long Acquire waited ("waiting", "acquired",
 	// "unbudgeted", "failed").
 	Waited time.Duration
@@ -240,10 +240,10 @@ func readPause(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, error
 
 // pauseHolding returns the pause that holds key back, nil for none: the
 // key's own, or else one of its parts' or their snaps'
-// (snapsvc.PauseScopes, in that order), as etcdbudget reads it. It is one
+// (budget.PauseScopes, in that order), as etcdbudget reads it. It is one
 // query.
 func pauseHolding(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, error) {
-	scopes := snapsvc.PauseScopes(key)
+	scopes := budget.PauseScopes(key)
 	args := make([]any, len(scopes))
 	for i, sc := range scopes {
 		args[i] = sc

@@ -1,4 +1,4 @@
-// Package sqlbudget is a snapsvc.RestartBudget on a SQL database, for
+// Package sqlbudget is a budget.Budget on a SQL database, for
 // clusters that coordinate over a replicated SQLite (dqlite, as every
 // microcluster app does: microceph, microovn) rather than etcd: it keeps
 // the cluster's machines from restarting the same service on more than
@@ -66,11 +66,11 @@
 // disrupts) checks in one transaction that its row is live and granted and
 // that the key is not paused, then records acted = now and renews the row.
 // A key is paused by its own pause or by one of its parts' or their
-// snaps' (snapsvc.PauseScopes): pausing "k8s" holds back "k8s.kubelet", as
+// snaps' (budget.PauseScopes): pausing "k8s" holds back "k8s.kubelet", as
 // in etcdbudget. While the key is paused it waits, holding the slot (its
 // row renewed at each check), and checks again;
 // when its context ends first it fails with an error wrapping
-// snapsvc.ErrBudgetPaused. MarkReady (snapsvc calls it once the readiness
+// budget.ErrPaused. MarkReady (snapsvc calls it once the readiness
 // checks passed) records ready = now.
 //
 // A holder that vanishes (its row expires without a release) is judged by
@@ -98,9 +98,9 @@
 // cancelled Acquire delete it. A failed transaction is retried with
 // backoff, each attempt bounded by Config.Attempt, until
 // Config.Unreachable has passed: then *UnreachableError, which wraps
-// snapsvc.ErrBudgetUnavailable (retryable). Answers no retry changes
+// budget.ErrUnavailable (retryable). Answers no retry changes
 // (a bad key, a row deleted by an operator, participants using different
-// Max, a newer schema) wrap snapsvc.ErrBudgetRefused.
+// Max, a newer schema) wrap budget.ErrRefused.
 //
 // # Release
 //

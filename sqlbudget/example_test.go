@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/sqlbudget"
 )
 
@@ -32,10 +32,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	valid, err := s.(snapsvc.BudgetFencer).Fence(ctx) // right before the restart
+	valid, err := s.(budget.Fencer).Fence(ctx) // right before the restart
 	fmt.Println("holding", s.Key(), "- fence stands at least 9s:", err == nil && valid >= 9*time.Second)
 	// ... restart, wait until ready ...
-	_ = s.(snapsvc.BudgetReadier).MarkReady(ctx)
+	_ = s.(budget.Readier).MarkReady(ctx)
 	st, _ := b.Status(ctx, "microovn.ovn-northd")
 	fmt.Println("holders:", st.Holders[0].Holder, "acted and ready:", !st.Holders[0].Acted.IsZero() && !st.Holders[0].Ready.Before(st.Holders[0].Acted))
 	_ = s.Release(ctx)

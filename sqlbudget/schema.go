@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // SchemaVersion is the version of the schema this package writes and
@@ -88,7 +88,7 @@ func applyMigration(ctx context.Context, tx *sql.Tx, i int) error {
 
 // Migrate brings the budget's tables to SchemaVersion inside tx. It is
 // idempotent. A database whose schema is newer than this package knows
-// is refused (an error wrapping snapsvc.ErrBudgetRefused): a machine
+// is refused (an error wrapping budget.ErrRefused): a machine
 // running an older sqlbudget must not share a newer schema.
 func Migrate(ctx context.Context, tx *sql.Tx) error {
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS snapsvc_budget_schema (version INTEGER PRIMARY KEY)`); err != nil {
@@ -99,7 +99,7 @@ func Migrate(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	if current > SchemaVersion {
-		return final(fmt.Errorf("%w: sqlbudget: the database's budget schema is version %d, this sqlbudget knows up to %d: upgrade it", snapsvc.ErrBudgetRefused, current, SchemaVersion))
+		return final(fmt.Errorf("%w: sqlbudget: the database's budget schema is version %d, this sqlbudget knows up to %d: upgrade it", budget.ErrRefused, current, SchemaVersion))
 	}
 	for i := current; i < len(migrations); i++ {
 		if err := applyMigration(ctx, tx, i); err != nil {

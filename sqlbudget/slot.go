@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // slot is a held slot: a granted row, renewed every TTL/3 until
@@ -34,8 +34,8 @@ type slot struct {
 }
 
 var (
-	_ snapsvc.BudgetFencer  = (*slot)(nil)
-	_ snapsvc.BudgetReadier = (*slot)(nil)
+	_ budget.Fencer  = (*slot)(nil)
+	_ budget.Readier = (*slot)(nil)
 )
 
 func newSlot(b *Budget, w *waiter, deadline time.Time) *slot {
@@ -118,7 +118,7 @@ func (s *slot) renew() {
 		}
 		deadline := s.localDeadline()
 		if !time.Now().Before(deadline) {
-			s.setLost(fmt.Errorf("%w: sqlbudget: %s: no renewal of the slot's row answered within its %s TTL; another machine may hold it now", snapsvc.ErrSlotLost, s.key, b.cfg.TTL))
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: no renewal of the slot's row answered within its %s TTL; another machine may hold it now", budget.ErrSlotLost, s.key, b.cfg.TTL))
 			return
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -142,7 +142,7 @@ func (s *slot) renew() {
 		case err == nil && ok:
 			s.renewedAt(sent)
 		case err == nil:
-			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row expired or was deleted; another machine may hold it now", snapsvc.ErrSlotLost, s.key))
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row expired or was deleted; another machine may hold it now", budget.ErrSlotLost, s.key))
 			return
 		default:
 			b.cfg.Logger.Debug("renewal failed", "key", s.key, "error", err)
@@ -163,9 +163,9 @@ type fenceState struct {
 // stands, counted from the call: TTL less Config.ClockSkew from the start
 // of the transaction that confirmed. While the key is paused it waits,
 // holding the slot, until it is resumed (then it confirms again), the
-// slot is lost (snapsvc.ErrSlotLost) or ctx ends (an error wrapping
-// snapsvc.ErrBudgetPaused). When it cannot confirm before the row might
-// expire, its error wraps snapsvc.ErrBudgetUnavailable: do not act.
+// slot is lost (budget.ErrSlotLost) or ctx ends (an error wrapping
+// budget.ErrPaused). When it cannot confirm before the row might
+// expire, its error wraps budget.ErrUnavailable: do not act.
 func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 	call := time.Now()
 	b := s.b
@@ -175,11 +175,11 @@ func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 		if s.isReleased() {
-			return 0, fmt.Errorf("%w: sqlbudget: the slot of %s was released", snapsvc.ErrSlotLost, s.key)
+			return 0, fmt.Errorf("%w: sqlbudget: the slot of %s was released", budget.ErrSlotLost, s.key)
 		}
 		deadline := s.localDeadline()
 		if !time.Now().Before(deadline) {
-			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row may have expired (no renewal answered within its %s TTL)", snapsvc.ErrSlotLost, s.key, b.cfg.TTL))
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row may have expired (no renewal answered within its %s TTL)", budget.ErrSlotLost, s.key, b.cfg.TTL))
 			return 0, s.Err()
 		}
 		fctx, cancel := context.WithDeadline(ctx, deadline)
@@ -217,7 +217,7 @@ func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 		cancel()
 		switch {
 		case err == nil && st.gone:
-			s.setLost(fmt.Errorf("%w: sqlbudget: fencing %s: the slot's row expired or was deleted; another machine may hold it now", snapsvc.ErrSlotLost, s.key))
+			s.setLost(fmt.Errorf("%w: sqlbudget: fencing %s: the slot's row expired or was deleted; another machine may hold it now", budget.ErrSlotLost, s.key))
 			b.emit(Event{Kind: EventFenceFailed, Key: s.key, Err: s.Err()})
 			return 0, s.Err()
 		case err == nil && st.paused != nil:
@@ -237,16 +237,16 @@ func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 			b.count(func(m *Metrics) { m.Fences++ })
 			b.emit(Event{Kind: EventFenced, Key: s.key, Held: time.Since(s.since)})
 			return valid, nil
-		case errors.Is(err, snapsvc.ErrBudgetRefused):
+		case errors.Is(err, budget.ErrRefused):
 			return 0, err
 		case ctx.Err() != nil && reported:
 			// The key was paused at the last look and ctx ended while
 			// looking again: nothing was sent, the pause is why.
-			return 0, fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", snapsvc.ErrBudgetPaused, s.key, context.Cause(ctx))
+			return 0, fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", budget.ErrPaused, s.key, context.Cause(ctx))
 		case ctx.Err() != nil:
-			return 0, fmt.Errorf("%w: sqlbudget: fencing %s: %w", snapsvc.ErrBudgetUnavailable, s.key, context.Cause(ctx))
+			return 0, fmt.Errorf("%w: sqlbudget: fencing %s: %w", budget.ErrUnavailable, s.key, context.Cause(ctx))
 		default:
-			err = fmt.Errorf("%w: sqlbudget: fencing %s: could not confirm the slot before its row might expire: %w", snapsvc.ErrBudgetUnavailable, s.key, err)
+			err = fmt.Errorf("%w: sqlbudget: fencing %s: could not confirm the slot before its row might expire: %w", budget.ErrUnavailable, s.key, err)
 			b.emit(Event{Kind: EventFenceFailed, Key: s.key, Err: err})
 			return 0, err
 		}
@@ -264,13 +264,13 @@ func (s *slot) waitPoll(ctx context.Context) error {
 	case <-s.lost:
 		return s.Err()
 	case <-ctx.Done():
-		return fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", snapsvc.ErrBudgetPaused, s.key, context.Cause(ctx))
+		return fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", budget.ErrPaused, s.key, context.Cause(ctx))
 	}
 }
 
 // awaitAllowed waits, holding the slot, while its key is paused (Acquire's
 // last step). It reports the pause through progress once.
-func (s *slot) awaitAllowed(ctx context.Context, progress func(snapsvc.BudgetWait)) error {
+func (s *slot) awaitAllowed(ctx context.Context, progress func(budget.Wait)) error {
 	b := s.b
 	reported := false
 	for {
@@ -294,13 +294,13 @@ func (s *slot) awaitAllowed(ctx context.Context, progress func(snapsvc.BudgetWai
 				if p.Reason != "" {
 					msg += ": " + p.Reason
 				}
-				progress(snapsvc.BudgetWait{Key: s.key, Holders: []string{msg}, Max: s.max})
+				progress(budget.Wait{Key: s.key, Holders: []string{msg}, Max: s.max})
 			}
 		}
 		if err := s.waitPoll(ctx); err != nil {
-			if errors.Is(err, snapsvc.ErrSlotLost) {
+			if errors.Is(err, budget.ErrSlotLost) {
 				// Nothing acted on it: a later Acquire may succeed.
-				return fmt.Errorf("%w: the slot was lost while the key was paused: %w", snapsvc.ErrBudgetUnavailable, err)
+				return fmt.Errorf("%w: the slot was lost while the key was paused: %w", budget.ErrUnavailable, err)
 			}
 			return err
 		}

@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // TxFunc runs f in one database transaction, committing when f returns
@@ -50,7 +50,7 @@ func dbNow(ctx context.Context, tx *sql.Tx) (int64, error) {
 }
 
 // final marks an error that retrying the transaction cannot change (a
-// refusal wrapping snapsvc.ErrBudgetRefused, or a waiter's own expiry);
+// refusal wrapping budget.ErrRefused, or a waiter's own expiry);
 // the transaction loop returns it at once.
 type finalError struct{ err error }
 
@@ -62,7 +62,7 @@ func final(err error) error { return &finalError{err} }
 // UnreachableError is returned when the database could not complete a
 // transaction of the budget within Config.Unreachable (no leader, no
 // quorum, busy, the connection lost). It wraps
-// snapsvc.ErrBudgetUnavailable (retryable) and the last failure.
+// budget.ErrUnavailable (retryable) and the last failure.
 type UnreachableError struct {
 	// What the transaction was for ("enqueuing for k8s.kube-apiserver").
 	What string
@@ -76,11 +76,11 @@ type UnreachableError struct {
 
 func (e *UnreachableError) Error() string {
 	return fmt.Sprintf("%v: sqlbudget: %s: the database did not complete the transaction in %s (%d attempts): %v",
-		snapsvc.ErrBudgetUnavailable, e.What, e.For.Round(time.Millisecond), e.Attempts, e.Last)
+		budget.ErrUnavailable, e.What, e.For.Round(time.Millisecond), e.Attempts, e.Last)
 }
 
-// Unwrap returns snapsvc.ErrBudgetUnavailable and the last failure.
-func (e *UnreachableError) Unwrap() []error { return []error{snapsvc.ErrBudgetUnavailable, e.Last} }
+// Unwrap returns budget.ErrUnavailable and the last failure.
+func (e *UnreachableError) Unwrap() []error { return []error{budget.ErrUnavailable, e.Last} }
 
 // Retryable reports true: a later attempt may find the database.
 func (e *UnreachableError) Retryable() bool { return true }
@@ -97,10 +97,10 @@ type queueLostError struct {
 
 func (e *queueLostError) Error() string {
 	return fmt.Sprintf("%v: sqlbudget: waiting for %s: this waiter's row expired (last renewed %s ago, beyond its TTL): its place in the queue is lost",
-		snapsvc.ErrBudgetUnavailable, e.key, e.since.Round(time.Millisecond))
+		budget.ErrUnavailable, e.key, e.since.Round(time.Millisecond))
 }
 
-func (e *queueLostError) Unwrap() error { return snapsvc.ErrBudgetUnavailable }
+func (e *queueLostError) Unwrap() error { return budget.ErrUnavailable }
 
 // Retryable reports true: a new Acquire queues again.
 func (e *queueLostError) Retryable() bool { return true }

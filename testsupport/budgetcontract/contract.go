@@ -1,4 +1,4 @@
-// Package budgetcontract is the contract every snapsvc.RestartBudget
+// Package budgetcontract is the contract every budget.Budget
 // backend must pass, whatever it coordinates through (etcd, a SQL
 // database): one suite of cases run by each backend's tests against a
 // Harness that builds participants on a real instance of that backend.
@@ -40,7 +40,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/budget"
 )
 
 // Options configure one participant.
@@ -56,7 +56,7 @@ type Options struct {
 
 // Participant is one machine taking part in a budget.
 type Participant interface {
-	snapsvc.RestartBudget
+	budget.Budget
 	// Vanish cuts the participant off from the coordination service for
 	// good, as a crash would: nothing it holds is renewed or released
 	// from now on.
@@ -137,7 +137,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 // result is an Acquire's outcome.
 type result struct {
-	slot snapsvc.BudgetSlot
+	slot budget.Slot
 	err  error
 	at   time.Time
 }
@@ -150,13 +150,13 @@ func acquireAsync(ctx context.Context, p Participant, key string) (<-chan result
 	queued := make(chan struct{})
 	var once sync.Once
 	go func() {
-		s, err := p.Acquire(ctx, key, func(snapsvc.BudgetWait) { once.Do(func() { close(queued) }) })
+		s, err := p.Acquire(ctx, key, func(budget.Wait) { once.Do(func() { close(queued) }) })
 		out <- result{s, err, time.Now()}
 	}()
 	return out, queued
 }
 
-func mustAcquire(t *testing.T, ctx context.Context, p Participant, key string) snapsvc.BudgetSlot {
+func mustAcquire(t *testing.T, ctx context.Context, p Participant, key string) budget.Slot {
 	t.Helper()
 	s, err := p.Acquire(ctx, key, nil)
 	if err != nil {
@@ -190,17 +190,17 @@ func get(t *testing.T, ctx context.Context, out <-chan result, who string) resul
 	return result{}
 }
 
-func release(t *testing.T, ctx context.Context, s snapsvc.BudgetSlot) {
+func release(t *testing.T, ctx context.Context, s budget.Slot) {
 	t.Helper()
 	if err := s.Release(ctx); err != nil {
 		t.Errorf("release %s: %v", s.Key(), err)
 	}
 }
 
-func fence(ctx context.Context, s snapsvc.BudgetSlot) (time.Duration, error) {
-	f, ok := s.(snapsvc.BudgetFencer)
+func fence(ctx context.Context, s budget.Slot) (time.Duration, error) {
+	f, ok := s.(budget.Fencer)
 	if !ok {
-		return 0, errors.New("the slot does not implement snapsvc.BudgetFencer")
+		return 0, errors.New("the slot does not implement budget.Fencer")
 	}
 	return f.Fence(ctx)
 }
@@ -326,7 +326,7 @@ func (c *suite) loss(t *testing.T) {
 		t.Fatalf("the cut-off holder's Lost did not close within TTL %s + %s", c.cfg.TTL, c.cfg.Slack)
 	}
 	lost := time.Since(at)
-	if err := s.Err(); !errors.Is(err, snapsvc.ErrSlotLost) {
+	if err := s.Err(); !errors.Is(err, budget.ErrSlotLost) {
 		t.Errorf("Err() = %v, want ErrSlotLost", err)
 	}
 	r := get(t, ctx, out, "b")
@@ -351,7 +351,7 @@ func (c *suite) fenceFailsOnceLost(t *testing.T) {
 	defer cancel()
 	v, err := fence(fctx, s)
 	t.Logf("fence of the lost slot: %v", err)
-	if err == nil || !(errors.Is(err, snapsvc.ErrSlotLost) || errors.Is(err, snapsvc.ErrBudgetUnavailable)) {
+	if err == nil || !(errors.Is(err, budget.ErrSlotLost) || errors.Is(err, budget.ErrUnavailable)) {
 		t.Errorf("fence while another holds the slot: valid %s, err %v; want ErrSlotLost or ErrBudgetUnavailable", v, err)
 	}
 	if _, err := fence(ctx, r.slot); err != nil {
@@ -362,7 +362,7 @@ func (c *suite) fenceFailsOnceLost(t *testing.T) {
 
 // fenceWaitsWhilePaused: the pause is read at the moment of acting. With
 // bySnap the pause is of the key's snap ("x" for "x.svc": an operator
-// pausing a snap pauses each of its services' keys, snapsvc.PauseScopes).
+// pausing a snap pauses each of its services' keys, budget.PauseScopes).
 func (c *suite) fenceWaitsWhilePaused(t *testing.T, bySnap bool) {
 	ctx := ctxT(t, time.Minute)
 	key := c.cfg.Key(t)
@@ -390,7 +390,7 @@ func (c *suite) fenceWaitsWhilePaused(t *testing.T, bySnap bool) {
 	short, cancel := context.WithTimeout(ctx, c.cfg.TTL/2)
 	_, err := fence(short, s)
 	cancel()
-	if !errors.Is(err, snapsvc.ErrBudgetPaused) {
+	if !errors.Is(err, budget.ErrPaused) {
 		t.Errorf("fence while paused until its context ended: %v, want ErrBudgetPaused", err)
 	}
 	type fenced struct {
@@ -442,9 +442,9 @@ func (c *suite) vanishAfter(t *testing.T, lockDelay time.Duration, doFence, mark
 		}
 	}
 	if markReady {
-		r, ok := s.(snapsvc.BudgetReadier)
+		r, ok := s.(budget.Readier)
 		if !ok {
-			t.Fatal("the slot does not implement snapsvc.BudgetReadier")
+			t.Fatal("the slot does not implement budget.Readier")
 		}
 		if err := r.MarkReady(ctx); err != nil {
 			t.Fatal(err)

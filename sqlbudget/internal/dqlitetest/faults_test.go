@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/sqlbudget"
 	"github.com/snapsvc/snapsvc/testsupport/rollouttest"
@@ -60,7 +61,7 @@ func TestHolderFrozenPastTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(frozen)
-	if _, err := s.(snapsvc.BudgetFencer).Fence(ctx); err != nil {
+	if _, err := s.(budget.Fencer).Fence(ctx); err != nil {
 		t.Fatalf("successor's fence: %v", err)
 	}
 	h.send(t, "fence") // read as soon as it runs again

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -370,10 +371,10 @@ func runHolder(cfg holderConfig) error {
 		switch sc.Text() {
 		case "fence":
 			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = s.(snapsvc.BudgetFencer).Fence(fctx)
+			_, err = s.(budget.Fencer).Fence(fctx)
 			cancel()
 		case "ready":
-			err = s.(snapsvc.BudgetReadier).MarkReady(ctx)
+			err = s.(budget.Readier).MarkReady(ctx)
 		case "release":
 			err = s.Release(ctx)
 		default:
@@ -382,8 +383,8 @@ func runHolder(cfg holderConfig) error {
 		ev := event{Ev: sc.Text()}
 		if err != nil {
 			ev.Err = err.Error()
-			ev.Lost = errors.Is(err, snapsvc.ErrSlotLost)
-			ev.Unavailable = errors.Is(err, snapsvc.ErrBudgetUnavailable)
+			ev.Lost = errors.Is(err, budget.ErrSlotLost)
+			ev.Unavailable = errors.Is(err, budget.ErrUnavailable)
 		}
 		out.emit(ev)
 	}
