@@ -75,7 +75,45 @@ type Slot interface {
 //     one wrapping ErrUnavailable when it cannot tell in time (the
 //     operation then does not act).
 type Fencer interface {
-	Fence(ctx context.Context) (valid time.Duration, err error)
+	Fence(ctx context.Context) (Validity, error)
+}
+
+// Validity is how long a Fence's confirmation stands, counted from the
+// moment Fence was called: either a duration (ValidFor) or, for a slot
+// that no coordination service can take away (one granted without a
+// cluster, or on fail-open), no end at all (Unbounded). There is no "very
+// long duration" sentinel, so no instant computed from a Validity can
+// overflow. The zero Validity is a confirmation that has already run out.
+type Validity struct {
+	d         time.Duration
+	unbounded bool
+}
+
+// ValidFor is a confirmation that stands for d (none when d <= 0).
+func ValidFor(d time.Duration) Validity { return Validity{d: max(d, 0)} }
+
+// Unbounded is a confirmation with no end: the slot cannot be lost.
+func Unbounded() Validity { return Validity{unbounded: true} }
+
+// Until returns the instant the confirmation runs out for a Fence called
+// at asked, and false when it never runs out.
+func (v Validity) Until(asked time.Time) (time.Time, bool) {
+	if v.unbounded {
+		return time.Time{}, false
+	}
+	return asked.Add(v.d), true
+}
+
+// Duration returns how long the confirmation stands, and false when it
+// never runs out.
+func (v Validity) Duration() (time.Duration, bool) { return v.d, !v.unbounded }
+
+// String is the duration, or "unbounded".
+func (v Validity) String() string {
+	if v.unbounded {
+		return "unbounded"
+	}
+	return v.d.String()
 }
 
 // Readier is implemented by slots that record, in the coordination

@@ -399,4 +399,23 @@ func TestUnreachableFailOpenAndNoCluster(t *testing.T) {
 		t.Fatalf("no cluster yet: %v %v (asked %d)", s, err, asked)
 	}
 	s.Release(ctx)
+
+	// Through snapsvc, each unbudgeted grant leads to its restart (issue
+	// 33, defect 1: its fence confirmed for 1<<63-1 ns, the send-by
+	// overflowed and every write was refused until the call gave up).
+	for name, b := range map[string]*etcdbudget.Budget{"fail open": open, "no cluster yet": boot} {
+		srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kube-apiserver", Daemon: "simple", Active: true}}}))
+		c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Restart(ctx, []string{"k8s.kube-apiserver"}, snapsvc.RestartOptions{})
+		c.Close()
+		if err != nil || res.Status != "Done" {
+			t.Errorf("%s: restart: %+v, %v", name, res, err)
+		}
+		if n := len(srv.Changes()); n != 1 {
+			t.Errorf("%s: %d changes made, want the restart's one", name, n)
+		}
+	}
 }

@@ -377,7 +377,7 @@ type fencingControlledSlot struct {
 // the key not paused and, with a window, the window open (see
 // budget.Fencer and the Budget's slot's Fence); outside the window
 // it waits, holding the slot, until the window opens.
-func (s fencingControlledSlot) Fence(ctx context.Context) (time.Duration, error) {
+func (s fencingControlledSlot) Fence(ctx context.Context) (budget.Validity, error) {
 	var g gate
 	if s.c.ctl.Window != nil {
 		g = windowGate{c: s.c, key: s.Key()}

@@ -94,7 +94,8 @@ func runHolder(cfg holderConfig) error {
 			ev.Start = time.Now()
 			valid, err := s.(budget.Fencer).Fence(fctx)
 			cancel()
-			ev.T, ev.Valid = time.Now(), valid
+			ev.T = time.Now()
+			ev.Valid, _ = valid.Duration()
 			if err != nil {
 				ev.Err = err.Error()
 				ev.Lost = errors.Is(err, budget.ErrSlotLost)

@@ -36,7 +36,8 @@ func fenceAsync(ctx context.Context, s budget.Slot) <-chan fenced {
 	go func() {
 		start := time.Now()
 		v, err := s.(budget.Fencer).Fence(ctx)
-		out <- fenced{v, err, start}
+		d, _ := v.Duration()
+		out <- fenced{d, err, start}
 	}()
 	return out
 }

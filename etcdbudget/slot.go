@@ -239,21 +239,21 @@ type gate interface {
 // A holder frozen after Fence returned and before its request is written
 // (SIGSTOP, a VM paused) can still act late: see the package
 // documentation, "The fence-to-act bound".
-func (s *slot) Fence(ctx context.Context) (time.Duration, error) { return s.fence(ctx, nil) }
+func (s *slot) Fence(ctx context.Context) (budget.Validity, error) { return s.fence(ctx, nil) }
 
-func (s *slot) fence(ctx context.Context, g gate) (time.Duration, error) {
+func (s *slot) fence(ctx context.Context, g gate) (budget.Validity, error) {
 	start := time.Now()
 	for {
 		if err := s.Err(); err != nil {
-			return 0, err
+			return budget.Validity{}, err
 		}
 		if s.releasing.Load() {
-			return 0, fmt.Errorf("%w: %s of %s was released", budget.ErrSlotLost, s.entry, s.key)
+			return budget.Validity{}, fmt.Errorf("%w: %s of %s was released", budget.ErrSlotLost, s.entry, s.key)
 		}
 		if g != nil {
 			if ok, _ := g.open(); !ok {
 				if err := g.wait(ctx, s.lost, s.progress); err != nil {
-					return 0, s.heldBackErr(ctx, "outside its maintenance window", err)
+					return budget.Validity{}, s.heldBackErr(ctx, "outside its maintenance window", err)
 				}
 				continue
 			}
@@ -263,21 +263,21 @@ func (s *slot) fence(ctx context.Context, g gate) (time.Duration, error) {
 			err := fmt.Errorf("%w: %s of %s: lease %x may have expired by this machine's clock (no keep-alive answered for its %s TTL)",
 				budget.ErrSlotLost, s.entry, s.key, int64(s.k.id), s.b.cfg.TTL)
 			s.setLost(err)
-			return 0, s.Err()
+			return budget.Validity{}, s.Err()
 		}
 		paused, err := s.confirm(ctx, deadline)
 		if err != nil {
-			return 0, err
+			return budget.Validity{}, err
 		}
 		if paused {
 			if err := s.b.awaitResume(ctx, s.key, s.lost, s.progress); err != nil {
-				return 0, s.heldBackErr(ctx, "paused", err)
+				return budget.Validity{}, s.heldBackErr(ctx, "paused", err)
 			}
 			continue
 		}
 		until, ok := s.k.alive()
 		if !ok {
-			return 0, fmt.Errorf("%w: fencing %s of %s: confirmed too late, its lease may have expired meanwhile", budget.ErrUnavailable, s.entry, s.key)
+			return budget.Validity{}, fmt.Errorf("%w: fencing %s of %s: confirmed too late, its lease may have expired meanwhile", budget.ErrUnavailable, s.entry, s.key)
 		}
 		valid := until.Sub(start) - s.b.fenceMargin()
 		if g != nil {
@@ -290,9 +290,9 @@ func (s *slot) fence(ctx context.Context, g gate) (time.Duration, error) {
 			}
 		}
 		if valid <= time.Since(start) {
-			return 0, fmt.Errorf("%w: fencing %s of %s: confirmed with no time left before its lease might expire", budget.ErrUnavailable, s.entry, s.key)
+			return budget.Validity{}, fmt.Errorf("%w: fencing %s of %s: confirmed with no time left before its lease might expire", budget.ErrUnavailable, s.entry, s.key)
 		}
-		return valid, nil
+		return budget.ValidFor(valid), nil
 	}
 }
 
@@ -503,6 +503,8 @@ func (u *unbudgeted) Holder() string                { return u.holder }
 func (u *unbudgeted) Lost() <-chan struct{}         { return u.never }
 func (u *unbudgeted) Err() error                    { return nil }
 func (u *unbudgeted) Release(context.Context) error { return nil }
-func (u *unbudgeted) Fence(context.Context) (time.Duration, error) {
-	return time.Duration(1<<63 - 1), nil
+
+// Fence confirms for ever: nothing can take an unbudgeted slot away.
+func (u *unbudgeted) Fence(context.Context) (budget.Validity, error) {
+	return budget.Unbounded(), nil
 }

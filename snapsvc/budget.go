@@ -647,8 +647,9 @@ func (h *hold) fence(ctx context.Context) error {
 		valid, err := f.Fence(ctx)
 		switch {
 		case err == nil:
-			until := asked.Add(valid)
-			if h.sendBy.IsZero() || until.Before(h.sendBy) {
+			// An unbounded confirmation (an unbudgeted slot) sets no
+			// send-by: nothing can take the slot away.
+			if until, ends := valid.Until(asked); ends && (h.sendBy.IsZero() || until.Before(h.sendBy)) {
 				h.sendBy = until
 			}
 			b.emit(BudgetEvent{Kind: BudgetFenced, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})

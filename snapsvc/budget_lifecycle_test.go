@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -128,12 +129,12 @@ func TestBudgetFenceValidityCheckedAtWrite(t *testing.T) {
 	b := newMemBudget(1)
 	fences := 0
 	b.fence = func(context.Context, *memSlot) error { return nil }
-	b.valid = func() time.Duration {
+	b.valid = func() budget.Validity {
 		fences++
 		if fences == 1 {
-			return time.Nanosecond // runs out before the write
+			return budget.ValidFor(time.Nanosecond) // runs out before the write
 		}
-		return time.Hour
+		return budget.ValidFor(time.Hour)
 	}
 	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
 	res, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
@@ -145,6 +146,27 @@ func TestBudgetFenceValidityCheckedAtWrite(t *testing.T) {
 	}
 	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 || res.Status != "Done" {
 		t.Fatalf("snapd received %d requests to act (want 1: the one sent on the second fence); result %+v", n, res)
+	}
+}
+
+// A slot no coordination service can take away (granted without a
+// cluster, or on fail-open) confirms with no end, and its restart is sent
+// like any other (issue 33, defect 1: its confirmation was a huge duration
+// whose send-by overflowed, and every write was refused).
+func TestBudgetUnboundedConfirmationSends(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.fence = func(context.Context, *memSlot) error { return nil }
+	b.valid = budget.Unbounded
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
+	res, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 || res.Status != "Done" || res.ChangeID == "" {
+		t.Fatalf("snapd received %d requests to act (want 1); result %+v", n, res)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -33,7 +34,7 @@ type memBudget struct {
 	fence func(ctx context.Context, s *memSlot) error
 	// valid, when set, is how long each fence's confirmation stands
 	// (default an hour).
-	valid func() time.Duration
+	valid func() budget.Validity
 	// readier makes the slots BudgetReadiers too.
 	readier bool
 	// release, when set, runs before each Release attempt (from 1); an
@@ -57,9 +58,9 @@ type memSlot struct {
 // fencingSlot is a memSlot that implements snapsvc.BudgetFencer.
 type fencingSlot struct{ *memSlot }
 
-func (s fencingSlot) Fence(ctx context.Context) (time.Duration, error) {
+func (s fencingSlot) Fence(ctx context.Context) (budget.Validity, error) {
 	s.b.record("fence " + s.key)
-	valid := time.Hour
+	valid := budget.ValidFor(time.Hour)
 	s.b.mu.Lock()
 	if s.b.valid != nil {
 		valid = s.b.valid()

@@ -14,7 +14,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/budget"
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/sqlbudget"
+	"github.com/snapsvc/snapsvc/sqlbudget/internal/sqltest"
 	"github.com/snapsvc/snapsvc/testsupport/budgetcontract"
 )
 
@@ -380,6 +383,43 @@ func TestFailOpenOnlyWhenUnreachable(t *testing.T) {
 	st, err := h.NewParticipant(t, h.Config(optionsOf("reader", 0))).Status(ctx, "k")
 	if err != nil || len(st.Holders)+len(st.Waiters) != 0 {
 		t.Errorf("status after: %+v %v, want nothing held or queued", st, err)
+	}
+}
+
+// Every unbudgeted grant (fail open, no cluster yet) leads to its restart
+// through snapsvc (issue 33, defect 1: the unbudgeted slot's fence
+// confirmed for 1<<63-1 ns, the send-by overflowed, and every write was
+// refused until the call gave up, reporting snapd unreachable).
+func TestUnbudgetedGrantRestarts(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	h := sqliteHarness(t, time.Second)
+	for _, tc := range []struct {
+		name string
+		set  func(*sqlbudget.Config, *sqltest.Participant)
+	}{
+		{"fail open", func(c *sqlbudget.Config, p *sqltest.Participant) { p.Cut(true) }},
+		{"no cluster yet", func(c *sqlbudget.Config, _ *sqltest.Participant) {}},
+	} {
+		cfg := h.Config(optionsOf(tc.name, 0))
+		cfg.Unreachable, cfg.FailOpen = 300*time.Millisecond, true
+		if tc.name == "no cluster yet" {
+			cfg.ClusterExists = func(context.Context) bool { return false }
+		}
+		p := h.NewParticipant(t, cfg)
+		tc.set(&cfg, p)
+		srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "microovn", Apps: []fake.App{{Name: "ovn-northd", Daemon: "simple", Active: true}}}))
+		c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithRestartBudget(p, snapsvc.BudgetOptions{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Restart(ctx, []string{"microovn.ovn-northd"}, snapsvc.RestartOptions{})
+		c.Close()
+		if err != nil || res.Status != "Done" {
+			t.Errorf("%s: restart: %+v, %v", tc.name, res, err)
+		}
+		if n := len(srv.Changes()); n != 1 {
+			t.Errorf("%s: %d changes made, want the restart's one", tc.name, n)
+		}
 	}
 }
 

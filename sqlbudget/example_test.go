@@ -33,7 +33,8 @@ func Example() {
 		panic(err)
 	}
 	valid, err := s.(budget.Fencer).Fence(ctx) // right before the restart
-	fmt.Println("holding", s.Key(), "- fence stands at least 9s:", err == nil && valid >= 9*time.Second)
+	d, ends := valid.Duration()
+	fmt.Println("holding", s.Key(), "- fence stands at least 9s:", err == nil && ends && d >= 9*time.Second)
 	// ... restart, wait until ready ...
 	_ = s.(budget.Readier).MarkReady(ctx)
 	st, _ := b.Status(ctx, "microovn.ovn-northd")

@@ -166,21 +166,21 @@ type fenceState struct {
 // slot is lost (budget.ErrSlotLost) or ctx ends (an error wrapping
 // budget.ErrPaused). When it cannot confirm before the row might
 // expire, its error wraps budget.ErrUnavailable: do not act.
-func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
+func (s *slot) Fence(ctx context.Context) (budget.Validity, error) {
 	call := time.Now()
 	b := s.b
 	reported := false
 	for {
 		if err := s.Err(); err != nil {
-			return 0, err
+			return budget.Validity{}, err
 		}
 		if s.isReleased() {
-			return 0, fmt.Errorf("%w: sqlbudget: the slot of %s was released", budget.ErrSlotLost, s.key)
+			return budget.Validity{}, fmt.Errorf("%w: sqlbudget: the slot of %s was released", budget.ErrSlotLost, s.key)
 		}
 		deadline := s.localDeadline()
 		if !time.Now().Before(deadline) {
 			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row may have expired (no renewal answered within its %s TTL)", budget.ErrSlotLost, s.key, b.cfg.TTL))
-			return 0, s.Err()
+			return budget.Validity{}, s.Err()
 		}
 		fctx, cancel := context.WithDeadline(ctx, deadline)
 		sent := time.Now()
@@ -219,7 +219,7 @@ func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 		case err == nil && st.gone:
 			s.setLost(fmt.Errorf("%w: sqlbudget: fencing %s: the slot's row expired or was deleted; another machine may hold it now", budget.ErrSlotLost, s.key))
 			b.emit(Event{Kind: EventFenceFailed, Key: s.key, Err: s.Err()})
-			return 0, s.Err()
+			return budget.Validity{}, s.Err()
 		case err == nil && st.paused != nil:
 			s.renewedAt(sent)
 			if !reported {
@@ -228,7 +228,7 @@ func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 				b.emit(Event{Kind: EventPaused, Key: s.key, Err: fmt.Errorf("paused by %s: %s", st.paused.By, st.paused.Reason)})
 			}
 			if err := s.waitPoll(ctx); err != nil {
-				return 0, err
+				return budget.Validity{}, err
 			}
 			continue
 		case err == nil:
@@ -236,19 +236,19 @@ func (s *slot) Fence(ctx context.Context) (time.Duration, error) {
 			valid := sent.Add(b.cfg.TTL - b.cfg.ClockSkew).Sub(call)
 			b.count(func(m *Metrics) { m.Fences++ })
 			b.emit(Event{Kind: EventFenced, Key: s.key, Held: time.Since(s.since)})
-			return valid, nil
+			return budget.ValidFor(valid), nil
 		case errors.Is(err, budget.ErrRefused):
-			return 0, err
+			return budget.Validity{}, err
 		case ctx.Err() != nil && reported:
 			// The key was paused at the last look and ctx ended while
 			// looking again: nothing was sent, the pause is why.
-			return 0, fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", budget.ErrPaused, s.key, context.Cause(ctx))
+			return budget.Validity{}, fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", budget.ErrPaused, s.key, context.Cause(ctx))
 		case ctx.Err() != nil:
-			return 0, fmt.Errorf("%w: sqlbudget: fencing %s: %w", budget.ErrUnavailable, s.key, context.Cause(ctx))
+			return budget.Validity{}, fmt.Errorf("%w: sqlbudget: fencing %s: %w", budget.ErrUnavailable, s.key, context.Cause(ctx))
 		default:
 			err = fmt.Errorf("%w: sqlbudget: fencing %s: could not confirm the slot before its row might expire: %w", budget.ErrUnavailable, s.key, err)
 			b.emit(Event{Kind: EventFenceFailed, Key: s.key, Err: err})
-			return 0, err
+			return budget.Validity{}, err
 		}
 	}
 }
@@ -399,6 +399,8 @@ func (u *unbudgeted) Lost() <-chan struct{}           { return u.never }
 func (u *unbudgeted) Err() error                      { return nil }
 func (u *unbudgeted) Release(context.Context) error   { return nil }
 func (u *unbudgeted) MarkReady(context.Context) error { return nil }
-func (u *unbudgeted) Fence(context.Context) (time.Duration, error) {
-	return time.Duration(1<<63 - 1), nil
+
+// Fence confirms for ever: nothing can take an unbudgeted slot away.
+func (u *unbudgeted) Fence(context.Context) (budget.Validity, error) {
+	return budget.Unbounded(), nil
 }

@@ -202,7 +202,15 @@ func fence(ctx context.Context, s budget.Slot) (time.Duration, error) {
 	if !ok {
 		return 0, errors.New("the slot does not implement budget.Fencer")
 	}
-	return f.Fence(ctx)
+	v, err := f.Fence(ctx)
+	if err != nil {
+		return 0, err
+	}
+	d, ends := v.Duration()
+	if !ends {
+		return 0, errors.New("a budgeted slot's fence confirmed with no end (budget.Unbounded is for slots granted without the coordination service)")
+	}
+	return d, nil
 }
 
 // fifo: waiters queued one after the other are served in that order.
