@@ -1,0 +1,391 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// budgetRunner is a Client's restart budget and the slots it holds.
+type budgetRunner struct {
+	b    RestartBudget
+	opts BudgetOptions
+	c    *Client
+
+	mu      sync.Mutex
+	slots   map[string]*sharedSlot // key -> slot held or being taken
+	stopped map[string]*sharedSlot // kept by a budgeted Stop until a Start
+	closed  bool
+	running int           // background goroutines (releases, async holds)
+	idle    chan struct{} // closed while running is 0; a new one once it is not
+
+	base       context.Context // ends when the Client is closed
+	cancelBase context.CancelFunc
+	bg         context.Context // ends once Close stopped waiting: retries stop
+	cancelBg   context.CancelFunc
+}
+
+// sharedSlot is one slot used by every operation of the Client on its key.
+type sharedSlot struct {
+	key      string
+	done     chan struct{} // closed once Acquire returned
+	slot     BudgetSlot
+	err      error
+	refs     int
+	waited   time.Duration
+	since    time.Time // when it was acquired (client's clock)
+	lostOnce sync.Once
+	// ready counts the users of the slot (refs) whose services are ready
+	// again: the slot is marked ready (BudgetReadier) only once every
+	// user is, since another user's act may still be under way.
+	ready int
+}
+
+// init completes the runner once the Client is built.
+func (b *budgetRunner) init(c *Client) {
+	b.c = c
+	b.slots = map[string]*sharedSlot{}
+	b.stopped = map[string]*sharedSlot{}
+	b.base, b.cancelBase = context.WithCancel(context.Background())
+	b.bg, b.cancelBg = context.WithCancel(context.Background())
+	b.idle = make(chan struct{})
+	close(b.idle)
+	if b.opts.Probe.Clock == nil {
+		b.opts.Probe.Clock = c.clock
+	}
+	if b.opts.ReleaseTimeout <= 0 {
+		b.opts.ReleaseTimeout = DefaultReleaseTimeout
+	}
+}
+
+func (b *budgetRunner) key(name string) string {
+	if b.opts.Key != nil {
+		return b.opts.Key(name)
+	}
+	return name
+}
+
+func (b *budgetRunner) emit(ev BudgetEvent) {
+	if b.opts.Progress != nil {
+		ev.Time = b.c.clock.Now()
+		b.opts.Progress(ev)
+	}
+}
+
+// held is how long s has been held.
+func (b *budgetRunner) held(s *sharedSlot) time.Duration {
+	return b.c.clock.Now().Sub(s.since)
+}
+
+// keysOf returns the sorted, unique canonical keys of names (service
+// names: a whole-snap name is expanded by budgetKeys first).
+func (b *budgetRunner) keysOf(names []string) []string {
+	var keys []string
+	for _, n := range names {
+		if k := CanonicalKey(b.key(n)); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// goBackground runs f on a goroutine that Close waits for (bounded).
+// goCall runs f in the background (goBackground) on bctx, k's context
+// without its end (it ends at Close), and on a wait call of its own for o
+// on bctx.
+func (b *budgetRunner) goCall(k *call, o op, f func(bctx context.Context, bk *call)) {
+	b.goBackground(func() {
+		bctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
+		defer cancel()
+		stop := context.AfterFunc(b.base, cancel)
+		defer stop()
+		bk := b.c.newCall(bctx, callWait, o.action, o.t.names)
+		defer bk.end()
+		f(bctx, bk)
+	})
+}
+
+func (b *budgetRunner) goBackground(f func()) {
+	b.mu.Lock()
+	if b.running == 0 {
+		b.idle = make(chan struct{})
+	}
+	b.running++
+	b.mu.Unlock()
+	go func() {
+		defer func() {
+			b.mu.Lock()
+			if b.running--; b.running == 0 {
+				close(b.idle)
+			}
+			b.mu.Unlock()
+		}()
+		f()
+	}()
+}
+
+// take gets the Client's slot of key: it joins one the Client already
+// holds, waits for one being taken, or takes one itself.
+func (b *budgetRunner) take(ctx context.Context, key string) (*sharedSlot, error) {
+	c := b.c
+	start := c.clock.Now()
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, &BudgetError{Key: key, Err: errBudgetClosed}
+		}
+		s := b.slots[key]
+		if s != nil {
+			select {
+			case <-s.done:
+				if s.err != nil || s.slot.Err() != nil {
+					s = nil // failed or lost: take a fresh one
+				}
+			default:
+			}
+		}
+		if s == nil {
+			s = &sharedSlot{key: key, done: make(chan struct{}), refs: 1}
+			b.slots[key] = s
+			b.mu.Unlock()
+			return b.acquire(ctx, s, start)
+		}
+		s.refs++
+		b.mu.Unlock()
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			b.drop(ctx, s)
+			return nil, &BudgetError{Key: key, Waited: c.clock.Now().Sub(start), Err: context.Cause(ctx)}
+		}
+		if s.err == nil {
+			return s, nil
+		}
+		b.mu.Lock()
+		s.refs--
+		b.mu.Unlock()
+		// The one taking it failed (perhaps only its context ended): try
+		// again ourselves.
+		if ctx.Err() != nil {
+			return nil, &BudgetError{Key: key, Waited: c.clock.Now().Sub(start), Err: context.Cause(ctx)}
+		}
+	}
+}
+
+// acquire takes s's slot from the budget, bounded by MaxWait and ended by
+// Close.
+func (b *budgetRunner) acquire(ctx context.Context, s *sharedSlot, start time.Time) (*sharedSlot, error) {
+	c := b.c
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopClose := context.AfterFunc(b.base, func() { cancel(errBudgetClosed) })
+	defer stopClose()
+	if b.opts.MaxWait > 0 {
+		t := c.clock.NewTimer(b.opts.MaxWait)
+		defer t.Stop()
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-t.C():
+				cancel(ErrBudgetWait)
+			case <-stop:
+			}
+		}()
+	}
+	var holders []string
+	slot, err := b.b.Acquire(actx, s.key, func(w BudgetWait) {
+		holders = slices.Clone(w.Holders)
+		b.emit(BudgetEvent{Kind: BudgetWaiting, Key: s.key, Wait: w, Waited: c.clock.Now().Sub(start)})
+	})
+	waited := c.clock.Now().Sub(start)
+	if err == nil && slot == nil {
+		err = fmt.Errorf("%w: the budget returned no slot", ErrBudgetUnavailable)
+	}
+	if err != nil && ctx.Err() == nil {
+		switch cause := context.Cause(actx); {
+		case errors.Is(cause, ErrBudgetWait):
+			err = fmt.Errorf("%w (%s): %w", ErrBudgetWait, b.opts.MaxWait, err)
+		case errors.Is(cause, errBudgetClosed):
+			err = fmt.Errorf("%w while waiting for a slot: %w", errBudgetClosed, err)
+		}
+	}
+	b.mu.Lock()
+	s.slot, s.waited, s.since = slot, waited, c.clock.Now()
+	if err != nil {
+		s.err = &BudgetError{Key: s.key, Holders: holders, Waited: waited, Err: err}
+		if b.slots[s.key] == s {
+			delete(b.slots, s.key)
+		}
+	}
+	close(s.done)
+	b.mu.Unlock()
+	if err != nil {
+		return nil, s.err
+	}
+	b.emit(BudgetEvent{Kind: BudgetAcquired, Key: s.key, Holder: slot.Holder(), Waited: waited})
+	return s, nil
+}
+
+// reportLost sends s's "lost" event, once per slot.
+func (b *budgetRunner) reportLost(s *sharedSlot, err error) {
+	s.lostOnce.Do(func() {
+		b.emit(BudgetEvent{Kind: BudgetLost, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Err: err})
+	})
+}
+
+// lostError is the error of a lost slot: a *BudgetError wrapping
+// ErrSlotLost.
+func (b *budgetRunner) lostError(s *sharedSlot, err error, what string) error {
+	if !errors.Is(err, ErrSlotLost) {
+		err = fmt.Errorf("%w: %w", ErrSlotLost, err)
+	}
+	if what != "" {
+		err = fmt.Errorf("%w (%s)", err, what)
+	}
+	return &BudgetError{Key: s.key, Holders: []string{s.slot.Holder()}, Waited: s.waited, Err: err}
+}
+
+// drop gives up one use of s; the last use releases the slot, in the
+// background. It returns a channel closed once the release's first
+// attempt ended (nil when s is still used).
+func (b *budgetRunner) drop(ctx context.Context, s *sharedSlot) <-chan struct{} {
+	b.mu.Lock()
+	s.refs--
+	last := s.refs == 0
+	if last && b.slots[s.key] == s {
+		delete(b.slots, s.key)
+	}
+	b.mu.Unlock()
+	if !last {
+		return nil
+	}
+	return b.releaseInBackground(ctx, s)
+}
+
+// releaseInBackground gives s back: once its Acquire returned, up to
+// releaseAttempts attempts, each bounded by ReleaseTimeout, with a
+// doubling pause between them on the Client's clock. The first attempt
+// always runs (even after Close); later ones stop once Close stopped
+// waiting. Every failure is reported ("release-failed" and a log line).
+func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <-chan struct{} {
+	c := b.c
+	log := c.log(ctx)
+	first := make(chan struct{})
+	b.goBackground(func() {
+		firstDone := sync.OnceFunc(func() { close(first) })
+		defer firstDone()
+		<-s.done // Acquire returns promptly once its context ends (or Close)
+		if s.slot == nil {
+			return
+		}
+		pause := releaseBackoff
+		for attempt := 1; ; attempt++ {
+			rctx, cancel := context.WithTimeout(context.Background(), b.opts.ReleaseTimeout)
+			stop := func() bool { return true }
+			if attempt > 1 {
+				stop = context.AfterFunc(b.bg, cancel)
+			}
+			err := s.slot.Release(rctx)
+			stop()
+			cancel()
+			if err == nil {
+				b.emit(BudgetEvent{Kind: BudgetReleased, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt})
+				return
+			}
+			final := attempt == releaseAttempts || b.bg.Err() != nil
+			b.emit(BudgetEvent{Kind: BudgetReleaseFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt, Err: err, Final: final})
+			firstDone()
+			if final {
+				log.Error("restart budget slot not given back; it is freed when the budget expires it", "key", s.key, "holder", s.slot.Holder(), "attempts", attempt, "error", err)
+				return
+			}
+			log.Warn("restart budget slot not given back; trying again", "key", s.key, "holder", s.slot.Holder(), "attempt", attempt, "retry_in", pause, "error", err)
+			if retry.Sleep(b.bg, c.clock, pause) != nil {
+				err = fmt.Errorf("not tried: the client was closed (attempt %d: %w)", attempt, err)
+				b.emit(BudgetEvent{Kind: BudgetReleaseFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Attempt: attempt + 1, Err: err, Final: true})
+				log.Error("restart budget slot not given back before Close; it is freed when the budget expires it", "key", s.key, "holder", s.slot.Holder(), "attempts", attempt, "error", err)
+				return
+			}
+			pause *= 2
+		}
+	})
+	return first
+}
+
+// keep moves a Stop's slots to the kept set, where the Start that follows
+// finds them. Once the Client is closed nothing is kept: the slots are
+// given back.
+func (b *budgetRunner) keep(ctx context.Context, h *hold) {
+	h.stopWatching()
+	var extra []*sharedSlot
+	b.mu.Lock()
+	for _, s := range h.slots {
+		if b.closed || b.stopped[s.key] != nil {
+			extra = append(extra, s) // closed, or an earlier Stop keeps it
+			continue
+		}
+		b.stopped[s.key] = s
+	}
+	b.mu.Unlock()
+	h.slots = extra
+	h.release(ctx)
+}
+
+// kept returns a hold of the slots a Stop kept for keys (nil: none).
+func (b *budgetRunner) kept(keys []string) *hold {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var h *hold
+	for _, k := range keys {
+		if s := b.stopped[k]; s != nil {
+			delete(b.stopped, k)
+			if h == nil {
+				h = &hold{b: b, stop: make(chan struct{})}
+			}
+			h.slots = append(h.slots, s)
+		}
+	}
+	return h
+}
+
+// close gives back every slot the Client still holds: it ends waits for
+// slots and asynchronous holds, releases the kept slots, and waits for the
+// background releases at most ReleaseTimeout (real time), after which
+// retries stop. A slot an operation still holds is released when that
+// operation ends (its first release attempt runs even after Close).
+func (b *budgetRunner) close() {
+	b.mu.Lock()
+	first := !b.closed
+	b.closed = true
+	kept := b.stopped
+	b.stopped = map[string]*sharedSlot{}
+	b.mu.Unlock()
+	if first {
+		b.cancelBase()
+	}
+	for _, s := range kept {
+		b.drop(context.Background(), s)
+	}
+	// Every Close waits for the background work under way, a release
+	// begun after an earlier Close (by a call that raced it) included.
+	b.mu.Lock()
+	idle := b.idle
+	b.mu.Unlock()
+	t := time.NewTimer(b.opts.ReleaseTimeout)
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+	t.Stop()
+	if first {
+		b.cancelBg()
+	}
+}
