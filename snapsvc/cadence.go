@@ -1,7 +1,6 @@
 package snapsvc
 
 import (
-	"errors"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -218,61 +217,4 @@ func (cd *cadence) admit(at time.Time) time.Time {
 		}
 	}
 	return at
-}
-
-// blind reports whether a conflict must be waited out blind (see above):
-// neither notices nor the state file can show the blocker's end, and in
-// REST mode only within the first cadenceSteady of the wait (then the
-// blockers are listed and followed).
-func (r *runner) blind() bool {
-	c := r.c
-	if c.blind.noListing.Load() {
-		return true
-	}
-	if c.notices.Load() == noticesYes || c.state.open() {
-		return false
-	}
-	// Until snapd has said whether it has notices for us, list (and
-	// learn); after that, polling the blockers in the first seconds does
-	// no better than the cadence and pays a read per poll on top.
-	return c.notices.Load() == noticesNo && r.cad.steady()
-}
-
-// noteListing records that snapd refused to list changes to this client
-// (403: snapctl without snap-refresh-observe, or snapd 2.57's snap
-// socket), so that its later conflicts go straight to the blind cadence
-// instead of paying a refused listing each.
-func (c *Client) noteListing(err error) {
-	if err != nil && c.mode == ModeSnapctl && isForbidden(err) {
-		c.blind.noListing.Store(true)
-	}
-}
-
-// retryBlind waits out a conflict blind: it reports the conflict and
-// pauses until the cadence's next retry, within the call's bounds. Like
-// waitOut, it lets go of the cross-process locks meanwhile (a hook of the
-// blocking change, another process, may need them), keeping this
-// process's own. Its error is final for the operation.
-func (r *runner) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
-	c, k := r.c, r.k
-	first := r.cad.n == 0
-	ev := k.event(EventConflict)
-	ev.Err = ce
-	c.emit(ev)
-	if first {
-		k.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
-	} else {
-		k.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
-	}
-	d := r.cad.next(sentAt)
-	if r.h != nil {
-		r.h.releaseFiles()
-	}
-	if err := k.sleep(d); err != nil {
-		if errors.As(err, new(*gaveUpError)) {
-			return err
-		}
-		return interrupted(k.ctx, ce)
-	}
-	return r.relockFiles()
 }

@@ -115,3 +115,79 @@ func (h *held) release() {
 	}
 	h.mem = nil
 }
+
+// lock takes the snaps' locks (unless snapd only queues the command, in a
+// configure hook: such a call cannot collide with our other operations,
+// and making it wait for them could deadlock the hook), then waits for the
+// changes earlier asynchronous operations of this process left running.
+// A restart that must keep its distance from the last one (pace.go) waits
+// with the locks released, so it holds up no other operation; a restart of
+// the same service may go ahead meanwhile, hence the loop.
+func (r *runner) lock() error {
+	c := r.c
+	for {
+		if !c.queuesInHook() {
+			h, err := c.lockSnaps(r.k.ctx, r.o.t.snaps)
+			if err != nil {
+				return err
+			}
+			r.h = h
+		}
+		if !c.mustPace(r.o) {
+			break
+		}
+		r.unlock()
+		if err := c.paceRestart(r.k, r.o); err != nil {
+			return err
+		}
+	}
+	onLocked(r.k.ctx)
+	if err := r.waitPending(); err != nil {
+		r.unlock()
+		return err
+	}
+	if c.hook != "" {
+		r.skip = c.ownHookChange(r.k, r.o.t.snaps)
+	}
+	return nil
+}
+
+// waitPending waits for the changes earlier asynchronous operations of
+// this process left running on the snaps.
+func (r *runner) waitPending() error {
+	if r.h == nil {
+		return nil
+	}
+	var pending []string
+	for _, l := range r.h.mem {
+		pending = append(pending, l.takePending()...)
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	r.k.log.Debug("waiting for this process's earlier changes", "changes", pending)
+	if _, err := r.c.waitChanges(r.k, pending, waitOpts{}); err != nil {
+		for _, l := range r.h.mem {
+			for _, id := range pending {
+				l.addPending(id)
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+func (r *runner) unlock() {
+	if r.h != nil {
+		r.h.release()
+		r.h = nil
+	}
+}
+
+// relockFiles takes back the cross-process locks let go while waiting.
+func (r *runner) relockFiles() error {
+	if r.h == nil {
+		return nil
+	}
+	return r.c.lockFiles(r.k.ctx, r.h, r.o.t.snaps)
+}

@@ -2,10 +2,7 @@ package snapsvc
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
@@ -51,39 +48,6 @@ type Result struct {
 	// Shared is true when the call merged into an identical restart that
 	// was waiting for the same snap, and reports that restart's change.
 	Shared bool
-}
-
-// op is one validated request.
-type op struct {
-	action  string
-	enable  bool
-	disable bool
-	reload  bool
-	t       target
-}
-
-func (o op) instruction() snapd.AppInstruction {
-	return snapd.AppInstruction{Action: o.action, Names: o.t.names, Enable: o.enable, Disable: o.disable, Reload: o.reload}
-}
-
-func (o op) snapctlArgs() []string {
-	args := []string{o.action}
-	switch {
-	case o.enable:
-		args = append(args, "--enable")
-	case o.disable:
-		args = append(args, "--disable")
-	case o.reload:
-		args = append(args, "--reload")
-	}
-	return append(args, o.t.names...)
-}
-
-// key identifies identical requests (for coalescing).
-func (o op) key() string {
-	names := slices.Clone(o.t.names)
-	slices.Sort(names)
-	return fmt.Sprintf("%s|%t|%t|%t|%s", o.action, o.enable, o.disable, o.reload, strings.Join(names, ","))
 }
 
 // Start starts services ("snap.app") or all services of snaps ("snap") and
@@ -172,141 +136,21 @@ func (o *Operation) wait(ctx context.Context) (*Result, error) {
 	return &res, o.budgetWait(ctx)
 }
 
-func (c *Client) prepare(action string, names []string, set func(*op)) (op, error) {
-	o := op{action: action}
-	set(&o)
-	t, err := parseTarget(names)
-	if err != nil {
-		o.t.names = names // the error names the input
-		return o, c.opError(o, "", 0, err)
+// Wait waits for the operation's change and returns its outcome. It may be
+// called more than once, from several goroutines. The first call that sees
+// the outcome emits EventDone or EventFailed; a Wait whose context ends
+// first emits nothing (the operation has not ended).
+func (o *Operation) Wait(ctx context.Context) (*Result, error) {
+	res, err := o.wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		return res, err
 	}
-	o.t = t
-	if c.mode == ModeSnapctl && c.ownSnap != "" {
-		for _, s := range t.snaps {
-			if s != c.ownSnap {
-				return o, c.opError(o, "", 0, fmt.Errorf("%w: %q is not a service of snap %q, the only snap snapctl controls from here", ErrWrongSnap, s, c.ownSnap))
-			}
-		}
+	o.mu.Lock()
+	started, ended := o.obs.started, o.obs.ended
+	o.obs.ended = true
+	o.mu.Unlock()
+	if !ended && !started.IsZero() {
+		o.c.opEnded(o.op.action, o.op.t.names, started, res, err)
 	}
-	return o, nil
-}
-
-// runSync is the life of one synchronous operation (run.go): bound, pace
-// and budget, lock to verdict (identical restarts coalesced), release.
-func (c *Client) runSync(ctx context.Context, action string, names []string, set func(*op)) (*Result, error) {
-	o, err := c.prepare(action, names, set)
-	if err != nil {
-		return nil, err
-	}
-	k := c.newOpCall(ctx, o)
-	defer k.end()
-	return c.operate(k, o)
-}
-
-// operate is budget, lock to verdict, and release of operation o on its
-// call k.
-func (c *Client) operate(k *call, o op) (*Result, error) {
-	h, err := c.takeBudget(k, o)
-	if err != nil {
-		return nil, err
-	}
-	k.hold = h
-	res, err := c.coalesce(k, o)
-	if h != nil {
-		err = c.releaseBudget(k, o, h, res, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// runAsync is runSync up to snapd's acceptance; the wait, and the release
-// of the budget's slots, go on in the background (budget.go, holdAsync).
-func (c *Client) runAsync(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
-	o, err := c.prepare(action, names, set)
-	if err != nil {
-		return nil, err
-	}
-	k := c.newOpCall(ctx, o)
-	defer k.end()
-	h, err := c.takeBudget(k, o)
-	if err != nil {
-		return nil, err
-	}
-	k.hold = h
-	res, done, err := c.run(k, o, false)
-	if err != nil {
-		if h != nil {
-			err = c.releaseBudget(k, o, h, nil, err)
-		}
-		return nil, err
-	}
-	op := &Operation{c: c, op: o, result: *res, done: done}
-	if h != nil {
-		c.holdAsync(k, op, h, done)
-	}
-	return op, nil
-}
-
-// newOpCall begins the call of operation o, its log lines naming it.
-func (c *Client) newOpCall(ctx context.Context, o op) *call {
-	k := c.newCall(ctx, callOp, o.action, o.t.names)
-	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
-	return k
-}
-
-func (c *Client) opError(o op, changeID string, attempts int, err error) error {
-	return &OpError{Op: o.action, Snap: strings.Join(o.t.snaps, ","), Names: o.t.names, ChangeID: changeID, Attempts: attempts, Err: err}
-}
-
-// finish waits for the operation's change (wait) or records it as pending
-// for the next operation on these snaps (async).
-func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Result, bool, error) {
-	if !wait {
-		c.addPending(o, res.ChangeID)
-		return res, false, nil
-	}
-	chg, err := c.waitChange(k.ownChange(), res.ChangeID, wo)
-	if err != nil {
-		var ce *ChangeError
-		if !errors.As(err, &ce) {
-			// Could not see the end; let the next operation wait for it.
-			c.addPending(o, res.ChangeID)
-			if wo.found {
-				err = adoptedWaitError(res.ChangeID, err)
-			}
-		}
-		k.log.Info("change failed", "change", res.ChangeID, "error", err)
-		return nil, false, c.opError(o, res.ChangeID, res.Attempts, err)
-	}
-	res.Status = chg.Status
-	k.log.Info("change done", "change", res.ChangeID, "attempt", res.Attempts)
-	return res, true, nil
-}
-
-// addPending records a change of this process that the next operation on
-// the same snaps must wait for.
-func (c *Client) addPending(o op, id string) {
-	for _, s := range o.t.snaps {
-		lockFor(c.instance, s).addPending(id)
-	}
-}
-
-// send makes one request to act.
-func (c *Client) send(ctx context.Context, o op) (string, error) {
-	if c.mode == ModeSnapctl {
-		_, err := c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: o.snapctlArgs()})
-		return "", err
-	}
-	return c.main.PostApps(ctx, o.instruction())
-}
-
-func appendNew(list []string, ids ...string) []string {
-	for _, id := range ids {
-		if !slices.Contains(list, id) {
-			list = append(list, id)
-		}
-	}
-	return list
+	return res, err
 }

@@ -1,6 +1,10 @@
 package snapsvc
 
-import "github.com/snapsvc/snapsvc/internal/snapd"
+import (
+	"errors"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+)
 
 // ChangeFailed reports whether the change became ready without doing its
 // work: status Error, Undone or Hold. Its outcome is known — the action
@@ -15,4 +19,100 @@ func (e *ChangeError) ChangeFailed() bool {
 		return true
 	}
 	return false
+}
+
+// refused ends an operation snapd refused for good (an unknown service, a
+// failed change reported by snapctl).
+func (r *runner) refused(a attempt) (*Result, bool, error) {
+	r.k.log.Info("failed", "attempt", r.res.Attempts, "error", a.err)
+	err := a.err
+	id := r.c.changeFailure(r.k, r.o, a.sentAt, &err)
+	return r.fail(id, err)
+}
+
+// accepted handles snapd's acceptance of the request: the change is
+// queued (a configure hook), done already (snapctl answers once its change
+// is ready), or waited for (REST).
+func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
+	c, k := r.c, r.k
+	k.flog.end(k.log)
+	c.recordRestart(r.o)
+	if c.queuesInHook() {
+		k.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", r.res.Attempts)
+		r.res.Queued = true
+		return r.res, true, nil
+	}
+	if c.mode == ModeSnapctl {
+		return r.snapctlDone(a)
+	}
+	r.res.ChangeID = a.changeID
+	c.sawID(a.changeID)
+	c.rememberOwn(r.o, a.changeID)
+	ev := k.event(EventAccepted)
+	ev.ChangeID = a.changeID
+	c.emit(ev)
+	k.log.Info("change created", "change", a.changeID, "attempt", r.res.Attempts)
+	return c.finish(k, r.o, r.res, wait, waitOpts{fresh: true, kind: r.o.key(), sentAt: a.sentAt, answeredAt: a.answeredAt})
+}
+
+// snapctlDone handles snapctl's answer to a service command: outside
+// configure hooks snapctl answers once the change is ready and Done
+// (ctlcmd runServiceCommand waits for chg.Ready and returns chg.Err).
+// Where snapd lets us list changes, it finds the change, and notices a
+// command queued by a hook snapsvc could not identify.
+func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
+	c, k := r.c, r.k
+	all, err := c.wholeSnapServices(k, r.o)
+	var chgs []snapd.Change
+	if err == nil && !c.blind.noListing.Load() {
+		chgs, err = c.listOnce(k, snapd.SelectAll)
+		c.noteListing(err)
+	}
+	if err == nil {
+		if id := queuedIn(chgs, r.o, all, c.pace.snapdTime(a.sentAt), c.pace.snapdTimeLate(a.answeredAt)); id != "" {
+			k.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
+			r.res.Queued, r.res.ChangeID = true, id
+			return r.res, true, nil
+		}
+		r.res.ChangeID = c.claimOpChange(chgs, r.o, all, a.sent, a.answeredAt, r.known)
+	}
+	r.res.Status = snapd.StatusDone
+	ev := k.event(EventAccepted)
+	ev.ChangeID = r.res.ChangeID
+	c.emit(ev)
+	k.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
+	return r.res, true, nil
+}
+
+// finish waits for the operation's change (wait) or records it as pending
+// for the next operation on these snaps (async).
+func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Result, bool, error) {
+	if !wait {
+		c.addPending(o, res.ChangeID)
+		return res, false, nil
+	}
+	chg, err := c.waitChange(k.ownChange(), res.ChangeID, wo)
+	if err != nil {
+		var ce *ChangeError
+		if !errors.As(err, &ce) {
+			// Could not see the end; let the next operation wait for it.
+			c.addPending(o, res.ChangeID)
+			if wo.found {
+				err = adoptedWaitError(res.ChangeID, err)
+			}
+		}
+		k.log.Info("change failed", "change", res.ChangeID, "error", err)
+		return nil, false, c.opError(o, res.ChangeID, res.Attempts, err)
+	}
+	res.Status = chg.Status
+	k.log.Info("change done", "change", res.ChangeID, "attempt", res.Attempts)
+	return res, true, nil
+}
+
+// addPending records a change of this process that the next operation on
+// the same snaps must wait for.
+func (c *Client) addPending(o op, id string) {
+	for _, s := range o.t.snaps {
+		lockFor(c.instance, s).addPending(id)
+	}
 }

@@ -1,0 +1,214 @@
+package snapsvc
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// conflict waits out the change that refused the attempt: at the state
+// file's next rewrite for a first conflict (most blockers are service
+// changes that end within milliseconds), blind where the blocker's end
+// cannot be seen (cadence.go), else by finding the blockers and waiting
+// for them.
+func (r *runner) conflict(a attempt) (next, error) {
+	c, k := r.c, r.k
+	r.res.Conflicts++
+	ce, _ := retry.AsConflict(a.err)
+	k.last = ce
+	if a.watched && !r.optimistic {
+		r.optimistic = true
+		ev := k.event(EventConflict)
+		ev.Err = ce
+		c.emit(ev)
+		k.log.Info("conflict; trying again when snapd's state changes", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+		woke, err := r.awaitRewrite(a.mark)
+		if err != nil {
+			return 0, err
+		}
+		if woke {
+			return tryFresh, nil
+		}
+	}
+	r.optimistic = false
+	if r.blind() {
+		return tryAgain, r.retryBlind(ce, a.sentAt)
+	}
+	// Where notices are absent (or not known yet) the wait may poll: the
+	// state watch is marked before the listing, so the wait can take the
+	// listing for its first read.
+	var mark uint64
+	watched := c.notices.Load() != noticesYes && c.state.open()
+	if watched {
+		mark = c.state.mark()
+	}
+	listedAt, err := r.paceListing(a.sentAt)
+	if err != nil {
+		return 0, err
+	}
+	ids, ferr := c.findBlockers(k, r.o.t.snaps, ce, r.skip)
+	if ferr != nil {
+		k.log.Debug("cannot list changes to find the blocker", "error", ferr)
+		if c.noteListing(ferr); len(ids) == 0 && r.blind() {
+			if _, ok := r.cad.begun(); !ok {
+				r.cad.note(listedAt) // the refused listing counts as a request of the wait
+			}
+			return tryAgain, r.retryBlind(ce, a.sentAt)
+		}
+	}
+	ev := k.event(EventConflict)
+	ev.Blockers, ev.Err = ids, ce
+	c.emit(ev)
+	if len(ids) > 0 {
+		r.unseen = 0
+		ce.ChangeID = ids[0]
+		for _, id := range ids {
+			r.known[id] = true
+		}
+		k.log.Info("conflict; waiting for blocking changes", "changes", ids, "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+		r.res.WaitedFor = appendNew(r.res.WaitedFor, ids...)
+		if err := r.waitOut(ids, ce, watched, mark); err != nil {
+			return 0, err
+		}
+		r.cad.reset()
+		return tryFresh, nil // the blocker is done: try again at once
+	}
+	r.unseen++
+	if r.unseen == 1 && ferr == nil {
+		// The blocker finished between our request and the listing: try
+		// again straight away.
+		k.log.Info("conflict; blocker already gone, retrying", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+		return tryAgain, nil
+	}
+	k.flog.log(k.log, "in conflict with an unseen blocker", "conflict; blocker not visible, backing off", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+	return tryPaused, nil
+}
+
+// paceListing keeps a listing made during a blind wait (one that turned to
+// listing after its first seconds) to the wait's request budget, counting
+// the refusal that led to it. It returns when the listing is sent.
+func (r *runner) paceListing(refusedSentAt time.Time) (time.Time, error) {
+	now := r.c.clock.Now()
+	if _, ok := r.cad.begun(); !ok {
+		return now, nil
+	}
+	r.cad.note(refusedSentAt)
+	if d := r.cad.delay(now); d > 0 {
+		if err := r.k.sleep(d); err != nil {
+			return now, err
+		}
+		now = r.c.clock.Now()
+	}
+	r.cad.note(now)
+	return now, nil
+}
+
+// awaitRewrite waits, for at most stateSafety and within the call's
+// bounds, for snapd's state file to be rewritten after mark. Like waitOut,
+// it lets go of the cross-process locks meanwhile.
+func (r *runner) awaitRewrite(mark uint64) (bool, error) {
+	if r.h != nil {
+		r.h.releaseFiles()
+	}
+	d := stateSafety
+	if left, ok := r.k.left(); ok {
+		d = min(d, left)
+	}
+	woke, err := r.c.state.waitFrom(r.k.ctx, d, mark)
+	if r.k.ctx.Err() != nil {
+		return false, interrupted(r.k.ctx, r.k.last)
+	}
+	if err != nil {
+		woke = false // the watch broke: handle the conflict by listing
+	}
+	return woke, r.relockFiles()
+}
+
+// waitOut waits for blocking changes of others, within the call's bounds.
+// It lets go of the cross-process locks meanwhile (a hook the blocker
+// runs, a separate process, may need them) but keeps this process's own,
+// so identical requests queued behind it can still merge. A blocker that
+// sits in Wait (for a reboot) cannot be waited out.
+func (r *runner) waitOut(ids []string, ce *retry.ConflictError, watched bool, mark uint64) error {
+	if r.h != nil {
+		r.h.releaseFiles()
+	}
+	wo := waitOpts{stallOnWait: true, listed: true, listedWatched: watched, listedMark: mark}
+	if since, ok := r.cad.begun(); ok { // a blind wait turned to listing: poll at its pace
+		wo.since, wo.pacer = since, r.cad
+	}
+	_, err := r.c.waitChanges(r.k, ids, wo)
+	var stalled *ChangeError
+	var gaveUp *gaveUpError
+	switch {
+	case errors.As(err, &stalled):
+		ce.ChangeID = stalled.ID
+		return &gaveUpError{reason: fmt.Sprintf("blocking change %s (%s) is waiting, for a reboot or a manual step", stalled.ID, stalled.Kind), last: ce}
+	case err != nil && r.k.ctx.Err() != nil:
+		return interrupted(r.k.ctx, ce)
+	case errors.As(err, &gaveUp):
+		return &gaveUpError{reason: gaveUp.reason, last: ce}
+	case err != nil:
+		return err
+	}
+	return r.relockFiles()
+}
+
+// blind reports whether a conflict must be waited out blind (see above):
+// neither notices nor the state file can show the blocker's end, and in
+// REST mode only within the first cadenceSteady of the wait (then the
+// blockers are listed and followed).
+func (r *runner) blind() bool {
+	c := r.c
+	if c.blind.noListing.Load() {
+		return true
+	}
+	if c.notices.Load() == noticesYes || c.state.open() {
+		return false
+	}
+	// Until snapd has said whether it has notices for us, list (and
+	// learn); after that, polling the blockers in the first seconds does
+	// no better than the cadence and pays a read per poll on top.
+	return c.notices.Load() == noticesNo && r.cad.steady()
+}
+
+// noteListing records that snapd refused to list changes to this client
+// (403: snapctl without snap-refresh-observe, or snapd 2.57's snap
+// socket), so that its later conflicts go straight to the blind cadence
+// instead of paying a refused listing each.
+func (c *Client) noteListing(err error) {
+	if err != nil && c.mode == ModeSnapctl && isForbidden(err) {
+		c.blind.noListing.Store(true)
+	}
+}
+
+// retryBlind waits out a conflict blind: it reports the conflict and
+// pauses until the cadence's next retry, within the call's bounds. Like
+// waitOut, it lets go of the cross-process locks meanwhile (a hook of the
+// blocking change, another process, may need them), keeping this
+// process's own. Its error is final for the operation.
+func (r *runner) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
+	c, k := r.c, r.k
+	first := r.cad.n == 0
+	ev := k.event(EventConflict)
+	ev.Err = ce
+	c.emit(ev)
+	if first {
+		k.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+	} else {
+		k.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+	}
+	d := r.cad.next(sentAt)
+	if r.h != nil {
+		r.h.releaseFiles()
+	}
+	if err := k.sleep(d); err != nil {
+		if errors.As(err, new(*gaveUpError)) {
+			return err
+		}
+		return interrupted(k.ctx, ce)
+	}
+	return r.relockFiles()
+}

@@ -1,0 +1,281 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// interruptGrace bounds the look-up, in the background, for the change of
+// a request whose call ended while snapd's answer was pending: a change it
+// made is then waited for by the next operation on the snaps.
+const interruptGrace = 2 * time.Second
+
+// lost handles a request whose answer was lost: it adopts the change the
+// request made, settles the outcome from the services' state, or reports
+// (tryPaused) that the request made no change and may be sent again.
+func (r *runner) lost(a attempt, wait bool) (*Result, bool, next, error) {
+	c, k := r.c, r.k
+	ev := k.event(EventAnswerLost)
+	ev.Err = a.err
+	c.emit(ev)
+	id, settled, err := r.resolveLost(a.sent)
+	switch {
+	case err != nil:
+		res, done, err := r.fail("", err)
+		return res, done, 0, err
+	case settled:
+		k.log.Info("outcome unknown; the services reached the state asked for", "attempt", r.res.Attempts)
+		r.res.Status = snapd.StatusDone
+		return r.res, true, 0, nil
+	case id == "":
+		k.log.Info("the request made no change; sending it again", "attempt", r.res.Attempts, "error", k.last)
+		return nil, false, tryPaused, nil
+	}
+	k.log.Info("request's answer was lost; adopting the change it made", "change", id, "attempt", r.res.Attempts)
+	if r.o.enable || r.o.disable {
+		// Enable and disable leave no trace in the change: a foreign plain
+		// start looks exactly like our start --enable. Only the services'
+		// state after the change tells them apart.
+		ok, svcs, err := r.adoptedMatches(id)
+		if err != nil {
+			res, done, err := r.fail(id, err)
+			return res, done, 0, err
+		}
+		if !ok {
+			k.log.Info("the change found was not this request's (the services are not "+map[bool]string{true: "enabled", false: "disabled"}[r.o.enable]+"); sending it again", "change", id, "services", svcs)
+			c.unclaim(r.o, id)
+			r.known[id] = true
+			return nil, false, tryPaused, nil
+		}
+		c.recordRestart(r.o)
+		r.res.ChangeID, r.res.Status = id, snapd.StatusDone
+		return r.res, true, 0, nil
+	}
+	c.recordRestart(r.o)
+	r.res.ChangeID = id
+	res, done, err := r.adopted(id, wait)
+	return res, done, 0, err
+}
+
+// lostAnswerSettle is the least pause between the two look-ups that tell
+// that a request whose answer was lost made no change: long enough for a
+// handler that was waiting for snapd's state lock to have made it, short
+// against the cost of acting twice (the snap command polls at this rate).
+const lostAnswerSettle = 100 * time.Millisecond
+
+// resolveLost finds out whether a request whose outcome is unknown made a
+// change. It returns the change's id, or "" when the request made none (so
+// sending it again is safe). A connection can break while snapd is still
+// handling the request, before it has made the change, so one empty
+// look-up is not proof: only a second one, a pause later, is. It never
+// sends the action again itself: while the lookup fails it retries the
+// lookup within the call's bounds. When snapd refuses the lookup (snapctl
+// without snap-refresh-observe), a start or stop is settled by watching
+// the services reach the state asked for ("snapctl services" needs no
+// interface); a restart cannot be told from the state, so it ends with
+// ErrOutcomeUnknown rather than run twice. Any other way it ends before it
+// knows is ErrOutcomeUnknown too, never a retryable error.
+func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
+	k := r.k
+	unknown := func(reason string, err error) error { return r.unknownOutcome(reason, err, st) }
+	const what = "looking for the change of a request whose answer was lost"
+	confirming := false
+	for {
+		id, err := r.c.findOpChange(k, r.o, st, time.Time{}, r.known)
+		switch {
+		case err == nil && (id != "" || confirming):
+			return id, false, nil
+		case err == nil:
+			// snapd may not have handled the request yet: it carries on
+			// with a request whose connection broke, and its handler
+			// may be waiting for the state lock. Look again a settling
+			// pause later, however short the policy's pauses.
+			k.log.Debug("no change for the request whose answer was lost yet; looking again before sending it again")
+			confirming = true
+			if perr := k.sleep(lostAnswerSettle); perr != nil {
+				return "", false, unknown(what, perr)
+			}
+			continue
+		case isForbidden(err):
+			if r.o.action == "restart" {
+				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.lastAct(), sent: st}
+			}
+			return "", true, r.awaitState()
+		default:
+			k.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
+		}
+		if k.ctx.Err() != nil {
+			return "", false, unknown(what, nil)
+		}
+		if perr := k.pause(err); perr != nil {
+			return "", false, unknown(what, perr)
+		}
+	}
+}
+
+// unknownOutcome is the end of a call, for err (the call's bound, or its
+// context), while it was finding out what its request to act did (what):
+// ErrOutcomeUnknown, with the request's last failure, and st, when set,
+// the request whose outcome is unknown.
+func (r *runner) unknownOutcome(what string, err error, st sent) error {
+	if g := (*gaveUpError)(nil); errors.As(err, &g) {
+		return &outcomeUnknownError{reason: g.reason + " " + what, last: r.lastAct(), sent: st}
+	}
+	return &outcomeUnknownError{reason: "interrupted " + what, last: interrupted(r.k.ctx, r.lastAct()), sent: st}
+}
+
+// lastAct is the failure of the last request to act.
+func (r *runner) lastAct() error {
+	if r.k.last != nil {
+		return r.k.last
+	}
+	return ErrOutcomeUnknown
+}
+
+// awaitState waits, within the call's bounds, until the services the
+// operation names are in the state it asks for.
+func (r *runner) awaitState() error {
+	k := r.k
+	const what = "waiting for the services to reach the state asked for"
+	for {
+		svcs, err := r.c.services(k, r.o.t.names)
+		if err == nil && r.o.reached(svcs) {
+			return nil
+		}
+		if err != nil {
+			k.log.Debug("cannot read service state", "error", err)
+		}
+		if perr := k.sleep(k.rt.ConflictPause()); perr != nil {
+			return r.unknownOutcome(what, perr, sent{})
+		}
+	}
+}
+
+// adoptedMatches waits for change id, found for a start --enable or stop
+// --disable whose answer was lost, and reports whether it was the
+// request's: the services are now enabled (disabled) as the request asks,
+// or another change has touched the snap since, so the state cannot tell.
+// Only the startup is read: whether they run is the change's own outcome,
+// and a foreign change (a restart, say) may be moving them at this moment.
+func (r *runner) adoptedMatches(id string) (bool, []Service, error) {
+	chg, err := r.c.waitChange(r.k, id, waitOpts{})
+	if err != nil {
+		return false, nil, adoptedWaitError(id, err)
+	}
+	svcs, err := r.c.services(r.k, r.o.t.names)
+	if err != nil {
+		return false, nil, &outcomeUnknownError{reason: fmt.Sprintf("change %s is done but the services' state cannot be read to tell whether it was this request's", id), last: err}
+	}
+	if r.o.flagsApplied(svcs) {
+		return true, svcs, nil
+	}
+	// Not enabled (disabled) as asked: the change was not ours — unless
+	// another change touched the snap since, which may have changed the
+	// startup again; then the state says nothing and the change found
+	// stands.
+	later, err := r.c.touchedSince(r.k, r.o.t.snaps, chg)
+	return later || err != nil, svcs, nil
+}
+
+// touchedSince reports whether a change other than chg, spawned after it,
+// touches one of snaps.
+func (c *Client) touchedSince(k *call, snaps []string, chg *snapd.Change) (bool, error) {
+	chgs, err := c.listOnce(k, snapd.SelectAll)
+	if err != nil {
+		return false, err
+	}
+	for i := range chgs {
+		other := &chgs[i]
+		if other.ID == chg.ID || !other.SpawnTime.After(chg.SpawnTime) {
+			continue
+		}
+		for _, s := range snaps {
+			if touches(other, s, summaryPattern(s)) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// interruptedAt ends an operation whose call's time (its context, or the
+// policy's) ran out, or was about to, during attempt a. If snapd's answer
+// was pending, the request may have made a change, or snapd may still make
+// it: what is left of the call's time (the look-up reserve) goes to
+// looking the change up. Found, the error names it (not retryable:
+// retrying would act twice) and the next operation on the snaps waits for
+// it; otherwise the outcome is unknown (ErrOutcomeUnknown) and the look-up
+// goes on in the background, bounded by interruptGrace and ended by Close,
+// never on the caller's time.
+func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
+	c, k, o := r.c, r.k, r.o
+	cause := &interruptedError{ctx: deadlineCause(k.ctx), last: a.err}
+	if a.class != retry.Indeterminate {
+		return r.fail("", cause)
+	}
+	if k.ctx.Err() == nil {
+		id, err := c.findOpChange(k, o, a.sent, time.Time{}, r.known)
+		if err == nil && id != "" {
+			c.recordRestart(o)
+			c.addPending(o, id)
+			k.log.Info("the call's time ran out while snapd's answer was pending; the request made a change", "change", id)
+			return r.fail(id, &inFlightError{id: id, ctx: cause.ctx})
+		}
+	}
+	known, log := maps.Clone(r.known), k.log
+	found := make(chan string, 1)
+	started := c.bg.do(interruptGrace, func(bctx context.Context) {
+		defer close(found)
+		bk := c.newCall(bctx, callWait, o.action, o.t.names)
+		defer bk.end()
+		if id := c.lookFor(bk, o, a.sent, known); id != "" {
+			c.recordRestart(o)
+			c.addPending(o, id)
+			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", id)
+			found <- id
+		} else {
+			log.Debug("no change found for a request cut off in flight", "within", interruptGrace)
+		}
+	})
+	if !started {
+		close(found)
+	}
+	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause, sent: a.sent, found: found})
+}
+
+// lookFor looks, until k's context ends (interruptGrace, in the
+// background), for the change of request o sent at st: snapd carries on
+// with a request whose client left, and a handler stuck behind its state
+// lock may make the change late. It returns "" when none was made by then.
+func (c *Client) lookFor(k *call, o op, st sent, known map[string]bool) string {
+	for {
+		id, err := c.findOpChange(k, o, st, time.Time{}, known)
+		if err == nil && id != "" {
+			return id
+		}
+		if k.sleep(lostAnswerSettle) != nil {
+			return ""
+		}
+	}
+}
+
+// adopted finishes an operation whose change was found after its answer
+// was lost.
+func (r *runner) adopted(id string, wait bool) (*Result, bool, error) {
+	wo := waitOpts{found: true}
+	if r.c.mode == ModeSnapctl {
+		chg, err := r.c.waitChange(r.k.ownChange(), id, wo)
+		if err != nil {
+			return r.fail(id, adoptedWaitError(id, err))
+		}
+		r.res.Status = chg.Status
+		return r.res, true, nil
+	}
+	return r.c.finish(r.k, r.o, r.res, wait, wo)
+}

@@ -1,0 +1,103 @@
+package snapsvc
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+)
+
+// op is one validated request.
+type op struct {
+	action  string
+	enable  bool
+	disable bool
+	reload  bool
+	t       target
+}
+
+func (o op) instruction() snapd.AppInstruction {
+	return snapd.AppInstruction{Action: o.action, Names: o.t.names, Enable: o.enable, Disable: o.disable, Reload: o.reload}
+}
+
+func (o op) snapctlArgs() []string {
+	args := []string{o.action}
+	switch {
+	case o.enable:
+		args = append(args, "--enable")
+	case o.disable:
+		args = append(args, "--disable")
+	case o.reload:
+		args = append(args, "--reload")
+	}
+	return append(args, o.t.names...)
+}
+
+// key identifies identical requests (for coalescing).
+func (o op) key() string {
+	names := slices.Clone(o.t.names)
+	slices.Sort(names)
+	return fmt.Sprintf("%s|%t|%t|%t|%s", o.action, o.enable, o.disable, o.reload, strings.Join(names, ","))
+}
+
+func (c *Client) prepare(action string, names []string, set func(*op)) (op, error) {
+	o := op{action: action}
+	set(&o)
+	t, err := parseTarget(names)
+	if err != nil {
+		o.t.names = names // the error names the input
+		return o, c.opError(o, "", 0, err)
+	}
+	o.t = t
+	if c.mode == ModeSnapctl && c.ownSnap != "" {
+		for _, s := range t.snaps {
+			if s != c.ownSnap {
+				return o, c.opError(o, "", 0, fmt.Errorf("%w: %q is not a service of snap %q, the only snap snapctl controls from here", ErrWrongSnap, s, c.ownSnap))
+			}
+		}
+	}
+	return o, nil
+}
+
+func (c *Client) opError(o op, changeID string, attempts int, err error) error {
+	return &OpError{Op: o.action, Snap: strings.Join(o.t.snaps, ","), Names: o.t.names, ChangeID: changeID, Attempts: attempts, Err: err}
+}
+
+func appendNew(list []string, ids ...string) []string {
+	for _, id := range ids {
+		if !slices.Contains(list, id) {
+			list = append(list, id)
+		}
+	}
+	return list
+}
+
+// flagsApplied reports whether svcs are enabled or disabled as o asks.
+func (o op) flagsApplied(svcs []Service) bool {
+	if len(svcs) == 0 {
+		return false
+	}
+	for _, s := range svcs {
+		if (o.enable && !s.Enabled) || (o.disable && s.Enabled) {
+			return false
+		}
+	}
+	return true
+}
+
+// reached reports whether svcs are in the state o asks for.
+func (o op) reached(svcs []Service) bool {
+	if len(svcs) == 0 {
+		return false
+	}
+	for _, s := range svcs {
+		switch {
+		case o.action == "start" && (!s.Active || (o.enable && !s.Enabled)):
+			return false
+		case o.action == "stop" && (s.Active || (o.disable && s.Enabled)):
+			return false
+		}
+	}
+	return true
+}
