@@ -3,6 +3,7 @@ package snapsvc
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/snapsvc/snapsvc/internal/flock"
+	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
 // snapLock serialises operations on one snap of one snapd within the
@@ -190,4 +192,32 @@ func (r *runner) relockFiles() error {
 		return nil
 	}
 	return r.c.lockFiles(r.k.ctx, r.h, r.o.t.snaps)
+}
+
+// instanceKey identifies a snapd by the directory of its sockets: both
+// sockets of one snapd live side by side (/run on a real system, one temp
+// directory for a fake), so a REST client and a snapctl client of one
+// process share their per-snap locks.
+func instanceKey(socket string) string {
+	abs, err := filepath.Abs(socket)
+	if err != nil {
+		abs = socket
+	}
+	return filepath.Dir(abs)
+}
+
+func defaultLockDir(socket string, env func(string) string) string {
+	if socket != snapd.DefaultSocket && socket != snapd.DefaultSnapSocket {
+		return filepath.Join(instanceKey(socket), ".snapsvc-lock")
+	}
+	if common := env("SNAP_COMMON"); common != "" && env("SNAP_NAME") != "" {
+		return filepath.Join(common, ".snapsvc-lock")
+	}
+	// Not /run/lock: any user may create entries there (mode 1777), and
+	// one who made /run/lock/snapsvc first could lock root out of every
+	// operation. /run is root's alone.
+	if os.Geteuid() == 0 {
+		return "/run/snapsvc"
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("snapsvc-%d", os.Geteuid()))
 }

@@ -2,6 +2,9 @@ package snapsvc
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"regexp"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
@@ -93,4 +96,59 @@ func (c *Client) AbortChange(ctx context.Context, id string) (*Change, error) {
 		return nil, err
 	}
 	return changeOf(chg), nil
+}
+
+// Change returns the change with the given id.
+func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
+	var chg *snapd.Change
+	err := c.callOf(ctx, callRead, "read", nil, func(k *call) (err error) {
+		chg, err = c.readChange(k, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return changeOf(chg), nil
+}
+
+// isForbidden reports whether snapd refused a read for lack of access.
+func isForbidden(err error) bool {
+	var apiErr *snapd.Error
+	return errors.As(err, &apiErr) && (apiErr.StatusCode == 401 || apiErr.StatusCode == 403)
+}
+
+// ChangesOptions select changes for Changes.
+type ChangesOptions struct {
+	// Select is "in-progress" (default), "ready" or "all".
+	Select string
+	// Snap keeps only changes that touch the snap, found by their tasks
+	// (snapd's own for= filter misses changes made through snapctl).
+	Snap string
+}
+
+// Changes lists snapd's changes.
+func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, error) {
+	sel := opts.Select
+	if sel == "" {
+		sel = snapd.SelectInProgress
+	}
+	var chgs []snapd.Change
+	err := c.callOf(ctx, callRead, "read", nil, func(k *call) (err error) {
+		chgs, err = c.readChanges(k, sel, "")
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapsvc: listing changes: %w", err)
+	}
+	out := make([]Change, 0, len(chgs))
+	var re *regexp.Regexp
+	if opts.Snap != "" {
+		re = summaryPattern(opts.Snap)
+	}
+	for i := range chgs {
+		if re == nil || touches(&chgs[i], opts.Snap, re) {
+			out = append(out, *changeOf(&chgs[i]))
+		}
+	}
+	return out, nil
 }

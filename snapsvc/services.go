@@ -3,10 +3,7 @@ package snapsvc
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
-
-	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
 // Service is the state of one snap service as snapd reports it.
@@ -55,42 +52,6 @@ func (c *Client) services(k *call, names []string) ([]Service, error) {
 			continue
 		}
 		out = append(out, Service{Snap: a.Snap, Name: a.Name, Daemon: a.Daemon, DaemonScope: a.DaemonScope, Enabled: a.Enabled, Active: a.Active})
-	}
-	return out, nil
-}
-
-// ChangesOptions select changes for Changes.
-type ChangesOptions struct {
-	// Select is "in-progress" (default), "ready" or "all".
-	Select string
-	// Snap keeps only changes that touch the snap, found by their tasks
-	// (snapd's own for= filter misses changes made through snapctl).
-	Snap string
-}
-
-// Changes lists snapd's changes.
-func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, error) {
-	sel := opts.Select
-	if sel == "" {
-		sel = snapd.SelectInProgress
-	}
-	var chgs []snapd.Change
-	err := c.callOf(ctx, callRead, "read", nil, func(k *call) (err error) {
-		chgs, err = c.readChanges(k, sel, "")
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("snapsvc: listing changes: %w", err)
-	}
-	out := make([]Change, 0, len(chgs))
-	var re *regexp.Regexp
-	if opts.Snap != "" {
-		re = summaryPattern(opts.Snap)
-	}
-	for i := range chgs {
-		if re == nil || touches(&chgs[i], opts.Snap, re) {
-			out = append(out, *changeOf(&chgs[i]))
-		}
 	}
 	return out, nil
 }

@@ -1,12 +1,9 @@
 package snapsvc
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
@@ -20,31 +17,6 @@ const noticeWait = 30 * time.Second
 // misbehave (fail, or answer an empty long-poll at once) before the wait
 // stops using it and polls the changes instead.
 const noticeStrikes = 3
-
-// Change returns the change with the given id.
-func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
-	var chg *snapd.Change
-	err := c.callOf(ctx, callRead, "read", nil, func(k *call) (err error) {
-		chg, err = c.readChange(k, id)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return changeOf(chg), nil
-}
-
-// WaitChange waits until the change is ready and returns it. A change that
-// ends in Error, Undone or Hold is returned together with a *ChangeError
-// carrying snapd's err text.
-func (c *Client) WaitChange(ctx context.Context, id string) (*Change, error) {
-	var chg *snapd.Change
-	err := c.callOf(ctx, callWait, "wait", nil, func(k *call) (err error) {
-		chg, err = c.sharedWaitChange(k, id)
-		return err
-	})
-	return changeOf(chg), err
-}
 
 func (c *Client) waitChange(k *call, id string, wo waitOpts) (*snapd.Change, error) {
 	chgs, err := c.waitChanges(k, []string{id}, wo)
@@ -479,166 +451,4 @@ func (w *changeWait) pause(err error, ids []string) error {
 	}
 	w.k.log.Debug("cannot read a change while waiting; retrying", "error", err)
 	return waitErr(w.k.pause(err), ids)
-}
-
-// WaitIdle returns once no change that touches snap is in progress,
-// including changes made through snapctl, which carry no snap-names and so
-// are found by their tasks.
-func (c *Client) WaitIdle(ctx context.Context, snap string) error {
-	if err := validateSnapName(snap); err != nil {
-		return fmt.Errorf("snapsvc: waiting for snap to be idle: %w %q: %v", ErrInvalidName, snap, err)
-	}
-	return c.callOf(ctx, callWait, "wait", []string{snap}, func(k *call) error {
-		return c.sharedWaitIdle(k, snap)
-	})
-}
-
-// waitIdle is WaitIdle on call k, not shared (watcher.go). read, when not
-// nil, is told when each listing was sent: the last one said the snap is
-// idle.
-func (c *Client) waitIdle(k *call, snap string, read func(time.Time)) error {
-	skip := ""
-	if c.hook != "" {
-		// From inside a hook, the hook's own change cannot end first.
-		skip = c.ownHookChange(k, []string{snap})
-	}
-	for {
-		at := c.clock.Now()
-		ids, err := c.findBlockers(k, []string{snap}, nil, skip)
-		if err != nil {
-			if retry.Classify(err) == retry.Transient && k.ctx.Err() == nil {
-				if perr := k.pause(err); perr != nil {
-					return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, perr)
-				}
-				continue
-			}
-			return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
-		}
-		if read != nil {
-			read(at)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		k.log.Debug("waiting for changes on snap", "snap", snap, "changes", ids)
-		if _, err := c.waitChanges(k, ids, waitOpts{}); err != nil {
-			return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
-		}
-	}
-}
-
-// findBlockers lists the in-progress changes that hold any of snaps (or,
-// for a conflict with an exclusive change, every change of that kind).
-// skip is a change to ignore (the caller's own).
-func (c *Client) findBlockers(k *call, snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
-	if c.notices.Load() == noticesNo {
-		// Watch the state file from before the listing: a wait for the
-		// blockers may then take the listing as its first read.
-		c.state.open()
-	}
-	chgs, err := c.listOnce(k, snapd.SelectInProgress)
-	if err != nil {
-		return nil, err
-	}
-	patterns := make([]*regexp.Regexp, len(snaps))
-	for i, s := range snaps {
-		patterns[i] = summaryPattern(s)
-	}
-	var ids []string
-	for i := range chgs {
-		chg := &chgs[i]
-		if chg.Ready || chg.ID == skip {
-			continue
-		}
-		match := ce != nil && ce.AllSnaps && (ce.ChangeKind == "" || ce.ChangeKind == chg.Kind)
-		for i, s := range snaps {
-			if match {
-				break
-			}
-			match = touches(chg, s, patterns[i])
-		}
-		if match {
-			ids = append(ids, chg.ID)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return lessID(ids[i], ids[j]) })
-	return ids, nil
-}
-
-// touches reports whether a change holds snap the way snapd's conflict
-// check sees it (any task of a non-ready change that affects the snap,
-// even a finished one). snapd >= 2.62 lists affected-snaps on tasks; every
-// version names the snap in task summaries, matched by re (summaryPattern),
-// e.g. `Run service command "stop" for services ["gamma"] of snap
-// "svcdemo"`, `Run configure hook of "svcdemo" snap`, `stop of
-// [svcdemo.gamma]`.
-func touches(chg *snapd.Change, snap string, re *regexp.Regexp) bool {
-	if re.MatchString(chg.Summary) {
-		return true
-	}
-	for _, t := range chg.Tasks {
-		if slices.Contains(t.Data.AffectedSnaps, snap) || re.MatchString(t.Summary) {
-			return true
-		}
-	}
-	return false
-}
-
-func summaryPattern(snap string) *regexp.Regexp {
-	q := regexp.QuoteMeta(snap)
-	return regexp.MustCompile(`snap "` + q + `"|"` + q + `" snap|[\[ ]` + q + `[.\] ,]|\[` + q + `\]`)
-}
-
-// lessID orders change ids numerically (they are decimal counters).
-func lessID(a, b string) bool {
-	if len(a) != len(b) {
-		return len(a) < len(b)
-	}
-	return a < b
-}
-
-// isForbidden reports whether snapd refused a read for lack of access.
-func isForbidden(err error) bool {
-	var apiErr *snapd.Error
-	return errors.As(err, &apiErr) && (apiErr.StatusCode == 401 || apiErr.StatusCode == 403)
-}
-
-// ErrNoNotices is returned by WaitChangeUpdate when snapd has no notices
-// API (before 2.62) or does not let this client read it.
-var ErrNoNotices = errors.New("snapd offers no change notices here")
-
-// WaitChangeUpdate blocks until snapd records a change-update notice (a
-// change was spawned or changed status) later than after, or until
-// timeout passes, and returns the last-repeated time of the newest such
-// notice (after itself when none came). With a zero after it returns at
-// once with the newest existing notice's time, a starting point for the
-// next call. It uses snapd's notices long-poll (snapd >= 2.62) and
-// returns ErrNoNotices where there is none; callers then poll Changes.
-func (c *Client) WaitChangeUpdate(ctx context.Context, after time.Time, timeout time.Duration) (time.Time, error) {
-	if c.notices.Load() == noticesNo {
-		return after, ErrNoNotices
-	}
-	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, After: after}
-	if !after.IsZero() {
-		opts.Timeout = timeout
-	}
-	var ns []snapd.Notice
-	err := c.callOf(ctx, callWait, "wait", nil, func(k *call) (err error) {
-		ns, err = c.main.Notices(k.ctx, opts)
-		return err
-	})
-	switch {
-	case snapd.IsNotFound(err) || isForbidden(err):
-		c.notices.Store(noticesNo)
-		return after, ErrNoNotices
-	case err != nil:
-		return after, fmt.Errorf("snapsvc: waiting for change notices: %w", err)
-	}
-	c.notices.Store(noticesYes)
-	for _, n := range ns {
-		if n.LastRepeated.After(after) {
-			after = n.LastRepeated
-		}
-	}
-	return after, nil
 }

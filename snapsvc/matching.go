@@ -3,12 +3,15 @@ package snapsvc
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
 )
 
 // recentOwn bounds how many change ids a process remembers as claimed per
@@ -358,4 +361,74 @@ func (c *Client) ownHookChange(k *call, snaps []string) string {
 		}
 	}
 	return ""
+}
+
+// findBlockers lists the in-progress changes that hold any of snaps (or,
+// for a conflict with an exclusive change, every change of that kind).
+// skip is a change to ignore (the caller's own).
+func (c *Client) findBlockers(k *call, snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
+	if c.notices.Load() == noticesNo {
+		// Watch the state file from before the listing: a wait for the
+		// blockers may then take the listing as its first read.
+		c.state.open()
+	}
+	chgs, err := c.listOnce(k, snapd.SelectInProgress)
+	if err != nil {
+		return nil, err
+	}
+	patterns := make([]*regexp.Regexp, len(snaps))
+	for i, s := range snaps {
+		patterns[i] = summaryPattern(s)
+	}
+	var ids []string
+	for i := range chgs {
+		chg := &chgs[i]
+		if chg.Ready || chg.ID == skip {
+			continue
+		}
+		match := ce != nil && ce.AllSnaps && (ce.ChangeKind == "" || ce.ChangeKind == chg.Kind)
+		for i, s := range snaps {
+			if match {
+				break
+			}
+			match = touches(chg, s, patterns[i])
+		}
+		if match {
+			ids = append(ids, chg.ID)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return lessID(ids[i], ids[j]) })
+	return ids, nil
+}
+
+// touches reports whether a change holds snap the way snapd's conflict
+// check sees it (any task of a non-ready change that affects the snap,
+// even a finished one). snapd >= 2.62 lists affected-snaps on tasks; every
+// version names the snap in task summaries, matched by re (summaryPattern),
+// e.g. `Run service command "stop" for services ["gamma"] of snap
+// "svcdemo"`, `Run configure hook of "svcdemo" snap`, `stop of
+// [svcdemo.gamma]`.
+func touches(chg *snapd.Change, snap string, re *regexp.Regexp) bool {
+	if re.MatchString(chg.Summary) {
+		return true
+	}
+	for _, t := range chg.Tasks {
+		if slices.Contains(t.Data.AffectedSnaps, snap) || re.MatchString(t.Summary) {
+			return true
+		}
+	}
+	return false
+}
+
+func summaryPattern(snap string) *regexp.Regexp {
+	q := regexp.QuoteMeta(snap)
+	return regexp.MustCompile(`snap "` + q + `"|"` + q + `" snap|[\[ ]` + q + `[.\] ,]|\[` + q + `\]`)
+}
+
+// lessID orders change ids numerically (they are decimal counters).
+func lessID(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }
