@@ -116,7 +116,7 @@ func (c *Client) takeBudget(k *call, o op) (*hold, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	if err := c.paceRestart(k, o); err != nil { // a no-op unless a restart must be paced
+	if err := c.keepInterval(k, o); err != nil { // a no-op unless a restart must be paced
 		return nil, c.opError(o, "", 0, err)
 	}
 	h, err := b.takeAll(k.ctx, keys)

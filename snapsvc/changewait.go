@@ -69,9 +69,9 @@ type waitOpts struct {
 	// wait that turned to listing, cadence.go): polling paces itself from
 	// then rather than from the wait's own start.
 	since time.Time
-	// pacer, when not nil, is that blind wait's cadence: the reads keep
+	// cadence, when not nil, is that blind wait's cadence: the reads keep
 	// to its request budget.
-	pacer *cadence
+	cadence *cadence
 	// read, when not nil, is told when each round of reads of the changes
 	// is sent (a shared wait: watcher.go).
 	read func(time.Time)
@@ -214,10 +214,10 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 			}
 		}
 		retrying = false
-		if wo.pacer != nil {
+		if wo.cadence != nil {
 			// A wait that follows on from a blind one keeps to its
 			// request budget (cadence.go).
-			if d := wo.pacer.delay(c.clock.Now()); d > 0 {
+			if d := wo.cadence.delay(c.clock.Now()); d > 0 {
 				if err := w.sleep(d, ids); err != nil {
 					return nil, err
 				}
@@ -234,8 +234,8 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 		next := slices.DeleteFunc(slices.Clone(remaining), func(id string) bool { return slices.Contains(toRead, id) })
 		var failed error
 		for _, id := range toRead {
-			if wo.pacer != nil {
-				wo.pacer.note(c.clock.Now())
+			if wo.cadence != nil {
+				wo.cadence.note(c.clock.Now())
 			}
 			chg, err := c.main.Change(ctx, id)
 			k.observe(err)
@@ -261,7 +261,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 		remaining = next
 		if len(remaining) == 0 {
 			if wo.fresh && len(ids) == 1 {
-				c.pace.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
+				c.timings.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
 			}
 			return done, nil
 		}

@@ -68,7 +68,7 @@ type Client struct {
 	state      *stateWatch   // snapd's state file (WithStateFile); nil: none
 	budget     *budgetRunner // WithRestartBudget; nil: none
 	blind      blindState    // cadence.go
-	pace       paceState     // owncursor.go
+	timings    ownTimings    // owncursor.go
 	seenID     atomic.Int64  // the highest change id snapd reported (find.go)
 	clockKey   string        // watcher.go: "real", or unique to a Client built WithClock
 	bg         *background   // work owed after calls returned; ended by Close

@@ -44,7 +44,7 @@ func (r *runner) conflict(a attempt) (next, error) {
 	if watched {
 		mark = c.state.mark()
 	}
-	listedAt, err := r.paceListing(a.sentAt)
+	listedAt, err := r.holdToCadence(a.sentAt)
 	if err != nil {
 		return 0, err
 	}
@@ -52,8 +52,8 @@ func (r *runner) conflict(a attempt) (next, error) {
 	if ferr != nil {
 		k.log.Debug("cannot list changes to find the blocker", "error", ferr)
 		if c.noteListing(ferr); len(ids) == 0 && r.blind() {
-			if _, ok := r.cad.begun(); !ok {
-				r.cad.note(listedAt) // the refused listing counts as a request of the wait
+			if _, ok := r.cadence().begun(); !ok {
+				r.cadence().note(listedAt) // the refused listing counts as a request of the wait
 			}
 			return tryAgain, r.retryBlind(ce, a.sentAt)
 		}
@@ -72,7 +72,7 @@ func (r *runner) conflict(a attempt) (next, error) {
 		if err := r.waitOut(ids, ce, watched, mark); err != nil {
 			return 0, err
 		}
-		r.cad.reset()
+		r.cadence().reset()
 		return tryFresh, nil // the blocker is done: try again at once
 	}
 	r.unseen++
@@ -86,22 +86,22 @@ func (r *runner) conflict(a attempt) (next, error) {
 	return tryPaused, nil
 }
 
-// paceListing keeps a listing made during a blind wait (one that turned to
+// holdToCadence keeps a listing made during a blind wait (one that turned to
 // listing after its first seconds) to the wait's request budget, counting
 // the refusal that led to it. It returns when the listing is sent.
-func (r *runner) paceListing(refusedSentAt time.Time) (time.Time, error) {
+func (r *runner) holdToCadence(refusedSentAt time.Time) (time.Time, error) {
 	now := r.c.clock.Now()
-	if _, ok := r.cad.begun(); !ok {
+	if _, ok := r.cadence().begun(); !ok {
 		return now, nil
 	}
-	r.cad.note(refusedSentAt)
-	if d := r.cad.delay(now); d > 0 {
+	r.cadence().note(refusedSentAt)
+	if d := r.cadence().delay(now); d > 0 {
 		if err := r.k.sleep(d); err != nil {
 			return now, err
 		}
 		now = r.c.clock.Now()
 	}
-	r.cad.note(now)
+	r.cadence().note(now)
 	return now, nil
 }
 
@@ -109,8 +109,8 @@ func (r *runner) paceListing(refusedSentAt time.Time) (time.Time, error) {
 // bounds, for snapd's state file to be rewritten after mark. Like waitOut,
 // it lets go of the cross-process locks meanwhile.
 func (r *runner) awaitRewrite(mark uint64) (bool, error) {
-	if r.h != nil {
-		r.h.releaseFiles()
+	if r.locks != nil {
+		r.locks.releaseFiles()
 	}
 	d := stateSafety
 	if left, ok := r.k.left(); ok {
@@ -132,12 +132,12 @@ func (r *runner) awaitRewrite(mark uint64) (bool, error) {
 // so identical requests queued behind it can still merge. A blocker that
 // sits in Wait (for a reboot) cannot be waited out.
 func (r *runner) waitOut(ids []string, ce *retry.ConflictError, watched bool, mark uint64) error {
-	if r.h != nil {
-		r.h.releaseFiles()
+	if r.locks != nil {
+		r.locks.releaseFiles()
 	}
 	wo := waitOpts{stallOnWait: true, listed: true, listedWatched: watched, listedMark: mark}
-	if since, ok := r.cad.begun(); ok { // a blind wait turned to listing: poll at its pace
-		wo.since, wo.pacer = since, r.cad
+	if since, ok := r.cadence().begun(); ok { // a blind wait turned to listing: poll at its pace
+		wo.since, wo.cadence = since, r.cad
 	}
 	_, err := r.c.waitChanges(r.k, ids, wo)
 	var stalled *ChangeError
@@ -171,7 +171,7 @@ func (r *runner) blind() bool {
 	// Until snapd has said whether it has notices for us, list (and
 	// learn); after that, polling the blockers in the first seconds does
 	// no better than the cadence and pays a read per poll on top.
-	return c.notices.Load() == noticesNo && r.cad.steady()
+	return c.notices.Load() == noticesNo && r.cadence().steady()
 }
 
 // noteListing records that snapd refused to list changes to this client
@@ -191,7 +191,7 @@ func (c *Client) noteListing(err error) {
 // process's own. Its error is final for the operation.
 func (r *runner) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
 	c, k := r.c, r.k
-	first := r.cad.n == 0
+	first := r.cadence().n == 0
 	ev := k.event(EventConflict)
 	ev.Err = ce
 	c.emit(ev)
@@ -200,9 +200,9 @@ func (r *runner) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
 	} else {
 		k.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 	}
-	d := r.cad.next(sentAt)
-	if r.h != nil {
-		r.h.releaseFiles()
+	d := r.cadence().next(sentAt)
+	if r.locks != nil {
+		r.locks.releaseFiles()
 	}
 	if err := k.sleep(d); err != nil {
 		if errors.As(err, new(*gaveUpError)) {

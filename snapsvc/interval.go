@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// paceRestart waits until every service o restarts was last restarted by
+// keepInterval waits until every service o restarts was last restarted by
 // this process at least the minimum restart interval ago
 // (WithMinRestartInterval), so bursts of restarts cannot trip systemd's
 // start limit. A whole-snap restart counts for each of its services and
 // the other way round.
-func (c *Client) paceRestart(k *call, o op) error {
-	for c.mustPace(o) {
-		wait := c.restartWait(o)
+func (c *Client) keepInterval(k *call, o op) error {
+	for c.mustKeepInterval(o) {
+		wait := c.intervalLeft(o)
 		if wait <= 0 {
 			return nil
 		}
@@ -25,12 +25,12 @@ func (c *Client) paceRestart(k *call, o op) error {
 	return nil
 }
 
-// mustPace reports whether o is a restart that must still wait.
-func (c *Client) mustPace(o op) bool {
-	return o.action == "restart" && c.minRestart > 0 && c.restartWait(o) > 0
+// mustKeepInterval reports whether o is a restart that must still wait.
+func (c *Client) mustKeepInterval(o op) bool {
+	return o.action == "restart" && c.minRestart > 0 && c.intervalLeft(o) > 0
 }
 
-func (c *Client) restartWait(o op) time.Duration {
+func (c *Client) intervalLeft(o op) time.Duration {
 	now := c.clock.Now()
 	var wait time.Duration
 	for _, s := range o.t.snaps {

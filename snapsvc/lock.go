@@ -59,8 +59,8 @@ func (l *snapLock) takePending() []string {
 	return p
 }
 
-// held is the set of locks one operation holds.
-type held struct {
+// snapLocks is the set of locks one operation holds.
+type snapLocks struct {
 	mem   []*snapLock
 	files []*flock.Lock
 }
@@ -68,8 +68,8 @@ type held struct {
 // lockSnaps takes the in-process lock of every snap (sorted, so two
 // multi-snap operations cannot deadlock), then the cross-process file
 // locks. Waiting honours ctx.
-func (c *Client) lockSnaps(ctx context.Context, snaps []string) (*held, error) {
-	h := &held{}
+func (c *Client) lockSnaps(ctx context.Context, snaps []string) (*snapLocks, error) {
+	h := &snapLocks{}
 	for _, s := range snaps {
 		l := lockFor(c.instance, s)
 		if err := l.sem.Acquire(ctx, 1); err != nil {
@@ -87,35 +87,35 @@ func (c *Client) lockSnaps(ctx context.Context, snaps []string) (*held, error) {
 
 // releaseFiles lets other processes have the snaps while this one waits
 // for someone else's change: a hook run by that change may need them.
-func (h *held) releaseFiles() {
-	for i := len(h.files) - 1; i >= 0; i-- {
-		_ = h.files[i].Unlock()
+func (l *snapLocks) releaseFiles() {
+	for i := len(l.files) - 1; i >= 0; i-- {
+		_ = l.files[i].Unlock()
 	}
-	h.files = nil
+	l.files = nil
 }
 
 // lockFiles takes the cross-process file locks of snaps.
-func (c *Client) lockFiles(ctx context.Context, h *held, snaps []string) error {
+func (c *Client) lockFiles(ctx context.Context, l *snapLocks, snaps []string) error {
 	if c.lockDir == "" {
 		return nil
 	}
 	for _, s := range snaps {
 		fl, err := flock.Acquire(ctx, filepath.Join(c.lockDir, s+".lock"))
 		if err != nil {
-			h.releaseFiles()
+			l.releaseFiles()
 			return fmt.Errorf("cross-process lock of snap %q: %w", s, err)
 		}
-		h.files = append(h.files, fl)
+		l.files = append(l.files, fl)
 	}
 	return nil
 }
 
-func (h *held) release() {
-	h.releaseFiles()
-	for i := len(h.mem) - 1; i >= 0; i-- {
-		h.mem[i].sem.Release(1)
+func (l *snapLocks) release() {
+	l.releaseFiles()
+	for i := len(l.mem) - 1; i >= 0; i-- {
+		l.mem[i].sem.Release(1)
 	}
-	h.mem = nil
+	l.mem = nil
 }
 
 // lock takes the snaps' locks (unless snapd only queues the command, in a
@@ -133,17 +133,19 @@ func (r *runner) lock() error {
 			if err != nil {
 				return err
 			}
-			r.h = h
+			r.locks = h
 		}
-		if !c.mustPace(r.o) {
+		if !c.mustKeepInterval(r.o) {
 			break
 		}
 		r.unlock()
-		if err := c.paceRestart(r.k, r.o); err != nil {
+		if err := c.keepInterval(r.k, r.o); err != nil {
 			return err
 		}
 	}
-	onLocked(r.k.ctx)
+	if r.onLocked != nil {
+		r.onLocked()
+	}
 	if err := r.waitPending(); err != nil {
 		r.unlock()
 		return err
@@ -157,11 +159,11 @@ func (r *runner) lock() error {
 // waitPending waits for the changes earlier asynchronous operations of
 // this process left running on the snaps.
 func (r *runner) waitPending() error {
-	if r.h == nil {
+	if r.locks == nil {
 		return nil
 	}
 	var pending []string
-	for _, l := range r.h.mem {
+	for _, l := range r.locks.mem {
 		pending = append(pending, l.takePending()...)
 	}
 	if len(pending) == 0 {
@@ -169,7 +171,7 @@ func (r *runner) waitPending() error {
 	}
 	r.k.log.Debug("waiting for this process's earlier changes", "changes", pending)
 	if _, err := r.c.waitChanges(r.k, pending, waitOpts{}); err != nil {
-		for _, l := range r.h.mem {
+		for _, l := range r.locks.mem {
 			for _, id := range pending {
 				l.addPending(id)
 			}
@@ -180,18 +182,18 @@ func (r *runner) waitPending() error {
 }
 
 func (r *runner) unlock() {
-	if r.h != nil {
-		r.h.release()
-		r.h = nil
+	if r.locks != nil {
+		r.locks.release()
+		r.locks = nil
 	}
 }
 
 // relockFiles takes back the cross-process locks let go while waiting.
 func (r *runner) relockFiles() error {
-	if r.h == nil {
+	if r.locks == nil {
 		return nil
 	}
-	return r.c.lockFiles(r.k.ctx, r.h, r.o.t.snaps)
+	return r.c.lockFiles(r.k.ctx, r.locks, r.o.t.snaps)
 }
 
 // instanceKey identifies a snapd by the directory of its sockets: both

@@ -111,9 +111,9 @@ func (c *Client) findOpChange(k *call, o op, s sent, until time.Time, skip map[s
 // wholeSnapServices; a non-zero answeredAt also leaves out changes
 // spawned after snapd answered the request.
 func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
-	from, sure, to := c.pace.snapdTime(s.at), c.pace.snapdTimeLate(s.at), time.Time{}
+	from, sure, to := c.timings.snapdTime(s.at), c.timings.snapdTimeLate(s.at), time.Time{}
 	if !answeredAt.IsZero() {
-		to = c.pace.snapdTimeLate(answeredAt)
+		to = c.timings.snapdTimeLate(answeredAt)
 	}
 	for _, id := range opCandidates(chgs, o, all, s.seen, from, sure, to, skip) {
 		if c.claim(o, id) {

@@ -1,7 +1,6 @@
 package snapsvc
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,7 +30,7 @@ var errLeaderGone = errors.New("coalesced request ended before acting")
 func (c *Client) coalesce(k *call, o op) (*Result, error) {
 	ctx := k.ctx
 	if o.action != "restart" || len(o.t.snaps) != 1 || c.queuesInHook() {
-		res, _, err := c.run(k, o, true)
+		res, _, err := c.run(k, o, true, nil)
 		return res, err
 	}
 	l := lockFor(c.instance, o.t.snaps[0])
@@ -73,7 +72,7 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 	l.mu.Unlock()
 	k.log.Debug("leading identical restarts until the snap's lock is taken")
 
-	k.ctx = context.WithValue(ctx, lockedHookKey{}, func() {
+	res, _, err := c.run(k, o, true, func() {
 		l.mu.Lock()
 		if l.waiting[key] == f {
 			delete(l.waiting, key)
@@ -81,7 +80,6 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 		f.started = true
 		l.mu.Unlock()
 	})
-	res, _, err := c.run(k, o, true)
 	l.mu.Lock()
 	if l.waiting[key] == f {
 		delete(l.waiting, key)
@@ -102,16 +100,6 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 func sharedOutcome(err error) bool {
 	var ce *ChangeError
 	return err == nil || errors.As(err, &ce)
-}
-
-// lockedHookKey carries, in an operation's context, a function to call
-// once the operation holds its snap's lock.
-type lockedHookKey struct{}
-
-func onLocked(ctx context.Context) {
-	if f, ok := ctx.Value(lockedHookKey{}).(func()); ok {
-		f()
-	}
 }
 
 func resultChange(r *Result) string {

@@ -34,11 +34,14 @@ type runner struct {
 	c     *Client
 	k     *call
 	o     op
-	h     *held // nil while the locks are not held
+	locks *snapLocks // nil while the locks are not held
 	res   *Result
 	skip  string // the running hook's own change, never a blocker
 	known map[string]bool
-	cad   *cadence // blind waits (cadence.go)
+	cad   *cadence // blind waits (cadence.go), made at the first: see cadence
+	// onLocked, when set, is called once the operation holds its snaps'
+	// locks (merge.go: identical restarts may join it until then).
+	onLocked func()
 
 	unseen     int  // conflicts in a row whose blocker was not seen
 	fresh      bool // an attempt is owed right after waiting out a blocker
@@ -54,12 +57,20 @@ const (
 	tryPaused             // after the policy's pause
 )
 
+// cadence is the operation's blind wait (cadence.go), made at its first
+// use: most operations never wait blind.
+func (r *runner) cadence() *cadence {
+	if r.cad == nil {
+		r.cad = newCadence(r.c.clock, r.k.rt.Policy().MaxConflictInterval)
+	}
+	return r.cad
+}
+
 // run carries out one operation on its call: lock, send until snapd
 // accepts, wait for the change, judge it. done reports whether the outcome
 // is final.
-func (c *Client) run(k *call, o op, wait bool) (*Result, bool, error) {
-	r := &runner{c: c, k: k, o: o, res: &Result{}, known: map[string]bool{},
-		cad: newCadence(c.clock, k.rt.Policy().MaxConflictInterval)}
+func (c *Client) run(k *call, o op, wait bool, onLocked func()) (*Result, bool, error) {
+	r := &runner{c: c, k: k, o: o, res: &Result{}, known: map[string]bool{}, onLocked: onLocked}
 	if err := r.lock(); err != nil {
 		return r.fail("", err)
 	}
@@ -68,7 +79,7 @@ func (c *Client) run(k *call, o op, wait bool) (*Result, bool, error) {
 		if err := r.mayTry(); err != nil {
 			return r.fail("", err)
 		}
-		a, err := r.send()
+		a, err := r.try()
 		if err != nil {
 			return r.fail("", err)
 		}
@@ -162,7 +173,7 @@ func (c *Client) runAsync(ctx context.Context, action string, names []string, se
 		return nil, err
 	}
 	k.hold = h
-	res, done, err := c.run(k, o, false)
+	res, done, err := c.run(k, o, false, nil)
 	if err != nil {
 		if h != nil {
 			err = c.releaseBudget(k, o, h, nil, err)

@@ -65,9 +65,9 @@ const ownInstant = 2*time.Millisecond + ownPollMargin
 // notices, so a clock that drifted since cannot hold a wait.
 const ownKinds = 64 // kinds remembered; the oldest is forgotten
 
-// paceState is what a Client has learned about the pace of its own
+// ownTimings is what a Client has learned about the pace of its own
 // changes.
-type paceState struct {
+type ownTimings struct {
 	mu       sync.Mutex
 	byKind   map[string]time.Duration // each kind's last duration; 1ns: instant
 	order    []string                 // kinds, oldest first
@@ -84,7 +84,7 @@ type paceState struct {
 // reads t: t itself until an own change says better. (Each own change
 // bounds the offset from below by its spawn time less its answer time:
 // snapd stamped it before the client read the answer.)
-func (p *paceState) snapdTime(t time.Time) time.Time {
+func (p *ownTimings) snapdTime(t time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return t.Add(p.offLo)
@@ -92,7 +92,7 @@ func (p *paceState) snapdTime(t time.Time) time.Time {
 
 // snapdTimeLate returns the latest snapd's clock may read when the
 // client's reads t.
-func (p *paceState) snapdTimeLate(t time.Time) time.Time {
+func (p *ownTimings) snapdTimeLate(t time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return t.Add(p.offHi)
@@ -102,7 +102,7 @@ func (p *paceState) snapdTimeLate(t time.Time) time.Time {
 // at spawn (snapd's clock) by a request sent at sentAt and answered at
 // answeredAt (the client's). Bounds that no longer meet (a clock stepped)
 // start afresh.
-func (p *paceState) noteOffset(spawn, sentAt, answeredAt time.Time) {
+func (p *ownTimings) noteOffset(spawn, sentAt, answeredAt time.Time) {
 	lo, hi := spawn.Sub(answeredAt), spawn.Sub(sentAt)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -118,7 +118,7 @@ func (p *paceState) noteOffset(spawn, sentAt, answeredAt time.Time) {
 
 // firstPollWait returns the timeout of the first long-poll for an own
 // change of kind, and false when the client has nothing to go by.
-func (p *paceState) firstPollWait(kind string) (time.Duration, bool) {
+func (p *ownTimings) firstPollWait(kind string) (time.Duration, bool) {
 	d, ok := p.last(kind)
 	if !ok {
 		return 0, false
@@ -127,7 +127,7 @@ func (p *paceState) firstPollWait(kind string) (time.Duration, bool) {
 }
 
 // last returns the last duration of an own change of kind.
-func (p *paceState) last(kind string) (time.Duration, bool) {
+func (p *ownTimings) last(kind string) (time.Duration, bool) {
 	if p.clockBad.Load() {
 		return 0, false
 	}
@@ -147,7 +147,7 @@ const clockSlack = 5 * time.Millisecond
 // time says snapd's clock is not the client's (a client built WithClock,
 // snapd in another time, a clock stepped), the answer-time cursor is
 // turned off until a change fits again.
-func (p *paceState) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt time.Time) {
+func (p *ownTimings) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt time.Time) {
 	if chg == nil || chg.ReadyTime == nil {
 		return
 	}
@@ -183,7 +183,7 @@ func (c *Client) ownCursor(wo waitOpts, ids []string) (time.Time, time.Duration,
 	if !wo.fresh || wo.answeredAt.IsZero() || len(ids) != 1 || c.notices.Load() != noticesYes {
 		return time.Time{}, 0, false
 	}
-	d, ok := c.pace.firstPollWait(wo.kind)
+	d, ok := c.timings.firstPollWait(wo.kind)
 	if !ok {
 		return time.Time{}, 0, false
 	}
@@ -203,7 +203,7 @@ func (c *Client) ownFirstRead(wo waitOpts, ids []string, watched bool, lastRead 
 	if !wo.fresh || watched || !lastRead.IsZero() || len(ids) != 1 {
 		return 0, false
 	}
-	d, ok := c.pace.last(wo.kind)
+	d, ok := c.timings.last(wo.kind)
 	if !ok {
 		return 0, false
 	}

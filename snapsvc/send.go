@@ -33,10 +33,10 @@ func (r *runner) mayTry() error {
 	return r.k.exhausted(r.k.last)
 }
 
-// send makes one attempt: under a restart budget it first confirms the
+// try makes one attempt: under a restart budget it first confirms the
 // slots are still held (budget.go, fence), then sends the request to act,
 // leaving the last of the call's time to look up its change.
-func (r *runner) send() (attempt, error) {
+func (r *runner) try() (attempt, error) {
 	c, k := r.c, r.k
 	if err := k.fence(); err != nil {
 		return attempt{}, err
@@ -55,7 +55,7 @@ func (r *runner) send() (attempt, error) {
 	if k.hold != nil && !k.hold.sendBy.IsZero() {
 		actx = snapd.WithSendBy(actx, k.hold.sendBy)
 	}
-	a.changeID, a.err = c.send(actx, r.o)
+	a.changeID, a.err = c.post(actx, r.o)
 	a.cutOff = actx.Err() != nil && a.err != nil
 	cancel()
 	a.answeredAt = c.clock.Now()
@@ -69,8 +69,8 @@ func (r *runner) send() (attempt, error) {
 	return a, nil
 }
 
-// send makes one request to act.
-func (c *Client) send(ctx context.Context, o op) (string, error) {
+// post makes one request to act.
+func (c *Client) post(ctx context.Context, o op) (string, error) {
 	if c.mode == ModeSnapctl {
 		_, err := c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: o.snapctlArgs()})
 		return "", err

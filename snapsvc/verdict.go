@@ -54,7 +54,7 @@ func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 		c.noteListing(err)
 	}
 	if err == nil {
-		if id := queuedIn(chgs, r.o, all, c.pace.snapdTime(a.sentAt), c.pace.snapdTimeLate(a.answeredAt)); id != "" {
+		if id := queuedIn(chgs, r.o, all, c.timings.snapdTime(a.sentAt), c.timings.snapdTimeLate(a.answeredAt)); id != "" {
 			k.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
 			r.res.Queued, r.res.ChangeID = true, id
 			return r.res, true, nil
