@@ -3,7 +3,6 @@ package snapsvc
 import (
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/snapsvc/snapsvc/retry"
@@ -99,14 +98,6 @@ const (
 	cadenceFastMax     = 20 // requests in any window starting in the first 2 s
 	cadenceSlowMax     = 10 // in any window starting later
 )
-
-// blindState is what a Client learned about whether it can observe
-// blockers.
-type blindState struct {
-	// noListing: snapd refused to list changes to this client (snapctl
-	// without snap-refresh-observe, or on 2.57): it never tries again.
-	noListing atomic.Bool
-}
 
 // cadence paces the retries of one blind wait.
 type cadence struct {

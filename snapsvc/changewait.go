@@ -99,7 +99,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 	ctx := k.ctx
 	done := map[string]*snapd.Change{}
 	remaining := slices.Clone(ids)
-	useNotices := c.notices.Load() != noticesNo
+	useNotices := c.view.notices() != noticesNo
 	var cursor time.Time // notices up to this time have been seen
 	strikes := 0
 	// A long-poll may only follow a cursor read before every remaining
@@ -171,7 +171,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 			switch {
 			case err != nil:
 				return nil, err
-			case c.notices.Load() == noticesNo:
+			case c.view.notices() == noticesNo:
 				useNotices = false
 				watch()
 				if firstIdle() && round == 0 {
@@ -248,7 +248,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 				next = append(next, id)
 				continue
 			}
-			c.sawID(chg.ID)
+			c.view.saw(chg.ID)
 			if chg.Ready {
 				done[id] = chg
 				continue
@@ -261,7 +261,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 		remaining = next
 		if len(remaining) == 0 {
 			if wo.fresh && len(ids) == 1 {
-				c.timings.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
+				c.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
 			}
 			return done, nil
 		}
@@ -312,13 +312,13 @@ func (w *changeWait) notices(ids []string, cursor *time.Time, first bool) (news 
 	case snapd.IsNotFound(err) || isForbidden(err):
 		// snapd < 2.62 has no notices; on the snap socket they need
 		// snap-refresh-observe. Poll the changes instead.
-		c.notices.Store(noticesNo)
+		c.view.setNotices(noticesNo)
 		return nil, false, nil
 	default:
 		c.log(ctx).Debug("reading change notices failed; reading the changes", "error", err)
 		return nil, true, nil
 	}
-	c.notices.Store(noticesYes)
+	c.view.setNotices(noticesYes)
 	news = map[string]int{}
 	prev := *cursor
 	if opts.Timeout == 0 && len(ns) > 0 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
@@ -62,24 +61,15 @@ type Client struct {
 	poll       time.Duration
 	lockDir    string // "" disables the cross-process lock
 	instance   string // identifies the snapd (for the lock registry)
-	notices    atomic.Int32
 	minRestart time.Duration
 	observer   func(Event)
 	state      *stateWatch   // snapd's state file (WithStateFile); nil: none
 	budget     *budgetRunner // WithRestartBudget; nil: none
-	blind      blindState    // cadence.go
 	timings    ownTimings    // owncursor.go
-	seenID     atomic.Int64  // the highest change id snapd reported (find.go)
+	view       snapdView     // what snapd has told the Client (snapdview.go)
 	clockKey   string        // watcher.go: "real", or unique to a Client built WithClock
 	bg         *background   // work owed after calls returned; ended by Close
 }
-
-// notice support states.
-const (
-	noticesUnknown int32 = iota
-	noticesYes
-	noticesNo
-)
 
 // New builds a Client. It sends no request.
 //

@@ -40,7 +40,7 @@ func (r *runner) conflict(a attempt) (next, error) {
 	// state watch is marked before the listing, so the wait can take the
 	// listing for its first read.
 	var mark uint64
-	watched := c.notices.Load() != noticesYes && c.state.open()
+	watched := c.view.notices() != noticesYes && c.state.open()
 	if watched {
 		mark = c.state.mark()
 	}
@@ -162,16 +162,16 @@ func (r *runner) waitOut(ids []string, ce *retry.ConflictError, watched bool, ma
 // blockers are listed and followed).
 func (r *runner) blind() bool {
 	c := r.c
-	if c.blind.noListing.Load() {
+	if c.view.listingRefused() {
 		return true
 	}
-	if c.notices.Load() == noticesYes || c.state.open() {
+	if c.view.notices() == noticesYes || c.state.open() {
 		return false
 	}
 	// Until snapd has said whether it has notices for us, list (and
 	// learn); after that, polling the blockers in the first seconds does
 	// no better than the cadence and pays a read per poll on top.
-	return c.notices.Load() == noticesNo && r.cadence().steady()
+	return c.view.notices() == noticesNo && r.cadence().steady()
 }
 
 // noteListing records that snapd refused to list changes to this client
@@ -180,7 +180,7 @@ func (r *runner) blind() bool {
 // instead of paying a refused listing each.
 func (c *Client) noteListing(err error) {
 	if err != nil && c.mode == ModeSnapctl && isForbidden(err) {
-		c.blind.noListing.Store(true)
+		c.view.noListing.Store(true)
 	}
 }
 

@@ -111,9 +111,9 @@ func (c *Client) findOpChange(k *call, o op, s sent, until time.Time, skip map[s
 // wholeSnapServices; a non-zero answeredAt also leaves out changes
 // spawned after snapd answered the request.
 func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
-	from, sure, to := c.timings.snapdTime(s.at), c.timings.snapdTimeLate(s.at), time.Time{}
+	from, sure, to := c.view.clock.snapdTime(s.at), c.view.clock.snapdTimeLate(s.at), time.Time{}
 	if !answeredAt.IsZero() {
-		to = c.timings.snapdTimeLate(answeredAt)
+		to = c.view.clock.snapdTimeLate(answeredAt)
 	}
 	for _, id := range opCandidates(chgs, o, all, s.seen, from, sure, to, skip) {
 		if c.claim(o, id) {
@@ -122,30 +122,6 @@ func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]strin
 	}
 	return ""
 }
-
-// saw notes the ids of changes snapd reported.
-func (c *Client) saw(chgs ...snapd.Change) {
-	for i := range chgs {
-		c.sawID(chgs[i].ID)
-	}
-}
-
-// sawID notes a change id snapd reported.
-func (c *Client) sawID(id string) {
-	n, err := strconv.ParseInt(id, 10, 64)
-	if err != nil {
-		return
-	}
-	for {
-		old := c.seenID.Load()
-		if n <= old || c.seenID.CompareAndSwap(old, n) {
-			return
-		}
-	}
-}
-
-// sending returns the stamp of a request about to be sent.
-func (c *Client) sending() sent { return sent{at: c.clock.Now(), seen: c.seenID.Load()} }
 
 // wholeSnapServices returns, for each snap o names as a whole in a start
 // or stop (and no service of it explicitly), the sorted names of all its
@@ -340,7 +316,7 @@ func (c *Client) changeFailure(k *call, o op, sentAt time.Time, errp *error) str
 // change out of the conflict check (hookstate Context.ChangeID), and
 // waiting for it from inside the hook would never end.
 func (c *Client) ownHookChange(k *call, snaps []string) string {
-	if c.blind.noListing.Load() {
+	if c.view.listingRefused() {
 		return "" // snapd refuses this client its changes (cadence.go)
 	}
 	chgs, err := c.listOnce(k, snapd.SelectInProgress)
@@ -367,7 +343,7 @@ func (c *Client) ownHookChange(k *call, snaps []string) string {
 // for a conflict with an exclusive change, every change of that kind).
 // skip is a change to ignore (the caller's own).
 func (c *Client) findBlockers(k *call, snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
-	if c.notices.Load() == noticesNo {
+	if c.view.notices() == noticesNo {
 		// Watch the state file from before the listing: a wait for the
 		// blockers may then take the listing as its first read.
 		c.state.open()

@@ -72,48 +72,6 @@ type ownTimings struct {
 	byKind   map[string]time.Duration // each kind's last duration; 1ns: instant
 	order    []string                 // kinds, oldest first
 	clockBad atomic.Bool              // the last own change's times did not fit the client's clock
-	// How snapd's clock reads against the client's (snapd's minus the
-	// client's), as own changes bound it: each was spawned (snapd's clock)
-	// between its request's send and its answer (the client's). Both are 0
-	// (one clock) until offKnown.
-	offKnown     bool
-	offLo, offHi time.Duration
-}
-
-// snapdTime returns the earliest snapd's clock may read when the client's
-// reads t: t itself until an own change says better. (Each own change
-// bounds the offset from below by its spawn time less its answer time:
-// snapd stamped it before the client read the answer.)
-func (p *ownTimings) snapdTime(t time.Time) time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return t.Add(p.offLo)
-}
-
-// snapdTimeLate returns the latest snapd's clock may read when the
-// client's reads t.
-func (p *ownTimings) snapdTimeLate(t time.Time) time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return t.Add(p.offHi)
-}
-
-// noteOffset narrows what is known of snapd's clock with a change spawned
-// at spawn (snapd's clock) by a request sent at sentAt and answered at
-// answeredAt (the client's). Bounds that no longer meet (a clock stepped)
-// start afresh.
-func (p *ownTimings) noteOffset(spawn, sentAt, answeredAt time.Time) {
-	lo, hi := spawn.Sub(answeredAt), spawn.Sub(sentAt)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.offKnown && lo <= p.offHi+clockSlack && hi >= p.offLo-clockSlack {
-		p.offLo, p.offHi = max(p.offLo, lo), min(p.offHi, hi)
-		if p.offLo > p.offHi {
-			p.offLo, p.offHi = p.offHi, p.offLo
-		}
-		return
-	}
-	p.offKnown, p.offLo, p.offHi = true, lo, hi
 }
 
 // firstPollWait returns the timeout of the first long-poll for an own
@@ -137,11 +95,6 @@ func (p *ownTimings) last(kind string) (time.Duration, bool) {
 	return d, ok
 }
 
-// clockSlack bounds how far a change's spawn time (snapd's clock) may lie
-// outside the client's times of sending the request that made it and
-// reading snapd's answer for the two clocks to count as one.
-const clockSlack = 5 * time.Millisecond
-
 // noteOwn records how long an own change of kind took, made by a request
 // sent at sentAt and answered at answeredAt (client clock). Where its spawn
 // time says snapd's clock is not the client's (a client built WithClock,
@@ -156,7 +109,6 @@ func (p *ownTimings) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt 
 	}
 	fits := !chg.SpawnTime.Before(sentAt.Add(-clockSlack)) && !chg.SpawnTime.After(answeredAt.Add(clockSlack))
 	p.clockBad.Store(!fits)
-	p.noteOffset(chg.SpawnTime, sentAt, answeredAt)
 	d := chg.ReadyTime.Sub(chg.SpawnTime)
 	if d <= 0 {
 		d = 1 // known, and instant
@@ -180,7 +132,7 @@ func (p *ownTimings) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt 
 // the operation's own change just made (see above), and false when the
 // wait must read a cursor first.
 func (c *Client) ownCursor(wo waitOpts, ids []string) (time.Time, time.Duration, bool) {
-	if !wo.fresh || wo.answeredAt.IsZero() || len(ids) != 1 || c.notices.Load() != noticesYes {
+	if !wo.fresh || wo.answeredAt.IsZero() || len(ids) != 1 || c.view.notices() != noticesYes {
 		return time.Time{}, 0, false
 	}
 	d, ok := c.timings.firstPollWait(wo.kind)
@@ -208,4 +160,15 @@ func (c *Client) ownFirstRead(wo waitOpts, ids []string, watched bool, lastRead 
 		return 0, false
 	}
 	return min(d+ownPollMargin, ownPollMax), true
+}
+
+// noteOwn records what an own change of kind, made by a request sent at
+// sentAt and answered at answeredAt (the client's clock), says: how long
+// such a change takes, and how snapd's clock reads.
+func (c *Client) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt time.Time) {
+	if chg == nil || chg.ReadyTime == nil || sentAt.IsZero() || answeredAt.IsZero() {
+		return
+	}
+	c.view.clock.noteOffset(chg.SpawnTime, sentAt, answeredAt)
+	c.timings.noteOwn(kind, chg, sentAt, answeredAt)
 }

@@ -41,7 +41,7 @@ func (c *Client) readChanges(k *call, sel, snap string) (chgs []snapd.Change, er
 		chgs, err = c.main.Changes(ctx, sel, snap)
 		return err
 	})
-	c.saw(chgs...)
+	c.view.sawChanges(chgs...)
 	return chgs, err
 }
 
@@ -51,7 +51,7 @@ func (c *Client) readChanges(k *call, sel, snap string) (chgs []snapd.Change, er
 func (c *Client) listOnce(k *call, sel string) ([]snapd.Change, error) {
 	chgs, err := c.main.Changes(k.ctx, sel, "")
 	k.observe(err)
-	c.saw(chgs...)
+	c.view.sawChanges(chgs...)
 	return chgs, err
 }
 
@@ -62,7 +62,7 @@ func (c *Client) readChange(k *call, id string) (chg *snapd.Change, err error) {
 		return err
 	})
 	if chg != nil {
-		c.sawID(chg.ID)
+		c.view.saw(chg.ID)
 	}
 	return chg, err
 }

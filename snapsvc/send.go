@@ -49,7 +49,7 @@ func (r *runner) try() (attempt, error) {
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
-	a.sent = c.sending()
+	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()
 	if k.hold != nil && !k.hold.sendBy.IsZero() {

@@ -31,7 +31,7 @@ func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
 		return r.snapctlDone(a)
 	}
 	r.res.ChangeID = a.changeID
-	c.sawID(a.changeID)
+	c.view.saw(a.changeID)
 	c.rememberOwn(r.o, a.changeID)
 	ev := k.event(EventAccepted)
 	ev.ChangeID = a.changeID
@@ -49,12 +49,12 @@ func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 	c, k := r.c, r.k
 	all, err := c.wholeSnapServices(k, r.o)
 	var chgs []snapd.Change
-	if err == nil && !c.blind.noListing.Load() {
+	if err == nil && !c.view.listingRefused() {
 		chgs, err = c.listOnce(k, snapd.SelectAll)
 		c.noteListing(err)
 	}
 	if err == nil {
-		if id := queuedIn(chgs, r.o, all, c.timings.snapdTime(a.sentAt), c.timings.snapdTimeLate(a.answeredAt)); id != "" {
+		if id := queuedIn(chgs, r.o, all, c.view.clock.snapdTime(a.sentAt), c.view.clock.snapdTimeLate(a.answeredAt)); id != "" {
 			k.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
 			r.res.Queued, r.res.ChangeID = true, id
 			return r.res, true, nil

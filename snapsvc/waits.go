@@ -80,7 +80,7 @@ var ErrNoNotices = errors.New("snapd offers no change notices here")
 // next call. It uses snapd's notices long-poll (snapd >= 2.62) and
 // returns ErrNoNotices where there is none; callers then poll Changes.
 func (c *Client) WaitChangeUpdate(ctx context.Context, after time.Time, timeout time.Duration) (time.Time, error) {
-	if c.notices.Load() == noticesNo {
+	if c.view.notices() == noticesNo {
 		return after, ErrNoNotices
 	}
 	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, After: after}
@@ -94,12 +94,12 @@ func (c *Client) WaitChangeUpdate(ctx context.Context, after time.Time, timeout 
 	})
 	switch {
 	case snapd.IsNotFound(err) || isForbidden(err):
-		c.notices.Store(noticesNo)
+		c.view.setNotices(noticesNo)
 		return after, ErrNoNotices
 	case err != nil:
 		return after, fmt.Errorf("snapsvc: waiting for change notices: %w", err)
 	}
-	c.notices.Store(noticesYes)
+	c.view.setNotices(noticesYes)
 	for _, n := range ns {
 		if n.LastRepeated.After(after) {
 			after = n.LastRepeated

@@ -1,0 +1,69 @@
+package snapsvc
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+)
+
+// snapdView is what a Client has learned about the snapd it talks to, from
+// snapd's own answers: whether it serves change notices to this client,
+// whether it lets this client list changes, the highest change id it has
+// reported, and how its clock reads against the client's. Every operation
+// and wait of the Client reads and adds to it; nothing in it is ever a
+// bound.
+type snapdView struct {
+	noticeSupport atomic.Int32 // noticesUnknown, noticesYes or noticesNo
+	// noListing: snapd refused to list changes to this client (snapctl
+	// without snap-refresh-observe, or on 2.57): it never tries again, and
+	// waits it out blind (cadence.go).
+	noListing atomic.Bool
+	maxID     atomic.Int64 // the highest change id snapd reported
+	clock     snapdClock
+}
+
+// notice support states.
+const (
+	noticesUnknown int32 = iota
+	noticesYes
+	noticesNo
+)
+
+// notices returns whether snapd serves change notices to this client
+// (noticesYes, noticesNo, or noticesUnknown before it has said).
+func (v *snapdView) notices() int32 { return v.noticeSupport.Load() }
+
+// setNotices records what snapd said about its notices.
+func (v *snapdView) setNotices(s int32) { v.noticeSupport.Store(s) }
+
+// listingRefused reports whether snapd refused to list changes to this
+// client.
+func (v *snapdView) listingRefused() bool { return v.noListing.Load() }
+
+// sawChanges notes the ids of changes snapd reported.
+func (v *snapdView) sawChanges(chgs ...snapd.Change) {
+	for i := range chgs {
+		v.saw(chgs[i].ID)
+	}
+}
+
+// saw notes a change id snapd reported.
+func (v *snapdView) saw(id string) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		old := v.maxID.Load()
+		if n <= old || v.maxID.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// sending returns the stamp of a request about to be sent at now: snapd
+// numbers its changes in order, so one it had reported before was made
+// before the request (matching.go).
+func (v *snapdView) sending(now time.Time) sent { return sent{at: now, seen: v.maxID.Load()} }
