@@ -34,7 +34,8 @@ import (
 // restart of "k8s" on one machine and of "k8s.kube-apiserver" on another
 // take the same slot. A snap without services keeps its own name's key.
 // It reads snapd only when a whole-snap name is given and svcs is nil.
-func (c *Client) budgetKeys(k *call, names []string, svcs []Service) ([]string, error) {
+func (k *call) budgetKeys(names []string, svcs []Service) ([]string, error) {
+	c := k.c
 	var snaps []string
 	for _, n := range names {
 		if !strings.Contains(n, ".") && !slices.Contains(snaps, n) {
@@ -43,7 +44,7 @@ func (c *Client) budgetKeys(k *call, names []string, svcs []Service) ([]string, 
 	}
 	if len(snaps) > 0 && svcs == nil {
 		var err error
-		if svcs, err = c.services(k, snaps); err != nil {
+		if svcs, err = k.services(snaps); err != nil {
 			return nil, err
 		}
 	}
@@ -90,7 +91,7 @@ func (c *Client) takeBudget(k *call, o op) (*hold, error) {
 		return nil, nil
 	}
 	if o.action == "start" {
-		keys, err := c.budgetKeys(k, o.t.names, nil)
+		keys, err := k.budgetKeys(o.t.names, nil)
 		if err != nil {
 			return nil, c.opError(o, "", 0, err)
 		}
@@ -103,20 +104,20 @@ func (c *Client) takeBudget(k *call, o op) (*hold, error) {
 	names := o.t.names
 	var svcs []Service
 	if o.action == "stop" {
-		running, all, err := c.running(k, o)
+		running, all, err := k.running(o)
 		if err != nil {
 			return nil, c.opError(o, "", 0, err)
 		}
 		names, svcs = running, all
 	}
-	keys, err := c.budgetKeys(k, names, svcs)
+	keys, err := k.budgetKeys(names, svcs)
 	if err != nil {
 		return nil, c.opError(o, "", 0, err)
 	}
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	if err := c.keepInterval(k, o); err != nil { // a no-op unless a restart must be paced
+	if err := k.keepInterval(o); err != nil { // a no-op unless a restart must be paced
 		return nil, c.opError(o, "", 0, err)
 	}
 	h, err := b.takeAll(k.ctx, keys)
@@ -219,7 +220,7 @@ func settleChange(bk *call, o op, err error) (bool, error) {
 		case !ue.sent.at.IsZero():
 			lctx, cancel := context.WithTimeout(bk.ctx, interruptGrace)
 			lk := c.newCall(lctx, callWait, o.action, o.t.names)
-			id = c.lookFor(lk, o, ue.sent, nil)
+			id = lk.lookFor(o, ue.sent, nil)
 			lk.end()
 			cancel()
 		}
@@ -227,7 +228,7 @@ func settleChange(bk *call, o op, err error) (bool, error) {
 			return false, nil // no change was made: nothing to wait for
 		}
 	}
-	_, werr := c.sharedWaitChange(bk, id)
+	_, werr := bk.sharedWaitChange(id)
 	var ce *ChangeError
 	if errors.As(werr, &ce) {
 		return !ce.ChangeFailed(), nil
@@ -298,7 +299,7 @@ func (c *Client) holdAsync(k *call, op *Operation, h *hold, done bool) {
 		defer close(a.done)
 		var werr error
 		if !done && res.ChangeID != "" {
-			if _, err := c.sharedWaitChange(bk, res.ChangeID); err != nil {
+			if _, err := bk.sharedWaitChange(res.ChangeID); err != nil {
 				werr = c.opError(o, res.ChangeID, res.Attempts, err)
 			}
 		}
@@ -308,8 +309,8 @@ func (c *Client) holdAsync(k *call, op *Operation, h *hold, done bool) {
 
 // running returns the names of o that name a running service (or a snap
 // with one), and the services it read.
-func (c *Client) running(k *call, o op) ([]string, []Service, error) {
-	svcs, err := c.services(k, o.t.names)
+func (k *call) running(o op) ([]string, []Service, error) {
+	svcs, err := k.services(o.t.names)
 	if err != nil {
 		return nil, nil, err
 	}

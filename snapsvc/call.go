@@ -222,7 +222,7 @@ func (k *call) unreachable(err error) {
 	}
 	ev.GiveUpAt = k.giveUpAt()
 	k.log.Info("snapd unreachable; retrying", "socket", ev.Socket, "until", ev.GiveUpAt, "error", err)
-	k.c.emit(ev)
+	k.c.events.emit(ev)
 }
 
 // reachable reports the end of a run of unreachability, if one was
@@ -235,7 +235,7 @@ func (k *call) reachable() {
 		return
 	}
 	k.down = false
-	k.c.emit(k.event(EventReachable))
+	k.c.events.emit(k.event(EventReachable))
 }
 
 // giveUpAt is when the call gives up trying to reach snapd: the earlier

@@ -18,8 +18,8 @@ const noticeWait = 30 * time.Second
 // stops using it and polls the changes instead.
 const noticeStrikes = 3
 
-func (c *Client) waitChange(k *call, id string, wo waitOpts) (*snapd.Change, error) {
-	chgs, err := c.waitChanges(k, []string{id}, wo)
+func (k *call) waitChange(id string, wo waitOpts) (*snapd.Change, error) {
+	chgs, err := k.waitChanges([]string{id}, wo)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,8 @@ type waitOpts struct {
 //
 // read, when not nil, is told the time each round of reads began (for a
 // shared wait: a joiner takes only what was read after it joined).
-func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
+func (k *call) waitChanges(ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
+	c := k.c
 	w := &changeWait{c: c, k: k}
 	ctx := k.ctx
 	done := map[string]*snapd.Change{}
@@ -114,7 +115,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 	// readFirst: the change is of a kind that has been instant: read it
 	// at once, before any notice.
 	readFirst := false
-	if cur, d, ok := c.ownCursor(wo, ids); ok && useNotices {
+	if cur, d, ok := w.ownCursor(wo, ids); ok && useNotices {
 		if d <= ownInstant {
 			readFirst = true
 		} else {
@@ -205,7 +206,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 				}
 			}
 		} else if (round > 0 || firstIdle()) && !retrying {
-			if d, ok := c.ownFirstRead(wo, ids, sw != nil, lastRead); ok {
+			if d, ok := w.ownFirstRead(wo, ids, sw != nil, lastRead); ok {
 				if err := w.sleep(d, ids); err != nil {
 					return nil, err
 				}
@@ -261,7 +262,7 @@ func (c *Client) waitChanges(k *call, ids []string, wo waitOpts) (map[string]*sn
 		remaining = next
 		if len(remaining) == 0 {
 			if wo.fresh && len(ids) == 1 {
-				c.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
+				w.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
 			}
 			return done, nil
 		}
@@ -375,7 +376,8 @@ const (
 // pollInterval is the pause before the next read of a wait that started
 // at started: short at first, when most service changes end, then the
 // client's poll interval (and never longer than it).
-func (c *Client) pollInterval(started time.Time) time.Duration {
+func (w *changeWait) pollInterval(started time.Time) time.Duration {
+	c := w.c
 	d := c.poll
 	switch since := c.clock.Now().Sub(started); {
 	case since < pollFastFor:
@@ -393,7 +395,7 @@ func (c *Client) pollInterval(started time.Time) time.Duration {
 func (w *changeWait) idle(ids []string, sw *stateWatch, started, lastRead time.Time, mark uint64, marked bool) error {
 	c, k := w.c, w.k
 	if sw == nil || !marked {
-		return w.sleep(c.pollInterval(started), ids)
+		return w.sleep(w.pollInterval(started), ids)
 	}
 	d := max(c.poll, stateSafety)
 	left, bounded := k.left()
@@ -407,7 +409,7 @@ func (w *changeWait) idle(ids []string, sw *stateWatch, started, lastRead time.T
 		}
 		// The watch broke (the Client is closing, say): poll.
 		k.log.Debug("cannot watch snapd's state file; polling", "error", err)
-		return w.sleep(c.pollInterval(started), ids)
+		return w.sleep(w.pollInterval(started), ids)
 	}
 	if woke {
 		if gap := pollGap - c.clock.Now().Sub(lastRead); gap > 0 {

@@ -48,27 +48,28 @@ func (m Mode) String() string {
 // shares one lock per snap, so operations of separately built clients never
 // conflict with each other.
 type Client struct {
-	mode       Mode
-	main       *snapd.Client // /v2/apps, changes, notices
-	ctl        *snapd.Client // /v2/snapctl (ModeSnapctl only)
-	cookie     string
-	ownSnap    string // inside a snap: the snap's instance name
-	hook       string
-	logger     *slog.Logger
-	ctxLogger  func(context.Context) *slog.Logger // WithContextLogger
-	policy     retry.Policy
-	clock      retry.Clock
-	poll       time.Duration
-	lockDir    string // "" disables the cross-process lock
-	instance   string // identifies the snapd (for the lock registry)
-	minRestart time.Duration
-	observer   func(Event)
-	state      *stateWatch   // snapd's state file (WithStateFile); nil: none
-	budget     *budgetRunner // WithRestartBudget; nil: none
-	timings    ownTimings    // owncursor.go
-	view       snapdView     // what snapd has told the Client (snapdview.go)
-	clockKey   string        // watcher.go: "real", or unique to a Client built WithClock
-	bg         *background   // work owed after calls returned; ended by Close
+	mode      Mode
+	main      *snapd.Client // /v2/apps, changes, notices
+	ctl       *snapd.Client // /v2/snapctl (ModeSnapctl only)
+	cookie    string
+	ownSnap   string // inside a snap: the snap's instance name
+	hook      string
+	logger    *slog.Logger
+	ctxLogger func(context.Context) *slog.Logger // WithContextLogger
+	policy    retry.Policy
+	clock     retry.Clock
+	poll      time.Duration
+	lockDir   string          // "" disables the cross-process lock
+	instance  string          // identifies the snapd (for the lock registry)
+	snaps     processSnaps    // this process's registry of the snapd's snaps (lock.go)
+	interval  restartInterval // WithMinRestartInterval (interval.go)
+	events    events          // WithObserver (events.go)
+	state     *stateWatch     // snapd's state file (WithStateFile); nil: none
+	budget    *budgetRunner   // WithRestartBudget; nil: none
+	timings   ownTimings      // owncursor.go
+	view      snapdView       // what snapd has told the Client (snapdview.go)
+	clockKey  string          // watcher.go: "real", or unique to a Client built WithClock
+	bg        *background     // work owed after calls returned; ended by Close
 }
 
 // New builds a Client. It sends no request.
@@ -138,20 +139,18 @@ func New(opts ...Option) (*Client, error) {
 		s.poll = 100 * time.Millisecond
 	}
 	c := &Client{
-		mode:       mode,
-		main:       snapd.New(s.socket),
-		cookie:     s.cookie,
-		ownSnap:    s.snapName,
-		hook:       s.hook,
-		logger:     s.logger,
-		ctxLogger:  s.ctxLogger,
-		policy:     policy,
-		clock:      policy.Clock,
-		poll:       s.poll,
-		minRestart: s.minRestart,
-		observer:   s.observer,
-		budget:     s.budget,
-		bg:         newBackground(),
+		mode:      mode,
+		main:      snapd.New(s.socket),
+		cookie:    s.cookie,
+		ownSnap:   s.snapName,
+		hook:      s.hook,
+		logger:    s.logger,
+		ctxLogger: s.ctxLogger,
+		policy:    policy,
+		clock:     policy.Clock,
+		poll:      s.poll,
+		budget:    s.budget,
+		bg:        newBackground(),
 	}
 	if c.budget != nil {
 		c.budget.init(c)
@@ -177,6 +176,9 @@ func New(opts ...Option) (*Client, error) {
 	s.wrapTransports(c) // WithTransport
 	checkInstalled(c, &s)
 	c.instance = instanceKey(c.actingSocket())
+	c.snaps = processSnaps{instance: c.instance}
+	c.interval = restartInterval{snaps: c.snaps, min: s.minRestart, clock: c.clock}
+	c.events = events{observer: s.observer, clock: c.clock}
 	switch {
 	case s.noFileLock:
 	case s.lockDirSet:

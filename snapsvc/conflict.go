@@ -22,7 +22,7 @@ func (r *runner) conflict(a attempt) (next, error) {
 		r.optimistic = true
 		ev := k.event(EventConflict)
 		ev.Err = ce
-		c.emit(ev)
+		c.events.emit(ev)
 		k.log.Info("conflict; trying again when snapd's state changes", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 		woke, err := r.awaitRewrite(a.mark)
 		if err != nil {
@@ -48,10 +48,10 @@ func (r *runner) conflict(a attempt) (next, error) {
 	if err != nil {
 		return 0, err
 	}
-	ids, ferr := c.findBlockers(k, r.o.t.snaps, ce, r.skip)
+	ids, ferr := k.findBlockers(r.o.t.snaps, ce, r.skip)
 	if ferr != nil {
 		k.log.Debug("cannot list changes to find the blocker", "error", ferr)
-		if c.noteListing(ferr); len(ids) == 0 && r.blind() {
+		if c.view.noteListing(ferr, c.mode); len(ids) == 0 && r.blind() {
 			if _, ok := r.cadence().begun(); !ok {
 				r.cadence().note(listedAt) // the refused listing counts as a request of the wait
 			}
@@ -60,7 +60,7 @@ func (r *runner) conflict(a attempt) (next, error) {
 	}
 	ev := k.event(EventConflict)
 	ev.Blockers, ev.Err = ids, ce
-	c.emit(ev)
+	c.events.emit(ev)
 	if len(ids) > 0 {
 		r.unseen = 0
 		ce.ChangeID = ids[0]
@@ -139,7 +139,7 @@ func (r *runner) waitOut(ids []string, ce *retry.ConflictError, watched bool, ma
 	if since, ok := r.cadence().begun(); ok { // a blind wait turned to listing: poll at its pace
 		wo.since, wo.cadence = since, r.cad
 	}
-	_, err := r.c.waitChanges(r.k, ids, wo)
+	_, err := r.k.waitChanges(ids, wo)
 	var stalled *ChangeError
 	var gaveUp *gaveUpError
 	switch {
@@ -174,16 +174,6 @@ func (r *runner) blind() bool {
 	return c.view.notices() == noticesNo && r.cadence().steady()
 }
 
-// noteListing records that snapd refused to list changes to this client
-// (403: snapctl without snap-refresh-observe, or snapd 2.57's snap
-// socket), so that its later conflicts go straight to the blind cadence
-// instead of paying a refused listing each.
-func (c *Client) noteListing(err error) {
-	if err != nil && c.mode == ModeSnapctl && isForbidden(err) {
-		c.view.noListing.Store(true)
-	}
-}
-
 // retryBlind waits out a conflict blind: it reports the conflict and
 // pauses until the cadence's next retry, within the call's bounds. Like
 // waitOut, it lets go of the cross-process locks meanwhile (a hook of the
@@ -194,7 +184,7 @@ func (r *runner) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
 	first := r.cadence().n == 0
 	ev := k.event(EventConflict)
 	ev.Err = ce
-	c.emit(ev)
+	c.events.emit(ev)
 	if first {
 		k.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", r.res.Attempts)
 	} else {

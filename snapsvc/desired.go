@@ -51,7 +51,7 @@ func (c *Client) ensure(ctx context.Context, action string, names []string, diff
 	}
 	k := c.newCall(ctx, callOp, action, names)
 	defer k.end()
-	svcs, err := c.services(k, names)
+	svcs, err := k.services(names)
 	if err != nil {
 		return nil, &OpError{Op: "ensure " + action, Names: names, Err: err}
 	}
@@ -74,11 +74,11 @@ func (c *Client) ensure(ctx context.Context, action string, names []string, diff
 	if err != nil {
 		return nil, err
 	}
-	started := c.opStarted(action, out.Changed)
+	started := c.events.opStarted(action, out.Changed)
 	k.ev.Names = o.t.names
 	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
 	res, err := c.operate(k, o)
-	c.opEnded(action, out.Changed, started, res, err)
+	c.events.opEnded(action, out.Changed, started, res, err)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (c *Client) WaitActive(ctx context.Context, names []string) error {
 		last     error
 	)
 	for {
-		svcs, err := c.services(k, names)
+		svcs, err := k.services(names)
 		switch {
 		case err == nil:
 			last = nil

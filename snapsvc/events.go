@@ -1,10 +1,11 @@
 package snapsvc
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
 )
 
 // EventKind says what an Event reports.
@@ -108,10 +109,16 @@ type Event struct {
 // it keeps trying.
 func WithObserver(f func(Event)) Option { return func(s *settings) { s.observer = f } }
 
+// events sends a Client's events to its observer (WithObserver), if any.
+type events struct {
+	observer func(Event)
+	clock    retry.Clock
+}
+
 // emit sends e to the observer, if any.
-func (c *Client) emit(e Event) {
-	if c.observer != nil {
-		c.observer(e)
+func (es events) emit(e Event) {
+	if es.observer != nil {
+		es.observer(e)
 	}
 }
 
@@ -129,18 +136,16 @@ type opObs struct {
 	ended   bool
 }
 
-// now is the client's clock.
-func (c *Client) now() time.Time { return c.clock.Now() }
-
-func (c *Client) opStarted(action string, names []string) time.Time {
-	at := c.now()
-	c.emit(Event{Kind: EventStarted, Op: action, Names: names})
+// opStarted emits EventStarted and returns when the operation started.
+func (es events) opStarted(action string, names []string) time.Time {
+	at := es.clock.Now()
+	es.emit(Event{Kind: EventStarted, Op: action, Names: names})
 	return at
 }
 
 // opEnded emits EventDone or EventFailed.
-func (c *Client) opEnded(action string, names []string, started time.Time, res *Result, err error) {
-	ev := Event{Kind: EventDone, Op: action, Names: names, Elapsed: c.now().Sub(started), Err: err}
+func (es events) opEnded(action string, names []string, started time.Time, res *Result, err error) {
+	ev := Event{Kind: EventDone, Op: action, Names: names, Elapsed: es.clock.Now().Sub(started), Err: err}
 	if res != nil {
 		ev.ChangeID, ev.Status, ev.Attempt, ev.Conflicts = res.ChangeID, res.Status, res.Attempts, res.Conflicts
 	}
@@ -151,25 +156,5 @@ func (c *Client) opEnded(action string, names []string, started time.Time, res *
 			ev.ChangeID, ev.Attempt = oe.ChangeID, oe.Attempts
 		}
 	}
-	c.emit(ev)
-}
-
-func (c *Client) observedSync(ctx context.Context, action string, names []string, set func(*op)) (*Result, error) {
-	started := c.opStarted(action, names)
-	res, err := c.runSync(ctx, action, names, set)
-	c.opEnded(action, names, started, res, err)
-	return res, err
-}
-
-func (c *Client) observedAsync(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
-	started := c.opStarted(action, names)
-	o, err := c.runAsync(ctx, action, names, set)
-	if err != nil {
-		c.opEnded(action, names, started, nil, err)
-		return nil, err
-	}
-	o.mu.Lock()
-	o.obs.started = started
-	o.mu.Unlock()
-	return o, nil
+	es.emit(ev)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/snapsvc/snapsvc/retry"
 )
 
 // keepInterval waits until every service o restarts was last restarted by
@@ -11,9 +13,9 @@ import (
 // (WithMinRestartInterval), so bursts of restarts cannot trip systemd's
 // start limit. A whole-snap restart counts for each of its services and
 // the other way round.
-func (c *Client) keepInterval(k *call, o op) error {
-	for c.mustKeepInterval(o) {
-		wait := c.intervalLeft(o)
+func (k *call) keepInterval(o op) error {
+	for k.c.interval.must(o) {
+		wait := k.c.interval.left(o)
 		if wait <= 0 {
 			return nil
 		}
@@ -25,20 +27,31 @@ func (c *Client) keepInterval(k *call, o op) error {
 	return nil
 }
 
-// mustKeepInterval reports whether o is a restart that must still wait.
-func (c *Client) mustKeepInterval(o op) bool {
-	return o.action == "restart" && c.minRestart > 0 && c.intervalLeft(o) > 0
+// restartInterval keeps restarts of one service made through the process
+// at least min apart (WithMinRestartInterval; 0: no limit). The last
+// restart of each service is kept in the process's registry of snaps
+// (lock.go), so every Client of the process counts.
+type restartInterval struct {
+	snaps processSnaps
+	min   time.Duration
+	clock retry.Clock
 }
 
-func (c *Client) intervalLeft(o op) time.Duration {
-	now := c.clock.Now()
+// must reports whether o is a restart that must still wait.
+func (ri restartInterval) must(o op) bool {
+	return o.action == "restart" && ri.min > 0 && ri.left(o) > 0
+}
+
+// left returns how long o must still wait.
+func (ri restartInterval) left(o op) time.Duration {
+	now := ri.clock.Now()
 	var wait time.Duration
 	for _, s := range o.t.snaps {
-		l := lockFor(c.instance, s)
+		l := ri.snaps.of(s)
 		l.mu.Lock()
 		for key, last := range l.lastRestart {
 			if restartsOverlap(key, o.t.names) {
-				if d := last.Add(c.minRestart).Sub(now); d > wait {
+				if d := last.Add(ri.min).Sub(now); d > wait {
 					wait = d
 				}
 			}
@@ -48,16 +61,16 @@ func (c *Client) intervalLeft(o op) time.Duration {
 	return wait
 }
 
-// recordRestart notes that snapd accepted a restart of o's services now.
-// Every Client records its restarts, with WithMinRestartInterval or not:
-// the interval counts every restart made through the process.
-func (c *Client) recordRestart(o op) {
+// record notes that snapd accepted a restart of o's services now. Every
+// Client records its restarts, with WithMinRestartInterval or not: the
+// interval counts every restart made through the process.
+func (ri restartInterval) record(o op) {
 	if o.action != "restart" {
 		return
 	}
-	now := c.clock.Now()
+	now := ri.clock.Now()
 	for _, s := range o.t.snaps {
-		l := lockFor(c.instance, s)
+		l := ri.snaps.of(s)
 		l.mu.Lock()
 		if l.lastRestart == nil {
 			l.lastRestart = map[string]time.Time{}

@@ -33,6 +33,24 @@ var locks = struct {
 	m map[string]*snapLock
 }{m: map[string]*snapLock{}}
 
+// processSnaps is this process's registry of the snaps of one snapd (its
+// instance key): each snap's lock, the changes pending on it, the identical
+// restarts merging behind it, its services' last restarts and the changes
+// claimed by operations. Every Client of the process that reaches that
+// snapd shares it.
+type processSnaps struct{ instance string }
+
+// of returns snap's entry.
+func (p processSnaps) of(snap string) *snapLock { return lockFor(p.instance, snap) }
+
+// addPending records a change of this process that the next operation on
+// o's snaps must wait for.
+func (p processSnaps) addPending(o op, id string) {
+	for _, s := range o.t.snaps {
+		p.of(s).addPending(id)
+	}
+}
+
 func lockFor(instance, snap string) *snapLock {
 	key := instance + "\x00" + snap
 	locks.Lock()
@@ -61,24 +79,25 @@ func (l *snapLock) takePending() []string {
 
 // snapLocks is the set of locks one operation holds.
 type snapLocks struct {
+	dir   string // of the cross-process lock files ("": none)
 	mem   []*snapLock
 	files []*flock.Lock
 }
 
-// lockSnaps takes the in-process lock of every snap (sorted, so two
+// lock takes the in-process lock of every snap (sorted, so two
 // multi-snap operations cannot deadlock), then the cross-process file
-// locks. Waiting honours ctx.
-func (c *Client) lockSnaps(ctx context.Context, snaps []string) (*snapLocks, error) {
-	h := &snapLocks{}
+// locks in dir ("": none). Waiting honours ctx.
+func (p processSnaps) lock(ctx context.Context, snaps []string, dir string) (*snapLocks, error) {
+	h := &snapLocks{dir: dir}
 	for _, s := range snaps {
-		l := lockFor(c.instance, s)
+		l := p.of(s)
 		if err := l.sem.Acquire(ctx, 1); err != nil {
 			h.release()
 			return nil, fmt.Errorf("waiting for the lock of snap %q: %w", s, err)
 		}
 		h.mem = append(h.mem, l)
 	}
-	if err := c.lockFiles(ctx, h, snaps); err != nil {
+	if err := h.lockFiles(ctx, snaps); err != nil {
 		h.release()
 		return nil, err
 	}
@@ -95,12 +114,12 @@ func (l *snapLocks) releaseFiles() {
 }
 
 // lockFiles takes the cross-process file locks of snaps.
-func (c *Client) lockFiles(ctx context.Context, l *snapLocks, snaps []string) error {
-	if c.lockDir == "" {
+func (l *snapLocks) lockFiles(ctx context.Context, snaps []string) error {
+	if l.dir == "" {
 		return nil
 	}
 	for _, s := range snaps {
-		fl, err := flock.Acquire(ctx, filepath.Join(c.lockDir, s+".lock"))
+		fl, err := flock.Acquire(ctx, filepath.Join(l.dir, s+".lock"))
 		if err != nil {
 			l.releaseFiles()
 			return fmt.Errorf("cross-process lock of snap %q: %w", s, err)
@@ -129,17 +148,17 @@ func (r *runner) lock() error {
 	c := r.c
 	for {
 		if !c.queuesInHook() {
-			h, err := c.lockSnaps(r.k.ctx, r.o.t.snaps)
+			h, err := c.snaps.lock(r.k.ctx, r.o.t.snaps, c.lockDir)
 			if err != nil {
 				return err
 			}
 			r.locks = h
 		}
-		if !c.mustKeepInterval(r.o) {
+		if !c.interval.must(r.o) {
 			break
 		}
 		r.unlock()
-		if err := c.keepInterval(r.k, r.o); err != nil {
+		if err := r.k.keepInterval(r.o); err != nil {
 			return err
 		}
 	}
@@ -151,7 +170,7 @@ func (r *runner) lock() error {
 		return err
 	}
 	if c.hook != "" {
-		r.skip = c.ownHookChange(r.k, r.o.t.snaps)
+		r.skip = r.k.ownHookChange(r.o.t.snaps)
 	}
 	return nil
 }
@@ -170,7 +189,7 @@ func (r *runner) waitPending() error {
 		return nil
 	}
 	r.k.log.Debug("waiting for this process's earlier changes", "changes", pending)
-	if _, err := r.c.waitChanges(r.k, pending, waitOpts{}); err != nil {
+	if _, err := r.k.waitChanges(pending, waitOpts{}); err != nil {
 		for _, l := range r.locks.mem {
 			for _, id := range pending {
 				l.addPending(id)
@@ -193,7 +212,7 @@ func (r *runner) relockFiles() error {
 	if r.locks == nil {
 		return nil
 	}
-	return r.c.lockFiles(r.k.ctx, r.locks, r.o.t.snaps)
+	return r.locks.lockFiles(r.k.ctx, r.o.t.snaps)
 }
 
 // instanceKey identifies a snapd by the directory of its sockets: both

@@ -21,7 +21,7 @@ func BenchmarkLock(b *testing.B) {
 		return c
 	}
 	lockOnce := func(b *testing.B, c *Client) {
-		h, err := c.lockSnaps(ctx, []string{"k8s"})
+		h, err := c.snaps.lock(ctx, []string{"k8s"}, c.lockDir)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -23,7 +23,7 @@ func (r *runner) lost(a attempt, wait bool) (*Result, bool, next, error) {
 	c, k := r.c, r.k
 	ev := k.event(EventAnswerLost)
 	ev.Err = a.err
-	c.emit(ev)
+	c.events.emit(ev)
 	id, settled, err := r.resolveLost(a.sent)
 	switch {
 	case err != nil:
@@ -49,15 +49,15 @@ func (r *runner) lost(a attempt, wait bool) (*Result, bool, next, error) {
 		}
 		if !ok {
 			k.log.Info("the change found was not this request's (the services are not "+map[bool]string{true: "enabled", false: "disabled"}[r.o.enable]+"); sending it again", "change", id, "services", svcs)
-			c.unclaim(r.o, id)
+			c.snaps.unclaim(r.o, id)
 			r.known[id] = true
 			return nil, false, tryPaused, nil
 		}
-		c.recordRestart(r.o)
+		c.interval.record(r.o)
 		r.res.ChangeID, r.res.Status = id, snapd.StatusDone
 		return r.res, true, 0, nil
 	}
-	c.recordRestart(r.o)
+	c.interval.record(r.o)
 	r.res.ChangeID = id
 	res, done, err := r.adopted(id, wait)
 	return res, done, 0, err
@@ -87,7 +87,7 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 	const what = "looking for the change of a request whose answer was lost"
 	confirming := false
 	for {
-		id, err := r.c.findOpChange(k, r.o, st, time.Time{}, r.known)
+		id, err := k.findOpChange(r.o, st, time.Time{}, r.known)
 		switch {
 		case err == nil && (id != "" || confirming):
 			return id, false, nil
@@ -144,7 +144,7 @@ func (r *runner) awaitState() error {
 	k := r.k
 	const what = "waiting for the services to reach the state asked for"
 	for {
-		svcs, err := r.c.services(k, r.o.t.names)
+		svcs, err := k.services(r.o.t.names)
 		if err == nil && r.o.reached(svcs) {
 			return nil
 		}
@@ -164,11 +164,11 @@ func (r *runner) awaitState() error {
 // Only the startup is read: whether they run is the change's own outcome,
 // and a foreign change (a restart, say) may be moving them at this moment.
 func (r *runner) adoptedMatches(id string) (bool, []Service, error) {
-	chg, err := r.c.waitChange(r.k, id, waitOpts{})
+	chg, err := r.k.waitChange(id, waitOpts{})
 	if err != nil {
 		return false, nil, adoptedWaitError(id, err)
 	}
-	svcs, err := r.c.services(r.k, r.o.t.names)
+	svcs, err := r.k.services(r.o.t.names)
 	if err != nil {
 		return false, nil, &outcomeUnknownError{reason: fmt.Sprintf("change %s is done but the services' state cannot be read to tell whether it was this request's", id), last: err}
 	}
@@ -179,14 +179,14 @@ func (r *runner) adoptedMatches(id string) (bool, []Service, error) {
 	// another change touched the snap since, which may have changed the
 	// startup again; then the state says nothing and the change found
 	// stands.
-	later, err := r.c.touchedSince(r.k, r.o.t.snaps, chg)
+	later, err := r.k.touchedSince(r.o.t.snaps, chg)
 	return later || err != nil, svcs, nil
 }
 
 // touchedSince reports whether a change other than chg, spawned after it,
 // touches one of snaps.
-func (c *Client) touchedSince(k *call, snaps []string, chg *snapd.Change) (bool, error) {
-	chgs, err := c.listOnce(k, snapd.SelectAll)
+func (k *call) touchedSince(snaps []string, chg *snapd.Change) (bool, error) {
+	chgs, err := k.listOnce(snapd.SelectAll)
 	if err != nil {
 		return false, err
 	}
@@ -220,10 +220,10 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 		return r.fail("", cause)
 	}
 	if k.ctx.Err() == nil {
-		id, err := c.findOpChange(k, o, a.sent, time.Time{}, r.known)
+		id, err := k.findOpChange(o, a.sent, time.Time{}, r.known)
 		if err == nil && id != "" {
-			c.recordRestart(o)
-			c.addPending(o, id)
+			c.interval.record(o)
+			c.snaps.addPending(o, id)
 			k.log.Info("the call's time ran out while snapd's answer was pending; the request made a change", "change", id)
 			return r.fail(id, &inFlightError{id: id, ctx: cause.ctx})
 		}
@@ -234,9 +234,9 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 		defer close(found)
 		bk := c.newCall(bctx, callWait, o.action, o.t.names)
 		defer bk.end()
-		if id := c.lookFor(bk, o, a.sent, known); id != "" {
-			c.recordRestart(o)
-			c.addPending(o, id)
+		if id := bk.lookFor(o, a.sent, known); id != "" {
+			c.interval.record(o)
+			c.snaps.addPending(o, id)
 			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", id)
 			found <- id
 		} else {
@@ -253,9 +253,9 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 // background), for the change of request o sent at st: snapd carries on
 // with a request whose client left, and a handler stuck behind its state
 // lock may make the change late. It returns "" when none was made by then.
-func (c *Client) lookFor(k *call, o op, st sent, known map[string]bool) string {
+func (k *call) lookFor(o op, st sent, known map[string]bool) string {
 	for {
-		id, err := c.findOpChange(k, o, st, time.Time{}, known)
+		id, err := k.findOpChange(o, st, time.Time{}, known)
 		if err == nil && id != "" {
 			return id
 		}
@@ -270,7 +270,7 @@ func (c *Client) lookFor(k *call, o op, st sent, known map[string]bool) string {
 func (r *runner) adopted(id string, wait bool) (*Result, bool, error) {
 	wo := waitOpts{found: true}
 	if r.c.mode == ModeSnapctl {
-		chg, err := r.c.waitChange(r.k.ownChange(), id, wo)
+		chg, err := r.k.ownChange().waitChange(id, wo)
 		if err != nil {
 			return r.fail(id, adoptedWaitError(id, err))
 		}

@@ -20,19 +20,14 @@ import (
 // by another operation.
 const recentOwn = 256
 
-// rememberOwn records a change this process made for o.
-func (c *Client) rememberOwn(o op, id string) {
-	c.claim(o, id)
-}
-
 // claim records id as claimed by an operation on o's snaps. It returns
 // false, and records nothing, when another operation of this process
 // already claimed it. Claims are taken under every snap's registry lock
 // in order, so two operations can never both claim one change.
-func (c *Client) claim(o op, id string) bool {
+func (p processSnaps) claim(o op, id string) bool {
 	ls := make([]*snapLock, len(o.t.snaps))
 	for i, s := range o.t.snaps {
-		ls[i] = lockFor(c.instance, s)
+		ls[i] = p.of(s)
 		ls[i].mu.Lock()
 	}
 	defer func() {
@@ -55,9 +50,9 @@ func (c *Client) claim(o op, id string) bool {
 }
 
 // unclaim forgets a claim that turned out wrong (see runner.adoptedMatches).
-func (c *Client) unclaim(o op, id string) {
+func (p processSnaps) unclaim(o op, id string) {
 	for _, s := range o.t.snaps {
-		l := lockFor(c.instance, s)
+		l := p.of(s)
 		l.mu.Lock()
 		l.own = slices.DeleteFunc(l.own, func(x string) bool { return x == id })
 		l.mu.Unlock()
@@ -95,28 +90,29 @@ type sent struct {
 // until, when not zero, also leaves out changes spawned after it: snapd
 // makes a request's change before it answers, so for a request that was
 // answered (snapctl's "taking too long", say) nothing later is its.
-func (c *Client) findOpChange(k *call, o op, s sent, until time.Time, skip map[string]bool) (string, error) {
-	all, err := c.wholeSnapServices(k, o)
+func (k *call) findOpChange(o op, s sent, until time.Time, skip map[string]bool) (string, error) {
+	all, err := k.wholeSnapServices(o)
 	if err != nil {
 		return "", err
 	}
-	chgs, err := c.listOnce(k, snapd.SelectAll)
+	chgs, err := k.listOnce(snapd.SelectAll)
 	if err != nil {
 		return "", err
 	}
-	return c.claimOpChange(chgs, o, all, s, until, skip), nil
+	return k.claimOpChange(chgs, o, all, s, until, skip), nil
 }
 
 // claimOpChange is findOpChange on a listing, with all from
 // wholeSnapServices; a non-zero answeredAt also leaves out changes
 // spawned after snapd answered the request.
-func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
+func (k *call) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
+	c := k.c
 	from, sure, to := c.view.clock.snapdTime(s.at), c.view.clock.snapdTimeLate(s.at), time.Time{}
 	if !answeredAt.IsZero() {
 		to = c.view.clock.snapdTimeLate(answeredAt)
 	}
 	for _, id := range opCandidates(chgs, o, all, s.seen, from, sure, to, skip) {
-		if c.claim(o, id) {
+		if c.snaps.claim(o, id) {
 			return id
 		}
 	}
@@ -129,7 +125,7 @@ func (c *Client) claimOpChange(chgs []snapd.Change, o op, all map[string][]strin
 // with them can a change be told to be o's. A foreign start of one
 // service of the snap must not pass for a start of all of them. It
 // returns nil when o needs none.
-func (c *Client) wholeSnapServices(k *call, o op) (map[string][]string, error) {
+func (k *call) wholeSnapServices(o op) (map[string][]string, error) {
 	var snaps []string
 	for _, snap := range o.t.snaps {
 		if o.action != "restart" && namesWholeOnly(o, snap) {
@@ -139,7 +135,7 @@ func (c *Client) wholeSnapServices(k *call, o op) (map[string][]string, error) {
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	svcs, err := c.services(k, snaps)
+	svcs, err := k.services(snaps)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +290,8 @@ func expectedSummary(o op, snap string, all []string) string {
 // perform the following tasks: ...") in *errp, turns it into a
 // *ChangeError (keeping snapd's error in the chain) and returns the
 // change's id when it can be found.
-func (c *Client) changeFailure(k *call, o op, sentAt time.Time, errp *error) string {
+func (k *call) changeFailure(o op, sentAt time.Time, errp *error) string {
+	c := k.c
 	var apiErr *snapd.Error
 	if c.mode != ModeSnapctl || !errors.As(*errp, &apiErr) {
 		return ""
@@ -306,7 +303,7 @@ func (c *Client) changeFailure(k *call, o op, sentAt time.Time, errp *error) str
 	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
 		return ""
 	}
-	id, _ := c.findOpChange(k, o, sent{at: sentAt}, c.clock.Now(), nil) // snapctl answered: the change predates the answer
+	id, _ := k.findOpChange(o, sent{at: sentAt}, c.clock.Now(), nil) // snapctl answered: the change predates the answer
 	*errp = errors.Join(&ChangeError{ID: id, Kind: "service-control", Status: snapd.StatusError, Err: msg}, *errp)
 	return id
 }
@@ -315,13 +312,14 @@ func (c *Client) changeFailure(k *call, o op, sentAt time.Time, errp *error) str
 // run-hook task for one of snaps is Doing), or "". snapd leaves that
 // change out of the conflict check (hookstate Context.ChangeID), and
 // waiting for it from inside the hook would never end.
-func (c *Client) ownHookChange(k *call, snaps []string) string {
+func (k *call) ownHookChange(snaps []string) string {
+	c := k.c
 	if c.view.listingRefused() {
 		return "" // snapd refuses this client its changes (cadence.go)
 	}
-	chgs, err := c.listOnce(k, snapd.SelectInProgress)
+	chgs, err := k.listOnce(snapd.SelectInProgress)
 	if err != nil {
-		c.noteListing(err)
+		c.view.noteListing(err, c.mode)
 		return ""
 	}
 	for _, chg := range chgs {
@@ -342,13 +340,14 @@ func (c *Client) ownHookChange(k *call, snaps []string) string {
 // findBlockers lists the in-progress changes that hold any of snaps (or,
 // for a conflict with an exclusive change, every change of that kind).
 // skip is a change to ignore (the caller's own).
-func (c *Client) findBlockers(k *call, snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
+func (k *call) findBlockers(snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
+	c := k.c
 	if c.view.notices() == noticesNo {
 		// Watch the state file from before the listing: a wait for the
 		// blockers may then take the listing as its first read.
 		c.state.open()
 	}
-	chgs, err := c.listOnce(k, snapd.SelectInProgress)
+	chgs, err := k.listOnce(snapd.SelectInProgress)
 	if err != nil {
 		return nil, err
 	}

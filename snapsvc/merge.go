@@ -33,7 +33,7 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 		res, _, err := c.run(k, o, true, nil)
 		return res, err
 	}
-	l := lockFor(c.instance, o.t.snaps[0])
+	l := c.snaps.of(o.t.snaps[0])
 	// Only requests made the same way merge: same mode, context and hook.
 	key := fmt.Sprintf("%s|%s|%s|%s", c.mode, c.cookie, c.hook, o.key())
 	for {

@@ -129,16 +129,22 @@ func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
 	return nil, false, r.c.opError(r.o, changeID, r.res.Attempts, err)
 }
 
-// runSync is the life of one synchronous operation (run.go): bound, pace
-// and budget, lock to verdict (identical restarts coalesced), release.
+// runSync is the life of one synchronous operation: bound, pace and
+// budget, lock to verdict (identical restarts merged), release; its
+// events (EventStarted, then EventDone or EventFailed) around it.
 func (c *Client) runSync(ctx context.Context, action string, names []string, set func(*op)) (*Result, error) {
-	o, err := c.prepare(action, names, set)
-	if err != nil {
-		return nil, err
-	}
-	k := c.newOpCall(ctx, o)
-	defer k.end()
-	return c.operate(k, o)
+	started := c.events.opStarted(action, names)
+	res, err := func() (*Result, error) {
+		o, err := c.prepare(action, names, set)
+		if err != nil {
+			return nil, err
+		}
+		k := c.newOpCall(ctx, o)
+		defer k.end()
+		return c.operate(k, o)
+	}()
+	c.events.opEnded(action, names, started, res, err)
+	return res, err
 }
 
 // operate is budget, lock to verdict, and release of operation o on its
@@ -160,8 +166,24 @@ func (c *Client) operate(k *call, o op) (*Result, error) {
 }
 
 // runAsync is runSync up to snapd's acceptance; the wait, and the release
-// of the budget's slots, go on in the background (budget.go, holdAsync).
+// of the budget's slots, go on in the background (budget_rule.go,
+// holdAsync). EventDone or EventFailed comes from the first
+// Operation.Wait that sees the end, or now if snapd did not accept.
 func (c *Client) runAsync(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
+	started := c.events.opStarted(action, names)
+	op, err := c.accept(ctx, action, names, set)
+	if err != nil {
+		c.events.opEnded(action, names, started, nil, err)
+		return nil, err
+	}
+	op.mu.Lock()
+	op.obs.started = started
+	op.mu.Unlock()
+	return op, nil
+}
+
+// accept is runAsync without its events.
+func (c *Client) accept(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
 	o, err := c.prepare(action, names, set)
 	if err != nil {
 		return nil, err

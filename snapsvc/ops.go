@@ -54,34 +54,34 @@ type Result struct {
 // waits until snapd's change is ready. Conflicts with other changes are
 // waited out and retried; the result reports the change snapd made.
 func (c *Client) Start(ctx context.Context, names []string, opts StartOptions) (*Result, error) {
-	return c.observedSync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
+	return c.runSync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
 }
 
 // Stop stops services and waits until snapd's change is ready.
 func (c *Client) Stop(ctx context.Context, names []string, opts StopOptions) (*Result, error) {
-	return c.observedSync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
+	return c.runSync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
 }
 
 // Restart restarts services and waits until snapd's change is ready.
 func (c *Client) Restart(ctx context.Context, names []string, opts RestartOptions) (*Result, error) {
-	return c.observedSync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
+	return c.runSync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
 }
 
 // StartAsync asks snapd to start services and returns as soon as snapd has
 // accepted the request (after waiting out any conflict). Wait on the
 // returned Operation for the outcome.
 func (c *Client) StartAsync(ctx context.Context, names []string, opts StartOptions) (*Operation, error) {
-	return c.observedAsync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
+	return c.runAsync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
 }
 
 // StopAsync is the asynchronous form of Stop.
 func (c *Client) StopAsync(ctx context.Context, names []string, opts StopOptions) (*Operation, error) {
-	return c.observedAsync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
+	return c.runAsync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
 }
 
 // RestartAsync is the asynchronous form of Restart.
 func (c *Client) RestartAsync(ctx context.Context, names []string, opts RestartOptions) (*Operation, error) {
-	return c.observedAsync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
+	return c.runAsync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
 }
 
 // Operation is an accepted request whose change may still be running.
@@ -122,7 +122,7 @@ func (o *Operation) wait(ctx context.Context) (*Result, error) {
 	}
 	var chg *snapd.Change
 	err := o.c.callOf(ctx, callWait, o.op.action, o.op.t.names, func(k *call) (err error) {
-		chg, err = o.c.sharedWaitChange(k, res.ChangeID)
+		chg, err = k.sharedWaitChange(res.ChangeID)
 		return err
 	})
 	if err != nil {
@@ -150,7 +150,7 @@ func (o *Operation) Wait(ctx context.Context) (*Result, error) {
 	o.obs.ended = true
 	o.mu.Unlock()
 	if !ended && !started.IsZero() {
-		o.c.opEnded(o.op.action, o.op.t.names, started, res, err)
+		o.c.events.opEnded(o.op.action, o.op.t.names, started, res, err)
 	}
 	return res, err
 }

@@ -131,7 +131,8 @@ func (p *ownTimings) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt 
 // ownCursor returns the cursor and first long-poll timeout of a wait for
 // the operation's own change just made (see above), and false when the
 // wait must read a cursor first.
-func (c *Client) ownCursor(wo waitOpts, ids []string) (time.Time, time.Duration, bool) {
+func (w *changeWait) ownCursor(wo waitOpts, ids []string) (time.Time, time.Duration, bool) {
+	c := w.c
 	if !wo.fresh || wo.answeredAt.IsZero() || len(ids) != 1 || c.view.notices() != noticesYes {
 		return time.Time{}, 0, false
 	}
@@ -151,7 +152,8 @@ func (c *Client) ownCursor(wo waitOpts, ids []string) (time.Time, time.Duration,
 // where a 70 ms restart took five); one that is not ready yet is polled
 // as before; one that ended sooner is found up to the difference later.
 // It returns false for any other wait.
-func (c *Client) ownFirstRead(wo waitOpts, ids []string, watched bool, lastRead time.Time) (time.Duration, bool) {
+func (w *changeWait) ownFirstRead(wo waitOpts, ids []string, watched bool, lastRead time.Time) (time.Duration, bool) {
+	c := w.c
 	if !wo.fresh || watched || !lastRead.IsZero() || len(ids) != 1 {
 		return 0, false
 	}
@@ -165,7 +167,8 @@ func (c *Client) ownFirstRead(wo waitOpts, ids []string, watched bool, lastRead 
 // noteOwn records what an own change of kind, made by a request sent at
 // sentAt and answered at answeredAt (the client's clock), says: how long
 // such a change takes, and how snapd's clock reads.
-func (c *Client) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt time.Time) {
+func (w *changeWait) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt time.Time) {
+	c := w.c
 	if chg == nil || chg.ReadyTime == nil || sentAt.IsZero() || answeredAt.IsZero() {
 		return
 	}

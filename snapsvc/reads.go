@@ -27,7 +27,8 @@ import (
 // operation run on the operation's call, within its bounds.
 
 // readApps is c.main.Apps on call k.
-func (c *Client) readApps(k *call, names []string, services bool) (apps []snapd.AppInfo, err error) {
+func (k *call) readApps(names []string, services bool) (apps []snapd.AppInfo, err error) {
+	c := k.c
 	err = k.read("reading services", func(ctx context.Context) (err error) {
 		apps, err = c.main.Apps(ctx, names, services)
 		return err
@@ -36,7 +37,8 @@ func (c *Client) readApps(k *call, names []string, services bool) (apps []snapd.
 }
 
 // readChanges is c.main.Changes on call k.
-func (c *Client) readChanges(k *call, sel, snap string) (chgs []snapd.Change, err error) {
+func (k *call) readChanges(sel, snap string) (chgs []snapd.Change, err error) {
+	c := k.c
 	err = k.read("listing changes", func(ctx context.Context) (err error) {
 		chgs, err = c.main.Changes(ctx, sel, snap)
 		return err
@@ -48,7 +50,8 @@ func (c *Client) readChanges(k *call, sel, snap string) (chgs []snapd.Change, er
 // listOnce is one listing of snapd's changes (sel: snapd.SelectAll or
 // SelectInProgress) on call k, not retried: the caller decides what a
 // failure means. What it lists is seen (saw).
-func (c *Client) listOnce(k *call, sel string) ([]snapd.Change, error) {
+func (k *call) listOnce(sel string) ([]snapd.Change, error) {
+	c := k.c
 	chgs, err := c.main.Changes(k.ctx, sel, "")
 	k.observe(err)
 	c.view.sawChanges(chgs...)
@@ -56,7 +59,8 @@ func (c *Client) listOnce(k *call, sel string) ([]snapd.Change, error) {
 }
 
 // readChange is c.main.Change on call k.
-func (c *Client) readChange(k *call, id string) (chg *snapd.Change, err error) {
+func (k *call) readChange(id string) (chg *snapd.Change, err error) {
+	c := k.c
 	err = k.read("reading change "+id, func(ctx context.Context) (err error) {
 		chg, err = c.main.Change(ctx, id)
 		return err
@@ -69,7 +73,8 @@ func (c *Client) readChange(k *call, id string) (chg *snapd.Change, err error) {
 
 // readSnapctl runs a snapctl command that only reads (services) on call
 // k.
-func (c *Client) readSnapctl(k *call, args []string) (out *snapd.SnapctlResult, err error) {
+func (k *call) readSnapctl(args []string) (out *snapd.SnapctlResult, err error) {
+	c := k.c
 	err = k.read("snapctl "+args[0], func(ctx context.Context) (err error) {
 		out, err = c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: args})
 		return err
@@ -102,7 +107,7 @@ func (c *Client) AbortChange(ctx context.Context, id string) (*Change, error) {
 func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
 	var chg *snapd.Change
 	err := c.callOf(ctx, callRead, "read", nil, func(k *call) (err error) {
-		chg, err = c.readChange(k, id)
+		chg, err = k.readChange(id)
 		return err
 	})
 	if err != nil {
@@ -134,7 +139,7 @@ func (c *Client) Changes(ctx context.Context, opts ChangesOptions) ([]Change, er
 	}
 	var chgs []snapd.Change
 	err := c.callOf(ctx, callRead, "read", nil, func(k *call) (err error) {
-		chgs, err = c.readChanges(k, sel, "")
+		chgs, err = k.readChanges(sel, "")
 		return err
 	})
 	if err != nil {

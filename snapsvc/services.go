@@ -29,20 +29,21 @@ func (c *Client) Services(ctx context.Context, names ...string) ([]Service, erro
 	}
 	var svcs []Service
 	err := c.callOf(ctx, callRead, "read", names, func(k *call) (err error) {
-		svcs, err = c.services(k, names)
+		svcs, err = k.services(names)
 		return err
 	})
 	return svcs, err
 }
 
 // services is Services on call k.
-func (c *Client) services(k *call, names []string) ([]Service, error) {
+func (k *call) services(names []string) ([]Service, error) {
+	c := k.c
 	if c.mode == ModeSnapctl && c.main == c.ctl {
 		// GET /v2/apps is served on the main socket only
 		// (daemon/api_apps.go openAccess); a snap asks snapctl.
-		return c.snapctlServices(k, names)
+		return k.snapctlServices(names)
 	}
-	apps, err := c.readApps(k, names, true)
+	apps, err := k.readApps(names, true)
 	if err != nil {
 		return nil, fmt.Errorf("snapsvc: reading %s: %w", strings.Join(append([]string{"services"}, names...), " "), err)
 	}
@@ -60,9 +61,9 @@ func (c *Client) services(k *call, names []string) ([]Service, error) {
 // table (overlord/hookstate/ctlcmd/services.go) has the columns Service,
 // Startup, Current and Notes. It does not say the daemon type, so Daemon
 // is "" in what it returns.
-func (c *Client) snapctlServices(k *call, names []string) ([]Service, error) {
+func (k *call) snapctlServices(names []string) ([]Service, error) {
 	args := append([]string{"services"}, names...)
-	out, err := c.readSnapctl(k, args)
+	out, err := k.readSnapctl(args)
 	if err != nil {
 		return nil, fmt.Errorf("snapsvc: reading %s with snapctl: %w", strings.Join(append([]string{"services"}, names...), " "), err)
 	}

@@ -239,9 +239,10 @@ func (s *sharedWaits) awaitSubscribers(ctx context.Context, key string, n int) e
 
 // sharedWaitChange is waitChange for change id on k's bounds, shared with
 // the process's other callers waiting for it.
-func (c *Client) sharedWaitChange(k *call, id string) (*snapd.Change, error) {
+func (k *call) sharedWaitChange(id string) (*snapd.Change, error) {
+	c := k.c
 	val, err, outcome := processWaits.share(k, c.waitKey("change "+id), func(wk *call, read func(time.Time)) (any, error) {
-		return c.waitChange(wk, id, waitOpts{read: read})
+		return wk.waitChange(id, waitOpts{read: read})
 	})
 	chg, _ := val.(*snapd.Change)
 	if err != nil && !outcome {
@@ -252,9 +253,10 @@ func (c *Client) sharedWaitChange(k *call, id string) (*snapd.Change, error) {
 
 // sharedWaitIdle is waitIdle for snap on k's bounds, shared with the
 // process's other callers waiting for snap to be idle.
-func (c *Client) sharedWaitIdle(k *call, snap string) error {
+func (k *call) sharedWaitIdle(snap string) error {
+	c := k.c
 	_, err, outcome := processWaits.share(k, c.waitKey("idle "+snap), func(wk *call, read func(time.Time)) (any, error) {
-		return nil, c.waitIdle(wk, snap, read)
+		return nil, wk.waitIdle(snap, read)
 	})
 	if err != nil && !outcome {
 		return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)

@@ -67,3 +67,13 @@ func (v *snapdView) saw(id string) {
 // numbers its changes in order, so one it had reported before was made
 // before the request (matching.go).
 func (v *snapdView) sending(now time.Time) sent { return sent{at: now, seen: v.maxID.Load()} }
+
+// noteListing records that snapd refused to list changes to this client
+// (403: snapctl without snap-refresh-observe, or snapd 2.57's snap
+// socket), so that its later conflicts go straight to the blind cadence
+// instead of paying a refused listing each.
+func (v *snapdView) noteListing(err error, mode Mode) {
+	if err != nil && mode == ModeSnapctl && isForbidden(err) {
+		v.noListing.Store(true)
+	}
+}

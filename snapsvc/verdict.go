@@ -11,7 +11,7 @@ import (
 func (r *runner) refused(a attempt) (*Result, bool, error) {
 	r.k.log.Info("failed", "attempt", r.res.Attempts, "error", a.err)
 	err := a.err
-	id := r.c.changeFailure(r.k, r.o, a.sentAt, &err)
+	id := r.k.changeFailure(r.o, a.sentAt, &err)
 	return r.fail(id, err)
 }
 
@@ -21,7 +21,7 @@ func (r *runner) refused(a attempt) (*Result, bool, error) {
 func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
 	c, k := r.c, r.k
 	k.flog.end(k.log)
-	c.recordRestart(r.o)
+	c.interval.record(r.o)
 	if c.queuesInHook() {
 		k.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", r.res.Attempts)
 		r.res.Queued = true
@@ -32,10 +32,10 @@ func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
 	}
 	r.res.ChangeID = a.changeID
 	c.view.saw(a.changeID)
-	c.rememberOwn(r.o, a.changeID)
+	c.snaps.claim(r.o, a.changeID)
 	ev := k.event(EventAccepted)
 	ev.ChangeID = a.changeID
-	c.emit(ev)
+	c.events.emit(ev)
 	k.log.Info("change created", "change", a.changeID, "attempt", r.res.Attempts)
 	return c.finish(k, r.o, r.res, wait, waitOpts{fresh: true, kind: r.o.key(), sentAt: a.sentAt, answeredAt: a.answeredAt})
 }
@@ -47,11 +47,11 @@ func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
 // command queued by a hook snapsvc could not identify.
 func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 	c, k := r.c, r.k
-	all, err := c.wholeSnapServices(k, r.o)
+	all, err := k.wholeSnapServices(r.o)
 	var chgs []snapd.Change
 	if err == nil && !c.view.listingRefused() {
-		chgs, err = c.listOnce(k, snapd.SelectAll)
-		c.noteListing(err)
+		chgs, err = k.listOnce(snapd.SelectAll)
+		c.view.noteListing(err, c.mode)
 	}
 	if err == nil {
 		if id := queuedIn(chgs, r.o, all, c.view.clock.snapdTime(a.sentAt), c.view.clock.snapdTimeLate(a.answeredAt)); id != "" {
@@ -59,12 +59,12 @@ func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 			r.res.Queued, r.res.ChangeID = true, id
 			return r.res, true, nil
 		}
-		r.res.ChangeID = c.claimOpChange(chgs, r.o, all, a.sent, a.answeredAt, r.known)
+		r.res.ChangeID = r.k.claimOpChange(chgs, r.o, all, a.sent, a.answeredAt, r.known)
 	}
 	r.res.Status = snapd.StatusDone
 	ev := k.event(EventAccepted)
 	ev.ChangeID = r.res.ChangeID
-	c.emit(ev)
+	c.events.emit(ev)
 	k.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
 	return r.res, true, nil
 }
@@ -73,15 +73,15 @@ func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 // for the next operation on these snaps (async).
 func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Result, bool, error) {
 	if !wait {
-		c.addPending(o, res.ChangeID)
+		c.snaps.addPending(o, res.ChangeID)
 		return res, false, nil
 	}
-	chg, err := c.waitChange(k.ownChange(), res.ChangeID, wo)
+	chg, err := k.ownChange().waitChange(res.ChangeID, wo)
 	if err != nil {
 		var ce *ChangeError
 		if !errors.As(err, &ce) {
 			// Could not see the end; let the next operation wait for it.
-			c.addPending(o, res.ChangeID)
+			c.snaps.addPending(o, res.ChangeID)
 			if wo.found {
 				err = adoptedWaitError(res.ChangeID, err)
 			}
@@ -92,12 +92,4 @@ func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Re
 	res.Status = chg.Status
 	k.log.Info("change done", "change", res.ChangeID, "attempt", res.Attempts)
 	return res, true, nil
-}
-
-// addPending records a change of this process that the next operation on
-// the same snaps must wait for.
-func (c *Client) addPending(o op, id string) {
-	for _, s := range o.t.snaps {
-		lockFor(c.instance, s).addPending(id)
-	}
 }
