@@ -78,19 +78,6 @@ func (h *hold) watch() {
 	}
 }
 
-// fence is called by the operation right before each request to act
-// (runner.send): under a budget that applies to the request, it confirms
-// the operation's slots are still held and that it may act now (the
-// budget's pause and window, checked by the budget's Fence), and makes the
-// request's write conditional on that confirmation still standing (see
-// hold.fence). A non-nil error means the request must not be sent.
-func (k *call) fence() error {
-	if k.hold == nil {
-		return nil
-	}
-	return k.hold.fence(k.ctx)
-}
-
 // fence confirms every slot of h is still held, and may act now: first
 // what is already known (Lost), then, for slots implementing
 // BudgetFencer, with the coordination service. A lost slot is reported

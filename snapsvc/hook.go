@@ -72,9 +72,3 @@ func procParent(pid int) int {
 	}
 	return ppid
 }
-
-// queuesInHook reports whether snapd only queues service commands in the
-// current hook (ctlcmd queueCommand / queueDefaultConfigureHookCommand).
-func (c *Client) queuesInHook() bool {
-	return c.mode == ModeSnapctl && (c.hook == "configure" || c.hook == "default-configure")
-}

@@ -4,30 +4,126 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// The life of one operation (Start, Stop, Restart), as named phases, each
-// in a small function, every one on the operation's call (call.go), which
-// holds all of its bounds:
+// The life of one operation (Start, Stop, Restart), top to bottom. Every
+// step runs on the operation's call (call.go), which holds all of its
+// bounds; each phase is a function, and the detours and mechanisms have
+// files of their own:
 //
-//	bound    newCall: the call's deadline, MaxUnreachable, MaxAttempts
-//	pace     paceRestart: WithMinRestartInterval, no slot or lock held
-//	budget   takeBudget: the restart budget's slots (budget.go)
-//	lock     runner.lock: the snaps' locks, in and across processes
-//	send     runner.send: fence the slots, then one request to act
+//	bound    newOpCall: the call's deadline, MaxUnreachable, MaxAttempts
+//	budget   takeBudget: the restart budget's slots (budget_rule.go)
+//	pace     call.keepInterval: WithMinRestartInterval (interval.go)
+//	lock     runner.lock: the snaps' locks, in and across processes; an
+//	         identical restart not sent yet may merge (lock.go, merge.go)
+//	send     runner.try: fence the slots, then one request to act
+//	conflict runner.conflict: someone else's change (conflict.go)
 //	find     runner.lost: the change of a request whose answer was lost
-//	wait     runner.conflict (someone else's change), runner.accepted
-//	         (the operation's own change)
+//	         (lostanswer.go, matching.go)
+//	wait     finish: the operation's own change (changewait.go)
 //	verdict  runner.accepted, runner.refused: what the change did
 //	release  releaseBudget: the slots, given back only once the outcome is
-//	         final and the services are ready (budget.go)
+//	         final and the services are ready (budget_rule.go)
 //
 // run covers lock to verdict: it sends until snapd accepts the request
 // (waiting out conflicts, finding the change of a lost answer, pausing
 // while snapd is away), then waits for the change.
+
+// runSync is the life of one synchronous operation: bound, pace and
+// budget, lock to verdict (identical restarts merged), release; its
+// events (EventStarted, then EventDone or EventFailed) around it.
+func (c *Client) runSync(ctx context.Context, action string, names []string, set func(*op)) (*Result, error) {
+	started := c.events.opStarted(action, names)
+	res, err := func() (*Result, error) {
+		o, err := c.prepare(action, names, set)
+		if err != nil {
+			return nil, err
+		}
+		k := c.newOpCall(ctx, o)
+		defer k.end()
+		return c.operate(k, o)
+	}()
+	c.events.opEnded(action, names, started, res, err)
+	return res, err
+}
+
+// operate is budget, lock to verdict, and release of operation o on its
+// call k.
+func (c *Client) operate(k *call, o op) (*Result, error) {
+	var h *hold
+	if c.budget != nil {
+		var err error
+		if h, err = c.takeBudget(k, o); err != nil {
+			return nil, err
+		}
+	}
+	k.hold = h
+	res, err := c.coalesce(k, o)
+	if h != nil {
+		err = c.releaseBudget(k, o, h, res, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// runAsync is runSync up to snapd's acceptance; the wait, and the release
+// of the budget's slots, go on in the background (budget_rule.go,
+// holdAsync). EventDone or EventFailed comes from the first
+// Operation.Wait that sees the end, or now if snapd did not accept.
+func (c *Client) runAsync(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
+	started := c.events.opStarted(action, names)
+	op, err := c.accept(ctx, action, names, set)
+	if err != nil {
+		c.events.opEnded(action, names, started, nil, err)
+		return nil, err
+	}
+	op.mu.Lock()
+	op.obs.started = started
+	op.mu.Unlock()
+	return op, nil
+}
+
+// accept is runAsync without its events.
+func (c *Client) accept(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
+	o, err := c.prepare(action, names, set)
+	if err != nil {
+		return nil, err
+	}
+	k := c.newOpCall(ctx, o)
+	defer k.end()
+	var h *hold
+	if c.budget != nil {
+		if h, err = c.takeBudget(k, o); err != nil {
+			return nil, err
+		}
+	}
+	k.hold = h
+	res, done, err := c.run(k, o, false, nil)
+	if err != nil {
+		if h != nil {
+			err = c.releaseBudget(k, o, h, nil, err)
+		}
+		return nil, err
+	}
+	op := &Operation{c: c, op: o, result: *res, done: done}
+	if h != nil {
+		c.holdAsync(k, op, h, done)
+	}
+	return op, nil
+}
+
+// newOpCall begins the call of operation o, its log lines naming it.
+func (c *Client) newOpCall(ctx context.Context, o op) *call {
+	k := c.newCall(ctx, callOp, o.action, o.t.names)
+	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
+	return k
+}
 
 // runner is the state of one operation while it runs.
 type runner struct {
@@ -48,15 +144,6 @@ type runner struct {
 	optimistic bool // the last conflict was retried at a state rewrite
 }
 
-// next says what an operation does after an attempt that did not end it.
-type next int
-
-const (
-	tryAgain  next = iota // at once
-	tryFresh              // at once: a blocker just ended (owed even out of time)
-	tryPaused             // after the policy's pause
-)
-
 // cadence is the operation's blind wait (cadence.go), made at its first
 // use: most operations never wait blind.
 func (r *runner) cadence() *cadence {
@@ -65,6 +152,15 @@ func (r *runner) cadence() *cadence {
 	}
 	return r.cad
 }
+
+// next says what an operation does after an attempt that did not end it.
+type next int
+
+const (
+	tryAgain  next = iota // at once
+	tryFresh              // at once: a blocker just ended (owed even out of time)
+	tryPaused             // after the policy's pause
+)
 
 // run carries out one operation on its call: lock, send until snapd
 // accepts, wait for the change, judge it. done reports whether the outcome
@@ -129,89 +225,161 @@ func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
 	return nil, false, r.c.opError(r.o, changeID, r.res.Attempts, err)
 }
 
-// runSync is the life of one synchronous operation: bound, pace and
-// budget, lock to verdict (identical restarts merged), release; its
-// events (EventStarted, then EventDone or EventFailed) around it.
-func (c *Client) runSync(ctx context.Context, action string, names []string, set func(*op)) (*Result, error) {
-	started := c.events.opStarted(action, names)
-	res, err := func() (*Result, error) {
-		o, err := c.prepare(action, names, set)
-		if err != nil {
-			return nil, err
+// attempt is what one request to act met.
+type attempt struct {
+	sent       sent
+	sentAt     time.Time
+	answeredAt time.Time
+	changeID   string
+	err        error
+	class      retry.Class
+	cutOff     bool   // ended by the call's time, or the look-up reserve
+	watched    bool   // the state file was watched when it was sent
+	mark       uint64 // the state watch's mark before it was sent
+}
+
+// mayTry returns the error that ends the operation before another attempt:
+// its attempts or time ran out. Right after a blocker is done one attempt
+// is owed even if the call's time ran out while waiting for it; its
+// attempt count still holds.
+func (r *runner) mayTry() error {
+	if r.k.rt.Attempts() == 0 || (r.fresh && !r.k.rt.OutOfAttempts()) {
+		return nil
+	}
+	return r.k.exhausted(r.k.last)
+}
+
+// try makes one attempt: under a restart budget it first confirms the
+// slots are still held (budget.go, fence), then sends the request to act,
+// leaving the last of the call's time to look up its change.
+func (r *runner) try() (attempt, error) {
+	c, k := r.c, r.k
+	if k.hold != nil {
+		if err := k.hold.fence(k.ctx); err != nil {
+			return attempt{}, err
 		}
-		k := c.newOpCall(ctx, o)
-		defer k.end()
-		return c.operate(k, o)
-	}()
-	c.events.opEnded(action, names, started, res, err)
-	return res, err
+	}
+	r.fresh = false
+	r.res.Attempts = k.rt.Attempt()
+	var a attempt
+	// Marked before the request, the state watch cannot miss the end of
+	// a change that refuses it.
+	if a.watched = c.state.open(); a.watched {
+		a.mark = c.state.mark()
+	}
+	a.sent = c.view.sending(c.clock.Now())
+	a.sentAt = a.sent.at
+	actx, cancel := k.actCtx()
+	if k.hold != nil && !k.hold.sendBy.IsZero() {
+		actx = snapd.WithSendBy(actx, k.hold.sendBy)
+	}
+	a.changeID, a.err = c.post(actx, r.o)
+	a.cutOff = actx.Err() != nil && a.err != nil
+	cancel()
+	a.answeredAt = c.clock.Now()
+	if !a.cutOff && !errors.Is(a.err, snapd.ErrSendDeadline) { // neither says anything about snapd
+		k.observe(a.err)
+	}
+	if a.err != nil {
+		k.last = a.err
+		a.class = retry.Classify(a.err)
+	}
+	return a, nil
 }
 
-// operate is budget, lock to verdict, and release of operation o on its
-// call k.
-func (c *Client) operate(k *call, o op) (*Result, error) {
-	h, err := c.takeBudget(k, o)
-	if err != nil {
-		return nil, err
+// post makes one request to act.
+func (c *Client) post(ctx context.Context, o op) (string, error) {
+	if c.mode == ModeSnapctl {
+		_, err := c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: o.snapctlArgs()})
+		return "", err
 	}
-	k.hold = h
-	res, err := c.coalesce(k, o)
-	if h != nil {
-		err = c.releaseBudget(k, o, h, res, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return c.main.PostApps(ctx, o.instruction())
 }
 
-// runAsync is runSync up to snapd's acceptance; the wait, and the release
-// of the budget's slots, go on in the background (budget_rule.go,
-// holdAsync). EventDone or EventFailed comes from the first
-// Operation.Wait that sees the end, or now if snapd did not accept.
-func (c *Client) runAsync(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
-	started := c.events.opStarted(action, names)
-	op, err := c.accept(ctx, action, names, set)
-	if err != nil {
-		c.events.opEnded(action, names, started, nil, err)
-		return nil, err
+// accepted handles snapd's acceptance of the request: the change is
+// queued (a configure hook), done already (snapctl answers once its change
+// is ready), or waited for (REST).
+func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
+	c, k := r.c, r.k
+	k.flog.end(k.log)
+	c.interval.record(r.o)
+	if c.queuesInHook() {
+		k.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", r.res.Attempts)
+		r.res.Queued = true
+		return r.res, true, nil
 	}
-	op.mu.Lock()
-	op.obs.started = started
-	op.mu.Unlock()
-	return op, nil
+	if c.mode == ModeSnapctl {
+		return r.snapctlDone(a)
+	}
+	r.res.ChangeID = a.changeID
+	c.view.saw(a.changeID)
+	c.snaps.claim(r.o, a.changeID)
+	ev := k.event(EventAccepted)
+	ev.ChangeID = a.changeID
+	c.events.emit(ev)
+	k.log.Info("change created", "change", a.changeID, "attempt", r.res.Attempts)
+	return c.finish(k, r.o, r.res, wait, waitOpts{fresh: true, kind: r.o.key(), sentAt: a.sentAt, answeredAt: a.answeredAt})
 }
 
-// accept is runAsync without its events.
-func (c *Client) accept(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
-	o, err := c.prepare(action, names, set)
-	if err != nil {
-		return nil, err
+// snapctlDone handles snapctl's answer to a service command: outside
+// configure hooks snapctl answers once the change is ready and Done
+// (ctlcmd runServiceCommand waits for chg.Ready and returns chg.Err).
+// Where snapd lets us list changes, it finds the change, and notices a
+// command queued by a hook snapsvc could not identify.
+func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
+	c, k := r.c, r.k
+	all, err := k.wholeSnapServices(r.o)
+	var chgs []snapd.Change
+	if err == nil && !c.view.listingRefused() {
+		chgs, err = k.listOnce(snapd.SelectAll)
+		c.view.noteListing(err, c.mode)
 	}
-	k := c.newOpCall(ctx, o)
-	defer k.end()
-	h, err := c.takeBudget(k, o)
-	if err != nil {
-		return nil, err
-	}
-	k.hold = h
-	res, done, err := c.run(k, o, false, nil)
-	if err != nil {
-		if h != nil {
-			err = c.releaseBudget(k, o, h, nil, err)
+	if err == nil {
+		if id := queuedIn(chgs, r.o, all, c.view.clock.snapdTime(a.sentAt), c.view.clock.snapdTimeLate(a.answeredAt)); id != "" {
+			k.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
+			r.res.Queued, r.res.ChangeID = true, id
+			return r.res, true, nil
 		}
-		return nil, err
+		r.res.ChangeID = r.k.claimOpChange(chgs, r.o, all, a.sent, a.answeredAt, r.known)
 	}
-	op := &Operation{c: c, op: o, result: *res, done: done}
-	if h != nil {
-		c.holdAsync(k, op, h, done)
-	}
-	return op, nil
+	r.res.Status = snapd.StatusDone
+	ev := k.event(EventAccepted)
+	ev.ChangeID = r.res.ChangeID
+	c.events.emit(ev)
+	k.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
+	return r.res, true, nil
 }
 
-// newOpCall begins the call of operation o, its log lines naming it.
-func (c *Client) newOpCall(ctx context.Context, o op) *call {
-	k := c.newCall(ctx, callOp, o.action, o.t.names)
-	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
-	return k
+// finish waits for the operation's change (wait) or records it as pending
+// for the next operation on these snaps (async).
+func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Result, bool, error) {
+	if !wait {
+		c.snaps.addPending(o, res.ChangeID)
+		return res, false, nil
+	}
+	chg, err := k.ownChange().waitChange(res.ChangeID, wo)
+	if err != nil {
+		var ce *ChangeError
+		if !errors.As(err, &ce) {
+			// Could not see the end; let the next operation wait for it.
+			c.snaps.addPending(o, res.ChangeID)
+			if wo.found {
+				err = adoptedWaitError(res.ChangeID, err)
+			}
+		}
+		k.log.Info("change failed", "change", res.ChangeID, "error", err)
+		return nil, false, c.opError(o, res.ChangeID, res.Attempts, err)
+	}
+	res.Status = chg.Status
+	k.log.Info("change done", "change", res.ChangeID, "attempt", res.Attempts)
+	return res, true, nil
+}
+
+// refused ends an operation snapd refused for good (an unknown service, a
+// failed change reported by snapctl).
+func (r *runner) refused(a attempt) (*Result, bool, error) {
+	r.k.log.Info("failed", "attempt", r.res.Attempts, "error", a.err)
+	err := a.err
+	id := r.k.changeFailure(r.o, a.sentAt, &err)
+	return r.fail(id, err)
 }

@@ -101,3 +101,9 @@ func (o op) reached(svcs []Service) bool {
 	}
 	return true
 }
+
+// queuesInHook reports whether snapd only queues service commands in the
+// current hook (ctlcmd queueCommand / queueDefaultConfigureHookCommand).
+func (c *Client) queuesInHook() bool {
+	return c.mode == ModeSnapctl && (c.hook == "configure" || c.hook == "default-configure")
+}
