@@ -146,14 +146,6 @@ type BudgetOptions struct {
 // DefaultReleaseTimeout is BudgetOptions.ReleaseTimeout's default.
 const DefaultReleaseTimeout = 10 * time.Second
 
-// releaseAttempts is how many times a slot's release is tried before it
-// is left to expire with its lease; releaseBackoff is the first pause
-// between attempts (doubled after each, on the Client's clock).
-const (
-	releaseAttempts = 5
-	releaseBackoff  = time.Second
-)
-
 // Budget event kinds, BudgetEvent.Kind.
 const (
 	// BudgetWaiting: the operation waits for a slot (Wait says behind

@@ -85,19 +85,6 @@ import (
 // that a blind wait does not name its blocker (Result.WaitedFor stays
 // empty for it) and, where it cannot list, cannot tell a blocker waiting
 // for a reboot from a slow one: the call's bounds end it.
-const (
-	cadenceFirst       = 15 * time.Millisecond
-	cadenceFirstJitter = 5 * time.Millisecond
-	cadenceStep        = 53 * time.Millisecond
-	cadenceJitter      = 5 * time.Millisecond
-	cadenceSteady      = 2 * time.Second        // the 53 ms phase
-	cadenceSlowStep    = 102 * time.Millisecond // then, about the snap command's polling
-	cadenceSlowFor     = time.Minute            // until the step grows
-	cadenceGrowth      = 1.25
-	cadenceWindow      = time.Second
-	cadenceFastMax     = 20 // requests in any window starting in the first 2 s
-	cadenceSlowMax     = 10 // in any window starting later
-)
 
 // cadence paces the retries of one blind wait.
 type cadence struct {

@@ -404,11 +404,6 @@ func (e *policyTimeError) Error() string {
 
 func (e *policyTimeError) Is(target error) bool { return target == ErrGaveUp }
 
-// lookupReserve is the most of a call's time a request to act leaves for
-// looking up its change should its answer still be pending at the end; it
-// is at most a quarter of the time left when the request is sent.
-const lookupReserve = 100 * time.Millisecond
-
 // reserveLookup returns ctx ended lookupReserve (or a quarter of the time
 // left) before its deadline, for a request to act.
 func reserveLookup(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -10,14 +10,6 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// noticeWait is how long one notices long-poll may be held by snapd.
-const noticeWait = 30 * time.Second
-
-// noticeStrikes is how many times, within one wait, the notices API may
-// misbehave (fail, or answer an empty long-poll at once) before the wait
-// stops using it and polls the changes instead.
-const noticeStrikes = 3
-
 func (k *call) waitChange(id string, wo waitOpts) (*snapd.Change, error) {
 	chgs, err := k.waitChanges([]string{id}, wo)
 	if err != nil {
@@ -356,22 +348,6 @@ func (w *changeWait) notices(ids []string, cursor *time.Time, first bool) (news 
 	// it answered early (that would spin).
 	return nil, c.clock.Now().Sub(asked) < opts.Timeout/2, nil
 }
-
-// Polling without notices: the interval ramps up from pollFast, and a
-// state-file wake-up never reads sooner than pollGap after the last read.
-// With the state file watched, the changes are read at its rewrites and,
-// as a safety net, at least every stateSafety (or the poll interval, if
-// longer): every status change of a change rewrites the file
-// (overlord/state/state.go Unlock -> checkpoint), so a faster safety poll
-// would only load snapd.
-const (
-	stateSafety = 500 * time.Millisecond
-	pollFast    = 20 * time.Millisecond  // for a wait's first pollFastFor
-	pollFastFor = 100 * time.Millisecond //
-	pollMid     = 50 * time.Millisecond  // until pollMidFor
-	pollMidFor  = time.Second            //
-	pollGap     = 25 * time.Millisecond  // between reads woken by the state file
-)
 
 // pollInterval is the pause before the next read of a wait that started
 // at started: short at first, when most service changes end, then the

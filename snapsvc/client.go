@@ -136,7 +136,7 @@ func New(opts ...Option) (*Client, error) {
 		policy.Clock = retry.RealClock()
 	}
 	if s.poll <= 0 {
-		s.poll = 100 * time.Millisecond
+		s.poll = defaultPollInterval
 	}
 	c := &Client{
 		mode:      mode,

@@ -11,11 +11,6 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// interruptGrace bounds the look-up, in the background, for the change of
-// a request whose call ended while snapd's answer was pending: a change it
-// made is then waited for by the next operation on the snaps.
-const interruptGrace = 2 * time.Second
-
 // lost handles a request whose answer was lost: it adopts the change the
 // request made, settles the outcome from the services' state, or reports
 // (tryPaused) that the request made no change and may be sent again.
@@ -62,12 +57,6 @@ func (r *runner) lost(a attempt, wait bool) (*Result, bool, next, error) {
 	res, done, err := r.adopted(id, wait)
 	return res, done, 0, err
 }
-
-// lostAnswerSettle is the least pause between the two look-ups that tell
-// that a request whose answer was lost made no change: long enough for a
-// handler that was waiting for snapd's state lock to have made it, short
-// against the cost of acting twice (the snap command polls at this rate).
-const lostAnswerSettle = 100 * time.Millisecond
 
 // resolveLost finds out whether a request whose outcome is unknown made a
 // change. It returns the change's id, or "" when the request made none (so

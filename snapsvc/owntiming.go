@@ -38,15 +38,6 @@ import (
 // wakes the long-poll early: its two occurrences (spawn, Doing) say it is
 // not ready, and a second long-poll follows from that notice's time (four
 // requests).
-const (
-	ownPollMargin = 5 * time.Millisecond
-	ownPollMax    = 2 * time.Second
-)
-
-// ownInstant: a first long-poll this short or shorter is for a kind of
-// change that has been instant (done within snapd's handler, before its
-// answer): the change is read at once instead, ready in two requests.
-const ownInstant = 2*time.Millisecond + ownPollMargin
 
 // The pace is learned per kind of operation (its action, flags and names:
 // op.key), so a restart of kubelet that takes half a second does not set
@@ -63,7 +54,6 @@ const ownInstant = 2*time.Millisecond + ownPollMargin
 // off until one does again; and the answer-time cursor serves one
 // long-poll only: any long-poll after it takes its cursor from snapd's
 // notices, so a clock that drifted since cannot hold a wait.
-const ownKinds = 64 // kinds remembered; the oldest is forgotten
 
 // ownTimings is what a Client has learned about the pace of its own
 // changes.

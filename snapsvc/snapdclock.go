@@ -18,11 +18,6 @@ type snapdClock struct {
 	lo, hi time.Duration
 }
 
-// clockSlack bounds how far a change's spawn time (snapd's clock) may lie
-// outside the client's times of sending the request that made it and
-// reading snapd's answer for the two clocks to count as one.
-const clockSlack = 5 * time.Millisecond
-
 // snapdTime returns the earliest snapd's clock may read when the client's
 // reads t: t itself until an own change says better. (Each own change
 // bounds the offset from below by its spawn time less its answer time:
