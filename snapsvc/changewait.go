@@ -72,331 +72,120 @@ type waitOpts struct {
 // waitChanges waits until every change in ids is ready, and returns them
 // (nil for a change snapd no longer knows).
 //
-// Where snapd has notices (>= 2.62) it long-polls the changes'
-// change-update notices and reads the changes when one arrives; it reads
-// the notices before the changes, so a status change after that read
-// repeats its notice later than the cursor and the next long-poll cannot
-// miss it. A failing notices call never ends the wait and never keeps the
-// changes from being read (the notices are only a wake-up); after
-// noticeStrikes failures or instant empty answers the wait polls instead,
-// and it never reads the changes more often than the poll interval.
-// Without notices it polls each change at the poll interval. Failures to
-// reach snapd are retried within the call's bounds; every pause and idle
-// of the wait ends at the call's give-up instant (call.go).
-//
-// read, when not nil, is told the time each round of reads began (for a
-// shared wait: a joiner takes only what was read after it joined).
+// It is one loop: a waker (wakers.go) says when to read the changes next
+// and which of them; the wait reads them, keeps those not ready, and asks
+// again. The waker is chosen by what snapd offers: its change notices
+// (>= 2.62, long-polled), else the rewrites of its state file, else
+// polling; a notices waker that snapd refuses, or that misbehaves, hands
+// over to one of the others. A failed read never ends the wait by itself:
+// a failure to reach snapd or a garbled answer is asked again within the
+// call's bounds (call.go); every pause and idle ends at the call's give-up
+// instant.
 func (k *call) waitChanges(ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
-	c := k.c
-	w := &changeWait{c: c, k: k}
-	ctx := k.ctx
-	done := map[string]*snapd.Change{}
-	remaining := slices.Clone(ids)
-	useNotices := c.view.notices() != noticesNo
-	var cursor time.Time // notices up to this time have been seen
-	strikes := 0
-	// A long-poll may only follow a cursor read before every remaining
-	// change was last read successfully (and seen not ready): a change
-	// that became ready before the cursor, unseen because its read failed,
-	// would otherwise be waited for until the long-poll's timeout.
-	needCursor := true
-	// clientCursor: the cursor is the client's time of snapd's answer
-	// (owncursor.go), good for one long-poll only: after it, the cursor
-	// comes from snapd's own notices.
-	clientCursor := false
-	// readFirst: the change is of a kind that has been instant: read it
-	// at once, before any notice.
-	readFirst := false
-	if cur, d, ok := w.ownCursor(wo, ids); ok && useNotices {
-		if d <= ownInstant {
-			readFirst = true
-		} else {
-			cursor, needCursor, w.firstWait, clientCursor = cur, false, d, true
-		}
-	}
-	started := c.clock.Now()
+	w := &changeWait{c: k.c, k: k, wo: wo, ids: ids, remaining: slices.Clone(ids), done: map[string]*snapd.Change{}, started: k.c.clock.Now()}
 	if !wo.since.IsZero() {
-		started = wo.since
+		w.started = wo.since
 	}
-	// Where snapd has no notices its state file wakes us (the watch is
-	// opened before the first read, so no rewrite after it is missed).
-	var sw *stateWatch
-	watch := func() {
-		if c.state.open() {
-			sw = c.state
+	wk := w.firstWaker()
+	for {
+		toRead, next, err := wk.wake(w)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if !useNotices {
-		watch()
-	}
-	// A wait that will poll idles before its first read when that read
-	// would only show what is known: the changes were just listed in
-	// progress, or, when it polls blind (no state watch), the operation's
-	// own change was just made (snapd answered once it had made it, so it
-	// has not run yet). With the watch, a read at once lets the rewrite
-	// that ends the change wake the next (a first idle would be a sleep,
-	// and the pause after it would delay the read after that rewrite).
-	firstIdle := func() bool { return wo.listed || (wo.fresh && sw == nil) }
-	// With the state file watched, an idle waits for a rewrite after
-	// mark, taken before every remaining change was last seen not ready
-	// (marked); otherwise (the watch opened since, a read failed, the
-	// change just made) it sleeps the poll interval.
-	var lastRead time.Time
-	mark, marked := wo.listedMark, wo.listed && wo.listedWatched
-	retrying := false // the last round failed and paused: read at once
-	for round := 0; ; round++ {
-		// With notices, only the changes whose notice moved are read: a
-		// change becomes ready only with a new change-update occurrence.
-		toRead := remaining
-		if readFirst {
-			readFirst = false // read now; notices from the next round on
-		} else if useNotices {
-			news, misbehaved, err := w.notices(remaining, &cursor, needCursor)
-			needCursor = false
-			if clientCursor && news == nil {
-				// Nothing after the client's time: the change ended
-				// before snapd's answer was read, or snapd's clock is
-				// behind. Either way the next long-poll takes its cursor
-				// from snapd.
-				needCursor = true
-			}
-			clientCursor = false
-			switch {
-			case err != nil:
-				return nil, err
-			case c.view.notices() == noticesNo:
-				useNotices = false
-				watch()
-				if firstIdle() && round == 0 {
-					continue // idle before the first read
-				}
-			case news != nil:
-				toRead = slices.DeleteFunc(slices.Clone(remaining), func(id string) bool {
-					occ, moved := news[id]
-					// The operation's own change, just made: with one
-					// occurrence (spawn) or two (spawn, Doing) it is not
-					// ready yet (snapd records one per status change:
-					// overlord/state/change.go notifyStatusChange). Only
-					// an abort before it started (Do -> Hold) would be
-					// missed until the long-poll's timeout.
-					return !moved || (wo.fresh && occ >= 1 && occ <= 2)
-				})
-				if len(toRead) == 0 {
-					continue
-				}
-			case misbehaved:
-				strikes++
-				if strikes >= noticeStrikes {
-					c.log(ctx).Info("snapd's notices misbehave; polling the changes instead", "changes", remaining)
-					useNotices = false
-					watch()
-				}
-				// Whatever the notices did, read the changes no more
-				// often than the poll interval.
-				if err := w.sleep(c.poll, remaining); err != nil {
-					return nil, err
-				}
-			}
-		} else if (round > 0 || firstIdle()) && !retrying {
-			if d, ok := w.ownFirstRead(wo, ids, sw != nil, lastRead); ok {
-				if err := w.sleep(d, ids); err != nil {
-					return nil, err
-				}
-			} else if err := w.idle(remaining, sw, started, lastRead, mark, marked); err != nil {
-				return nil, err
+		if next != nil {
+			wk = next
+			if toRead == nil {
+				continue // the new waker decides
 			}
 		}
-		retrying = false
-		if wo.cadence != nil {
-			// A wait that follows on from a blind one keeps to its
-			// request budget (cadence.go).
-			if d := wo.cadence.delay(c.clock.Now()); d > 0 {
-				if err := w.sleep(d, ids); err != nil {
-					return nil, err
-				}
-			}
+		if len(toRead) == 0 {
+			continue
 		}
-		lastRead = c.clock.Now()
-		if wo.read != nil {
-			wo.read(lastRead)
+		if err := w.keepCadence(); err != nil {
+			return nil, err
 		}
-		marked = sw != nil
-		if marked {
-			mark = sw.mark()
+		wk.reading(w)
+		failed, err := w.read(toRead)
+		if err != nil {
+			return nil, err
 		}
-		next := slices.DeleteFunc(slices.Clone(remaining), func(id string) bool { return slices.Contains(toRead, id) })
-		var failed error
-		for _, id := range toRead {
-			if wo.cadence != nil {
-				wo.cadence.note(c.clock.Now())
-			}
-			chg, err := c.main.Change(ctx, id)
-			k.observe(err)
-			if err != nil {
-				if errors.Is(err, snapd.ErrNotFound) {
-					done[id] = nil
-					continue
-				}
-				failed, marked = err, false
-				next = append(next, id)
-				continue
-			}
-			c.view.saw(chg.ID)
-			if chg.Ready {
-				done[id] = chg
-				continue
-			}
-			if wo.stallOnWait && chg.Status == snapd.StatusWait {
-				return nil, &ChangeError{ID: chg.ID, Kind: chg.Kind, Summary: chg.Summary, Status: chg.Status, Err: "waiting"}
-			}
-			next = append(next, id)
-		}
-		remaining = next
-		if len(remaining) == 0 {
+		if len(w.remaining) == 0 {
 			if wo.fresh && len(ids) == 1 {
-				w.noteOwn(wo.kind, done[ids[0]], wo.sentAt, wo.answeredAt)
+				w.noteOwn(wo.kind, w.done[ids[0]], wo.sentAt, wo.answeredAt)
 			}
-			return done, nil
+			return w.done, nil
 		}
+		wk.read(w, failed == nil)
 		if failed != nil {
-			needCursor = true
-			if err := w.pause(failed, remaining); err != nil {
+			if err := w.pause(failed, w.remaining); err != nil {
 				return nil, err
 			}
-			retrying = true
 		}
 	}
 }
 
 // changeWait is the state of one waitChanges.
 type changeWait struct {
-	c *Client
-	k *call
-	// firstWait, when set, bounds the first long-poll (owncursor.go).
-	firstWait time.Duration
+	c         *Client
+	k         *call
+	wo        waitOpts
+	ids       []string
+	remaining []string // not seen ready yet
+	done      map[string]*snapd.Change
+	started   time.Time // the wait's start (or wo.since): polling ramps up from it
+	lastRead  time.Time // when the last round of reads began (zero: none yet)
 }
 
-// notices reads (first: at once) or long-polls the change-update notices
-// of ids after *cursor and moves the cursor on. news maps each change whose
-// notice moved (every notice returned, on a first read) to its
-// occurrences; it is nil when the changes must all be read: the notices
-// misbehaved (failed, answered an empty long-poll long before its timeout,
-// or answered nothing newer than the cursor: misbehaved is then true), or
-// the long-poll ran out with nothing new (a safety read). Its error is
-// only the context's end: every other failure is a misbehaviour.
-func (w *changeWait) notices(ids []string, cursor *time.Time, first bool) (news map[string]int, misbehaved bool, err error) {
-	c, ctx := w.c, w.k.ctx
-	opts := snapd.NoticesOptions{Types: []string{snapd.NoticeChangeUpdate}, Keys: ids, After: *cursor}
-	if !first && !cursor.IsZero() {
-		opts.Timeout = noticeWait
-		if w.firstWait > 0 {
-			opts.Timeout, w.firstWait = w.firstWait, 0
-		}
-	} else {
-		opts.After = time.Time{} // a fresh cursor: every notice of ids
-	}
-	asked := c.clock.Now()
-	ns, err := c.main.Notices(ctx, opts)
-	w.k.observe(err)
-	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		return nil, false, waitErr(interrupted(ctx, w.k.last), ids)
-	case snapd.IsNotFound(err) || isForbidden(err):
-		// snapd < 2.62 has no notices; on the snap socket they need
-		// snap-refresh-observe. Poll the changes instead.
-		c.view.setNotices(noticesNo)
-		return nil, false, nil
-	default:
-		c.log(ctx).Debug("reading change notices failed; reading the changes", "error", err)
-		return nil, true, nil
-	}
-	c.view.setNotices(noticesYes)
-	news = map[string]int{}
-	prev := *cursor
-	if opts.Timeout == 0 && len(ns) > 0 {
-		// A first read sets the cursor in snapd's own time, whatever it
-		// was: the newest notice seen.
-		*cursor = time.Time{}
-	}
-	for _, n := range ns {
-		if opts.Timeout == 0 || n.LastRepeated.After(prev) {
-			news[n.Key] = n.Occurrences
-		}
-		if n.LastRepeated.After(*cursor) {
-			*cursor = n.LastRepeated
-		}
-	}
-	if opts.Timeout == 0 {
-		if len(ns) == 0 && cursor.IsZero() {
-			// No notice yet: anything from now on is news.
-			*cursor = asked
-		}
-		// A first read: every change without a notice must be read too.
-		for _, id := range ids {
-			if _, ok := news[id]; !ok {
-				news[id] = -1 // no notice: unknown
-			}
-		}
-		return news, false, nil
-	}
-	if len(news) > 0 {
-		return news, false, nil
-	}
-	// Nothing new: fine if snapd held the long-poll for its timeout (then
-	// read everything once, in case a notice was lost), a misbehaviour if
-	// it answered early (that would spin).
-	return nil, c.clock.Now().Sub(asked) < opts.Timeout/2, nil
-}
-
-// pollInterval is the pause before the next read of a wait that started
-// at started: short at first, when most service changes end, then the
-// client's poll interval (and never longer than it).
-func (w *changeWait) pollInterval(started time.Time) time.Duration {
-	c := w.c
-	d := c.poll
-	switch since := c.clock.Now().Sub(started); {
-	case since < pollFastFor:
-		d = min(d, pollFast)
-	case since < pollMidFor:
-		d = min(d, pollMid)
-	}
-	return d
-}
-
-// idle waits before the next read of a polling wait: until snapd rewrites
-// its state file (sw) or, at the latest, the poll interval.
-// With marked, a rewrite since mark (taken before the changes were last
-// seen not ready) ends the idle; without, it sleeps the poll interval.
-func (w *changeWait) idle(ids []string, sw *stateWatch, started, lastRead time.Time, mark uint64, marked bool) error {
-	c, k := w.c, w.k
-	if sw == nil || !marked {
-		return w.sleep(w.pollInterval(started), ids)
-	}
-	d := max(c.poll, stateSafety)
-	left, bounded := k.left()
-	if bounded && left < d {
-		d = left // the call's time ends first
-	}
-	woke, err := sw.waitFrom(k.ctx, d, mark)
-	if err != nil {
-		if k.ctx.Err() != nil {
-			return waitErr(interrupted(k.ctx, k.last), ids)
-		}
-		// The watch broke (the Client is closing, say): poll.
-		k.log.Debug("cannot watch snapd's state file; polling", "error", err)
-		return w.sleep(w.pollInterval(started), ids)
-	}
-	if woke {
-		if gap := pollGap - c.clock.Now().Sub(lastRead); gap > 0 {
-			return w.sleep(gap, ids)
-		}
+// keepCadence keeps a wait that follows on from a blind one (cadence.go)
+// to that wait's request budget.
+func (w *changeWait) keepCadence() error {
+	if w.wo.cadence == nil {
 		return nil
 	}
-	if bounded && d == left {
-		return waitErr(k.exhausted(nil), ids)
+	if d := w.wo.cadence.delay(w.c.clock.Now()); d > 0 {
+		return w.sleep(d, w.ids)
 	}
 	return nil
+}
+
+// read reads the changes of toRead: those ready (or gone) move to done,
+// the rest stay remaining. It returns the last failure to read one (they
+// are read again in a later round), and an error that ends the wait: a
+// change in Wait when wo.stallOnWait asks for it.
+func (w *changeWait) read(toRead []string) (failed error, err error) {
+	c, k := w.c, w.k
+	w.lastRead = c.clock.Now()
+	if w.wo.read != nil {
+		w.wo.read(w.lastRead)
+	}
+	next := slices.DeleteFunc(slices.Clone(w.remaining), func(id string) bool { return slices.Contains(toRead, id) })
+	for _, id := range toRead {
+		if w.wo.cadence != nil {
+			w.wo.cadence.note(c.clock.Now())
+		}
+		chg, rerr := c.main.Change(k.ctx, id)
+		k.observe(rerr)
+		if rerr != nil {
+			if errors.Is(rerr, snapd.ErrNotFound) {
+				w.done[id] = nil
+				continue
+			}
+			failed = rerr
+			next = append(next, id)
+			continue
+		}
+		c.view.saw(chg.ID)
+		if chg.Ready {
+			w.done[id] = chg
+			continue
+		}
+		if w.wo.stallOnWait && chg.Status == snapd.StatusWait {
+			return nil, &ChangeError{ID: chg.ID, Kind: chg.Kind, Summary: chg.Summary, Status: chg.Status, Err: "waiting"}
+		}
+		next = append(next, id)
+	}
+	w.remaining = next
+	return failed, nil
 }
 
 // sleep waits d within the call's bounds (call.sleep); a give-up says
