@@ -197,30 +197,6 @@ func TestDoNests(t *testing.T) {
 	}
 }
 
-func TestNestedPolicyIsShort(t *testing.T) {
-	clock := &recordingClock{now: time.Unix(0, 0)}
-	p := retry.NestedPolicy()
-	p.Clock = clock
-	rt := p.NewRetrier()
-	for rt.Exhausted() == "" {
-		rt.Attempt()
-		if err := rt.Pause(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := rt.Elapsed(); got != 25*time.Second {
-		t.Fatalf("exhausted after %v, want 25s (k8sd's loop: 5 attempts 5 s apart)", got)
-	}
-	for _, d := range clock.pauses {
-		if d > 2*time.Second*3/2 { // MaxInterval 2s, jitter ±50%
-			t.Fatalf("pause %v above 3s", d)
-		}
-	}
-	if d := retry.DefaultPolicy(); p.MaxElapsedTime >= d.MaxElapsedTime || p.MaxConflictInterval != d.MaxConflictInterval {
-		t.Fatalf("NestedPolicy %+v against DefaultPolicy %+v", p, d)
-	}
-}
-
 // The nested policy is the loop's: its time is the loop's bound, and a
 // missing socket is waited for one of the loop's delays.
 func TestNestedPolicyDerivesFromTheLoop(t *testing.T) {

@@ -1,14 +1,10 @@
 package retry
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 )
 
 // Policy bounds how long and how often an operation is retried when the
@@ -133,10 +129,10 @@ func (p Policy) Validate() error {
 	return errors.Join(errs...)
 }
 
-// withDefaults fills zero fields from DefaultPolicy. Values Validate
-// rejects are replaced by the defaults too, so a policy that was never
-// validated still cannot spin.
-func (p Policy) withDefaults() Policy {
+// WithDefaults returns p with its zero fields filled from DefaultPolicy,
+// as snapsvc applies it. Values Validate rejects are replaced by the
+// defaults too, so a policy that was never validated still cannot spin.
+func (p Policy) WithDefaults() Policy {
 	d := DefaultPolicy()
 	switch {
 	case p.MaxInterval <= 0 && p.InitialInterval <= 0:
@@ -178,217 +174,4 @@ func (p Policy) withDefaults() Policy {
 		p.Clock = RealClock()
 	}
 	return p
-}
-
-// Retrier is one run of a policy: it counts attempts and hands out pauses.
-// It is not safe for concurrent use; each operation makes its own.
-type Retrier struct {
-	policy   Policy
-	backoff  *backoff.ExponentialBackOff
-	start    time.Time
-	attempts int
-	// unreachableSince is when the current run of failures to connect
-	// began (zero while snapd answers).
-	unreachableSince time.Time
-}
-
-// NewRetrier starts a run of the policy now.
-func (p Policy) NewRetrier() *Retrier {
-	p = p.withDefaults()
-	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.InitialInterval),
-		backoff.WithMaxInterval(p.MaxInterval),
-		backoff.WithMultiplier(p.Multiplier),
-		backoff.WithRandomizationFactor(p.RandomizationFactor),
-		backoff.WithMaxElapsedTime(0), // bounded below, on our clock
-		backoff.WithClockProvider(p.Clock),
-	)
-	b.Reset()
-	return &Retrier{policy: p, backoff: b, start: p.Clock.Now()}
-}
-
-// Policy returns the run's policy, its defaults filled in.
-func (r *Retrier) Policy() Policy { return r.policy }
-
-// RedialPause is the pause before trying to reach snapd again while it is
-// unreachable: RedialInterval, shortened so it runs past neither
-// MaxElapsedTime nor MaxUnreachable.
-func (r *Retrier) RedialPause() time.Duration {
-	d := r.policy.RedialInterval
-	if left, bounded := r.Remaining(); bounded && left < d {
-		d = left
-	}
-	if u, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && r.policy.MaxUnreachable-u < d {
-		d = max(r.policy.MaxUnreachable-u, 0)
-	}
-	return d
-}
-
-// Clock returns the clock the run uses.
-func (r *Retrier) Clock() Clock { return r.policy.Clock }
-
-// Attempt records the start of an attempt and returns its number
-// (1-based).
-func (r *Retrier) Attempt() int {
-	r.attempts++
-	return r.attempts
-}
-
-// Attempts returns how many attempts have started.
-func (r *Retrier) Attempts() int { return r.attempts }
-
-// Elapsed returns the time since the run started.
-func (r *Retrier) Elapsed() time.Duration { return r.policy.Clock.Now().Sub(r.start) }
-
-// OutOfAttempts reports whether MaxAttempts attempts have started.
-func (r *Retrier) OutOfAttempts() bool {
-	return r.policy.MaxAttempts > 0 && r.attempts >= r.policy.MaxAttempts
-}
-
-// Exhausted reports why no further attempt may start, or "" if one may.
-func (r *Retrier) Exhausted() string {
-	if r.policy.MaxAttempts > 0 && r.attempts >= r.policy.MaxAttempts {
-		return "gave up after " + strconv.Itoa(r.attempts) + " attempts"
-	}
-	if r.policy.MaxElapsedTime > 0 && r.Elapsed() >= r.policy.MaxElapsedTime {
-		return "gave up after " + r.Elapsed().Round(time.Millisecond).String()
-	}
-	if d, ok := r.Unreachable(); ok && r.policy.MaxUnreachable > 0 && d >= r.policy.MaxUnreachable {
-		return "gave up: snapd unreachable for " + d.Round(time.Millisecond).String()
-	}
-	return ""
-}
-
-// Observe records the outcome of an attempt or a read: a failure to
-// connect to snapd (see IsUnreachable) starts or continues a run of
-// unreachability, anything else (an answer, even an error one) ends it.
-// It returns true when err starts a new run.
-func (r *Retrier) Observe(err error) (began bool) {
-	if !IsUnreachable(err) {
-		r.unreachableSince = time.Time{}
-		return false
-	}
-	if r.unreachableSince.IsZero() {
-		r.unreachableSince = r.policy.Clock.Now()
-		return true
-	}
-	return false
-}
-
-// ObserveSince records a failure to reach snapd (see IsUnreachable) that
-// someone else observed, in a run of unreachability that began at since;
-// for this run it counts from since or from the run's own start, whichever
-// is later. A nil or other err ends the run. It returns true when it
-// starts a new run.
-func (r *Retrier) ObserveSince(err error, since time.Time) (began bool) {
-	if err != nil && !IsUnreachable(err) {
-		r.unreachableSince = time.Time{}
-		return false
-	}
-	if err == nil {
-		r.unreachableSince = time.Time{}
-		return false
-	}
-	if since.Before(r.start) {
-		since = r.start
-	}
-	began = r.unreachableSince.IsZero()
-	if began || since.Before(r.unreachableSince) {
-		r.unreachableSince = since
-	}
-	return began
-}
-
-// UnreachableSince returns when the current run of unreachability began,
-// and false while snapd answers.
-func (r *Retrier) UnreachableSince() (time.Time, bool) {
-	return r.unreachableSince, !r.unreachableSince.IsZero()
-}
-
-// Unreachable returns how long snapd has been unreachable, and false when
-// the last observed outcome was an answer.
-func (r *Retrier) Unreachable() (time.Duration, bool) {
-	if r.unreachableSince.IsZero() {
-		return 0, false
-	}
-	return r.policy.Clock.Now().Sub(r.unreachableSince), true
-}
-
-// UnreachableDeadline returns when the run of unreachability gives up
-// (the earlier of MaxUnreachable and MaxElapsedTime), and false when
-// snapd is reachable or neither bound is set.
-func (r *Retrier) UnreachableDeadline() (time.Time, bool) {
-	if r.unreachableSince.IsZero() {
-		return time.Time{}, false
-	}
-	var at time.Time
-	if r.policy.MaxUnreachable > 0 {
-		at = r.unreachableSince.Add(r.policy.MaxUnreachable)
-	}
-	if r.policy.MaxElapsedTime > 0 {
-		if end := r.start.Add(r.policy.MaxElapsedTime); at.IsZero() || end.Before(at) {
-			at = end
-		}
-	}
-	return at, !at.IsZero()
-}
-
-// Remaining returns the time left before MaxElapsedTime, and false when
-// the policy sets no such bound.
-func (r *Retrier) Remaining() (time.Duration, bool) {
-	if r.policy.MaxElapsedTime <= 0 {
-		return 0, false
-	}
-	left := r.policy.MaxElapsedTime - r.Elapsed()
-	if left < 0 {
-		left = 0
-	}
-	return left, true
-}
-
-// NextPause returns the next jittered backoff pause, at most MaxInterval
-// (backoff jitters around an interval that is itself capped, so the jitter
-// alone could take it past the cap), shortened so it does not run past
-// MaxElapsedTime.
-func (r *Retrier) NextPause() time.Duration {
-	d := r.backoff.NextBackOff()
-	if d == backoff.Stop || d > r.policy.MaxInterval {
-		d = r.policy.MaxInterval
-	}
-	if max := r.policy.MaxElapsedTime; max > 0 {
-		if left := max - r.Elapsed(); left < d {
-			d = left
-		}
-	}
-	if d < 0 {
-		d = 0
-	}
-	return d
-}
-
-// ResetPause makes the next pause the initial one again, for instance after
-// progress was seen.
-func (r *Retrier) ResetPause() { r.backoff.Reset() }
-
-// Pause waits for the next backoff pause or until ctx is done. While
-// snapd is unreachable (Observe) the pause is RedialInterval instead:
-// re-dialling a missing socket costs snapd nothing, and the operation
-// goes ahead as soon as the socket appears.
-func (r *Retrier) Pause(ctx context.Context) error {
-	if _, ok := r.Unreachable(); ok {
-		return Sleep(ctx, r.policy.Clock, r.RedialPause())
-	}
-	return Sleep(ctx, r.policy.Clock, r.NextPause())
-}
-
-// PauseConflict waits ConflictPause, for a conflict whose blocking change
-// cannot be watched.
-func (r *Retrier) PauseConflict(ctx context.Context) error {
-	return Sleep(ctx, r.policy.Clock, r.ConflictPause())
-}
-
-// ConflictPause is the next backoff pause capped at MaxConflictInterval:
-// the pause before asking again after a conflict.
-func (r *Retrier) ConflictPause() time.Duration {
-	return min(r.NextPause(), r.policy.MaxConflictInterval)
 }

@@ -71,7 +71,7 @@ type call struct {
 	cancel context.CancelFunc
 	parent context.Context // the caller's context (ctx without the policy's time)
 	own    *call           // the call the operation's own change is waited on (ownChange), when not this one
-	rt     *retry.Retrier  // attempts, backoff, the run of unreachability
+	rt     *retrier        // attempts, backoff, the run of unreachability
 	ev     Event           // the call's events' template: Op, Names
 	log    *slog.Logger
 	hold   *hold // the restart budget's slots the operation holds (budget.go)
@@ -92,7 +92,7 @@ func (c *Client) newCall(ctx context.Context, kind callKind, op string, names []
 		p.MaxElapsedTime = -1
 		p.MaxAttempts = 0
 	}
-	k := &call{c: c, kind: kind, rt: p.NewRetrier(), ev: Event{Op: op, Names: names}, log: c.log(ctx), parent: ctx}
+	k := &call{c: c, kind: kind, rt: newRetrier(p), ev: Event{Op: op, Names: names}, log: c.log(ctx), parent: ctx}
 	k.ctx, k.cancel = boundBy(ctx, c.clock, p.MaxElapsedTime)
 	return k
 }
@@ -114,7 +114,7 @@ func (k *call) ownChange() *call {
 	if k.own != nil {
 		return k.own
 	}
-	cw := k.rt.Policy().ChangeWait
+	cw := k.rt.policy().ChangeWait
 	if cw == 0 || k.kind != callOp {
 		return k
 	}
@@ -123,7 +123,7 @@ func (k *call) ownChange() *call {
 	if cw > 0 {
 		p.MaxElapsedTime = cw
 	}
-	nk := &call{c: k.c, kind: callWait, rt: p.NewRetrier(), ev: k.ev, log: k.log, parent: k.parent, hold: k.hold}
+	nk := &call{c: k.c, kind: callWait, rt: newRetrier(p), ev: k.ev, log: k.log, parent: k.parent, hold: k.hold}
 	nk.ctx, nk.cancel = boundBy(k.parent, k.c.clock, p.MaxElapsedTime)
 	k.own = nk
 	return nk
@@ -133,9 +133,9 @@ func (k *call) ownChange() *call {
 func (k *call) event(kind EventKind) Event {
 	ev := k.ev
 	ev.Kind = kind
-	ev.Elapsed = k.rt.Elapsed()
+	ev.Elapsed = k.rt.elapsed()
 	if k.kind == callOp {
-		ev.Attempt = k.rt.Attempts()
+		ev.Attempt = k.rt.attempts()
 	}
 	return ev
 }
@@ -160,7 +160,7 @@ func (k *call) observe(err error) {
 	if err != nil {
 		k.last = err
 	}
-	began := k.rt.Observe(err)
+	began := k.rt.observe(err)
 	if k.onObserve != nil {
 		k.onObserve()
 	}
@@ -180,11 +180,11 @@ func (k *call) observe(err error) {
 // call's start if it began later.
 func (k *call) observeSince(err error, since time.Time) {
 	if since.IsZero() {
-		k.rt.Observe(nil)
+		k.rt.observe(nil)
 		k.reachable()
 		return
 	}
-	if k.rt.ObserveSince(err, since) {
+	if k.rt.observeSince(err, since) {
 		k.last = err
 		k.unreachable(err)
 	}
@@ -231,7 +231,7 @@ func (k *call) reachable() {
 	if !k.down {
 		return
 	}
-	if _, still := k.rt.Unreachable(); still {
+	if _, still := k.rt.unreachable(); still {
 		return
 	}
 	k.down = false
@@ -242,7 +242,7 @@ func (k *call) reachable() {
 // of the end of MaxUnreachable (while snapd is unreachable) and the call's
 // deadline; zero when neither applies.
 func (k *call) giveUpAt() time.Time {
-	at, _ := k.rt.UnreachableDeadline()
+	at, _ := k.rt.unreachableDeadline()
 	if dl, ok := k.ctx.Deadline(); ok && (at.IsZero() || dl.Before(at)) {
 		at = dl
 	}
@@ -253,7 +253,7 @@ func (k *call) giveUpAt() time.Time {
 // nothing more: its attempts, its policy's time or its MaxUnreachable ran
 // out.
 func (k *call) exhausted(last error) error {
-	reason := k.rt.Exhausted()
+	reason := k.rt.exhausted()
 	if reason == "" {
 		return nil
 	}
@@ -270,8 +270,8 @@ func (k *call) exhausted(last error) error {
 // clock (the end of the policy's time, or of MaxUnreachable while snapd is
 // unreachable), and false when nothing but the context bounds it.
 func (k *call) left() (time.Duration, bool) {
-	d, ok := k.rt.Remaining()
-	if at, down := k.rt.UnreachableDeadline(); down {
+	d, ok := k.rt.remaining()
+	if at, down := k.rt.unreachableDeadline(); down {
 		u := at.Sub(k.c.clock.Now())
 		if !ok || u < d {
 			d, ok = u, true
@@ -314,11 +314,11 @@ func (k *call) pause(last error) error {
 	var d time.Duration
 	switch {
 	case k.unreachableNow():
-		d = k.rt.RedialPause()
-	case retry.Classify(last) == retry.Conflict:
-		d = k.rt.ConflictPause()
+		d = k.rt.redialPause()
+	case nextStep(acting, last) == waitOut:
+		d = k.rt.conflictPause()
 	default:
-		d = k.rt.NextPause()
+		d = k.rt.nextPause()
 	}
 	return k.sleep(d)
 }
@@ -326,7 +326,7 @@ func (k *call) pause(last error) error {
 // unreachableNow reports whether the call's last request found snapd
 // unreachable.
 func (k *call) unreachableNow() bool {
-	_, down := k.rt.Unreachable()
+	_, down := k.rt.unreachable()
 	return down
 }
 
@@ -339,7 +339,7 @@ func (k *call) unreachableNow() bool {
 // a snapd restart, in every mode. In a read call each try is an attempt
 // (MaxAttempts).
 func (k *call) read(what string, f func(ctx context.Context) error) error {
-	return k.request(what, true, f)
+	return k.request(what, reading, f)
 }
 
 // act runs f, a request to act outside an operation (AbortChange), as
@@ -347,25 +347,26 @@ func (k *call) read(what string, f func(ctx context.Context) error) error {
 // again (it may have been carried out): that fails with an error matching
 // ErrOutcomeUnknown, and the call's bound when that is what cut it.
 func (k *call) act(what string, f func(ctx context.Context) error) error {
-	return k.request(what, false, f)
+	return k.request(what, acting, f)
 }
 
-func (k *call) request(what string, idempotent bool, f func(ctx context.Context) error) error {
+// request sends f until it answers, or the retry rule (retryrule.go) or
+// the call's bounds end it. A request to act outside an operation has no
+// look-up: a lost answer leaves its outcome unknown.
+func (k *call) request(what string, kind requestKind, f func(ctx context.Context) error) error {
 	for {
 		if k.kind == callRead {
-			k.rt.Attempt()
+			k.rt.attempt()
 		}
 		err := f(k.ctx)
 		k.observe(err)
 		if err == nil {
 			return nil
 		}
-		switch retry.Classify(err) {
-		case retry.Transient:
-		case retry.Indeterminate:
-			if !idempotent {
-				return &outcomeUnknownError{reason: what + ": snapd's answer was lost (it may have been carried out; not sent again)", last: err}
-			}
+		switch nextStep(kind, err) {
+		case askAgain:
+		case lookUp:
+			return &outcomeUnknownError{reason: what + ": snapd's answer was lost (it may have been carried out; not sent again)", last: err}
 		default:
 			return err
 		}

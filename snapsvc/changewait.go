@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
-	"github.com/snapsvc/snapsvc/retry"
 )
 
 func (k *call) waitChange(id string, wo waitOpts) (*snapd.Change, error) {
@@ -213,7 +212,7 @@ func (w *changeWait) pause(err error, ids []string) error {
 	if w.k.ctx.Err() != nil {
 		return waitErr(interrupted(w.k.ctx, err), ids)
 	}
-	if !retry.IsRetryable(err) {
+	if nextStep(reading, err) != askAgain {
 		return err
 	}
 	w.k.log.Debug("cannot read a change while waiting; retrying", "error", err)

@@ -2,12 +2,9 @@ package snapsvc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/snapsvc/snapsvc/retry"
 )
 
 // EnsureResult reports what EnsureRunning or EnsureStopped did.
@@ -121,10 +118,11 @@ func (c *Client) WaitActive(ctx context.Context, names []string) error {
 				return nil
 			}
 		case ctx.Err() != nil:
-		case !retry.IsRetryable(err) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrGaveUp):
-			return &OpError{Op: "wait active", Names: names, Err: err}
+			last = err // its end is reported below, with what is still inactive
 		default:
-			last = err
+			// The read already asked again what the retry rule allows,
+			// within the call's bounds: what is left is final.
+			return &OpError{Op: "wait active", Names: names, Err: err}
 		}
 		if err := k.sleep(c.poll); err != nil {
 			if ctx.Err() == nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
-	"github.com/snapsvc/snapsvc/retry"
 )
 
 // lost handles a request whose answer was lost: it adopts the change the
@@ -96,6 +95,8 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.lastAct(), sent: st}
 			}
 			return "", true, r.awaitState()
+		case k.ctx.Err() == nil && nextStep(reading, err) == giveUp:
+			return "", false, &outcomeUnknownError{reason: "cannot look up the change of a request whose answer was lost (" + err.Error() + ")", last: r.lastAct(), sent: st}
 		default:
 			k.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
 		}
@@ -138,9 +139,12 @@ func (r *runner) awaitState() error {
 			return nil
 		}
 		if err != nil {
+			if k.ctx.Err() == nil && nextStep(reading, err) == giveUp {
+				return &outcomeUnknownError{reason: "cannot read the services' state to tell whether the request was carried out", last: err}
+			}
 			k.log.Debug("cannot read service state", "error", err)
 		}
-		if perr := k.sleep(k.rt.ConflictPause()); perr != nil {
+		if perr := k.sleep(k.rt.conflictPause()); perr != nil {
 			return r.unknownOutcome(what, perr, sent{})
 		}
 	}
@@ -205,7 +209,7 @@ func (k *call) touchedSince(snaps []string, chg *snapd.Change) (bool, error) {
 func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 	c, k, o := r.c, r.k, r.o
 	cause := &interruptedError{ctx: deadlineCause(k.ctx), last: a.err}
-	if a.class != retry.Indeterminate {
+	if a.step != lookUp {
 		return r.fail("", cause)
 	}
 	if k.ctx.Err() == nil {
@@ -245,8 +249,11 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 func (k *call) lookFor(o op, st sent, known map[string]bool) string {
 	for {
 		id, err := k.findOpChange(o, st, time.Time{}, known)
-		if err == nil && id != "" {
+		switch {
+		case err == nil && id != "":
 			return id
+		case err != nil && k.ctx.Err() == nil && nextStep(reading, err) == giveUp:
+			return "" // the changes cannot be listed: nothing to find
 		}
 		if k.sleep(lostAnswerSettle) != nil {
 			return ""

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
-	"github.com/snapsvc/snapsvc/retry"
 )
 
 // The life of one operation (Start, Stop, Restart), top to bottom. Every
@@ -148,7 +147,7 @@ type runner struct {
 // use: most operations never wait blind.
 func (r *runner) cadence() *cadence {
 	if r.cad == nil {
-		r.cad = newCadence(r.c.clock, r.k.rt.Policy().MaxConflictInterval)
+		r.cad = newCadence(r.c.clock, r.k.rt.policy().MaxConflictInterval)
 	}
 	return r.cad
 }
@@ -191,28 +190,29 @@ func (c *Client) run(k *call, o op, wait bool, onLocked func()) (*Result, bool, 
 		if a.cutOff || k.ctx.Err() != nil {
 			return r.interruptedAt(a)
 		}
-		var step next
-		switch a.class {
-		case retry.Permanent:
+		// The retry rule (retryrule.go) says what the failure calls for.
+		var then next
+		switch a.step {
+		case giveUp:
 			return r.refused(a)
-		case retry.Conflict:
-			step, err = r.conflict(a)
-		case retry.Indeterminate:
+		case waitOut:
+			then, err = r.conflict(a)
+		case lookUp:
 			var res *Result
 			var done bool
-			res, done, step, err = r.lost(a, wait)
+			res, done, then, err = r.lost(a, wait)
 			if res != nil || err != nil {
 				return res, done, err
 			}
-		case retry.Transient:
+		case askAgain:
 			r.k.flog.log(r.k.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", r.res.Attempts, "error", a.err)
-			step = tryPaused
+			then = tryPaused
 		}
 		if err != nil {
 			return r.fail("", err)
 		}
-		r.fresh = step == tryFresh
-		if step == tryPaused {
+		r.fresh = then == tryFresh
+		if then == tryPaused {
 			if err := r.k.pause(a.err); err != nil {
 				return r.fail("", err)
 			}
@@ -232,7 +232,7 @@ type attempt struct {
 	answeredAt time.Time
 	changeID   string
 	err        error
-	class      retry.Class
+	step       step   // what the failure calls for (retryrule.go)
 	cutOff     bool   // ended by the call's time, or the look-up reserve
 	watched    bool   // the state file was watched when it was sent
 	mark       uint64 // the state watch's mark before it was sent
@@ -243,7 +243,7 @@ type attempt struct {
 // is owed even if the call's time ran out while waiting for it; its
 // attempt count still holds.
 func (r *runner) mayTry() error {
-	if r.k.rt.Attempts() == 0 || (r.fresh && !r.k.rt.OutOfAttempts()) {
+	if r.k.rt.attempts() == 0 || (r.fresh && !r.k.rt.outOfAttempts()) {
 		return nil
 	}
 	return r.k.exhausted(r.k.last)
@@ -260,7 +260,7 @@ func (r *runner) try() (attempt, error) {
 		}
 	}
 	r.fresh = false
-	r.res.Attempts = k.rt.Attempt()
+	r.res.Attempts = k.rt.attempt()
 	var a attempt
 	// Marked before the request, the state watch cannot miss the end of
 	// a change that refuses it.
@@ -282,7 +282,7 @@ func (r *runner) try() (attempt, error) {
 	}
 	if a.err != nil {
 		k.last = a.err
-		a.class = retry.Classify(a.err)
+		a.step = nextStep(acting, a.err)
 	}
 	return a, nil
 }

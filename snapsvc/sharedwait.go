@@ -145,9 +145,9 @@ func (s *sharedWaits) start(k *call, key string, f watchFunc) *watcher {
 	// bounds. It paces its retries with the policy's intervals.
 	p := c.policy
 	p.MaxElapsedTime, p.MaxUnreachable, p.MaxAttempts = -1, -1, 0
-	wk := &call{c: c, kind: callWait, rt: p.NewRetrier(), ev: k.ev, log: k.log, ctx: wctx, cancel: cancel, quiet: true}
+	wk := &call{c: c, kind: callWait, rt: newRetrier(p), ev: k.ev, log: k.log, ctx: wctx, cancel: cancel, quiet: true}
 	wk.onObserve = func() {
-		since, down := wk.rt.UnreachableSince()
+		since, down := wk.rt.unreachableSince()
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if !down {

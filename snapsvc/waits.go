@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
-	"github.com/snapsvc/snapsvc/retry"
 )
 
 // WaitChange waits until the change is ready and returns it. A change that
@@ -48,7 +47,7 @@ func (k *call) waitIdle(snap string, read func(time.Time)) error {
 		at := c.clock.Now()
 		ids, err := k.findBlockers([]string{snap}, nil, skip)
 		if err != nil {
-			if retry.Classify(err) == retry.Transient && k.ctx.Err() == nil {
+			if nextStep(reading, err) == askAgain && k.ctx.Err() == nil {
 				if perr := k.pause(err); perr != nil {
 					return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, perr)
 				}
