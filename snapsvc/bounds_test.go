@@ -1,10 +1,12 @@
 package snapsvc_test
 
+// Tests of a call's bounds (call.go): deadline, MaxElapsedTime,
+// MaxUnreachable, attempts.
+
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
 )
 
 // boundEpsilon is how far past its bound (its context's deadline, its
@@ -123,119 +126,6 @@ func TestPolicyBoundAgainstWedgedSnapd(t *testing.T) {
 	})
 }
 
-// A call cut off in flight looks its change up in the background, so the
-// next operation on the snap waits for it instead of running into it.
-func TestInFlightChangeFoundInBackground(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	logs := newLogWatch()
-	c := newClient(t, srv, snapsvc.WithLogger(logs.logger()))
-	hold := make(chan struct{})
-	// snapd acts on the restart at once but its answer hangs.
-	srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
-	defer close(hold)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-		errc <- err
-	}()
-	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Requests() > 0 }); err != nil {
-		t.Fatal(err)
-	}
-	found := logs.seen("a request cut off in flight made a change")
-	cancel()
-	err := <-errc
-	var opErr *snapsvc.OpError
-	if !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("error %v: want cancelled, outcome unknown, not retryable", err)
-	}
-	select {
-	case <-found:
-	case <-ctxT(t).Done():
-		t.Fatal("the change of the request cut off was not found in the background")
-	}
-	if n := srv.Counters().ChangesCreated; n != 1 {
-		t.Fatalf("%d changes for one restart", n)
-	}
-}
-
-// Issue 18, defect 6: a joiner (5 min policy) got its leader's give-up
-// (the leader's short policy) without sending a request. A joiner shares
-// only the change's outcome; otherwise it acts itself, within its own
-// bounds.
-func TestCoalesceJoinerKeepsItsOwnPolicy(t *testing.T) {
-	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
-	ctx := ctxT(t)
-	short, long := retry.DefaultPolicy(), retry.DefaultPolicy()
-	short.MaxElapsedTime = time.Second
-	c0 := newClient(t, srv)
-	logs := newLogWatch()
-	ca := newClient(t, srv, snapsvc.WithPolicy(short), snapsvc.WithLogger(logs.logger()))
-	cb := newClient(t, srv, snapsvc.WithPolicy(long), snapsvc.WithLogger(logs.logger()))
-
-	first := make(chan restartOutcome, 1)
-	restartAsync(c0, ctx, first, "k8s.kubelet") // holds the snap's lock
-	running := waitNewChange(ctx, t, srv)
-	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
-	leader, joiner := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
-	leading := logs.seen("leading identical restarts")
-	restartAsync(ca, ctx, leader, "k8s.kubelet")
-	<-leading
-	joined := logs.seen("joining an identical restart")
-	restartAsync(cb, ctx, joiner, "k8s.kubelet")
-	<-joined
-	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
-		t.Fatal(err)
-	}
-	<-first
-	// The leader acts, runs into the foreign change and gives up within
-	// its own second.
-	if o := <-leader; !errors.Is(o.err, snapsvc.ErrGaveUp) {
-		t.Fatalf("leader: %+v, %v; want gave up", o.res, o.err)
-	}
-	select {
-	case o := <-joiner:
-		t.Fatalf("joiner ended with its leader: %+v, %v", o.res, o.err)
-	default:
-	}
-	leaderPosts := srv.Counters().Requests["POST /v2/apps"]
-	// The joiner acts itself: once the foreign change is done, it restarts.
-	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.RequestsTo("POST /v2/apps") > leaderPosts }); err != nil {
-		t.Fatal(err)
-	}
-	foreign.Finish()
-	own := waitNewChange(ctx, t, srv, running, foreign.ID())
-	if err := srv.AdvanceUntilReady(ctx, own); err != nil {
-		t.Fatal(err)
-	}
-	o := <-joiner
-	if o.err != nil || o.res.Shared || o.res.Status != "Done" {
-		t.Fatalf("joiner: %+v, %v; want its own restart, done", o.res, o.err)
-	}
-}
-
-// Issue 18, defect 7: WithMinRestartInterval ignored restarts made by
-// another Client of the process without the option. A paced restart
-// right after one now waits (here: past its deadline).
-func TestRestartPacingCountsEveryClient(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	plain := newClient(t, srv)
-	paced := newClient(t, srv, snapsvc.WithMinRestartInterval(time.Hour))
-	if _, err := plain.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	res, err := paced.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("paced restart right after another client's: %+v, %v; want it held by the interval", res, err)
-	}
-	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 {
-		t.Fatalf("%d restarts sent, want 1", n)
-	}
-}
-
 // inotifyCount counts the process's open inotify instances.
 func inotifyCount(t *testing.T) int {
 	t.Helper()
@@ -282,88 +172,6 @@ func TestCloseRacingFirstCall(t *testing.T) {
 	}
 }
 
-// Issue 18: a POST whose 2xx answer arrives cut, garbled or not at all,
-// followed by the deadline (snapd answering the look-ups or wedged), may
-// have acted: it is never reported retryable, and the call returns by
-// its deadline.
-func TestLostAnswerThenDeadlineIsNotRetryable(t *testing.T) {
-	for _, kind := range []fake.FaultKind{fake.FaultCut, fake.FaultGarble, fake.FaultDrop} {
-		for _, wedged := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%v wedged=%t", kind, wedged), func(t *testing.T) {
-				srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Hour)))
-				c := newClient(t, srv)
-				srv.InjectFault(fake.Fault{Kind: kind, Method: "POST", Path: "/v2/apps", Times: 1})
-				if wedged {
-					wedge(t, srv, fake.Fault{Method: "GET"})
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				defer cancel()
-				start := time.Now()
-				_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-				checkBound(t, "Restart", start, 300*time.Millisecond)
-				var opErr *snapsvc.OpError
-				if !errors.As(err, &opErr) || opErr.Retryable() {
-					t.Fatalf("error %v: want not retryable", err)
-				}
-			})
-		}
-	}
-}
-
-// Issue 18: while snapd was unreachable the library logged "snapd
-// unavailable; backing off" at Info every 50 ms. The state change is
-// logged at Info once, repeats at Debug, and the end at Info with the
-// count of repeats.
-func TestUnreachableLogsOnceAtInfo(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
-	clock := &instantClock{}
-	clock.onPause = func(n int) {
-		if n == 30 {
-			if err := srv.StartListening(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	var buf strings.Builder
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c := newClient(t, srv, snapsvc.WithClock(clock), snapsvc.WithLogger(logger))
-	if _, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
-	if n := strings.Count(out, "snapd unavailable"); n != 1 {
-		t.Errorf("%d Info lines 'snapd unavailable' for one outage:\n%s", n, out)
-	}
-	if !strings.Contains(out, "no longer unable to reach snapd") || !strings.Contains(out, "repeats_logged_at_debug=") {
-		t.Errorf("the outage's end and its repeats are not logged at Info:\n%s", out)
-	}
-}
-
-// Issue 29: a call that simply timed out while snapd was unreachable
-// logged "no longer unable to reach snapd", as if snapd had come back.
-// It logs that it ended while unable to reach it.
-func TestUnreachableToTheEndNotLoggedAsOver(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
-	var buf strings.Builder
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	p := retry.DefaultPolicy()
-	p.MaxUnreachable = 100 * time.Millisecond
-	c := newClient(t, srv, snapsvc.WithLogger(logger), snapsvc.WithPolicy(p))
-	if _, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{}); !errors.Is(err, snapsvc.ErrGaveUp) {
-		t.Fatalf("Start against a snapd that never comes: %v", err)
-	}
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
-	if strings.Contains(out, "no longer unable to reach snapd") || !strings.Contains(out, "ended while unable to reach snapd") {
-		t.Errorf("the log says the outage ended:\n%s", out)
-	}
-}
-
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  *strings.Builder
@@ -373,4 +181,260 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// snapd unreachable: the client backs off (on the injected clock) and
+// succeeds once the socket appears.
+func TestLateSocketIsRetried(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	clock := &instantClock{}
+	clock.onPause = func(n int) {
+		if n == 3 {
+			if err := srv.StartListening(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	c := newClient(t, srv, snapsvc.WithClock(clock))
+	res, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 4 {
+		t.Errorf("attempts %d, want 4 (3 refused, then success)", res.Attempts)
+	}
+}
+
+func TestGivesUpWithinPolicy(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	clock := &instantClock{}
+	c := newClient(t, srv, snapsvc.WithPolicy(retry.Policy{MaxAttempts: 3, Clock: clock}))
+	_, err := c.Stop(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StopOptions{})
+	var opErr *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrGaveUp) || !errors.As(err, &opErr) || opErr.Attempts != 3 || !opErr.Retryable() {
+		t.Fatalf("error %v, want a retryable give-up after 3 attempts", err)
+	}
+	var connErr *snapsvc.ConnectionError
+	if !errors.As(err, &connErr) {
+		t.Errorf("error does not wrap the connection failure: %v", err)
+	}
+	if clock.count() != 2 {
+		t.Errorf("%d pauses, want 2", clock.count())
+	}
+}
+
+// When the caller's context ends while snapd is away, the error keeps
+// the reason the client was retrying.
+func TestContextEndKeepsLastError(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	ctx, cancel := context.WithCancel(context.Background())
+	clock := &instantClock{}
+	clock.onPause = func(n int) {
+		if n == 2 {
+			cancel()
+		}
+	}
+	c := newClient(t, srv, snapsvc.WithClock(clock))
+	_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	var connErr *snapsvc.ConnectionError
+	var opErr *snapsvc.OpError
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &connErr) || !errors.As(err, &opErr) || !opErr.Retryable() {
+		t.Fatalf("error %v: want cancelled, wrapping the connection failure, retryable", err)
+	}
+}
+
+// A Wait given a context that is already done (the CLI's --no-wait asks
+// this way whether an operation is final) fails with the context's error
+// and reports no outage: the request it could not make says nothing about
+// snapd. Before, it emitted EventUnreachable and the CLI printed "cannot
+// reach snapd ... context canceled; retrying until ...".
+func TestWaitWithDoneContextReportsNoOutage(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(time.Minute)))
+	var mu sync.Mutex
+	var events []snapsvc.Event
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)),
+		snapsvc.WithObserver(func(e snapsvc.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+	op, err := c.RestartAsync(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if res, err := op.Wait(done); !errors.Is(err, context.Canceled) || res != nil {
+		t.Fatalf("Wait(done context) = %+v, %v; want context.Canceled", res, err)
+	}
+	mu.Lock()
+	for _, e := range events {
+		if e.Kind == snapsvc.EventUnreachable {
+			t.Errorf("outage reported for a request the caller's context ended: %+v", e)
+		}
+	}
+	mu.Unlock()
+	// The change still runs; a Wait with a live context gets its outcome.
+	if err := srv.AdvanceUntilIdle(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := op.Wait(ctxT(t)); err != nil || res.Status != "Done" {
+		t.Fatalf("Wait = %+v, %v; want Done", res, err)
+	}
+}
+
+// A socket that appears late: the client re-dials quickly (no backoff
+// towards seconds), reports the outage once through the observer, and
+// succeeds within one re-dial interval of the socket appearing.
+func TestLateSocketRedialsAndReports(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	var mu sync.Mutex
+	var events []snapsvc.Event
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithObserver(func(e snapsvc.Event) {
+		if e.Kind == snapsvc.EventStarted || e.Kind == snapsvc.EventDone || e.Kind == snapsvc.EventFailed {
+			return // the operation's lifecycle; this test is about reaching snapd
+		}
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{})
+		errc <- err
+	}()
+	start := mc.Now()
+	// Ten seconds without a socket, re-dialled every 50 ms on the clock.
+	for mc.Now().Sub(start) < 10*time.Second {
+		testclock.WaitTimerAt(ctxT(t), t, mc, mc.Now().Add(50*time.Millisecond))
+		mc.AdvanceToNext()
+	}
+	if err := srv.StartListening(); err != nil {
+		t.Fatal(err)
+	}
+	up := mc.Now()
+	if err := testclock.Drive(t, mc, time.Minute, errc); err != nil {
+		t.Fatal(err)
+	}
+	var post fake.Request
+	for _, r := range srv.Requests() {
+		if r.Method == "POST" {
+			post = r
+		}
+	}
+	if d := post.Time.Sub(up); d > 50*time.Millisecond {
+		t.Errorf("accepted %v after the socket appeared, want within one re-dial interval", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) < 3 || events[0].Kind != snapsvc.EventUnreachable || events[0].Socket != srv.SocketPath() ||
+		!events[0].GiveUpAt.Equal(start.Add(30*time.Second)) || events[1].Kind != snapsvc.EventReachable {
+		t.Fatalf("events %+v: want unreachable (socket, give-up time) once, then reachable", events)
+	}
+}
+
+// A socket that never appears: the operation gives up after
+// MaxUnreachable, far below the conflict budget, with a retryable error
+// that names the socket.
+func TestAbsentSocketBoundedByMaxUnreachable(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
+	errc := make(chan error, 1)
+	start := mc.Now()
+	go func() {
+		_, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	err := testclock.Drive(t, mc, time.Minute, errc)
+	var opErr *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrGaveUp) || !errors.As(err, &opErr) || !opErr.Retryable() ||
+		!strings.Contains(err.Error(), srv.SocketPath()) || !strings.Contains(err.Error(), "unreachable for 30s") {
+		t.Fatalf("error %v", err)
+	}
+	if d := mc.Now().Sub(start); d > 31*time.Second {
+		t.Fatalf("gave up after %v", d)
+	}
+
+}
+
+// A context that ends before anything was done (here, while the call waits
+// for the snap's lock) leaves a retryable error: nothing ran.
+func TestInterruptedBeforeActingIsRetryable(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv)
+	hold := make(chan struct{})
+	seen := make(chan struct{}, 1)
+	srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold, Match: arrived(seen, nil)})
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Restart(context.Background(), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		first <- err
+	}()
+	<-seen // the first call holds the snap's lock, its answer pending
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{})
+	var opErr *snapsvc.OpError
+	if !errors.As(err, &opErr) || !opErr.Retryable() || !errors.Is(err, context.Canceled) || opErr.ChangeID != "" {
+		t.Fatalf("error %v: want cancelled, retryable, no change", err)
+	}
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 {
+		t.Fatalf("%d POSTs: the cancelled call acted", n)
+	}
+}
+
+// Issue 18, defect 8: New accepted a NaN in the policy, which made the
+// backoff a busy loop (775 requests in 500 ms); it now fails.
+func TestNewRejectsInvalidPolicy(t *testing.T) {
+	p := retry.DefaultPolicy()
+	p.Multiplier = math.NaN()
+	if c, err := snapsvc.New(snapsvc.WithPolicy(p)); err == nil {
+		c.Close()
+		t.Fatal("New accepted a NaN Multiplier")
+	}
+}
+
+// Issue 27: inside a caller's own retry loop the nested policy's time
+// (25 s) cut the wait for the operation's own change too, so a service
+// that took longer than that to start failed, where the snap command the
+// loop used to run waited for its change. Policy.ChangeWait bounds that
+// wait on its own: 0 keeps it under MaxElapsedTime, negative leaves it to
+// the context, positive bounds it from snapd's answer.
+func TestChangeWaitBoundsTheOwnChange(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		changeWait time.Duration
+		ok         bool
+	}{
+		{"with the call (0)", 0, false},
+		{"the context's (-1)", -1, true},
+		{"its own, longer (2s)", 2 * time.Second, true},
+		{"its own, shorter (100ms)", 100 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv.SetDurations("k8s", "kubelet", 250*time.Millisecond, 250*time.Millisecond)
+			p := retry.DefaultPolicy()
+			p.MaxElapsedTime = 200 * time.Millisecond
+			p.ChangeWait = tc.changeWait
+			c := newClient(t, srv, snapsvc.WithPolicy(p))
+			res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+			if tc.ok {
+				if err != nil || res.Status != "Done" {
+					t.Fatalf("a 500 ms restart with ChangeWait %v: %+v %v", tc.changeWait, res, err)
+				}
+				return
+			}
+			var oe *snapsvc.OpError
+			if !errors.As(err, &oe) || oe.ChangeID == "" || oe.Retryable() {
+				t.Fatalf("a 500 ms restart with ChangeWait %v: %v, want an error naming its change, not retryable", tc.changeWait, err)
+			}
+		})
+	}
+	if retry.NestedPolicy().ChangeWait >= 0 {
+		t.Error("the nested policy bounds the own change's wait by the loop's time")
+	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // The lifecycle of a budgeted operation, one function per step (the
-// operation's phases: run.go):
+// operation's phases: operation.go):
 //
 //	acquire  takeBudget → takeAll → take → acquire: a slot per key,
 //	         sorted by key, shared with the Client's other operations

@@ -17,6 +17,7 @@ import (
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/testsupport/testclock"
+	"go.uber.org/goleak"
 )
 
 // budgetEvents records a budget's events and lets a test wait for one.
@@ -845,4 +846,87 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// Defect 1: a budgeted Restart whose deadline fired while its change ran
+// gave its slot back at once (147 ms after the change spawned, 256 ms
+// before it was Done): another machine could restart while this one was
+// down. The slot is now held until the change is ready (and the services
+// with it), in the background, as the async path does; so too when the
+// outcome is unknown and snapd makes the change after the call ended.
+func TestBudgetSlotHeldWhileChangeRuns(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	for _, tc := range []struct {
+		name  string
+		wedge bool // snapd holds the request until after the deadline, then acts
+	}{{"deadline while the change runs", false}, {"outcome unknown, change made late", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(200*time.Millisecond)))
+			b := newMemBudget(1)
+			times := newSlotTimes()
+			c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: times.progress}))
+			var unwedge chan struct{}
+			if tc.wedge {
+				unwedge = make(chan struct{})
+				inj := srv.InjectFault(fake.Fault{Kind: fake.FaultWedge, Method: "POST", Path: "/v2/apps", Hold: unwedge, Times: 1})
+				defer inj.Remove()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+			defer cancel()
+			_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+			returned := time.Now()
+			if err == nil {
+				t.Fatal("the restart finished within 150 ms; the test needs a longer change")
+			}
+			if tc.wedge {
+				if !errors.Is(err, snapsvc.ErrOutcomeUnknown) {
+					t.Fatalf("error %v, want an unknown outcome", err)
+				}
+				close(unwedge) // snapd gets to the request and makes the change
+			}
+			if n := b.holding("k8s.kubelet"); n != 1 {
+				t.Fatalf("%d slots held right after the call returned (%v), want 1: the change may still run", n, err)
+			}
+			select {
+			case <-times.ch:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the slot was never given back")
+			}
+			chgs := srv.Changes()
+			var ready time.Time
+			for _, chg := range chgs {
+				if chg.Kind == "service-control" && !chg.ReadyTime.IsZero() {
+					ready = chg.ReadyTime
+				}
+			}
+			if ready.IsZero() {
+				t.Fatalf("no service-control change ready: %+v", chgs)
+			}
+			times.mu.Lock()
+			released := times.released[0]
+			times.mu.Unlock()
+			if released.Before(ready) {
+				t.Errorf("slot given back %v before the change was ready (the call returned at %v)", ready.Sub(released), returned)
+			}
+		})
+	}
+}
+
+// slotTimes records when a budget's slots were given back.
+type slotTimes struct {
+	mu       sync.Mutex
+	released []time.Time
+	ch       chan struct{}
+}
+
+func newSlotTimes() *slotTimes { return &slotTimes{ch: make(chan struct{}, 16)} }
+
+func (s *slotTimes) progress(ev snapsvc.BudgetEvent) {
+	if ev.Kind != snapsvc.BudgetReleased {
+		return
+	}
+	s.mu.Lock()
+	s.released = append(s.released, time.Now())
+	s.mu.Unlock()
+	s.ch <- struct{}{}
 }

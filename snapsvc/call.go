@@ -38,7 +38,7 @@ import (
 // computes a bound: the mechanisms an operation goes through (waiting out
 // a blocker, finding a change whose answer was lost, waiting for its own
 // change, reading the services' state) all run on the operation's call,
-// and a wait shared with other callers (watcher.go) shares what it
+// and a wait shared with other callers (sharedwait.go) shares what it
 // observes, never a bound.
 //
 // The policy's time is enforced as a deadline on every request, not
@@ -74,11 +74,11 @@ type call struct {
 	rt     *retrier        // attempts, backoff, the run of unreachability
 	ev     Event           // the call's events' template: Op, Names
 	log    *slog.Logger
-	hold   *hold // the restart budget's slots the operation holds (budget.go)
+	hold   *hold // the restart budget's slots the operation holds (budget_hold.go)
 	down   bool  // EventUnreachable sent, EventReachable owed
 	last   error // the last failure seen, for a give-up's error
 	flog   faultLog
-	// A shared wait's watcher (watcher.go) sends no events: it publishes
+	// A shared wait's watcher (sharedwait.go) sends no events: it publishes
 	// what it observes (onObserve), and each caller reports its own view.
 	quiet     bool
 	onObserve func()

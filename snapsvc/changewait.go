@@ -42,7 +42,7 @@ type waitOpts struct {
 	// with one or two occurrences (spawn, Doing) means it is not ready.
 	// answeredAt, when known, is when snapd answered the request that made
 	// it, and sentAt when the request was sent: a cursor for the notices
-	// (owncursor.go).
+	// (owntiming.go).
 	fresh      bool
 	sentAt     time.Time
 	answeredAt time.Time
@@ -64,7 +64,7 @@ type waitOpts struct {
 	// to its request budget.
 	cadence *cadence
 	// read, when not nil, is told when each round of reads of the changes
-	// is sent (a shared wait: watcher.go).
+	// is sent (a shared wait: sharedwait.go).
 	read func(time.Time)
 }
 

@@ -62,13 +62,13 @@ type Client struct {
 	lockDir   string          // "" disables the cross-process lock
 	instance  string          // identifies the snapd (for the lock registry)
 	snaps     processSnaps    // this process's registry of the snapd's snaps (lock.go)
-	interval  restartInterval // WithMinRestartInterval (interval.go)
+	interval  restartInterval // WithMinRestartInterval (lock.go)
 	events    events          // WithObserver (events.go)
 	state     *stateWatch     // snapd's state file (WithStateFile); nil: none
 	budget    *budgetRunner   // WithRestartBudget; nil: none
-	timings   ownTimings      // owncursor.go
+	timings   ownTimings      // owntiming.go
 	view      snapdView       // what snapd has told the Client (snapdview.go)
-	clockKey  string          // watcher.go: "real", or unique to a Client built WithClock
+	clockKey  string          // sharedwait.go: "real", or unique to a Client built WithClock
 	bg        *background     // work owed after calls returned; ended by Close
 }
 

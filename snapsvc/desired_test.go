@@ -10,20 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/testsupport/testclock"
 )
-
-// checkLeaks verifies, after the test's other cleanups (registered later,
-// so run earlier) have closed fakes and clients, that the test left no
-// goroutine behind.
-func checkLeaks(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
 
 var stepT0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 

@@ -124,7 +124,7 @@ func (es events) emit(e Event) {
 
 // Operation events: every Start, Stop and Restart (and their Async forms)
 // emits EventStarted, then EventAccepted once snapd accepted the request
-// (from run.go), then exactly one of EventDone and EventFailed, each with
+// (from operation.go), then exactly one of EventDone and EventFailed, each with
 // Elapsed, the time since EventStarted, and ChangeID when a change was
 // made. For an Async operation the end is emitted by the first Wait that
 // sees it (an operation nobody waits for only reports its acceptance, or

@@ -2,7 +2,12 @@ package snapsvc_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -184,4 +189,98 @@ func whenBlocked(t *testing.T, logs *logWatch, call func() (*snapsvc.Result, err
 	release()
 	o := <-done
 	return o.res, o.err
+}
+
+// foreignPost makes a change the way another tool would (a plain POST to
+// /v2/apps) and returns its id.
+func foreignPost(t *testing.T, srv *fake.Server, body string) string {
+	t.Helper()
+	id, err := postApps(srv.SocketPath(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// foreignAgent is the User-Agent of foreign requests, so the fake's
+// record tells them from snapsvc's even when their answer was lost.
+const foreignAgent = "someone-else/1.0"
+
+// postApps sends one POST /v2/apps on its own connection and returns the
+// change id snapd answered with.
+func postApps(sock, body string) (string, error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest("POST", "http://localhost/v2/apps", strings.NewReader(body))
+	req.Header.Set("User-Agent", foreignAgent)
+	req.Header.Set("Content-Type", "application/json")
+	rsp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer rsp.Body.Close()
+	var env struct {
+		Change string `json:"change"`
+	}
+	b, _ := io.ReadAll(rsp.Body)
+	if err := json.Unmarshal(b, &env); err != nil || env.Change == "" {
+		return "", fmt.Errorf("foreign POST: %d %s", rsp.StatusCode, b)
+	}
+	return env.Change, nil
+}
+
+// bodyOf returns the body of the request that created change id.
+func bodyOf(srv *fake.Server, id string) string {
+	for _, r := range srv.Requests() {
+		if r.Change == id {
+			return r.Body
+		}
+	}
+	return ""
+}
+
+// arrived returns a fault Match that reports matching requests on ch.
+func arrived(ch chan<- struct{}, want func(fake.Request) bool) func(fake.Request) bool {
+	return func(r fake.Request) bool {
+		if want != nil && !want(r) {
+			return false
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+		return true
+	}
+}
+
+// skewedClock is the real clock off by a fixed offset: a snapd whose
+// clock is not the client's.
+type skewedClock struct{ off time.Duration }
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(c.off) }
+
+func (c skewedClock) AfterFunc(d time.Duration, f func()) fake.Timer {
+	return time.AfterFunc(d, f)
+}
+
+// countRequests is how many requests the fake got for method and path.
+func countRequests(srv *fake.Server, method, path string) int {
+	n := 0
+	for _, r := range srv.Requests() {
+		if r.Method == method && r.Path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// checkLeaks verifies, after the test's other cleanups (registered later,
+// so run earlier) have closed fakes and clients, that the test left no
+// goroutine behind.
+func checkLeaks(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 }

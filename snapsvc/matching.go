@@ -79,7 +79,7 @@ type sent struct {
 // creates it, after the request arrived, so its spawn time is no earlier
 // than the request's send time read on snapd's clock. The client learns
 // how snapd's clock reads against its own from its own changes
-// (owncursor.go); until it has, it takes them to agree, as they do: snapd
+// (owntiming.go); until it has, it takes them to agree, as they do: snapd
 // and the client share the machine's one clock (a snapd with a clock of
 // its own, such as a fake with an injected one, is told apart by the
 // client's first own change). Enable and disable leave no trace in a

@@ -16,7 +16,7 @@ import (
 //
 //	bound    newOpCall: the call's deadline, MaxUnreachable, MaxAttempts
 //	budget   takeBudget: the restart budget's slots (budget_rule.go)
-//	pace     call.keepInterval: WithMinRestartInterval (interval.go)
+//	pace     call.keepInterval: WithMinRestartInterval (lock.go)
 //	lock     runner.lock: the snaps' locks, in and across processes; an
 //	         identical restart not sent yet may merge (lock.go, merge.go)
 //	send     runner.try: fence the slots, then one request to act

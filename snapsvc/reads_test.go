@@ -1,5 +1,7 @@
 package snapsvc_test
 
+// Tests of the reads (reads.go): bounded, riding out a snapd restart.
+
 import (
 	"context"
 	"errors"
@@ -85,5 +87,72 @@ func TestReadsGiveUpAfterMaxUnreachable(t *testing.T) {
 	}
 	if _, err := c.Change(context.Background(), "999"); !errors.Is(err, snapsvc.ErrNotFound) || errors.Is(err, snapsvc.ErrGaveUp) {
 		t.Fatalf("unknown change: %v", err)
+	}
+}
+
+// Defect 4: reads ignored the policy's MaxElapsedTime on a wedged snapd:
+// 300 ms asked, never returned without a context deadline.
+func TestReadsBoundedByPolicyTime(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	reads := map[string]func(c *snapsvc.Client, id string) error{
+		"Services": func(c *snapsvc.Client, _ string) error { _, err := c.Services(context.Background(), "k8s"); return err },
+		"Changes": func(c *snapsvc.Client, _ string) error {
+			_, err := c.Changes(context.Background(), snapsvc.ChangesOptions{})
+			return err
+		},
+		"Change": func(c *snapsvc.Client, id string) error { _, err := c.Change(context.Background(), id); return err },
+		"AbortChange": func(c *snapsvc.Client, id string) error {
+			_, err := c.AbortChange(context.Background(), id)
+			return err
+		},
+	}
+	for name, read := range reads {
+		t.Run(name, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			chg := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+			p := retry.DefaultPolicy()
+			p.MaxElapsedTime = 300 * time.Millisecond
+			c := newClient(t, srv, snapsvc.WithPolicy(p))
+			wedge(t, srv, fake.Fault{})
+			start := time.Now()
+			err := read(c, chg.ID())
+			checkBound(t, name, start, p.MaxElapsedTime)
+			if !errors.Is(err, snapsvc.ErrGaveUp) {
+				t.Errorf("%s: %v, want ErrGaveUp (the policy's time)", name, err)
+			}
+			// snapd read the abort: it may carry it out once it gets its
+			// lock, so the outcome is unknown; a read's never is.
+			if want := name == "AbortChange"; errors.Is(err, snapsvc.ErrOutcomeUnknown) != want {
+				t.Errorf("%s: %v, matches ErrOutcomeUnknown: %v, want %v", name, err, !want, want)
+			}
+		})
+	}
+}
+
+// A read whose answer was lost is asked again, whatever its method (a
+// snapctl listing is a POST): asking twice changes nothing. An abort whose
+// answer was lost is not sent again: snapd carried it out.
+func TestLostAnswersOfReadsAreAskedAgain(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
+	srv.InjectFault(fake.Fault{Kind: fake.FaultDrop, Method: "POST", Path: "/v2/snapctl", Times: 1})
+	svcs, err := c.Services(ctxT(t), "k8s.kubelet")
+	if err != nil || len(svcs) != 1 || !svcs[0].Active {
+		t.Fatalf("snapctl services with its first answer lost: %+v %v", svcs, err)
+	}
+	if n := countRequests(srv, "POST", "/v2/snapctl"); n != 2 {
+		t.Errorf("%d snapctl requests, want 2 (the lost one asked again)", n)
+	}
+
+	chg := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	rc := newClient(t, srv)
+	srv.InjectFault(fake.Fault{Kind: fake.FaultDrop, Method: "POST", Path: "/v2/changes/", Times: 1})
+	_, err = rc.AbortChange(ctxT(t), chg.ID())
+	if !errors.Is(err, snapsvc.ErrOutcomeUnknown) {
+		t.Errorf("abort with its answer lost: %v, want ErrOutcomeUnknown", err)
+	}
+	if n := countRequests(srv, "POST", "/v2/changes/"+chg.ID()); n != 1 {
+		t.Errorf("%d abort requests, want 1 (never sent twice)", n)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // Operations need nothing more: those on one snap hold the snap's lock in
 // turn (lock.go), so however many callers of a process restart services
 // of a snap behind a blocker, one of them at a time waits it out, and
-// identical restarts merge (coalesce.go). What is shared here are the
+// identical restarts merge (merge.go). What is shared here are the
 // waits that take no lock: WaitChange and Operation.Wait on one change,
 // and WaitIdle on one snap.
 //
@@ -43,9 +43,8 @@ import (
 // interval, on the real clock (a Client built WithClock shares only with
 // itself).
 type sharedWaits struct {
-	mu      sync.Mutex
-	waits   map[string]*watcher
-	changed chan struct{} // closed and replaced at every subscription change (tests)
+	mu    sync.Mutex
+	waits map[string]*watcher
 }
 
 // watcher is one shared wait and the facts it publishes.
@@ -68,13 +67,11 @@ type outcome struct {
 }
 
 // processWaits holds the shared waits of the process.
-var processWaits = sharedWaits{waits: map[string]*watcher{}, changed: make(chan struct{})}
+var processWaits = sharedWaits{waits: map[string]*watcher{}}
 
-// changedLocked wakes whoever waits for a subscription change.
-func (s *sharedWaits) changedLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
+// testHookSubscriptions is called, with the shared waits' lock held, at
+// every subscription change (export_test.go sets it).
+var testHookSubscriptions = func() {}
 
 // newsLocked wakes the callers of w: a fact changed.
 func (w *watcher) newsLocked() {
@@ -111,7 +108,7 @@ func (s *sharedWaits) share(k *call, key string, f watchFunc) (any, error, bool)
 	w.nextID++
 	id := w.nextID
 	w.joins[id] = joined
-	s.changedLocked()
+	testHookSubscriptions()
 	s.mu.Unlock()
 	defer s.leave(key, w, id)
 	for {
@@ -212,29 +209,7 @@ func (s *sharedWaits) leave(key string, w *watcher, id uint64) {
 		}
 		w.cancel()
 	}
-	s.changedLocked()
-}
-
-// awaitSubscribers blocks until n callers wait on key's shared wait, or
-// ctx ends (tests).
-func (s *sharedWaits) awaitSubscribers(ctx context.Context, key string, n int) error {
-	for {
-		s.mu.Lock()
-		refs := 0
-		if w := s.waits[key]; w != nil {
-			refs = len(w.joins)
-		}
-		changed := s.changed
-		s.mu.Unlock()
-		if refs == n {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return fmt.Errorf("%d callers share the wait, want %d: %w", refs, n, ctx.Err())
-		}
-	}
+	testHookSubscriptions()
 }
 
 // sharedWaitChange is waitChange for change id on k's bounds, shared with

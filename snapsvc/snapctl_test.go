@@ -1,5 +1,7 @@
 package snapsvc_test
 
+// Tests of snapctl mode: inside a snap, in and out of hooks.
+
 import (
 	"context"
 	"errors"
@@ -15,6 +17,7 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/testsupport/testclock"
+	"go.uber.org/goleak"
 )
 
 // newSnapctlClient builds a client as a daemon of the k8s snap sees it:
@@ -269,4 +272,114 @@ func runWorker() bool {
 	}
 	os.Exit(0)
 	return true
+}
+
+func TestServicesInSnapctlMode(t *testing.T) {
+	snap := k8sSnap(0)
+	snap.Apps[2].Enabled, snap.Apps[2].Active = false, false // kubelet
+	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
+	ctx := ctxT(t)
+	svcs, err := c.Services(ctx, "k8s.kubelet", "k8s.containerd")
+	if err != nil || len(svcs) != 2 {
+		t.Fatalf("services: %+v %v", svcs, err)
+	}
+	for _, s := range svcs {
+		if want := s.Name == "containerd"; s.Active != want || s.Enabled != want {
+			t.Errorf("%+v", s)
+		}
+	}
+	res, err := c.EnsureRunning(ctx, []string{"k8s.kubelet", "k8s.containerd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := srv.Service("k8s", "kubelet"); !st.Active || !st.Enabled || len(res.Changed) != 1 {
+		t.Errorf("kubelet %+v after EnsureRunning %+v", st, res)
+	}
+}
+
+// A configure hook snapsvc did not identify: the command is found queued
+// in the hook's change and reported as such, not as done.
+func TestUnidentifiedHookQueueReported(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv.SetService("k8s", "kubelet", fake.AppState{Enabled: true})
+	hook := srv.StartHook("k8s", "configure")
+	defer hook.Finish()
+	hc := newSnapctlClient(t, srv, hook.Cookie())
+	if hc.Hook() != "" {
+		t.Fatalf("hook %q detected", hc.Hook())
+	}
+	res, err := hc.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{})
+	if err != nil || !res.Queued || res.Status == "Done" || res.ChangeID != hook.ChangeID() {
+		t.Errorf("result %+v %v, want queued in change %s", res, err, hook.ChangeID())
+	}
+}
+
+// Defect 5: in snapctl mode Services failed 1-3 ms into a 500 ms snapd
+// restart (one request, no retry), where REST rode it out.
+func TestSnapctlServicesRideOutRestart(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
+	if _, err := c.Services(context.Background(), "k8s.kubelet"); err != nil {
+		t.Fatal(err) // a kept-alive connection, as a daemon has
+	}
+	back := srv.RestartDaemon(500 * time.Millisecond)
+	svcs, err := c.Services(ctxT(t), "k8s.kubelet")
+	select {
+	case <-back:
+	default:
+		t.Errorf("Services returned before snapd was back: %+v %v", svcs, err)
+	}
+	if err != nil || len(svcs) != 1 || !svcs[0].Active {
+		t.Fatalf("Services across a snapd restart: %+v %v", svcs, err)
+	}
+}
+
+// A daemon's snapctl restart that snapd carried out is not reported as
+// Queued (nor given another change's id) when a configure hook that queued
+// the same command starts between snapctl's answer and the listing.
+func TestDoneRestartNotReportedQueuedIntoLaterHook(t *testing.T) {
+	mc := fake.NewManualClock(time.Now())
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithClock(mc))
+	srv.SetLatency(7 * time.Second)
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
+	type outcome struct {
+		res *snapsvc.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		done <- outcome{res, err}
+	}()
+	ctx := ctxT(t)
+	testclock.WaitTimerAt(ctx, t, mc, mc.Now().Add(7*time.Second)) // POST /v2/snapctl held
+	mc.AdvanceToNext()
+	for { // the listing that follows, held by its latency timer
+		added := mc.TimerAdded()
+		dl, ok := mc.NextDeadline()
+		held := mc.Now().Add(7 * time.Second)
+		if srv.Counters().Requests["GET /v2/changes"] > 0 && ok && dl.Equal(held) {
+			break // counted on arrival: its timer is what shows it is held
+		}
+		if ok && dl.Before(held) {
+			mc.AdvanceToNext()
+			continue
+		}
+		<-added
+	}
+	hook := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", Tasks: []fake.TaskSpec{
+		{Kind: "run-hook", Summary: `Run configure hook of "k8s" snap`},
+		{Kind: "service-control", Summary: `Run service command "restart" for services ["kubelet"] of snap "k8s"`},
+	}})
+	mc.AdvanceToNext()
+	o := <-done
+	hook.Finish()
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.res.Queued || o.res.ChangeID == hook.ID() {
+		t.Errorf("restart done by snapd (change %q) reported %+v: queued into hook change %s", "1", *o.res, hook.ID())
+	}
 }

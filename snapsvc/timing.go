@@ -36,7 +36,7 @@ const (
 	// wait stops using it and polls the changes instead.
 	noticeStrikes = 3
 
-	// ---- The operation's own change (owntiming.go, snapdclock.go) ----
+	// ---- The operation's own change (owntiming.go, snapdview.go) ----
 
 	// ownPollMargin is added to twice the last own change's duration to
 	// bound the first long-poll of the next one of its kind; ownPollMax

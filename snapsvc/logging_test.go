@@ -1,36 +1,82 @@
 package snapsvc_test
 
+// Tests of logging (logging.go): the call's logger, faults logged once.
+
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
+
+// Issue 18: while snapd was unreachable the library logged "snapd
+// unavailable; backing off" at Info every 50 ms. The state change is
+// logged at Info once, repeats at Debug, and the end at Info with the
+// count of repeats.
+func TestUnreachableLogsOnceAtInfo(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	clock := &instantClock{}
+	clock.onPause = func(n int) {
+		if n == 30 {
+			if err := srv.StartListening(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c := newClient(t, srv, snapsvc.WithClock(clock), snapsvc.WithLogger(logger))
+	if _, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if n := strings.Count(out, "snapd unavailable"); n != 1 {
+		t.Errorf("%d Info lines 'snapd unavailable' for one outage:\n%s", n, out)
+	}
+	if !strings.Contains(out, "no longer unable to reach snapd") || !strings.Contains(out, "repeats_logged_at_debug=") {
+		t.Errorf("the outage's end and its repeats are not logged at Info:\n%s", out)
+	}
+}
+
+// Issue 29: a call that simply timed out while snapd was unreachable
+// logged "no longer unable to reach snapd", as if snapd had come back.
+// It logs that it ended while unable to reach it.
+func TestUnreachableToTheEndNotLoggedAsOver(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p := retry.DefaultPolicy()
+	p.MaxUnreachable = 100 * time.Millisecond
+	c := newClient(t, srv, snapsvc.WithLogger(logger), snapsvc.WithPolicy(p))
+	if _, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{}); !errors.Is(err, snapsvc.ErrGaveUp) {
+		t.Fatalf("Start against a snapd that never comes: %v", err)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if strings.Contains(out, "no longer unable to reach snapd") || !strings.Contains(out, "ended while unable to reach snapd") {
+		t.Errorf("the log says the outage ended:\n%s", out)
+	}
+}
 
 // lineSink collects funcr's formatted lines.
 type lineSink struct {
 	mu    sync.Mutex
 	lines []string
-}
-
-func (s *lineSink) write(prefix, args string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.lines = append(s.lines, prefix+" "+args)
-}
-
-func (s *lineSink) all() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.lines...)
 }
 
 // logrLogger is a logr logger writing to sink. logr.ToSlogHandler maps
@@ -128,4 +174,16 @@ func TestContextWithLoggerWins(t *testing.T) {
 	if snapsvc.ContextWithLogger(ctx, nil) != ctx {
 		t.Error("a nil logger changed the context")
 	}
+}
+
+func (s *lineSink) write(prefix, args string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = append(s.lines, prefix+" "+args)
+}
+
+func (s *lineSink) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.lines...)
 }

@@ -1,16 +1,73 @@
 package snapsvc_test
 
+// Tests of identical restarts merging behind a snap's lock (merge.go).
+
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
-	"github.com/snapsvc/snapsvc/testsupport/testclock"
 )
+
+// Issue 18, defect 6: a joiner (5 min policy) got its leader's give-up
+// (the leader's short policy) without sending a request. A joiner shares
+// only the change's outcome; otherwise it acts itself, within its own
+// bounds.
+func TestCoalesceJoinerKeepsItsOwnPolicy(t *testing.T) {
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	ctx := ctxT(t)
+	short, long := retry.DefaultPolicy(), retry.DefaultPolicy()
+	short.MaxElapsedTime = time.Second
+	c0 := newClient(t, srv)
+	logs := newLogWatch()
+	ca := newClient(t, srv, snapsvc.WithPolicy(short), snapsvc.WithLogger(logs.logger()))
+	cb := newClient(t, srv, snapsvc.WithPolicy(long), snapsvc.WithLogger(logs.logger()))
+
+	first := make(chan restartOutcome, 1)
+	restartAsync(c0, ctx, first, "k8s.kubelet") // holds the snap's lock
+	running := waitNewChange(ctx, t, srv)
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	leader, joiner := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	leading := logs.seen("leading identical restarts")
+	restartAsync(ca, ctx, leader, "k8s.kubelet")
+	<-leading
+	joined := logs.seen("joining an identical restart")
+	restartAsync(cb, ctx, joiner, "k8s.kubelet")
+	<-joined
+	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	// The leader acts, runs into the foreign change and gives up within
+	// its own second.
+	if o := <-leader; !errors.Is(o.err, snapsvc.ErrGaveUp) {
+		t.Fatalf("leader: %+v, %v; want gave up", o.res, o.err)
+	}
+	select {
+	case o := <-joiner:
+		t.Fatalf("joiner ended with its leader: %+v, %v", o.res, o.err)
+	default:
+	}
+	leaderPosts := srv.Counters().Requests["POST /v2/apps"]
+	// The joiner acts itself: once the foreign change is done, it restarts.
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.RequestsTo("POST /v2/apps") > leaderPosts }); err != nil {
+		t.Fatal(err)
+	}
+	foreign.Finish()
+	own := waitNewChange(ctx, t, srv, running, foreign.ID())
+	if err := srv.AdvanceUntilReady(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	o := <-joiner
+	if o.err != nil || o.res.Shared || o.res.Status != "Done" {
+		t.Fatalf("joiner: %+v, %v; want its own restart, done", o.res, o.err)
+	}
+}
 
 // doneProbe is a context that reports each call of Done. Coalescing calls
 // Done only once a request is registered (as the leader waiting for the
@@ -220,102 +277,6 @@ func TestCoalesceLeaderGivesUpBeforeActing(t *testing.T) {
 	}
 	if n := srv.Counters().Requests["POST /v2/apps"]; n != 2 {
 		t.Errorf("%d POST /v2/apps, want 2", n)
-	}
-}
-
-// WithMinRestartInterval spaces restarts of one service by the interval,
-// on the client's clock; other services and later restarts are not held.
-func TestRestartPacing(t *testing.T) {
-	checkLeaks(t)
-	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
-	srv.SetDurations("k8s", "kubelet", 0, 0)
-	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithMinRestartInterval(10*time.Second))
-	ctx := ctxT(t)
-	posts := func() []fake.Request {
-		var out []fake.Request
-		for _, r := range srv.Requests() {
-			if r.Method == "POST" && r.Path == "/v2/apps" {
-				out = append(out, r)
-			}
-		}
-		return out
-	}
-
-	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	mc.Advance(4 * time.Second)
-	out := make(chan restartOutcome, 1)
-	restartAsync(c, ctx, out, "k8s.kubelet")
-	testclock.WaitTimerAt(ctx, t, mc, stepT0.Add(10*time.Second)) // held 6s more
-	if n := len(posts()); n != 1 {
-		t.Fatalf("%d restarts sent before the interval passed, want 1", n)
-	}
-	mc.Advance(6 * time.Second)
-	if o := <-out; o.err != nil {
-		t.Fatalf("paced restart: %v", o.err)
-	}
-	ps := posts()
-	if len(ps) != 2 {
-		t.Fatalf("%d kubelet restarts, want 2", len(ps))
-	}
-	if gap := ps[1].Time.Sub(ps[0].Time); gap != 10*time.Second {
-		t.Errorf("restarts %v apart, want 10s", gap)
-	}
-
-	// Another service is not held by kubelet's interval, and ten seconds
-	// later kubelet is not held either.
-	notPaced(ctx, t, c, mc, "k8s.kube-proxy")
-	mc.Advance(10 * time.Second)
-	notPaced(ctx, t, c, mc, "k8s.kubelet")
-
-	// A paced restart gives up with its context, without sending anything.
-	n := len(posts())
-	pctx, pcancel := context.WithCancel(ctx)
-	restartAsync(c, pctx, out, "k8s.kubelet")
-	testclock.WaitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
-	pcancel()
-	o := <-out
-	if !errors.Is(o.err, context.Canceled) || !strings.Contains(o.err.Error(), "minimum restart interval") {
-		t.Errorf("cancelled paced restart: %v", o.err)
-	}
-	if len(posts()) != n {
-		t.Error("a cancelled paced restart was sent")
-	}
-
-	// A whole-snap restart counts for each of the snap's services.
-	mc.Advance(10 * time.Second)
-	notPaced(ctx, t, c, mc, "k8s")
-	n = len(posts())
-	restartAsync(c, ctx, out, "k8s.kubelet")
-	testclock.WaitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
-	if len(posts()) != n {
-		t.Fatal("kubelet restarted right after its snap was restarted")
-	}
-	mc.Advance(10 * time.Second)
-	if o := <-out; o.err != nil {
-		t.Fatalf("paced kubelet restart: %v", o.err)
-	}
-}
-
-// notPaced restarts name and fails if the restart waits on the clock.
-func notPaced(ctx context.Context, t *testing.T, c *snapsvc.Client, mc *fake.ManualClock, name string) {
-	t.Helper()
-	added := mc.TimerAdded()
-	out := make(chan restartOutcome, 1)
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	restartAsync(c, pctx, out, name)
-	select {
-	case o := <-out:
-		if o.err != nil {
-			t.Fatalf("restart %s: %v", name, o.err)
-		}
-	case <-added:
-		cancel()
-		<-out
-		t.Fatalf("restart %s waited on the clock", name)
 	}
 }
 

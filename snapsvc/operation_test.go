@@ -1,7 +1,11 @@
 package snapsvc_test
 
+// Tests of an operation's main path (operation.go): one request, its change
+// waited for, its verdict; bad input refused before any request.
+
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -86,42 +90,6 @@ func TestConcurrentClientsNeverConflict(t *testing.T) {
 	}
 }
 
-// A foreign change (a configure hook run by "snap set") holds the snap.
-// Restart waits it out and its retry reaches snapd within 20ms of the
-// change becoming ready, by the fake's own clock.
-func TestRestartWaitsOutForeignChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	logs := newLogWatch()
-	c := newClient(t, srv, snapsvc.WithLogger(logs.logger()))
-	ctx := ctxT(t)
-
-	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
-	res, err := whenBlocked(t, logs, func() (*snapsvc.Result, error) {
-		return c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-	}, foreign.Finish)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Conflicts != 1 || res.Attempts != 2 || len(res.WaitedFor) != 1 || res.WaitedFor[0] != foreign.ID() {
-		t.Errorf("result %+v, want 1 conflict, 2 attempts, waited for %s", res, foreign.ID())
-	}
-	readyAt := foreign.ReadyTime()
-	var retryAt time.Time
-	for _, r := range srv.Requests() {
-		if r.Method == "POST" && r.Path == "/v2/apps" && r.Status == 202 {
-			retryAt = r.Time
-		}
-	}
-	lag := retryAt.Sub(readyAt)
-	t.Logf("retry reached snapd %v after the foreign change was ready", lag)
-	if retryAt.IsZero() || lag < 0 || lag > 20*time.Millisecond {
-		t.Errorf("retry at %v, foreign change ready at %v (lag %v), want within 20ms", retryAt, readyAt, lag)
-	}
-	if srv.Counters().Conflicts != 1 {
-		t.Errorf("conflicts %d, want 1", srv.Counters().Conflicts)
-	}
-}
-
 func TestUnknownServiceFailsAfterOneRequest(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv)
@@ -196,65 +164,6 @@ func TestBadInputFailsBeforeAnyRequest(t *testing.T) {
 	}
 }
 
-// A POST whose answer is lost after snapd made the change is not sent
-// again: the client finds the change and waits for it.
-func TestLostResponseAdoptsChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	c := newClient(t, srv)
-	srv.DropNextResponse("POST", "/v2/apps")
-	res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cnt := srv.Counters()
-	if cnt.Requests["POST /v2/apps"] != 1 || cnt.ChangesCreated != 1 {
-		t.Errorf("POSTs %d, changes %d; want 1 and 1", cnt.Requests["POST /v2/apps"], cnt.ChangesCreated)
-	}
-	if res.ChangeID == "" || res.Status != "Done" {
-		t.Errorf("result %+v", res)
-	}
-}
-
-// snapd unreachable: the client backs off (on the injected clock) and
-// succeeds once the socket appears.
-func TestLateSocketIsRetried(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
-	clock := &instantClock{}
-	clock.onPause = func(n int) {
-		if n == 3 {
-			if err := srv.StartListening(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	c := newClient(t, srv, snapsvc.WithClock(clock))
-	res, err := c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Attempts != 4 {
-		t.Errorf("attempts %d, want 4 (3 refused, then success)", res.Attempts)
-	}
-}
-
-func TestGivesUpWithinPolicy(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
-	clock := &instantClock{}
-	c := newClient(t, srv, snapsvc.WithPolicy(retry.Policy{MaxAttempts: 3, Clock: clock}))
-	_, err := c.Stop(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StopOptions{})
-	var opErr *snapsvc.OpError
-	if !errors.Is(err, snapsvc.ErrGaveUp) || !errors.As(err, &opErr) || opErr.Attempts != 3 || !opErr.Retryable() {
-		t.Fatalf("error %v, want a retryable give-up after 3 attempts", err)
-	}
-	var connErr *snapsvc.ConnectionError
-	if !errors.As(err, &connErr) {
-		t.Errorf("error does not wrap the connection failure: %v", err)
-	}
-	if clock.count() != 2 {
-		t.Errorf("%d pauses, want 2", clock.count())
-	}
-}
-
 func TestAsyncThenNextOperationDoesNotConflict(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(5*time.Millisecond)))
 	c := newClient(t, srv)
@@ -280,71 +189,6 @@ func TestAsyncThenNextOperationDoesNotConflict(t *testing.T) {
 	}
 	if srv.Counters().Conflicts != 0 {
 		t.Errorf("%d conflicts", srv.Counters().Conflicts)
-	}
-}
-
-// snapd < 2.62 has no notices: waits fall back to polling the change.
-func TestWaitWithoutNotices(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(3*time.Millisecond)), fake.WithVersion(fake.Version257))
-	c := newClient(t, srv, snapsvc.WithPollInterval(time.Millisecond))
-	res, err := c.Restart(ctxT(t), []string{"k8s"}, snapsvc.RestartOptions{})
-	if err != nil || res.Status != "Done" {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if n := srv.Counters().Requests["GET /v2/notices"]; n != 1 {
-		t.Errorf("notices asked %d times on 2.57, want 1 (then remembered as missing)", n)
-	}
-}
-
-func TestServicesAndWaitIdle(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	c := newClient(t, srv)
-	ctx := ctxT(t)
-	svcs, err := c.Services(ctx, "k8s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(svcs) != 5 || svcs[0].FullName() != "k8s.containerd" || !svcs[0].Active {
-		t.Errorf("services %+v", svcs)
-	}
-	if _, err := c.Services(ctx, "nosuch"); !errors.Is(err, snapsvc.ErrNotFound) {
-		t.Errorf("unknown snap: %v", err)
-	}
-	foreign := srv.AddChange(fake.ChangeSpec{Kind: "auto-refresh", Snap: "k8s"})
-	idle := make(chan error, 1)
-	go func() { idle <- c.WaitIdle(ctx, "k8s") }()
-	chgs, err := c.Changes(ctx, snapsvc.ChangesOptions{Snap: "k8s"})
-	if err != nil || len(chgs) != 1 || chgs[0].ID != foreign.ID() {
-		t.Fatalf("changes %+v %v", chgs, err)
-	}
-	select {
-	case err := <-idle:
-		t.Fatalf("WaitIdle returned while a change holds the snap: %v", err)
-	default:
-	}
-	foreign.Finish()
-	if err := <-idle; err != nil {
-		t.Fatal(err)
-	}
-}
-
-// When the caller's context ends while snapd is away, the error keeps
-// the reason the client was retrying.
-func TestContextEndKeepsLastError(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
-	ctx, cancel := context.WithCancel(context.Background())
-	clock := &instantClock{}
-	clock.onPause = func(n int) {
-		if n == 2 {
-			cancel()
-		}
-	}
-	c := newClient(t, srv, snapsvc.WithClock(clock))
-	_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-	var connErr *snapsvc.ConnectionError
-	var opErr *snapsvc.OpError
-	if !errors.Is(err, context.Canceled) || !errors.As(err, &connErr) || !errors.As(err, &opErr) || !opErr.Retryable() {
-		t.Fatalf("error %v: want cancelled, wrapping the connection failure, retryable", err)
 	}
 }
 
@@ -387,5 +231,89 @@ func TestMultiSnapOperationsNeitherDeadlockNorConflict(t *testing.T) {
 	}
 	if twoSnap == 0 {
 		t.Error("no change covered two snaps")
+	}
+}
+
+// TestInvalidNamesNamed checks that an operation refused for its names
+// says which names it was given, even empty ones, before any request.
+func TestInvalidNamesNamed(t *testing.T) {
+	c, err := snapsvc.New(snapsvc.WithSocket("/nonexistent/snapd.socket"), snapsvc.WithoutFileLock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct {
+		names []string
+		want  string
+		is    error
+	}{
+		{[]string{""}, `snapsvc: restart "": invalid service name "": snap name "" must be 2 to 40 characters [not retryable]`, snapsvc.ErrInvalidName},
+		{[]string{"k8s.kubelet", "K8S"}, `snapsvc: restart k8s.kubelet K8S: invalid service name "K8S": `, snapsvc.ErrInvalidName},
+		{nil, `snapsvc: restart: `, snapsvc.ErrNoNames},
+	} {
+		_, err := c.Restart(context.Background(), tc.names, snapsvc.RestartOptions{})
+		if !errors.Is(err, tc.is) || len(err.Error()) < len(tc.want) || err.Error()[:len(tc.want)] != tc.want {
+			t.Errorf("Restart(%q): %v\nwant prefix %s", tc.names, err, tc.want)
+		}
+	}
+}
+
+func TestOperationWaitFromSeveralGoroutines(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	c := newClient(t, srv)
+	op, err := c.RestartAsync(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if res, err := op.Wait(ctxT(t)); err != nil || res.Status != "Done" || res.ChangeID != op.ChangeID() {
+				t.Errorf("wait: %+v %v", res, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Repeated names are sent once, as the lost-answer matcher expects.
+func TestRepeatedNamesSentOnce(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv)
+	if _, err := c.Restart(ctxT(t), []string{"k8s.kubelet", "k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if body := srv.Requests()[0].Body; !strings.Contains(body, `"names":["k8s.kubelet"]`) {
+		t.Fatalf("sent %s", body)
+	}
+}
+
+// APIError, Change and Task are snapsvc's own types (their fields show in
+// go doc): errors.As finds an APIError in what the client returns, a hand-
+// made one classifies like snapd's, and changes keep snapd's JSON.
+func TestPublicWireTypes(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	c := newClient(t, srv)
+	_, err := c.Restart(ctxT(t), []string{"k8s.nosuch"}, snapsvc.RestartOptions{})
+	var apiErr *snapsvc.APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != "app-not-found" || apiErr.StatusCode != 404 || !errors.Is(err, snapsvc.ErrNotFound) {
+		t.Fatalf("errors.As: %v %+v", err, apiErr)
+	}
+	if retry.Classify(&snapsvc.APIError{StatusCode: 400, Message: `snap "k8s" has "service-control" change in progress`}) != retry.Conflict {
+		t.Fatal("a hand-made APIError does not classify")
+	}
+	res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chg, err := c.Change(ctxT(t), res.ChangeID)
+	if err != nil || len(chg.Tasks) != 1 || chg.Tasks[0].Data.AffectedSnaps[0] != "k8s" || chg.ReadyTime == nil {
+		t.Fatalf("change %+v %v", chg, err)
+	}
+	b, _ := json.Marshal(chg)
+	if !strings.Contains(string(b), `"spawn-time":`) || !strings.Contains(string(b), `"affected-snaps":["k8s"]`) {
+		t.Fatalf("JSON %s", b)
 	}
 }

@@ -1,0 +1,42 @@
+package snapsvc
+
+import (
+	"context"
+	"fmt"
+)
+
+// Test hooks: what the package's own tests need to see inside it, kept
+// out of the package itself (as net/http's export_test.go does).
+
+// subscriptionsChanged is closed and replaced at every subscription change
+// of the shared waits (under processWaits.mu).
+var subscriptionsChanged = make(chan struct{})
+
+func init() {
+	testHookSubscriptions = func() {
+		close(subscriptionsChanged)
+		subscriptionsChanged = make(chan struct{})
+	}
+}
+
+// awaitSubscribers blocks until n callers wait on key's shared wait, or
+// ctx ends.
+func (s *sharedWaits) awaitSubscribers(ctx context.Context, key string, n int) error {
+	for {
+		s.mu.Lock()
+		refs := 0
+		if w := s.waits[key]; w != nil {
+			refs = len(w.joins)
+		}
+		changed := subscriptionsChanged
+		s.mu.Unlock()
+		if refs == n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("%d callers share the wait, want %d: %w", refs, n, ctx.Err())
+		}
+	}
+}
