@@ -2,6 +2,7 @@ package etcdbudget_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -168,4 +169,50 @@ func TestFencePausedHolder(t *testing.T) {
 	if !ev.Lost {
 		t.Fatalf("the paused holder's fence says %q while the successor holds the slot", ev.Err)
 	}
+}
+
+// Status tells a holder from a waiter that would hold the slot but for a
+// vanished holder's lock-delay (issue 26, defect 7: the blocked waiter
+// was listed as a holder).
+func TestStatusBlockedByLockDelay(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	const ttl = 3 * time.Second
+	h := startHolder(t, holderConfig{Endpoints: p.Endpoints(), Key: key, Name: "node-a", TTL: ttl, LockDelay: 30 * time.Second})
+	h.next(t, ctx, "acquired")
+	h.send(t, "fence")
+	if ev := h.next(t, ctx, "fence"); ev.Err != "" {
+		t.Fatal(ev.Err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := make(chan acquired, 1)
+	acquireAsync(wctx, newBudget(t, cli, "node-b", 1, func(c *etcdbudget.Config) { c.LockDelay = 30 * time.Second }), "node-b", key, out, nil)
+	h.cmd.Process.Kill()
+	b := newBudget(t, cli, "reader", 1)
+	var st *etcdbudget.KeyStatus
+	for {
+		var err error
+		if st, err = b.Status(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Vanished) > 0 {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // polling etcd's state until the lease expired
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	t.Logf("holders %q, waiters %q (blocked by %q), vanished %q", holdersOf(st.Holders), holdersOf(st.Waiters), st.Waiters[0].BlockedBy, holdersOf(st.Vanished))
+	if len(st.Holders) != 0 || !slices.Equal(holdersOf(st.Waiters), []string{"node-b"}) || !slices.Equal(st.Waiters[0].BlockedBy, []string{"node-a"}) ||
+		!slices.Equal(holdersOf(st.Vanished), []string{"node-a"}) || st.Vanished[0].Acts != 1 || !st.Vanished[0].ReadyAt.IsZero() {
+		t.Fatalf("status %+v: want no holder, node-b waiting blocked by node-a's lock-delay, node-a vanished after one act", st)
+	}
+	cancel()
+	<-out
 }

@@ -75,3 +75,61 @@ func TestCutOffHolderSeesLostWithinTTL(t *testing.T) {
 		})
 	}
 }
+
+// A release that failed because etcd was unreachable for a moment is
+// retried by calling Release again, which really sends it: the guard is
+// deleted and the next waiter takes the slot at once, without the
+// lock-delay (issue 26, defect 6: the second Release sent nothing and
+// returned the first error; the next machine waited out the lock-delay).
+func TestReleaseRetried(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	key := uniqueKey(t)
+	const lockDelay = 20 * time.Second
+	// A cut, not a hold: a request sent during a hold is delivered when
+	// it ends and may land (2 of 10 timed-out puts did), which would
+	// release the slot whatever the second Release does.
+	px, err := etcdtest.NewProxy(p.Endpoint(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	hcli := client(t, px.Endpoints()...)
+	holder := newBudget(t, hcli, "node-a", 1, func(c *etcdbudget.Config) { c.LockDelay = lockDelay })
+	s, err := holder.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.(budget.Fencer).Fence(ctx); err != nil { // it acted: a vanished holder would be waited out
+		t.Fatal(err)
+	}
+	out := make(chan acquired, 1)
+	acquireAsync(ctx, newBudget(t, client(t, p.Endpoints()...), "node-b", 1, func(c *etcdbudget.Config) { c.LockDelay = lockDelay }), "node-b", key, out, nil)
+	px.Cut(true)
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	err = s.Release(rctx)
+	cancel()
+	if err == nil {
+		t.Fatal("release while cut off succeeded")
+	}
+	t.Logf("first release: %v", err)
+	px.Cut(false)
+	if err := s.Release(ctx); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+	released := time.Now()
+	select {
+	case a := <-out:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		t.Logf("next holder %s after the retried release", time.Since(released).Round(time.Millisecond))
+		a.slot.Release(ctx)
+	case <-time.After(2 * time.Second):
+		t.Fatalf("no hand-over within 2s of the retried release (lock-delay %s)", lockDelay)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatalf("third release (nothing left to do): %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package etcdbudget_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // Regression tests of issue 19, on real 3-member clusters.
@@ -349,5 +352,29 @@ func TestHungMember(t *testing.T) {
 	rcancel()
 	if d := time.Since(start); d > 2*time.Second+500*time.Millisecond {
 		t.Errorf("release with etcd unreachable took %s, past its 2s context", d)
+	}
+}
+
+// Two names whose keys are two spellings of one combined key take one
+// slot (issue 26, defect 4: the core took "x+y" and "y+x" as two slots of
+// one etcd key and waited behind itself until MaxWait).
+func TestCoreCanonicalKeysOnEtcd(t *testing.T) {
+	p := cluster(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	x, y := fmt.Sprintf("x%d", time.Now().UnixNano()), "y"
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+		{Name: "kube-apiserver", Daemon: "simple", Enabled: true, Active: true},
+		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
+	}}))
+	keys := map[string]string{"k8s.kube-apiserver": x + "+" + y, "k8s.kubelet": y + "+" + x}
+	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST),
+		snapsvc.WithRestartBudget(newBudget(t, cli, "node-a", 1), snapsvc.BudgetOptions{Key: func(n string) string { return keys[n] }, MaxWait: 5 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Restart(ctx, []string{"k8s.kube-apiserver", "k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatalf("restart of two names keyed %q: %v", keys, err)
 	}
 }
