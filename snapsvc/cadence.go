@@ -9,82 +9,22 @@ import (
 )
 
 // Blind waits: how a conflict is waited out when the end of the blocking
-// change cannot be observed.
+// change cannot be observed (docs/blind-waits.md says what each snapd lets
+// a snap see, and derives the numbers). A wait is blind when snapd serves
+// this client no change notices and its state file is not watched, or when
+// the blocker cannot even be listed: snapctl without snap-refresh-observe
+// or on snapd 2.57, and REST from a confined snap on 2.57.
 //
-// A wait is blind when snapd has no change notices for this client and
-// its state file is not watched (a strictly confined snap cannot see
-// /var/lib/snapd; snapd < 2.62 has no notices), or when the blocker cannot
-// even be listed. What each snapd lets a snap do on the snap socket
-// (/run/snapd-snap.socket; the main socket lets through whoever AppArmor
-// lets reach it, a snap with snapd-control included):
-//
-//   - POST /v2/snapctl: snapAccess, the snap socket only, every snapd
-//     (daemon/api_snapctl.go). snapctl start/stop/restart answer once
-//     their change is ready; a conflicting one is refused at once, before
-//     any change is made (ctlcmd runServiceCommand ->
-//     servicestate.Control -> snapstate.CheckChangeConflictMany): cheap.
-//   - GET /v2/changes and /v2/changes/{id}: openAccess in 2.57.6
-//     (daemon/api_general.go stateChangesCmd: requireSnapdSocket, so the
-//     snap socket gets 403 "access denied" whatever the snap plugs);
-//     interfaceOpenAccess{snap-refresh-observe} from 2.62 (2.77 adds
-//     ros-snapd-support for /v2/changes/{id}): a snap plugging
-//     snap-refresh-observe may list and read every change.
-//   - GET /v2/notices: none before 2.62 (404 "not found");
-//     interfaceOpenAccess{snap-refresh-observe,
-//     snap-interfaces-requests-control} from 2.62 (daemon/api_notices.go),
-//     and change-update notices need snap-refresh-observe
-//     (noticeReadInterfaces).
-//   - snapctl is-ready CHANGE (2.76+, ctlcmd/is_ready.go) answers only for
-//     changes the calling snap initiated itself ("initiated-by-snap"), so
-//     it cannot follow someone else's blocker; no snapctl command lists
-//     changes.
-//   - POST /v2/apps is openAccess (main socket only) up to 2.76; 2.77
-//     lets a snap plugging ros-snapd-support post it on the snap socket
-//     if it is also authenticated (interfaceAuthenticatedAccess,
-//     daemon/api_apps.go): not a path for an ordinary snap.
-//
-// So a snap with snap-refresh-observe on snapd >= 2.62 follows the blocker
-// with notices, as a host does (see waitChanges); everything else is blind:
-// snapctl without snap-refresh-observe or on 2.57, and REST from a
-// confined snap with snapd-control on 2.57 (no notices, no state file).
-//
-// A blind wait retries the refused request on a grid counted from the
-// refusal that began the wait (time 0), in three phases:
-//
-//	[0, 2 s)    retry 1 at 15 ms (± 5 ms), then every 53 ms (± 5 ms)
-//	[2 s, 62 s) every 102 ms (± 5 ms): about the snap command's polling
-//	62 s on     each step 1.25 times the last, up to the policy's
-//	            MaxConflictInterval (1 s by default)
-//
-// No 1 s window holds more than 20 of the wait's requests (the one
-// refused first included), nor, once the window starts 2 s or more into
-// the wait, more than 10: the grid keeps to that by itself (20 steps of
-// 53 ms less their jitter span more than a second, and so do the 19 after
-// the first retry and the refusal; 10 steps of 102 ms too), and a limiter
-// on the real send times makes it a bound whatever the answers' delays: a
-// retry that would break it waits until the oldest request of the window
-// leaves it. Where the
-// blockers can be listed (REST; snapctl with snap-refresh-observe but no
-// notices) a wait past its first 2 s lists them instead and follows them
-// by reading them at the poll interval (WithPollInterval, 100 ms).
-//
-// The arithmetic. A blocker that ends at a random moment is seen by the
-// next retry: within one step, so about 27 ms after it (p50) in the first
-// 2 s and about 51 ms after it up to a minute, at about the load of the
-// snap command's polling; within 15 ms for the many service changes that
-// end within 15 ms of the refusal. Two retries are never less than 30 ms
-// apart. A retry whose pause fell behind (a slow answer) takes the next
-// grid point ahead, never two at once. Jitter keeps the retries of
-// separate processes from marching in step.
-//
-// A retry costs snapd about what a read of the change costs (the state
-// lock, the conflict check against the changes in progress), and it needs
-// no second request to act once the blocker is gone: with reads, the read
-// that sees the change ready and the request that follows would both be
-// needed, and at the same rate the wait would wake later. The price is
-// that a blind wait does not name its blocker (Result.WaitedFor stays
-// empty for it) and, where it cannot list, cannot tell a blocker waiting
-// for a reboot from a slow one: the call's bounds end it.
+// A blind wait retries the refused request on a jittered grid counted from
+// the refusal that began it: at 15 ms, then every 53 ms for 2 s, every
+// 102 ms until a minute, then growing to the policy's MaxConflictInterval
+// (timing.go). No 1 s window holds more than 20 of the wait's requests, nor
+// 10 once the window starts 2 s or more into the wait: the grid keeps to
+// that by itself, and admit makes it a bound whatever the answers' delays.
+// Where the blockers can be listed, a wait past its first 2 s lists them
+// and follows them instead. A retry costs snapd about what a read of the
+// change costs, and needs no second request once the blocker is gone; the
+// price is that a blind wait does not name its blocker.
 
 // cadence paces the retries of one blind wait.
 type cadence struct {

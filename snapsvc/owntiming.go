@@ -8,52 +8,15 @@ import (
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
-// Waiting for the change an operation just made, where snapd has notices
-// (>= 2.62), in three requests: the POST, one long-poll that returns when
-// the change moves on, one read of the change.
-//
-// A notices long-poll needs a cursor: `after` is a time, and snapd
-// answers the notices whose last-repeated is strictly after it
-// (daemon/api_notices.go getNotices: parseOptionalTime(query "after"),
-// state.NoticeFilter.After). No separate request is needed to get one:
-// the time snapsvc got snapd's answer to the POST (answeredAt, on a clock
-// that reads snapd's, as findOpChange already requires) is after the
-// change's spawn notice (snapd records it when it makes the change,
-// before it answers: overlord/state/change.go addNotice on the first
-// status), so a long-poll after it skips the spawn and wakes at the next
-// status change (Doing -> Done). snapd's answer carries no time of its own
-// (daemon/response.go sets no such header; the Date header has whole
-// seconds).
-//
-// The risk is a change that ended before answeredAt: its last notice is
-// not after the cursor and the long-poll would sleep through its end. So
-// the first long-poll is bounded by firstPollWait: twice the time this
-// client's last own change of the same kind took (snapd's spawn-time to
-// ready-time), plus ownPollMargin, at most ownPollMax. A change that ended
-// that early is read when it runs out: found late by at most that bound,
-// never missed, still in three requests. A change that takes more than
-// twice the last one costs three more requests (a read that finds it
-// running, a read of its notices for a cursor in snapd's time, and a
-// long-poll from it). A change whose Doing notice comes after answeredAt
-// wakes the long-poll early: its two occurrences (spawn, Doing) say it is
-// not ready, and a second long-poll follows from that notice's time (four
-// requests).
-
-// The pace is learned per kind of operation (its action, flags and names:
-// op.key), so a restart of kubelet that takes half a second does not set
-// the first long-poll of a start of an active service, which is done at
-// once: a kind that has been instant is read at once (ownInstant; two
-// requests). A kind not seen yet takes its cursor from a first read of the
-// notices instead (four requests; three for a change that is ready by
-// then, seen at once).
-//
-// The client's clock is trusted to read snapd's only while each own
-// change bears it out: its spawn time (snapd's clock) lies between the
-// client's times of sending the request and reading the answer (give or
-// take clockSlack). A change that does not turns the answer-time cursor
-// off until one does again; and the answer-time cursor serves one
-// long-poll only: any long-poll after it takes its cursor from snapd's
-// notices, so a clock that drifted since cannot hold a wait.
+// Waiting for the change an operation just made, where snapd has notices,
+// in three requests: the POST, one long-poll that returns when the change
+// moves on, one read of the change. The long-poll's cursor is the client's
+// time of snapd's answer (snapd records the change's spawn notice before it
+// answers), trusted only while the client's own changes show that its clock
+// reads snapd's, and bounded by twice the last own change of the same kind
+// took, so a change that ended before the answer is found late by at most
+// that bound, never missed. docs/own-change-wait.md derives it; timing.go
+// has the constants.
 
 // ownTimings is what a Client has learned about the pace of its own
 // changes.
