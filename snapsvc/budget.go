@@ -136,6 +136,15 @@ type BudgetOptions struct {
 	// (default DefaultReleaseTimeout). It never delays an operation's
 	// return past its context's deadline: see WithRestartBudget.
 	ReleaseTimeout time.Duration
+	// MaxHold bounds how long slots stay held in the background, after
+	// their operation returned, while snapd's records cannot show its
+	// change ready: snapd is away, or refuses this client its changes (a
+	// snap without snap-refresh-observe), or the change simply runs long.
+	// Past it the slots are given back anyway, with a "hold-expired"
+	// event and a warning. 0 means DefaultMaxHold; negative, no bound but
+	// Close. A hold that can follow the change ends when snapd shows it
+	// ready, whatever the bound: this is the bound on not knowing.
+	MaxHold time.Duration
 	// Progress, when set, receives what the budget does. It is called from
 	// the operation's goroutine and, for releases and lost slots, from
 	// background goroutines, possibly after the operation returned; it
@@ -145,6 +154,12 @@ type BudgetOptions struct {
 
 // DefaultReleaseTimeout is BudgetOptions.ReleaseTimeout's default.
 const DefaultReleaseTimeout = 10 * time.Second
+
+// DefaultMaxHold is BudgetOptions.MaxHold's default: longer than a
+// service's restart takes even when systemd waits out its stop timeout
+// twice (90 s each by default), short enough that a rollout does not
+// stall for long behind a machine that cannot see its change.
+const DefaultMaxHold = 10 * time.Minute
 
 // Budget event kinds, BudgetEvent.Kind.
 const (
@@ -171,6 +186,15 @@ const (
 	// BudgetLost: the slot was lost while held (Err says why). Sent once
 	// per slot.
 	BudgetLost = "lost"
+	// BudgetSettling: the operation returned with its outcome not final
+	// (its change may still run, or whether it made one is unknown; Err
+	// says why): the slot stays held, following snapd's records, until
+	// the change is ready and the services are.
+	BudgetSettling = "settling"
+	// BudgetHoldExpired: a slot held past its operation was given back at
+	// BudgetOptions.MaxHold although snapd's records never showed the
+	// change ready (Err says why). A "released" event follows.
+	BudgetHoldExpired = "hold-expired"
 	// BudgetReleaseFailed: an attempt to give the slot back failed (Err,
 	// Attempt); it is tried again in the background, up to 5 attempts or
 	// until Close, after which (Final) the slot is freed only when the
@@ -184,7 +208,7 @@ type BudgetEvent struct {
 	Time time.Time
 	// Kind is one of the Budget* kinds: "waiting", "acquired", "fenced",
 	// "fence-failed", "ready", "mark-ready-failed", "released", "lost",
-	// "release-failed".
+	// "release-failed", "settling", "hold-expired".
 	Kind string
 	// Key is the budget's key.
 	Key string

@@ -61,6 +61,9 @@ func (b *budgetRunner) init(c *Client) {
 	if b.opts.ReleaseTimeout <= 0 {
 		b.opts.ReleaseTimeout = DefaultReleaseTimeout
 	}
+	if b.opts.MaxHold == 0 {
+		b.opts.MaxHold = DefaultMaxHold
+	}
 }
 
 func (b *budgetRunner) key(name string) string {
@@ -96,21 +99,6 @@ func (b *budgetRunner) keysOf(names []string) []string {
 }
 
 // goBackground runs f on a goroutine that Close waits for (bounded).
-// goCall runs f in the background (goBackground) on bctx, k's context
-// without its end (it ends at Close), and on a wait call of its own for o
-// on bctx.
-func (b *budgetRunner) goCall(k *call, o op, f func(bctx context.Context, bk *call)) {
-	b.goBackground(func() {
-		bctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
-		defer cancel()
-		stop := context.AfterFunc(b.base, cancel)
-		defer stop()
-		bk := b.c.newCall(bctx, callWait, o.action, o.t.names)
-		defer bk.end()
-		f(bctx, bk)
-	})
-}
-
 func (b *budgetRunner) goBackground(f func()) {
 	b.mu.Lock()
 	if b.running == 0 {
@@ -324,6 +312,7 @@ func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <
 // finds them. Once the Client is closed nothing is kept: the slots are
 // given back.
 func (b *budgetRunner) keep(ctx context.Context, h *hold) {
+	h.move(holdKept)
 	h.stopWatching()
 	var extra []*sharedSlot
 	b.mu.Lock()
@@ -348,7 +337,7 @@ func (b *budgetRunner) kept(keys []string) *hold {
 		if s := b.stopped[k]; s != nil {
 			delete(b.stopped, k)
 			if h == nil {
-				h = &hold{b: b, stop: make(chan struct{})}
+				h = newHold(b)
 			}
 			h.slots = append(h.slots, s)
 		}

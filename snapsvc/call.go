@@ -74,7 +74,7 @@ type call struct {
 	rt     *retrier        // attempts, backoff, the run of unreachability
 	ev     Event           // the call's events' template: Op, Names
 	log    *slog.Logger
-	hold   *hold // the restart budget's slots the operation holds (budget_hold.go)
+	hold   *hold // the restart budget's slots the operation holds (budget_lifecycle.go)
 	down   bool  // EventUnreachable sent, EventReachable owed
 	last   error // the last failure seen, for a give-up's error
 	flog   faultLog
@@ -95,6 +95,17 @@ func (c *Client) newCall(ctx context.Context, kind callKind, op string, names []
 	k := &call{c: c, kind: kind, rt: newRetrier(p), ev: Event{Op: op, Names: names}, log: c.log(ctx), parent: ctx}
 	k.ctx, k.cancel = boundBy(ctx, c.clock, p.MaxElapsedTime)
 	return k
+}
+
+// newHoldCall begins the call of a restart budget hold that outlived its
+// operation (budget_lifecycle.go): it never gives up on its own (no
+// MaxElapsedTime, MaxUnreachable or attempts) and ends only with ctx
+// (Close, a lost slot, BudgetOptions.MaxHold). It paces its retries with
+// the policy's intervals.
+func (c *Client) newHoldCall(ctx context.Context, o op) *call {
+	p := c.policy
+	p.MaxElapsedTime, p.MaxUnreachable, p.MaxAttempts = -1, -1, 0
+	return &call{c: c, kind: callWait, rt: newRetrier(p), ev: Event{Op: o.action, Names: o.t.names}, log: c.log(ctx), ctx: ctx, cancel: func() {}, parent: ctx}
 }
 
 // end releases the call's resources.

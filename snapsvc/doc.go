@@ -98,7 +98,7 @@
 // github.com/snapsvc/snapsvc/sqlbudget implement it. A slot is fenced right
 // before each request that disrupts, and given back only once the
 // operation's outcome is final and its services are ready again (the slot
-// rule, budget_rule.go), at Close, or when the backend reports it lost.
+// rule, budget_lifecycle.go), at Close, or when the backend reports it lost.
 //
 // # Errors
 //

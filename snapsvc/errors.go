@@ -169,14 +169,16 @@ func interrupted(ctx context.Context, last error) error {
 
 // outcomeUnknownError is an operation whose effect could not be found out.
 // sent, when set, is when the request whose outcome is unknown was sent,
-// and found, when set, yields the change a look-up in the background
-// found for it ("" for none) once the look-up ends: a restart budget holds
-// its slots until then (budget.go, the slot rule).
+// known the changes it must not be taken for (blockers it waited out), and
+// found, when set, yields what a look-up in the background found for it
+// once that look-up ends: a restart budget holds its slots until then, and
+// on (budget_lifecycle.go, the slot rule).
 type outcomeUnknownError struct {
 	reason string
 	last   error
 	sent   sent
-	found  <-chan string
+	known  map[string]bool
+	found  <-chan lookupResult
 }
 
 func (e *outcomeUnknownError) Error() string   { return e.reason + ": " + e.last.Error() }

@@ -3,6 +3,8 @@ package snapsvc
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 )
 
 // Test hooks: what the package's own tests need to see inside it, kept
@@ -39,4 +41,26 @@ func (s *sharedWaits) awaitSubscribers(ctx context.Context, key string, n int) e
 			return fmt.Errorf("%d callers share the wait, want %d: %w", refs, n, ctx.Err())
 		}
 	}
+}
+
+// A move the hold lifecycle does not allow is a defect: every test of the
+// package fails on one (budget_lifecycle.go, testHookBadMove).
+var badMoves struct {
+	sync.Mutex
+	seen []string
+}
+
+func init() {
+	testHookBadMove = func(from, to holdState) {
+		badMoves.Lock()
+		defer badMoves.Unlock()
+		badMoves.seen = append(badMoves.seen, from.String()+" -> "+to.String())
+	}
+}
+
+// BadHoldMoves returns the moves against the lifecycle seen so far.
+func BadHoldMoves() []string {
+	badMoves.Lock()
+	defer badMoves.Unlock()
+	return slices.Clone(badMoves.seen)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +25,18 @@ func TestMain(m *testing.M) {
 	if runWorker() {
 		return
 	}
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if bad := snapsvc.BadHoldMoves(); len(bad) > 0 {
+		fmt.Fprintf(os.Stderr, "restart budget holds moved against their lifecycle: %q\n", bad)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // k8sSnap is a small Kubernetes-like snap whose services take a little

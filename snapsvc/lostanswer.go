@@ -92,11 +92,11 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 			continue
 		case isForbidden(err):
 			if r.o.action == "restart" {
-				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.lastAct(), sent: st}
+				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.lastAct(), sent: st, known: maps.Clone(r.known)}
 			}
 			return "", true, r.awaitState()
 		case k.ctx.Err() == nil && nextStep(reading, err) == giveUp:
-			return "", false, &outcomeUnknownError{reason: "cannot look up the change of a request whose answer was lost (" + err.Error() + ")", last: r.lastAct(), sent: st}
+			return "", false, &outcomeUnknownError{reason: "cannot look up the change of a request whose answer was lost (" + err.Error() + ")", last: r.lastAct(), sent: st, known: maps.Clone(r.known)}
 		default:
 			k.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
 		}
@@ -115,7 +115,7 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 // the request whose outcome is unknown.
 func (r *runner) unknownOutcome(what string, err error, st sent) error {
 	if g := (*gaveUpError)(nil); errors.As(err, &g) {
-		return &outcomeUnknownError{reason: g.reason + " " + what, last: r.lastAct(), sent: st}
+		return &outcomeUnknownError{reason: g.reason + " " + what, last: r.lastAct(), sent: st, known: maps.Clone(r.known)}
 	}
 	return &outcomeUnknownError{reason: "interrupted " + what, last: interrupted(r.k.ctx, r.lastAct()), sent: st}
 }
@@ -222,41 +222,59 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 		}
 	}
 	known, log := maps.Clone(r.known), k.log
-	found := make(chan string, 1)
+	found := make(chan lookupResult, 1)
 	started := c.bg.do(interruptGrace, func(bctx context.Context) {
 		defer close(found)
 		bk := c.newCall(bctx, callWait, o.action, o.t.names)
 		defer bk.end()
-		if id := bk.lookFor(o, a.sent, known); id != "" {
+		res := bk.lookFor(o, a.sent, known)
+		if res.id != "" {
 			c.interval.record(o)
-			c.snaps.addPending(o, id)
-			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", id)
-			found <- id
+			c.snaps.addPending(o, res.id)
+			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", res.id)
 		} else {
-			log.Debug("no change found for a request cut off in flight", "within", interruptGrace)
+			log.Debug("no change found for a request cut off in flight", "within", interruptGrace, "listed", res.listed, "refused", res.refused)
 		}
+		found <- res
 	})
 	if !started {
 		close(found)
 	}
-	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause, sent: a.sent, found: found})
+	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause, sent: a.sent, known: known, found: found})
+}
+
+// lookupResult is what a look-up for the change of a request whose answer
+// was lost found.
+type lookupResult struct {
+	id string // the change, "" when none was found
+	// listed: the last listing answered, so "" means the request had made
+	// no change by then.
+	listed bool
+	// refused: snapd does not let this client list its changes (or the
+	// listing fails for good): nothing can be found, and "" says nothing.
+	refused bool
 }
 
 // lookFor looks, until k's context ends (interruptGrace, in the
 // background), for the change of request o sent at st: snapd carries on
 // with a request whose client left, and a handler stuck behind its state
-// lock may make the change late. It returns "" when none was made by then.
-func (k *call) lookFor(o op, st sent, known map[string]bool) string {
+// lock may make the change late.
+func (k *call) lookFor(o op, st sent, known map[string]bool) lookupResult {
+	var res lookupResult
 	for {
 		id, err := k.findOpChange(o, st, time.Time{}, known)
 		switch {
 		case err == nil && id != "":
-			return id
-		case err != nil && k.ctx.Err() == nil && nextStep(reading, err) == giveUp:
-			return "" // the changes cannot be listed: nothing to find
+			return lookupResult{id: id, listed: true}
+		case err == nil:
+			res.listed = true
+		case isForbidden(err) || (k.ctx.Err() == nil && nextStep(reading, err) == giveUp):
+			return lookupResult{refused: true}
+		default:
+			res.listed = false
 		}
 		if k.sleep(lostAnswerSettle) != nil {
-			return ""
+			return res
 		}
 	}
 }

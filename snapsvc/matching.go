@@ -62,10 +62,12 @@ func (p processSnaps) unclaim(o op, id string) {
 // sent is when a request to act was sent, as the client knows it: its
 // time on the client's clock, and the highest change id the client had
 // seen by then (snapd numbers changes in order: one it had seen was made
-// before the request).
+// before the request); counted says the client had listed snapd's changes
+// by then, so that every change above seen came later.
 type sent struct {
-	at   time.Time
-	seen int64
+	at      time.Time
+	seen    int64
+	counted bool
 }
 
 // findOpChange looks for the change snapd made for request o sent at s,
@@ -165,6 +167,44 @@ func namesWholeOnly(o op, snap string) bool {
 		whole = true
 	}
 	return whole
+}
+
+// claimBySequence claims, for a request sent at a.sent and answered once
+// its change was ready (snapctl answers then), the change snapd made for
+// it by snapd's change counter alone, where the clocks disagree: the lowest
+// id above every change the client had listed before sending, doing
+// exactly what o asks, ready, and whose run fits between the send and the
+// answer. It returns "" when the client had not listed the changes before
+// sending, or none fits.
+func (k *call) claimBySequence(chgs []snapd.Change, o op, all map[string][]string, a attempt, skip map[string]bool) string {
+	if !a.sent.counted {
+		return ""
+	}
+	took := a.answeredAt.Sub(a.sentAt) + clockSlack
+	var ids []string
+	for i := range chgs {
+		chg := &chgs[i]
+		n, err := strconv.ParseInt(chg.ID, 10, 64)
+		if err != nil || n <= a.sent.seen || chg.Kind != "service-control" || skip[chg.ID] || !chg.Ready || chg.ReadyTime == nil {
+			continue
+		}
+		if chg.ReadyTime.Sub(chg.SpawnTime) > took || !matchesOp(chg, o, all) {
+			continue
+		}
+		ids = append(ids, chg.ID)
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		if lessID(a, b) {
+			return -1
+		}
+		return 1
+	})
+	for _, id := range ids {
+		if k.c.snaps.claim(o, id) {
+			return id
+		}
+	}
+	return ""
 }
 
 // opCandidates lists the changes in chgs that may have been made for

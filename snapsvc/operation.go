@@ -15,7 +15,7 @@ import (
 // files of their own:
 //
 //	bound    newOpCall: the call's deadline, MaxUnreachable, MaxAttempts
-//	budget   takeBudget: the restart budget's slots (budget_rule.go)
+//	budget   takeBudget: the restart budget's slots (budget_take.go)
 //	pace     call.keepInterval: WithMinRestartInterval (lock.go)
 //	lock     runner.lock: the snaps' locks, in and across processes; an
 //	         identical restart not sent yet may merge (lock.go, merge.go)
@@ -25,8 +25,8 @@ import (
 //	         (lostanswer.go, matching.go)
 //	wait     finish: the operation's own change (changewait.go)
 //	verdict  runner.accepted, runner.refused: what the change did
-//	release  releaseBudget: the slots, given back only once the outcome is
-//	         final and the services are ready (budget_rule.go)
+//	release  hold.end: the slots, given back only once the outcome is
+//	         final and the services are ready (budget_lifecycle.go)
 //
 // run covers lock to verdict: it sends until snapd accepts the request
 // (waiting out conflicts, finding the change of a lost answer, pausing
@@ -63,7 +63,7 @@ func (c *Client) operate(k *call, o op) (*Result, error) {
 	k.hold = h
 	res, err := c.coalesce(k, o)
 	if h != nil {
-		err = c.releaseBudget(k, o, h, res, err)
+		err = h.end(k, o, res, err)
 	}
 	if err != nil {
 		return nil, err
@@ -72,8 +72,8 @@ func (c *Client) operate(k *call, o op) (*Result, error) {
 }
 
 // runAsync is runSync up to snapd's acceptance; the wait, and the release
-// of the budget's slots, go on in the background (budget_rule.go,
-// holdAsync). EventDone or EventFailed comes from the first
+// of the budget's slots, go on in the background (budget_lifecycle.go,
+// hold.endAsync). EventDone or EventFailed comes from the first
 // Operation.Wait that sees the end, or now if snapd did not accept.
 func (c *Client) runAsync(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
 	started := c.events.opStarted(action, names)
@@ -106,13 +106,13 @@ func (c *Client) accept(ctx context.Context, action string, names []string, set 
 	res, done, err := c.run(k, o, false, nil)
 	if err != nil {
 		if h != nil {
-			err = c.releaseBudget(k, o, h, nil, err)
+			err = h.end(k, o, nil, err)
 		}
 		return nil, err
 	}
 	op := &Operation{c: c, op: o, result: *res, done: done}
 	if h != nil {
-		c.holdAsync(k, op, h, done)
+		h.endAsync(k, op, done)
 	}
 	return op, nil
 }
@@ -280,11 +280,31 @@ func (r *runner) try() (attempt, error) {
 	if !a.cutOff && !errors.Is(a.err, snapd.ErrSendDeadline) { // neither says anything about snapd
 		k.observe(a.err)
 	}
+	if k.hold != nil && mayHaveWritten(a.err) {
+		k.hold.acted()
+	}
 	if a.err != nil {
 		k.last = a.err
 		a.step = nextStep(acting, a.err)
 	}
 	return a, nil
+}
+
+// mayHaveWritten reports whether a request that ended with err may have
+// reached snapd: it was answered, or it failed after its first byte could
+// be written.
+func mayHaveWritten(err error) bool {
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, snapd.ErrSendDeadline) {
+		return false
+	}
+	var ce *snapd.ConnectionError
+	if errors.As(err, &ce) {
+		return ce.Written
+	}
+	return true
 }
 
 // post makes one request to act.
@@ -341,6 +361,14 @@ func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 			return r.res, true, nil
 		}
 		r.res.ChangeID = r.k.claimOpChange(chgs, r.o, all, a.sent, a.answeredAt, r.known)
+		if r.res.ChangeID == "" {
+			// snapd's clock may not read the client's (it has not been
+			// learned in this mode yet): find the change by snapd's
+			// counter instead, where the client had listed the changes
+			// before sending (any earlier operation's listing here did).
+			r.res.ChangeID = r.k.claimBySequence(chgs, r.o, all, a, r.known)
+		}
+		c.learnClock(chgs, r.res.ChangeID, a)
 	}
 	r.res.Status = snapd.StatusDone
 	ev := k.event(EventAccepted)
@@ -348,6 +376,24 @@ func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
 	c.events.emit(ev)
 	k.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
 	return r.res, true, nil
+}
+
+// learnClock narrows what the Client knows of snapd's clock with change
+// id, found in chgs, made by attempt a: snapd spawned it between the
+// request's send and its answer. In REST mode the wait for the change does
+// this (owntiming.go); in snapctl mode, where snapd names no change, it is
+// the only way the client learns snapd's clock, on which finding the
+// change of a lost answer depends.
+func (c *Client) learnClock(chgs []snapd.Change, id string, a attempt) {
+	if id == "" {
+		return
+	}
+	for i := range chgs {
+		if chgs[i].ID == id {
+			c.view.clock.noteOffset(chgs[i].SpawnTime, a.sentAt, a.answeredAt)
+			return
+		}
+	}
 }
 
 // finish waits for the operation's change (wait) or records it as pending

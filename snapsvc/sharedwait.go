@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
 )
 
 // Shared waits: the callers of one process that wait for the same thing
@@ -139,9 +140,15 @@ func (s *sharedWaits) start(k *call, key string, f watchFunc) *watcher {
 	w := &watcher{cancel: cancel, news: make(chan struct{}), joins: map[uint64]time.Time{}}
 	s.waits[key] = w
 	// The watcher's call never gives up: its callers do, each on its own
-	// bounds. It paces its retries with the policy's intervals.
-	p := c.policy
+	// bounds. It paces its retries with the policy's intervals, but
+	// re-dials a missing snapd at least as often as the default policy
+	// does, whoever started it: a caller that joins later judges snapd's
+	// absence by what the watcher sees, and re-dialling costs snapd
+	// nothing, so a slow first caller must not make a later one give up
+	// while snapd is already back.
+	p := c.policy.WithDefaults()
 	p.MaxElapsedTime, p.MaxUnreachable, p.MaxAttempts = -1, -1, 0
+	p.RedialInterval = min(p.RedialInterval, retry.DefaultPolicy().RedialInterval)
 	wk := &call{c: c, kind: callWait, rt: newRetrier(p), ev: k.ev, log: k.log, ctx: wctx, cancel: cancel, quiet: true}
 	wk.onObserve = func() {
 		since, down := wk.rt.unreachableSince()

@@ -22,6 +22,7 @@ type snapdView struct {
 	// waits it out blind (cadence.go).
 	noListing atomic.Bool
 	maxID     atomic.Int64 // the highest change id snapd reported
+	counted   atomic.Bool  // the client listed snapd's changes at least once
 	clock     snapdClock
 }
 
@@ -45,6 +46,7 @@ func (v *snapdView) listingRefused() bool { return v.noListing.Load() }
 
 // sawChanges notes the ids of changes snapd reported.
 func (v *snapdView) sawChanges(chgs ...snapd.Change) {
+	v.counted.Store(true)
 	for i := range chgs {
 		v.saw(chgs[i].ID)
 	}
@@ -67,7 +69,10 @@ func (v *snapdView) saw(id string) {
 // sending returns the stamp of a request about to be sent at now: snapd
 // numbers its changes in order, so one it had reported before was made
 // before the request (matching.go).
-func (v *snapdView) sending(now time.Time) sent { return sent{at: now, seen: v.maxID.Load()} }
+func (v *snapdView) sending(now time.Time) sent {
+	counted := v.counted.Load()
+	return sent{at: now, seen: v.maxID.Load(), counted: counted}
+}
 
 // noteListing records that snapd refused to list changes to this client
 // (403: snapctl without snap-refresh-observe, or snapd 2.57's snap

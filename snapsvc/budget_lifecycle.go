@@ -1,0 +1,673 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/snapsvc/snapsvc/probe"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// The life of an operation's restart budget slots, decided in one place:
+// a hold is the slots one operation holds, and moves through these states
+// only (holdMoves says which move may follow which):
+//
+//	granted ──► fenced ──► acted ──► settling ──► ready ──► released
+//	               ▲  │      │  ▲                   ▲
+//	               └──┘      └──┴── fenced again before each attempt
+//	granted, fenced, acted ──► released   nothing was done, or the change failed for good
+//	acted ──► kept                        a Stop under StopsAndStarts: for the Start that follows
+//	any state ──► lost                    the backend took a slot away
+//
+// A slot granted without the coordination service (no cluster yet, or
+// fail open: its fence confirms without end, budget.Unbounded) walks the
+// same path and sends its request like any other.
+//
+// The slot rule decides every exit: a hold is given back only once the
+// operation's outcome is final and its services are ready again —
+//
+//   - nothing was done (never sent, refused, or given up before snapd
+//     accepted anything), or the change failed for good (Error, Undone,
+//     Hold): at once, nothing of it runs;
+//   - the change is Done: once the readiness checks pass (then Settle), on
+//     the caller's time and, past it, in the background;
+//   - the change may still run, or the outcome is unknown: settling in the
+//     background, following snapd's records until they show the change
+//     ready (or show that the request made none), then the readiness
+//     checks.
+//
+// Nothing else ends a hold: not a wait's own error, not snapd being away
+// longer than the policy's MaxUnreachable, not a look-up snapd refused.
+// What ends one early is a bound the user set for holds
+// (BudgetOptions.MaxHold, a "hold-expired" event), Close, or a lost slot.
+
+// holdState is where a hold is in its life.
+type holdState int
+
+const (
+	holdGranted  holdState = iota // taken (or taken over from a Stop): nothing sent yet
+	holdFenced                    // confirmed held; may act until sendBy
+	holdActed                     // a request to act was written: snapd may have acted
+	holdKept                      // a Stop's slots, kept for the Start that follows
+	holdSettling                  // the outcome is not final: following snapd's records
+	holdReady                     // the change ran its course; the services passed their checks
+	holdReleased                  // given back
+	holdLost                      // the backend took a slot away
+)
+
+var holdStateNames = [...]string{"granted", "fenced", "acted", "kept", "settling", "ready", "released", "lost"}
+
+func (s holdState) String() string { return holdStateNames[s] }
+
+// holdMoves is the lifecycle: the states each state may move to. Released,
+// kept and lost are final.
+var holdMoves = map[holdState][]holdState{
+	holdGranted:  {holdFenced, holdReleased, holdLost},
+	holdFenced:   {holdFenced, holdActed, holdReleased, holdLost},
+	holdActed:    {holdFenced, holdActed, holdSettling, holdReady, holdKept, holdReleased, holdLost},
+	holdSettling: {holdReady, holdReleased, holdLost},
+	holdReady:    {holdReleased, holdLost},
+}
+
+// testHookBadMove is called when code asks a hold for a move the
+// lifecycle does not allow (export_test.go makes it fail the test).
+var testHookBadMove = func(from, to holdState) {}
+
+// hold is the slots one operation holds, sorted by key.
+type hold struct {
+	b       *budgetRunner
+	slots   []*sharedSlot
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	sendBy  time.Time     // the last fence's confirmations run out then (zero: no end)
+	readied []*sharedSlot // slots whose ready count this hold raised
+
+	mu    sync.Mutex
+	state holdState
+}
+
+func newHold(b *budgetRunner) *hold { return &hold{b: b, stop: make(chan struct{})} }
+
+// move moves h to state to, if the lifecycle allows it from where h is,
+// and reports whether it did. A move the lifecycle does not allow is a
+// defect: it is logged and refused.
+func (h *hold) move(to holdState) bool {
+	h.mu.Lock()
+	from := h.state
+	ok := slices.Contains(holdMoves[from], to)
+	if ok {
+		h.state = to
+	}
+	h.mu.Unlock()
+	if !ok {
+		testHookBadMove(from, to)
+		h.b.c.logger.Error("snapsvc: restart budget hold asked to move against its lifecycle", "from", from, "to", to)
+	}
+	return ok
+}
+
+// current returns where h is.
+func (h *hold) current() holdState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state
+}
+
+// takeAll takes the slots of keys in order; on failure it gives back those
+// it took.
+func (b *budgetRunner) takeAll(ctx context.Context, keys []string) (*hold, error) {
+	h := newHold(b)
+	for _, k := range keys {
+		s, err := b.take(ctx, k)
+		if err != nil {
+			h.release(ctx)
+			return nil, err
+		}
+		h.slots = append(h.slots, s)
+	}
+	h.watch()
+	return h, nil
+}
+
+// watch tells the caller at once (a "lost" event) when a slot is lost
+// mid-operation.
+func (h *hold) watch() {
+	for _, s := range h.slots {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			select {
+			case <-s.slot.Lost():
+				h.b.reportLost(s, s.slot.Err())
+			case <-h.stop:
+			}
+		}()
+	}
+}
+
+// onLost calls f once any slot of h is lost, until stop is called.
+func (h *hold) onLost(f func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, s := range h.slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-s.slot.Lost():
+				f()
+			case <-done:
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// ---- fenced, acted ----
+
+// fence confirms every slot of h is still held, and may act now: first
+// what is already known (Lost), then, for slots implementing
+// BudgetFencer, with the coordination service. A lost slot is reported
+// ("lost") and stops the operation (ErrSlotLost, not retryable); a fence
+// that cannot tell stops it too ("fence-failed"). h.sendBy becomes the time
+// the earliest of the confirmations runs out, counted from before each
+// Fence was called: the request is written only before it (runner.try,
+// snapd.WithSendBy), so a holder held up between its fence and its write
+// (a stop signal, a slow machine) never acts on a confirmation that ran
+// out. An unbounded confirmation (a slot granted without the coordination
+// service) sets no send-by.
+func (h *hold) fence(ctx context.Context) error {
+	b := h.b
+	h.sendBy = time.Time{}
+	for _, s := range h.slots {
+		if err := s.slot.Err(); err != nil {
+			b.reportLost(s, err)
+			return b.lostError(s, err, "before the request; nothing was sent")
+		}
+		f, ok := s.slot.(BudgetFencer)
+		if !ok {
+			continue
+		}
+		asked := time.Now()
+		valid, err := f.Fence(ctx)
+		switch {
+		case err == nil:
+			if until, ends := valid.Until(asked); ends && (h.sendBy.IsZero() || until.Before(h.sendBy)) {
+				h.sendBy = until
+			}
+			b.emit(BudgetEvent{Kind: BudgetFenced, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
+		case errors.Is(err, ErrSlotLost):
+			b.reportLost(s, err)
+			return b.lostError(s, err, "fence before the request; nothing was sent")
+		default:
+			b.emit(BudgetEvent{Kind: BudgetFenceFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Err: err})
+			return &BudgetError{Key: s.key, Holders: []string{s.slot.Holder()}, Waited: s.waited,
+				Err: fmt.Errorf("cannot confirm the slot is still held, so the request was not sent: %w", err)}
+		}
+	}
+	h.move(holdFenced)
+	return nil
+}
+
+// acted records that a request to act was written on h's confirmation:
+// from now on snapd may have acted, and only the slot rule gives h back.
+func (h *hold) acted() { h.move(holdActed) }
+
+// ---- the exit: the slot rule ----
+
+// holdVerdict sorts an operation's outcome for the slot rule.
+type holdVerdict int
+
+const (
+	verdictDone        holdVerdict = iota // the change is Done
+	verdictNothingDone                    // nothing was done: no change made, none can be
+	verdictFailed                         // the change failed for good
+	verdictRunning                        // a change was made and may still run
+	verdictUnknown                        // snapd may have made a change, or may still make one
+)
+
+func holdVerdictOf(err error) holdVerdict {
+	var ce *ChangeError
+	var oe *OpError
+	switch {
+	case err == nil:
+		return verdictDone
+	case errors.As(err, &ce) && ce.ChangeFailed():
+		return verdictFailed
+	case errors.As(err, &oe) && oe.ChangeID != "":
+		return verdictRunning
+	case errors.Is(err, ErrOutcomeUnknown):
+		return verdictUnknown
+	}
+	return verdictNothingDone
+}
+
+// end is the release phase of a synchronous operation that took h, on its
+// call k: res and err are the operation's outcome, which it returns,
+// joined with what the readiness checks met. The caller's time bounds only
+// the wait for readiness here (Policy.ChangeWait's call); past it, and for
+// an outcome that is not final, h settles in the background.
+func (h *hold) end(k *call, o op, res *Result, err error) error {
+	c := h.b.c
+	switch v := holdVerdictOf(err); {
+	case v == verdictNothingDone || v == verdictFailed:
+		h.release(k.ctx)
+		return err
+	case o.action == "stop":
+		h.b.keep(k.ctx, h)
+		return err
+	case v == verdictRunning || v == verdictUnknown:
+		k.log.Info("the operation's outcome is not final; its restart budget slots stay held until snapd shows its change ready and its services are ready", "error", err)
+		h.settleInBackground(k, o, err, nil)
+		return err
+	}
+	rk := k.ownChange()
+	rerr := h.ready(rk.ctx, o)
+	if rerr != nil && rk.ctx.Err() != nil {
+		k.log.Info("services not ready within the call's time; the restart budget slots stay held until they are", "error", rerr)
+		h.settleInBackground(k, o, nil, nil)
+		return c.opError(o, res.ChangeID, res.Attempts, rerr)
+	}
+	if rerr == nil {
+		rerr = h.lost()
+	}
+	h.release(rk.ctx)
+	if rerr != nil {
+		return c.opError(o, res.ChangeID, res.Attempts, rerr)
+	}
+	return nil
+}
+
+// endAsync is the release phase of an asynchronous operation that snapd
+// accepted (res; done says its outcome is final): a Stop keeps its slots
+// for the Start that follows; anything else settles in the background, and
+// the Operation's Wait learns how it ended.
+func (h *hold) endAsync(k *call, op *Operation, done bool) {
+	o, res := op.op, op.result
+	if o.action == "stop" {
+		h.b.keep(k.ctx, h)
+		return
+	}
+	a := &asyncHold{done: make(chan struct{})}
+	op.budget = a
+	var err error
+	if !done && res.ChangeID != "" {
+		err = h.b.c.opError(o, res.ChangeID, res.Attempts, errChangeRunning)
+	}
+	h.settleInBackground(k, o, err, a)
+}
+
+// errChangeRunning is the outcome of an asynchronous operation whose
+// change snapd accepted and may still run.
+var errChangeRunning = errors.New("the change may still run")
+
+// ---- settling: following snapd's records ----
+
+// settleInBackground keeps h after its operation's call k returned (err:
+// the operation's outcome, nil when its change is Done) until the slot
+// rule lets it go: snapd's records show the change ready (or that the
+// request made none), then the services pass their checks. It runs on a
+// hold call (newHoldCall), which never gives up on its own; Close, a lost
+// slot and BudgetOptions.MaxHold end it. a, when set, learns the end (an
+// asynchronous operation's Wait).
+func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
+	b := h.b
+	log := k.log
+	if err != nil {
+		h.move(holdSettling)
+		b.emitAll(h, BudgetEvent{Kind: BudgetSettling, Err: err})
+	}
+	b.goBackground(func() {
+		var aerr error
+		if a != nil {
+			defer func() { a.err = aerr; close(a.done) }()
+		}
+		hctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
+		defer cancel()
+		stopClose := context.AfterFunc(b.base, cancel)
+		defer stopClose()
+		stopLost := h.onLost(cancel)
+		defer stopLost()
+		var expired <-chan struct{}
+		if b.opts.MaxHold > 0 {
+			t := b.c.clock.NewTimer(b.opts.MaxHold)
+			defer t.Stop()
+			ch := make(chan struct{})
+			expired = ch
+			go func() {
+				select {
+				case <-t.C():
+					close(ch)
+					cancel()
+				case <-hctx.Done():
+				}
+			}()
+		}
+		bk := b.c.newHoldCall(hctx, o)
+		defer bk.end()
+		seen, ferr := settleRan, error(nil)
+		if err != nil {
+			seen, ferr = h.follow(bk, o, err)
+		}
+		switch {
+		case h.lost() != nil:
+			log.Info("a restart budget slot was lost while settling", "error", h.lost())
+		case isClosed(expired):
+			b.emitAll(h, BudgetEvent{Kind: BudgetHoldExpired, Err: fmt.Errorf("held for BudgetOptions.MaxHold (%s) without snapd's records showing the change ready", b.opts.MaxHold)})
+			log.Warn("restart budget slots given back at MaxHold although snapd's records did not show the change ready", "max_hold", b.opts.MaxHold)
+		case hctx.Err() != nil: // Close
+		case seen == settleRan:
+			rctx, rcancel := context.WithCancel(context.WithoutCancel(hctx))
+			stop := context.AfterFunc(b.base, rcancel)
+			aerr = h.ready(rctx, o)
+			stop()
+			rcancel()
+			if aerr != nil {
+				log.Info("services not ready; giving the restart budget slots back", "error", aerr)
+			}
+		case seen == settleFailed:
+			aerr = b.c.opError(o, changeIDOf(err), 0, ferr)
+		}
+		h.release(context.WithoutCancel(hctx))
+	})
+}
+
+// settleSeen is what snapd's records showed of an operation's change.
+type settleSeen int
+
+const (
+	settleRan    settleSeen = iota // the change ran its course (Done, or gone)
+	settleFailed                   // the change failed for good: nothing of it runs
+	settleNone                     // the request made no change
+	settleEnded                    // the hold's call ended first (Close, lost, MaxHold)
+)
+
+// follow waits, on the hold call bk, until snapd's records show the change
+// of operation o, which ended with err (verdictRunning or verdictUnknown),
+// ready: the change err names, or the one a look-up finds. Where the
+// records cannot be read (snapd refuses this client its changes, or is
+// away), it keeps the hold until bk ends: a refused look-up is not "no
+// change was made".
+func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
+	id := ""
+	var oe *OpError
+	if errors.As(err, &oe) {
+		id = oe.ChangeID
+	}
+	if id == "" {
+		var ue *outcomeUnknownError
+		if !errors.As(err, &ue) {
+			return settleNone, nil
+		}
+		res := ue.lookedUp(bk, o)
+		for res.id == "" && !res.listed && !res.refused && bk.ctx.Err() == nil {
+			// snapd could not be asked within the look-up's grace: ask
+			// until it answers (it handles nothing while away).
+			if bk.pause(errNotListed) != nil {
+				break
+			}
+			res = bk.lookOnce(o, ue)
+		}
+		switch {
+		case res.id != "":
+			id = res.id
+		case res.listed:
+			return settleNone, nil // snapd's records show no change made for the request
+		case bk.ctx.Err() != nil:
+			return settleEnded, nil
+		default:
+			bk.log.Info("cannot see whether the request made a change; the restart budget slots stay held", "max_hold", h.b.opts.MaxHold)
+			<-bk.ctx.Done()
+			return settleEnded, nil
+		}
+	}
+	for {
+		_, werr := bk.sharedWaitChange(id)
+		var ce *ChangeError
+		switch {
+		case werr == nil:
+			return settleRan, nil
+		case errors.As(werr, &ce) && ce.ChangeFailed():
+			return settleFailed, werr
+		case errors.As(werr, &ce):
+			return settleRan, nil // gone (pruned): its end has passed
+		case bk.ctx.Err() != nil:
+			return settleEnded, nil
+		case isForbidden(werr):
+			bk.log.Info("snapd refuses to show the change; the restart budget slots stay held", "change", id, "max_hold", h.b.opts.MaxHold)
+			<-bk.ctx.Done()
+			return settleEnded, nil
+		}
+		// The wait's own failure never ends a hold: look again.
+		bk.log.Debug("cannot see the change end yet; still holding the restart budget slots", "change", id, "error", werr)
+		if bk.pause(werr) != nil {
+			return settleEnded, nil
+		}
+	}
+}
+
+// errNotListed is the pause's cause while a hold waits for snapd to list
+// its changes.
+var errNotListed = errors.New("snapd could not list its changes yet")
+
+// lookedUp returns what the look-up for the change of e's request found:
+// the background look-up begun when the call ended, or one of its own,
+// interruptGrace long, on bk. Without a request to look for, nothing can
+// be found (refused).
+func (e *outcomeUnknownError) lookedUp(bk *call, o op) lookupResult {
+	switch {
+	case e.found != nil:
+		select {
+		case res, ok := <-e.found:
+			if ok {
+				return res
+			}
+			return lookupResult{} // the Client closed before it looked
+		case <-bk.ctx.Done():
+			return lookupResult{}
+		}
+	case !e.sent.at.IsZero():
+		lctx, cancel := context.WithTimeout(bk.ctx, interruptGrace)
+		defer cancel()
+		lk := bk.c.newHoldCall(lctx, o)
+		defer lk.end()
+		return lk.lookFor(o, e.sent, e.known)
+	}
+	return lookupResult{refused: true}
+}
+
+// lookOnce is one look-up, on k, for the change of e's request.
+func (k *call) lookOnce(o op, e *outcomeUnknownError) lookupResult {
+	id, err := k.findOpChange(o, e.sent, time.Time{}, e.known)
+	switch {
+	case err == nil:
+		return lookupResult{id: id, listed: true}
+	case isForbidden(err) || (k.ctx.Err() == nil && nextStep(reading, err) == giveUp):
+		return lookupResult{refused: true}
+	}
+	return lookupResult{}
+}
+
+// changeIDOf returns the change an operation's error names, or "".
+func changeIDOf(err error) string {
+	var oe *OpError
+	if errors.As(err, &oe) {
+		return oe.ChangeID
+	}
+	return ""
+}
+
+// ---- ready ----
+
+// ready waits until the services o names pass their checks, then settles.
+// Each slot of the hold counts its readiness once, however often ready
+// runs (again in the background when the call ended while settling).
+func (h *hold) ready(ctx context.Context, o op) error {
+	b := h.b
+	names := slices.Clone(o.t.names)
+	slices.Sort(names)
+	for _, n := range names {
+		p := (probe.Probe)(nil)
+		if b.opts.Ready != nil {
+			p = b.opts.Ready(n)
+		}
+		if p == nil {
+			continue
+		}
+		if err := probe.Wait(ctx, p, b.opts.Probe); err != nil {
+			return h.errFor(n, err)
+		}
+	}
+	for _, s := range h.slots {
+		if slices.Contains(h.readied, s) {
+			continue // counted by an earlier check of this hold (one cut short while settling)
+		}
+		b.emit(BudgetEvent{Kind: BudgetReady, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
+		b.mu.Lock()
+		s.ready++
+		every := s.ready >= s.refs
+		b.mu.Unlock()
+		h.readied = append(h.readied, s)
+		if r, ok := s.slot.(BudgetReadier); ok && every {
+			if err := r.MarkReady(ctx); err != nil {
+				b.emit(BudgetEvent{Kind: BudgetMarkReadyFailed, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s), Err: err})
+			}
+		}
+	}
+	if b.opts.Settle > 0 {
+		if err := retry.Sleep(ctx, b.c.clock, b.opts.Settle); err != nil {
+			return h.errFor(names[0], ctxErr(ctx, "settling after the services became ready"))
+		}
+	}
+	if st := h.current(); st == holdActed || st == holdSettling {
+		h.move(holdReady)
+	}
+	return nil
+}
+
+func (h *hold) errFor(name string, err error) error {
+	key := h.b.key(name)
+	for _, s := range h.slots {
+		if s.key == key {
+			return &BudgetError{Key: key, Holders: []string{s.slot.Holder()}, Waited: s.waited, Err: err}
+		}
+	}
+	return &BudgetError{Key: key, Err: err}
+}
+
+// lost returns the error of the first slot lost, or nil.
+func (h *hold) lost() error {
+	for _, s := range h.slots {
+		if err := s.slot.Err(); err != nil {
+			return h.b.lostError(s, err, "")
+		}
+	}
+	return nil
+}
+
+// ---- released ----
+
+// stopWatching ends the watch for lost slots.
+func (h *hold) stopWatching() {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	h.wg.Wait()
+}
+
+// release gives back every slot, in reverse order, and ends h (released,
+// or lost when a slot was). It waits for the first attempt of each release
+// only until ctx ends; the rest happens in the background.
+func (h *hold) release(ctx context.Context) {
+	switch st := h.current(); {
+	case st == holdReleased || st == holdKept || st == holdLost:
+	case h.lost() != nil:
+		h.move(holdLost)
+	default:
+		h.move(holdReleased)
+	}
+	h.stopWatching()
+	h.b.mu.Lock()
+	for _, s := range h.readied {
+		s.ready--
+	}
+	h.b.mu.Unlock()
+	h.readied = nil
+	var pending []<-chan struct{}
+	for i := len(h.slots) - 1; i >= 0; i-- {
+		if ch := h.b.drop(ctx, h.slots[i]); ch != nil {
+			pending = append(pending, ch)
+		}
+	}
+	h.slots = nil
+	for _, ch := range pending {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// ---- asynchronous operations ----
+
+// asyncHold finishes a budgeted asynchronous operation in the background:
+// it waits for the change and the services' readiness, then gives the
+// slots back, whether or not anyone calls Operation.Wait.
+type asyncHold struct {
+	done chan struct{}
+	err  error
+}
+
+// wait returns the background's outcome, or ctx's end.
+func (a *asyncHold) wait(ctx context.Context) error {
+	select {
+	case <-a.done:
+		return a.err
+	case <-ctx.Done():
+		return ctxErr(ctx, "waiting for the services to be ready before giving back the restart budget slot")
+	}
+}
+
+// budgetWait waits, under WithRestartBudget, until the operation's
+// services are ready and its slots given back (nil without a budget).
+func (o *Operation) budgetWait(ctx context.Context) error {
+	if o.budget == nil {
+		return nil
+	}
+	return o.budget.wait(ctx)
+}
+
+// ---- helpers ----
+
+// emitAll sends ev for every slot of h, with each slot's key, holder and
+// hold time.
+func (b *budgetRunner) emitAll(h *hold, ev BudgetEvent) {
+	for _, s := range h.slots {
+		e := ev
+		e.Key, e.Holder, e.Held = s.key, s.slot.Holder(), b.held(s)
+		b.emit(e)
+	}
+}
+
+// isClosed reports whether ch is closed (false for nil).
+func isClosed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
