@@ -43,6 +43,29 @@ func (p *etcdParticipant) Cut(off bool) { p.px.Cut(off) }
 
 func (h *etcdHarness) New(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
 	t.Helper()
+	return h.newParticipant(t, o, nil)
+}
+
+var _ budgetcontract.Unbudgeted = (*etcdHarness)(nil)
+
+// NewWithoutCluster returns a participant told that no cluster exists
+// yet (Config.ClusterExists false): it grants without etcd.
+func (h *etcdHarness) NewWithoutCluster(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	return h.newParticipant(t, o, func(c *etcdbudget.Config) { c.ClusterExists = func(context.Context) bool { return false } })
+}
+
+// NewFailingOpen returns a participant that fails open (Config.FailOpen),
+// cut off from etcd from the start.
+func (h *etcdHarness) NewFailingOpen(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	p := h.newParticipant(t, o, func(c *etcdbudget.Config) { c.FailOpen, c.Unreachable = true, time.Second })
+	p.Cut(true)
+	return p
+}
+
+func (h *etcdHarness) newParticipant(t *testing.T, o budgetcontract.Options, mod func(*etcdbudget.Config)) *etcdParticipant {
+	t.Helper()
 	px, err := etcdtest.NewProxy(h.p.Endpoints()...)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +80,11 @@ func (h *etcdHarness) New(t *testing.T, o budgetcontract.Options) budgetcontract
 	if ld == 0 {
 		ld = -1
 	}
-	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Holder: o.Holder, Max: o.Max, TTL: contractTTL, LockDelay: ld, Unreachable: 5 * time.Second})
+	cfg := etcdbudget.Config{Client: cli, Holder: o.Holder, Max: o.Max, TTL: contractTTL, LockDelay: ld, Unreachable: 5 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := etcdbudget.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +110,8 @@ func (h *etcdHarness) Resume(t *testing.T, key string) {
 func TestContract(t *testing.T) {
 	p := cluster(t)
 	h := &etcdHarness{p: p, ctl: newBudget(t, client(t, p.Endpoints()...), "operator", 1)}
-	budgetcontract.Run(t, h, budgetcontract.Config{TTL: contractTTL, Slack: 2 * time.Second,
-		Key: func(t *testing.T) string { return uniqueKey(t) + ".svc" }})
+	cfg := budgetcontract.Config{TTL: contractTTL, Slack: 2 * time.Second,
+		Key: func(t *testing.T) string { return uniqueKey(t) + ".svc" }}
+	budgetcontract.Run(t, h, cfg)
+	budgetcontract.RunWholePath(t, h, cfg)
 }

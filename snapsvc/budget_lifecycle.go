@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -560,6 +561,15 @@ func (h *hold) errFor(name string, err error) error {
 		}
 	}
 	return &BudgetError{Key: key, Err: err}
+}
+
+// keys returns the keys of h's slots, joined with ", ".
+func (h *hold) keys() string {
+	var ks []string
+	for _, s := range h.slots {
+		ks = append(ks, s.key)
+	}
+	return strings.Join(ks, ", ")
 }
 
 // lost returns the error of the first slot lost, or nil.

@@ -150,6 +150,31 @@ func TestBudgetFenceValidityCheckedAtWrite(t *testing.T) {
 	}
 }
 
+// A budget whose confirmations always run out before the request can be
+// written makes the operation give up, retryable and with nothing sent,
+// after a few fences, not spin (with a huge confirmation that overflowed,
+// the restart of issue 33's defect 1 made 700,000 attempts in a minute).
+func TestBudgetConfirmationsTooShortDoNotSpin(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	b.fence = func(context.Context, *memSlot) error { return nil }
+	b.valid = func() budget.Validity { return budget.ValidFor(time.Nanosecond) }
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
+	_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	var oe *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrBudgetUnavailable) || !errors.As(err, &oe) || !oe.Retryable() {
+		t.Fatalf("restart on confirmations that always run out: %v; want a retryable ErrBudgetUnavailable", err)
+	}
+	if fences := strings.Count(strings.Join(b.steps(), "\n"), "fence "); fences != 3 {
+		t.Errorf("%d fences, want 3", fences)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 0 {
+		t.Errorf("snapd received %d requests to act, want 0", n)
+	}
+}
+
 // A slot no coordination service can take away (granted without a
 // cluster, or on fail-open) confirms with no end, and its restart is sent
 // like any other (issue 33, defect 1: its confirmation was a huge duration

@@ -3,6 +3,7 @@ package snapsvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -141,6 +142,7 @@ type runner struct {
 	unseen     int  // conflicts in a row whose blocker was not seen
 	fresh      bool // an attempt is owed right after waiting out a blocker
 	optimistic bool // the last conflict was retried at a state rewrite
+	expired    int  // fences in a row whose confirmation ran out before the write
 }
 
 // cadence is the operation's blind wait (cadence.go), made at its first
@@ -183,10 +185,16 @@ func (c *Client) run(k *call, o op, wait bool, onLocked func()) (*Result, bool, 
 		}
 		if errors.Is(a.err, snapd.ErrSendDeadline) {
 			// The fence's confirmation ran out before the request's first
-			// byte was written: snapd saw nothing. Fence again.
+			// byte was written: snapd saw nothing. Fence again, a few
+			// times: a budget whose confirmations always run out first
+			// must not spin.
+			if r.expired++; r.expired >= maxExpiredFences {
+				return r.fail("", &BudgetError{Key: k.hold.keys(), Err: fmt.Errorf("%w: %d fences in a row confirmed the slot for less time than it took to write the request (nothing was sent)", ErrBudgetUnavailable, r.expired)})
+			}
 			k.log.Info("the restart budget's confirmation ran out before the request was written; fencing again", "attempt", r.res.Attempts)
 			continue
 		}
+		r.expired = 0
 		if a.cutOff || k.ctx.Err() != nil {
 			return r.interruptedAt(a)
 		}

@@ -94,7 +94,14 @@ const (
 	cadenceFastMax     = 20
 	cadenceSlowMax     = 10
 
-	// ---- Giving a budget slot back (budget_slots.go) ----
+	// ---- Budget slots (budget_lifecycle.go, budget_slots.go) ----
+
+	// maxExpiredFences: fences in a row whose confirmation ran out before
+	// the request could be written, after which the operation gives up
+	// (retryable, nothing sent) instead of fencing again: one is a slow
+	// moment, three is a budget whose confirmations are too short to act
+	// on.
+	maxExpiredFences = 3
 
 	// releaseAttempts: how many times a slot's release is tried before it
 	// is left to expire with its lease; releaseBackoff is the first pause

@@ -35,5 +35,7 @@ func sqliteHarness(t *testing.T, ttl time.Duration) *sqltest.Harness {
 // The backend-agnostic budget contract on SQLite (in-process).
 func TestContractSQLite(t *testing.T) {
 	const ttl = time.Second
-	budgetcontract.Run(t, sqliteHarness(t, ttl), budgetcontract.Config{TTL: ttl, Slack: 1500 * time.Millisecond})
+	h, cfg := sqliteHarness(t, ttl), budgetcontract.Config{TTL: ttl, Slack: 1500 * time.Millisecond}
+	budgetcontract.Run(t, h, cfg)
+	budgetcontract.RunWholePath(t, h, cfg)
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -205,6 +206,11 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	// in its buffer, before the flush that may fail.
 	var at attempt
 	sendBy, _ := ctx.Value(sendByKey{}).(time.Time)
+	if sendBy.After(maxSendBy) {
+		// Past what Unix nanoseconds can hold (the year 2262): no bound
+		// anyone could mean, and one that would overflow into the past.
+		sendBy = time.Time{}
+	}
 	var conns []*countingConn // given sendBy, to clear once done
 	defer func() {
 		for _, cc := range conns {
@@ -324,6 +330,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 var ErrSendDeadline = errors.New("not sent: its send-by time had passed")
 
 type sendByKey struct{}
+
+// maxSendBy is the latest send-by a connection can hold (Unix ns).
+var maxSendBy = time.Unix(0, math.MaxInt64)
 
 // WithSendBy returns a context under which a request is written to snapd
 // only before t: the check is made by the connection itself, right before

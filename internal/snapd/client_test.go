@@ -298,3 +298,31 @@ func TestRequestErrorsCarryTheContextsCause(t *testing.T) {
 		t.Errorf("plain deadline: %v", err)
 	}
 }
+
+// A send-by is enforced at the write: a past one refuses the request
+// before its first byte (ErrSendDeadline, nothing written), and one beyond
+// what Unix nanoseconds can hold is no bound at all rather than an
+// overflow into the past (issue 33, defect 1: such a send-by refused every
+// write).
+func TestSendBy(t *testing.T) {
+	posts := 0
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		posts++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(202)
+		fmt.Fprint(w, `{"type":"async","status-code":202,"status":"Accepted","result":null,"change":"7"}`)
+	})
+	ctx := context.Background()
+	inst := AppInstruction{Action: "restart", Names: []string{"k8s.kubelet"}}
+	_, err := c.PostApps(WithSendBy(ctx, time.Now().Add(-time.Second)), inst)
+	var ce *ConnectionError
+	if !errors.Is(err, ErrSendDeadline) || !errors.As(err, &ce) || ce.Written || posts != 0 {
+		t.Fatalf("past send-by: %v (written %v), %d requests served; want ErrSendDeadline and nothing sent", err, ce != nil && ce.Written, posts)
+	}
+	for _, by := range []time.Time{time.Now().Add(time.Hour), time.Now().Add(time.Duration(1<<63 - 1)), time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		id, err := c.PostApps(WithSendBy(ctx, by), inst)
+		if err != nil || id != "7" {
+			t.Errorf("send-by %v: %q, %v; want the request sent", by.Year(), id, err)
+		}
+	}
+}

@@ -28,5 +28,7 @@ func TestContractDqlite(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return sqlbudget.DBTx(db)
 	}}
-	budgetcontract.Run(t, h, budgetcontract.Config{TTL: contractTTL, Slack: 2 * time.Second})
+	cfg := budgetcontract.Config{TTL: contractTTL, Slack: 2 * time.Second}
+	budgetcontract.Run(t, h, cfg)
+	budgetcontract.RunWholePath(t, h, cfg)
 }

@@ -90,6 +90,29 @@ func (h *Harness) NewParticipant(t *testing.T, cfg sqlbudget.Config) *Participan
 	return p
 }
 
+var _ budgetcontract.Unbudgeted = (*Harness)(nil)
+
+// NewWithoutCluster returns a participant told that no cluster exists yet
+// (ClusterExists false): it grants without the database.
+func (h *Harness) NewWithoutCluster(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	cfg := h.Config(o)
+	cfg.ClusterExists = func(context.Context) bool { return false }
+	return h.NewParticipant(t, cfg)
+}
+
+// NewFailingOpen returns a participant that fails open, cut off from the
+// database from the start: it grants without the database once its
+// Unreachable bound passed.
+func (h *Harness) NewFailingOpen(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	cfg := h.Config(o)
+	cfg.FailOpen, cfg.Unreachable = true, h.TTL/2
+	p := h.NewParticipant(t, cfg)
+	p.Cut(true)
+	return p
+}
+
 // control returns the operator's budget for test t: on a connection of
 // t's, closed when t ends.
 func (h *Harness) control(t *testing.T) *sqlbudget.Budget {
