@@ -197,7 +197,7 @@ func parseServiceArgs(cmd string, args []string) (serviceArgs, string) {
 }
 
 // snapctlServiceCmd mirrors ctlcmd/helpers.go runServiceCommand/queueCommand.
-func (s *Server) snapctlServiceCmd(ctx context.Context, cctx *ctlContext, cmd string, sa serviceArgs, fail func(string, ...any) *response, stopping <-chan struct{}) *response {
+func (s *Server) snapctlServiceCmd(ctx context.Context, cctx *ctlContext, cmd string, sa serviceArgs, fail func(string, ...any) *response, stopping <-chan struct{}) (rsp *response) {
 	enable, disable, reload, names := sa.enable, sa.disable, sa.reload, sa.names
 	s.mu.Lock()
 	apps, bad := s.resolveServicesLocked(cctx, names)
@@ -251,6 +251,9 @@ func (s *Server) snapctlServiceCmd(ctx context.Context, cctx *ctlContext, cmd st
 	} else {
 		c = s.newChangeLocked("service-control", fmt.Sprintf("Running service command for snap %q", cctx.snap.name))
 	}
+	// snapctl names no change on the wire; the request log does
+	// (Request.Made).
+	defer func() { rsp.made = c.id }()
 	var prev *task
 	for _, sum := range execSummaries {
 		t := s.newTaskLocked(c, "exec-command", sum)

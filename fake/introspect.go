@@ -24,6 +24,10 @@ type Request struct {
 	Message string `json:"message,omitempty"`
 	// Change is the change id of an async answer.
 	Change string `json:"change,omitempty"`
+	// Made is the change the request made, whether or not the answer
+	// names it (snapctl's service commands answer without it; a queued
+	// command names the hook's change). Test introspection, not wire.
+	Made string `json:"made,omitempty"`
 	// Dropped reports that the connection was closed instead of answering.
 	Dropped bool `json:"dropped,omitempty"`
 	// Fault names the injected fault that applied ("drop", "cut",

@@ -22,6 +22,9 @@ type response struct {
 	typ    string
 	result any
 	change string
+	// made is the change the request made when the answer does not name
+	// it (snapctl's service commands): the request log's Request.Made.
+	made string
 	// bare responses are served before the handler runs (router 404,
 	// 405, access-check 403): daemon/daemon.go Command.ServeHTTP adds
 	// "maintenance" only to what a handler returns.
@@ -187,6 +190,10 @@ func (s *Server) handler(sock string) http.Handler {
 		req.Done = s.nowLocked()
 		req.Status = rsp.status
 		req.Change = rsp.change
+		req.Made = rsp.change
+		if rsp.made != "" {
+			req.Made = rsp.made
+		}
 		if er, ok := rsp.result.(*errorResult); ok && rsp.typ == "error" {
 			req.Kind, req.Message = er.Kind, er.Message
 		}

@@ -115,6 +115,13 @@ func Classify(err error) Class {
 }
 
 func classifyAPIError(e *snapd.Error) Class {
+	// A request to act that snapd dropped because it is shutting down may
+	// have been carried out already (snapctl's service commands make their
+	// change, then wait for it, and the wait is what is cancelled): its
+	// change must be looked up, maintenance or not.
+	if e.StatusCode == http.StatusInternalServerError && e.Message == "request canceled" && e.Method != "" && e.Method != http.MethodGet {
+		return Indeterminate
+	}
 	// snapd puts "maintenance" on every answer while a restart is pending
 	// (daemon/daemon.go), for minutes before a reboot: it makes server
 	// errors worth retrying, but an unknown service stays unknown.
@@ -136,7 +143,8 @@ func classifyAPIError(e *snapd.Error) Class {
 		return Transient
 	case http.StatusInternalServerError:
 		// A request snapd dropped because it is shutting down (seen on a
-		// long-poll during "systemctl restart snapd").
+		// long-poll during "systemctl restart snapd"): a read is asked
+		// again (a request to act is judged above).
 		if e.Message == "request canceled" {
 			return Transient
 		}

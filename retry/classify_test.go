@@ -20,25 +20,29 @@ import (
 var expectedGolden = map[string]struct {
 	class      retry.Class
 	snap, kind string
+	// asAct is the class the body gets as the answer to a request to act
+	// (a POST), when it differs: "request canceled" may come after snapd
+	// carried the request out.
+	asAct retry.Class
 }{
 	"apps-bad-select":                     {class: retry.Permanent},
 	"apps-unknown-app":                    {class: retry.Permanent},
 	"apps-unknown-snap":                   {class: retry.Permanent},
 	"change-not-found":                    {class: retry.Permanent},
-	"conflict-restart-alpha":              {retry.Conflict, "svcdemo", "service-control"},
-	"conflict-start-snap":                 {retry.Conflict, "svcdemo", "service-control"},
-	"conflict-stop-beta":                  {retry.Conflict, "svcdemo", "service-control"},
-	"conflict-restart-during-configure":   {retry.Conflict, "svcdemo", "configure-snap"},
-	"conflict-stop-snap-during-configure": {retry.Conflict, "svcdemo", "configure-snap"},
-	"rest-conflict-during-snapctl":        {retry.Conflict, "svcdemo", "service-control"},
-	"snapctl-conflict-restart-alpha":      {retry.Conflict, "svcdemo", "service-control"},
-	"snapctl-restart-during-configure":    {retry.Conflict, "svcdemo", "configure-snap"},
-	"put-conf-during-configure":           {retry.Conflict, "svcdemo", "configure-snap"},
-	"x-conflict-apps-during-install":      {retry.Conflict, "svcdemo", "install-snap"},
-	"x-conflict-conf-during-install":      {retry.Conflict, "svcdemo", "install-snap"},
-	"x-conflict-remove-during-install":    {retry.Conflict, "svcdemo", "install-snap"},
-	"x-conflict-snapctl-during-install":   {retry.Conflict, "svcdemo", "install-snap"},
-	"restart-longpoll-inflight":           {class: retry.Transient},
+	"conflict-restart-alpha":              {class: retry.Conflict, snap: "svcdemo", kind: "service-control"},
+	"conflict-start-snap":                 {class: retry.Conflict, snap: "svcdemo", kind: "service-control"},
+	"conflict-stop-beta":                  {class: retry.Conflict, snap: "svcdemo", kind: "service-control"},
+	"conflict-restart-during-configure":   {class: retry.Conflict, snap: "svcdemo", kind: "configure-snap"},
+	"conflict-stop-snap-during-configure": {class: retry.Conflict, snap: "svcdemo", kind: "configure-snap"},
+	"rest-conflict-during-snapctl":        {class: retry.Conflict, snap: "svcdemo", kind: "service-control"},
+	"snapctl-conflict-restart-alpha":      {class: retry.Conflict, snap: "svcdemo", kind: "service-control"},
+	"snapctl-restart-during-configure":    {class: retry.Conflict, snap: "svcdemo", kind: "configure-snap"},
+	"put-conf-during-configure":           {class: retry.Conflict, snap: "svcdemo", kind: "configure-snap"},
+	"x-conflict-apps-during-install":      {class: retry.Conflict, snap: "svcdemo", kind: "install-snap"},
+	"x-conflict-conf-during-install":      {class: retry.Conflict, snap: "svcdemo", kind: "install-snap"},
+	"x-conflict-remove-during-install":    {class: retry.Conflict, snap: "svcdemo", kind: "install-snap"},
+	"x-conflict-snapctl-during-install":   {class: retry.Conflict, snap: "svcdemo", kind: "install-snap"},
+	"restart-longpoll-inflight":           {class: retry.Transient, asAct: retry.Indeterminate},
 	"notices-bad-after":                   {class: retry.Permanent},
 	"notices-bad-timeout":                 {class: retry.Permanent},
 	"notices-snapsock":                    {class: retry.Permanent},
@@ -78,7 +82,9 @@ func TestClassifyGoldenBodies(t *testing.T) {
 			t.Fatalf("%s: %v", f, err)
 		}
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
-		_, decodeErr := snapd.Decode("POST", "/v2/test", env.Status, data)
+		// Decoded as the answer to a read (a GET); errorBodies below
+		// checks the answer to a request to act too.
+		_, decodeErr := snapd.Decode("GET", "/v2/test", env.Status, data)
 		if env.Type != snapd.TypeError {
 			if decodeErr != nil {
 				t.Errorf("%s: a %s body decoded as an error: %v", f, env.Type, decodeErr)
@@ -98,6 +104,14 @@ func TestClassifyGoldenBodies(t *testing.T) {
 		}
 		if got := retry.Classify(decodeErr); got != want.class {
 			t.Errorf("%s: class %v, want %v (%v)", f, got, want.class, decodeErr)
+		}
+		wantAct := want.class
+		if want.asAct != 0 {
+			wantAct = want.asAct
+		}
+		_, actErr := snapd.Decode("POST", "/v2/test", env.Status, data)
+		if got := retry.Classify(actErr); got != wantAct {
+			t.Errorf("%s: as the answer to a POST: class %v, want %v (%v)", f, got, wantAct, actErr)
 		}
 		ce, isConflict := retry.AsConflict(decodeErr)
 		if isConflict != (want.class == retry.Conflict) {

@@ -490,7 +490,7 @@ func (k *call) lookOnce(o op, e *outcomeUnknownError) lookupResult {
 	switch {
 	case err == nil:
 		return lookupResult{id: id, listed: true}
-	case isForbidden(err) || (k.ctx.Err() == nil && nextStep(reading, err) == giveUp):
+	case readRefused(err):
 		return lookupResult{refused: true}
 	}
 	return lookupResult{}

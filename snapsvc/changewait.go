@@ -76,10 +76,10 @@ type waitOpts struct {
 // again. The waker is chosen by what snapd offers: its change notices
 // (>= 2.62, long-polled), else the rewrites of its state file, else
 // polling; a notices waker that snapd refuses, or that misbehaves, hands
-// over to one of the others. A failed read never ends the wait by itself:
-// a failure to reach snapd or a garbled answer is asked again within the
-// call's bounds (call.go); every pause and idle ends at the call's give-up
-// instant.
+// over to one of the others. A read that failed for a reason that may pass
+// (snapd away or restarting, a garbled answer) is asked again within the
+// call's bounds (call.go); one the retry rule calls final ends the wait.
+// Every pause and idle ends at the call's give-up instant.
 func (k *call) waitChanges(ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
 	w := &changeWait{c: k.c, k: k, wo: wo, ids: ids, remaining: slices.Clone(ids), done: map[string]*snapd.Change{}, started: k.c.clock.Now()}
 	if !wo.since.IsZero() {

@@ -2,6 +2,7 @@ package snapsvc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -118,7 +119,11 @@ func (c *Client) WaitActive(ctx context.Context, names []string) error {
 				return nil
 			}
 		case ctx.Err() != nil:
-			last = err // its end is reported below, with what is still inactive
+			// Its end is reported below, with what is still inactive and
+			// what the read was retrying (not the end itself again).
+			if ie := (*interruptedError)(nil); errors.As(err, &ie) {
+				last = ie.last
+			}
 		default:
 			// The read already asked again what the retry rule allows,
 			// within the call's bounds: what is left is final.

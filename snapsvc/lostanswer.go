@@ -95,7 +95,7 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.lastAct(), sent: st, known: maps.Clone(r.known)}
 			}
 			return "", true, r.awaitState()
-		case k.ctx.Err() == nil && nextStep(reading, err) == giveUp:
+		case k.ctx.Err() == nil && readRefused(err):
 			return "", false, &outcomeUnknownError{reason: "cannot look up the change of a request whose answer was lost (" + err.Error() + ")", last: r.lastAct(), sent: st, known: maps.Clone(r.known)}
 		default:
 			k.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
@@ -120,10 +120,11 @@ func (r *runner) unknownOutcome(what string, err error, st sent) error {
 	return &outcomeUnknownError{reason: "interrupted " + what, last: interrupted(r.k.ctx, r.lastAct()), sent: st}
 }
 
-// lastAct is the failure of the last request to act.
+// lastAct is the failure of the last request to act (the reads since
+// then, the look-ups, have failures of their own).
 func (r *runner) lastAct() error {
-	if r.k.last != nil {
-		return r.k.last
+	if r.actErr != nil {
+		return r.actErr
 	}
 	return ErrOutcomeUnknown
 }
@@ -139,7 +140,7 @@ func (r *runner) awaitState() error {
 			return nil
 		}
 		if err != nil {
-			if k.ctx.Err() == nil && nextStep(reading, err) == giveUp {
+			if k.ctx.Err() == nil && readRefused(err) {
 				return &outcomeUnknownError{reason: "cannot read the services' state to tell whether the request was carried out", last: err}
 			}
 			k.log.Debug("cannot read service state", "error", err)
@@ -268,10 +269,10 @@ func (k *call) lookFor(o op, st sent, known map[string]bool) lookupResult {
 			return lookupResult{id: id, listed: true}
 		case err == nil:
 			res.listed = true
-		case isForbidden(err) || (k.ctx.Err() == nil && nextStep(reading, err) == giveUp):
+		case readRefused(err):
 			return lookupResult{refused: true}
 		default:
-			res.listed = false
+			res.listed = false // a failure that may pass: look again within the grace
 		}
 		if k.sleep(lostAnswerSettle) != nil {
 			return res

@@ -139,10 +139,11 @@ type runner struct {
 	// locks (merge.go: identical restarts may join it until then).
 	onLocked func()
 
-	unseen     int  // conflicts in a row whose blocker was not seen
-	fresh      bool // an attempt is owed right after waiting out a blocker
-	optimistic bool // the last conflict was retried at a state rewrite
-	expired    int  // fences in a row whose confirmation ran out before the write
+	unseen     int   // conflicts in a row whose blocker was not seen
+	fresh      bool  // an attempt is owed right after waiting out a blocker
+	optimistic bool  // the last conflict was retried at a state rewrite
+	expired    int   // fences in a row whose confirmation ran out before the write
+	actErr     error // the failure of the last request to act
 }
 
 // cadence is the operation's blind wait (cadence.go), made at its first
@@ -292,7 +293,7 @@ func (r *runner) try() (attempt, error) {
 		k.hold.acted()
 	}
 	if a.err != nil {
-		k.last = a.err
+		k.last, r.actErr = a.err, a.err
 		a.step = nextStep(acting, a.err)
 	}
 	return a, nil

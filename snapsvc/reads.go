@@ -116,6 +116,17 @@ func (c *Client) Change(ctx context.Context, id string) (*Change, error) {
 	return changeOf(chg), nil
 }
 
+// readRefused reports whether snapd answered a read with a refusal that
+// stays true (a 4xx: no access, a request it does not serve): asking again
+// cannot help. Anything else a read meets (a 500, a garbled answer, snapd
+// away) may pass; the retry rule's "give up" also covers failures it does
+// not recognise, which is right for a caller's read, and wrong for a
+// look-up whose "nothing found" would decide what snapd did.
+func readRefused(err error) bool {
+	var e *snapd.Error
+	return errors.As(err, &e) && e.StatusCode >= 400 && e.StatusCode < 500
+}
+
 // isForbidden reports whether snapd refused a read for lack of access.
 func isForbidden(err error) bool {
 	var apiErr *snapd.Error

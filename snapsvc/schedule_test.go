@@ -5,10 +5,12 @@ package snapsvc_test
 // for every call from the fake's own record of what happened.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
 )
@@ -80,6 +83,46 @@ func (s sig) String() string {
 	return s.action + flags + " " + s.names
 }
 
+// sigOfRequest returns what a request to act asks: the body of a POST
+// /v2/apps, or of a POST /v2/snapctl running a service command.
+func sigOfRequest(r fake.Request) (sig, bool) {
+	if r.Path == "/v2/snapctl" {
+		return sigOfSnapctl(r.Body)
+	}
+	return sigOf(r.Body)
+}
+
+// sigOfSnapctl parses the body of a POST /v2/snapctl running a service
+// command ("restart --reload k8s.kubelet").
+func sigOfSnapctl(body string) (sig, bool) {
+	var req struct {
+		Args []string `json:"args"`
+	}
+	if json.Unmarshal([]byte(body), &req) != nil || len(req.Args) < 2 {
+		return sig{}, false
+	}
+	g := sig{action: req.Args[0]}
+	if g.action != "start" && g.action != "stop" && g.action != "restart" {
+		return sig{}, false
+	}
+	var names []string
+	for _, a := range req.Args[1:] {
+		switch a {
+		case "--enable":
+			g.enable = true
+		case "--disable":
+			g.disable = true
+		case "--reload":
+			g.reload = true
+		default:
+			names = append(names, a)
+		}
+	}
+	sort.Strings(names)
+	g.names = strings.Join(slices.Compact(names), ",")
+	return g, true
+}
+
 // sigOf parses the body of a POST /v2/apps.
 func sigOf(body string) (sig, bool) {
 	var inst struct {
@@ -132,6 +175,13 @@ func (cl *call) bound(s *schedule) time.Duration {
 	return b
 }
 
+// triedAny reports whether the call made any attempt to act (its result's
+// or error's count).
+func (cl *call) triedAny(s *schedule) bool {
+	var oe *snapsvc.OpError
+	return cl.res != nil && cl.res.Attempts > 0 || errors.As(cl.err, &oe) && oe.Attempts > 0
+}
+
 // overshoot is how long past its bound the call returned (0: within).
 func (cl *call) overshoot(s *schedule) time.Duration { return max(cl.took-cl.bound(s), 0) }
 
@@ -155,54 +205,120 @@ type schedule struct {
 	policies   []retry.Policy // each client's own
 	skew       time.Duration  // snapd's clock is this far off the client's
 	holds      []hold
-	budget     *memBudget // every client's restart budget, with slow releases (nil: none)
-	stopsToo   bool       // the budget also takes stops (BudgetOptions.StopsAndStarts)
-	closing    bool       // a client is closed mid-run (its slots go back at Close)
-	slots      slotLog    // when each budget slot was taken and given back
+	snapctl    bool          // the clients act through snapctl, from inside the snap
+	blindCtl   bool          // ... without snap-refresh-observe: snapd refuses them its changes
+	away       time.Duration // snapd stops listening this long, awayAt into the run (0: never)
+	awayAt     time.Duration
+	budget     *schedBudget // every client's restart budget (nil: none)
+	stopsToo   bool         // the budget also takes stops (BudgetOptions.StopsAndStarts)
+	probes     bool         // the budget checks the services' readiness (BudgetOptions.Ready)
+	closing    bool         // a client is closed mid-run (its slots go back at Close)
+	slots      slotLog      // when each budget slot was held
+	sends      sendLog      // every request to act the clients tried to send
 	mu         sync.Mutex
 }
 
-// slotLog records, on the real clock, when each slot of the budget was
-// taken and given back.
-type slotLog struct {
+// sendLog records, on the client side, every request to act a client
+// tried to send, and whether its send-by (a budget fence's confirmation)
+// kept it from being written: snapd's record misses the first kind when
+// snapd is away, and never sees the second.
+type sendLog struct {
 	mu    sync.Mutex
-	spans map[*memSlot]*slotSpan
+	sends []send
 }
 
-type slotSpan struct {
-	key      string
-	from, to time.Time
-	released bool
+type send struct {
+	client  int
+	at      time.Time
+	req     fake.Request // Method, Path and Body only
+	refused bool         // not written: its send-by had passed
 }
 
-func (l *slotLog) taken(s *memSlot) {
+// tried reports whether client tried to send a request doing g at or
+// after from that its send-by did not keep from being written.
+func (l *sendLog) tried(client int, g sig, from time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.spans == nil {
-		l.spans = map[*memSlot]*slotSpan{}
-	}
-	l.spans[s] = &slotSpan{key: s.key, from: time.Now()}
-}
-
-func (l *slotLog) given(s *memSlot) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if sp := l.spans[s]; sp != nil && !sp.released {
-		sp.to, sp.released = time.Now(), true
-	}
-}
-
-// covers reports whether some slot of key was held from before from until
-// after to (real clock).
-func (l *slotLog) covers(key string, from, to time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, sp := range l.spans {
-		if sp.key == key && !sp.from.After(from) && (!sp.released || !sp.to.Before(to)) {
+	for _, sd := range l.sends {
+		if sd.client != client || sd.refused || sd.at.Before(from) {
+			continue
+		}
+		if sg, ok := sigOfRequest(sd.req); ok && sg == g {
 			return true
 		}
 	}
 	return false
+}
+
+// record wraps client i's transport to record its requests to act.
+func (l *sendLog) record(i int) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method != "POST" || r.Body == nil {
+				return rt.RoundTrip(r)
+			}
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return nil, err
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			at := time.Now()
+			rsp, err := rt.RoundTrip(r)
+			l.mu.Lock()
+			l.sends = append(l.sends, send{client: i, at: at, req: fake.Request{Method: r.Method, Path: r.URL.Path, Body: string(body)},
+				refused: err != nil && strings.Contains(err.Error(), "send-by time had passed")})
+			l.mu.Unlock()
+			return rsp, err
+		})
+	}
+}
+
+// dims names the dimensions the schedule exercises (the summary counts
+// schedules per dimension).
+func (s *schedule) dims() []string {
+	var d []string
+	switch {
+	case s.snapctl && s.blindCtl:
+		d = append(d, "snapctl without snap-refresh-observe")
+	case s.snapctl:
+		d = append(d, "snapctl with snap-refresh-observe")
+	case s.version == fake.Version257:
+		d = append(d, "REST without notices")
+	default:
+		d = append(d, "REST with notices")
+	}
+	if s.stateFile && !s.snapctl {
+		d = append(d, "state file watched")
+	}
+	if s.skew != 0 {
+		d = append(d, map[bool]string{false: "clock skew, REST", true: "clock skew, snapctl"}[s.snapctl])
+	}
+	if s.away > 0 {
+		d = append(d, "snapd away longer than a MaxUnreachable")
+		if s.budget != nil {
+			d = append(d, "snapd away during budget holds")
+		}
+	}
+	waits, policies := 0, map[time.Duration]bool{}
+	for _, cl := range s.calls {
+		if cl.wait {
+			waits++
+			policies[s.policies[cl.client].MaxUnreachable] = true
+		}
+	}
+	if waits > 1 && len(policies) > 1 {
+		d = append(d, "shared waits, callers with different policies")
+	}
+	if s.budget != nil {
+		d = append(d, "budget: "+s.budget.behaviour)
+		if s.probes {
+			d = append(d, "budget: readiness probes")
+		}
+	}
+	if s.closing {
+		d = append(d, "Close mid-run")
+	}
+	return d
 }
 
 // hold is an answer held until release after the schedule's start.
@@ -214,8 +330,45 @@ type hold struct {
 // scheduleCounts are printed at the end.
 type scheduleCounts struct {
 	schedules, calls, succeeded, failed, faults, checks, foreignIdentical, outcomeUnknown int
-	waits, budgetedChanges, releasedEarly, worstBlindWindow                               int
-	maxOvershoot                                                                          time.Duration
+	waits, budgetedChanges, worstBlindWindow                                              int
+	// The invariants: each must stay 0.
+	overBound, releasedEarly, grantsWithoutChange, doubled int
+	// What the budget did: grants (unbudgeted among them), refusals, and
+	// changes whose slot the budget took away while they ran.
+	grants, unbudgetedGrants, refusals, lostCovers int
+	maxOvershoot, maxLateness                      time.Duration
+	dims                                           map[string]int
+}
+
+// add adds c's counts to t.
+func (t *scheduleCounts) add(c scheduleCounts) {
+	t.schedules++
+	t.calls += c.calls
+	t.succeeded += c.succeeded
+	t.failed += c.failed
+	t.faults += c.faults
+	t.checks += c.checks
+	t.foreignIdentical += c.foreignIdentical
+	t.outcomeUnknown += c.outcomeUnknown
+	t.waits += c.waits
+	t.budgetedChanges += c.budgetedChanges
+	t.overBound += c.overBound
+	t.releasedEarly += c.releasedEarly
+	t.grantsWithoutChange += c.grantsWithoutChange
+	t.doubled += c.doubled
+	t.grants += c.grants
+	t.unbudgetedGrants += c.unbudgetedGrants
+	t.refusals += c.refusals
+	t.lostCovers += c.lostCovers
+	t.worstBlindWindow = max(t.worstBlindWindow, c.worstBlindWindow)
+	t.maxOvershoot = max(t.maxOvershoot, c.maxOvershoot)
+	t.maxLateness = max(t.maxLateness, c.maxLateness)
+	if t.dims == nil {
+		t.dims = map[string]int{}
+	}
+	for d, n := range c.dims {
+		t.dims[d] += n
+	}
 }
 
 func TestRandomizedSchedules(t *testing.T) {
@@ -227,35 +380,56 @@ func TestRandomizedSchedules(t *testing.T) {
 		if err != nil {
 			t.Fatalf("schedule seed %d: %v\nreplay: SNAPSVC_SCHEDULES=1 SNAPSVC_SCHEDULE_SEED=%d go test -race -run TestRandomizedSchedules ./snapsvc", seed, err, seed)
 		}
-		total.schedules++
-		total.calls += c.calls
-		total.succeeded += c.succeeded
-		total.failed += c.failed
-		total.faults += c.faults
-		total.checks += c.checks
-		total.foreignIdentical += c.foreignIdentical
-		total.outcomeUnknown += c.outcomeUnknown
-		total.waits += c.waits
-		total.budgetedChanges += c.budgetedChanges
-		total.releasedEarly += c.releasedEarly
-		total.worstBlindWindow = max(total.worstBlindWindow, c.worstBlindWindow)
-		total.maxOvershoot = max(total.maxOvershoot, c.maxOvershoot)
+		total.add(c)
 	}
 	t.Logf("schedules %d, calls %d (%d succeeded, %d failed, %d with an unknown outcome; %d shared waits), faults %d, foreign identical changes %d, checks %d",
 		total.schedules, total.calls, total.succeeded, total.failed, total.outcomeUnknown, total.waits, total.faults, total.foreignIdentical, total.checks)
-	t.Logf("max overshoot %v (epsilon %v); slots released while their change ran: %d of %d budgeted changes; worst 1 s window of a blind wait: %d requests (limit 20)",
-		total.maxOvershoot.Round(time.Millisecond), scheduleEpsilon, total.releasedEarly, total.budgetedChanges, total.worstBlindWindow)
+	t.Logf("calls over their bound: %d (max overshoot %v, epsilon %v plus the machine's timer lateness, at most %v); slots released while their change ran or before it was ready: %d of %d budgeted changes; grants without their change: %d of %d grants (%d unbudgeted; %d refusals); doubled restarts: %d; changes whose slot the budget took away while they ran: %d; worst 1 s window of a blind wait: %d requests (limit 20)",
+		total.overBound, total.maxOvershoot.Round(time.Millisecond), scheduleEpsilon, total.maxLateness.Round(time.Millisecond), total.releasedEarly, total.budgetedChanges,
+		total.grantsWithoutChange, total.grants, total.unbudgetedGrants, total.refusals, total.doubled, total.lostCovers, total.worstBlindWindow)
+	var dims []string
+	for d := range total.dims {
+		dims = append(dims, d)
+	}
+	sort.Strings(dims)
+	var b strings.Builder
+	for _, d := range dims {
+		fmt.Fprintf(&b, "\n  %4d  %s", total.dims[d], d)
+	}
+	t.Logf("schedules per dimension:%s", b.String())
 	if after := settledLeakCounts(before); after.exceeds(before) {
 		t.Errorf("leak over the schedules: before %+v, after %+v", before, after)
 	}
 	if n >= 100 && (total.succeeded == 0 || total.failed == 0 || total.faults == 0) {
 		t.Fatalf("schedules too tame to show anything: %+v", total)
 	}
+	if n >= 1000 {
+		for _, d := range scheduleDimensions {
+			if total.dims[d] == 0 {
+				t.Errorf("no schedule of %d exercised %q", n, d)
+			}
+		}
+	}
+}
+
+// scheduleDimensions are the dimensions a full run must exercise.
+var scheduleDimensions = []string{
+	"REST with notices", "REST without notices", "state file watched",
+	"snapctl with snap-refresh-observe", "snapctl without snap-refresh-observe",
+	"clock skew, REST", "clock skew, snapctl",
+	"snapd away longer than a MaxUnreachable", "snapd away during budget holds",
+	"shared waits, callers with different policies", "Close mid-run",
+	"budget: " + budgetGrant, "budget: " + budgetUnbudgeted, "budget: " + budgetFailOpen, "budget: " + budgetLost,
+	"budget: " + budgetSlowFence, "budget: " + budgetExpired, "budget: " + budgetRefused, "budget: " + budgetSlowFree,
+	"budget: readiness probes",
 }
 
 func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	s := planSchedule(seed)
 	opts := []fake.Option{fake.WithVersion(s.version), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: s.apps})}
+	if s.blindCtl {
+		opts = append(opts, fake.WithSnapSocketObserveDenied())
+	}
 	if s.skew != 0 {
 		opts = append(opts, fake.WithClock(skewedClock{s.skew}))
 	}
@@ -281,14 +455,25 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	}()
 	s.clientList = clients
 	if s.skew != 0 {
+		// A daemon that has run a while: each client has made changes of
+		// its own, and learned from them how snapd's clock reads (in
+		// snapctl mode it finds its second by snapd's change counter,
+		// which the first's listing told it).
+		warm := 1
+		if s.snapctl {
+			warm = 2
+		}
 		for i, c := range clients {
-			if _, err := c.Restart(context.Background(), []string{"k8s.k8s-warm"}, snapsvc.RestartOptions{}); err != nil {
-				return scheduleCounts{}, fmt.Errorf("client %d's first change: %w", i, err)
+			for range warm {
+				if _, err := c.Restart(context.Background(), []string{"k8s.k8s-warm"}, snapsvc.RestartOptions{}); err != nil {
+					return scheduleCounts{}, fmt.Errorf("client %d's warm-up change: %w", i, err)
+				}
 			}
 		}
 	}
 	held := s.injectFaults(srv)
 	base := time.Now()
+	lateness := startLatenessProbe()
 	var wg sync.WaitGroup
 	// The workload: calls, foreign changes and daemon-level faults, each
 	// at its time after the start.
@@ -304,6 +489,7 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 		}()
 	}
 	wg.Wait()
+	late := lateness.stop()
 	for _, ch := range held {
 		s.release(ch)
 	}
@@ -326,7 +512,7 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	if err := srv.WaitIdle(ctx); err != nil {
 		return scheduleCounts{}, fmt.Errorf("snapd never idle: %v", err)
 	}
-	counts, err := s.check(srv)
+	counts, err := s.check(srv, late)
 	if err != nil || s.budget == nil {
 		return counts, err
 	}
@@ -335,12 +521,9 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	for _, c := range clients {
 		c.Close()
 	}
-	s.budget.mu.Lock()
-	defer s.budget.mu.Unlock()
-	for key, held := range s.budget.held {
-		if len(held) > 0 {
-			return counts, fmt.Errorf("restart budget: %d slot(s) of %s still held after every client was closed (faults %v)", len(held), key, s.faults)
-		}
+	s.budget.close()
+	if n := s.budget.stillHeld(); n > 0 {
+		return counts, fmt.Errorf("restart budget: %d slot(s) still held after every client was closed (faults %v)", n, s.faults)
 	}
 	counts.checks++
 	return counts, nil
@@ -352,9 +535,21 @@ func planSchedule(seed uint64) *schedule {
 	s := &schedule{seed: seed, rng: rng}
 	s.version = []fake.Version{fake.Version257, fake.Version268, fake.Version277}[rng.IntN(3)]
 	s.stateFile = rng.IntN(2) == 0
+	if rng.IntN(3) == 0 {
+		// Inside the snap: snapctl, with or without snap-refresh-observe
+		// (on 2.57 the snap socket refuses the changes to everyone).
+		s.snapctl = true
+		s.blindCtl = s.version == fake.Version257 || rng.IntN(2) == 0
+		s.stateFile = false // a confined snap cannot see /var/lib/snapd
+	}
 
 	if rng.IntN(8) == 0 {
 		s.late = time.Duration(1+rng.IntN(30)) * time.Millisecond
+	} else if rng.IntN(8) == 0 {
+		// snapd goes away mid-run for longer than some clients'
+		// MaxUnreachable (50 ms or 500 ms), while their changes, and
+		// budget slots held in the background, go on.
+		s.away, s.awayAt = time.Duration(100+rng.IntN(500))*time.Millisecond, time.Duration(rng.IntN(30))*time.Millisecond
 	} else if rng.IntN(4) == 0 {
 		// snapd's clock ahead or behind the client's, by up to a second.
 		// Each client has made a change of its own before the workload
@@ -405,30 +600,12 @@ func planSchedule(seed uint64) *schedule {
 		s.calls = append(s.calls, &call{wait: true, client: rng.IntN(s.clients), delay: time.Duration(rng.IntN(20)) * time.Millisecond,
 			timeout: time.Duration(20+rng.IntN(300)) * time.Millisecond})
 	}
-	if rng.IntN(5) == 0 {
-		// A restart budget whose releases are slow, as a lease revoke is
-		// when etcd is unreachable: no call may wait for one past its
-		// bound, and every slot is back once the clients are closed.
-		s.budget = newMemBudget(100)
+	if rng.IntN(3) == 0 {
+		// A restart budget, one behaviour of the budgetBehaviours per
+		// schedule; every call must keep its promises under each.
+		s.budget = newSchedBudget(budgetBehaviours[rng.IntN(len(budgetBehaviours))], rng.Uint64(), &s.slots)
 		s.stopsToo = rng.IntN(2) == 0
-		s.budget.acquired = s.slots.taken
-		seed := rng.Uint64()
-		var mu sync.Mutex
-		r := rand.New(rand.NewPCG(seed, seed))
-		s.budget.release = func(ctx context.Context, ms *memSlot, _ int) error {
-			mu.Lock()
-			d := time.Duration(r.IntN(300)) * time.Millisecond
-			mu.Unlock()
-			s.slots.given(ms)     // the slot stops counting as held when its release begins
-			t := time.NewTimer(d) // the revoke's own duration, not synchronisation
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			}
-		}
+		s.probes = rng.IntN(3) == 0
 	}
 	return s
 }
@@ -478,6 +655,9 @@ func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client
 	var out []*snapsvc.Client
 	for i := 0; i < s.clients; i++ {
 		sock := srv.SocketPath()
+		if s.snapctl {
+			sock = srv.SnapSocketPath()
+		}
 		if s.separate[i] {
 			// Another path to the same socket: a lock registry of its own,
 			// as another process has, sharing the file locks.
@@ -486,20 +666,46 @@ func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client
 				return nil, err
 			}
 			t.Cleanup(func() { os.RemoveAll(dir) })
-			sock = filepath.Join(dir, "snapd.socket")
-			if err := os.Symlink(srv.SocketPath(), sock); err != nil {
+			target := sock
+			sock = filepath.Join(dir, filepath.Base(target))
+			if err := os.Symlink(target, sock); err != nil {
 				return nil, err
 			}
 		}
-		opts := []snapsvc.Option{snapsvc.WithSocket(sock), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithPolicy(s.policies[i]),
-			snapsvc.WithPollInterval(2 * time.Millisecond), snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".locks")),
-			snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithTransport(userAgent(clientAgent(i)))}
+		opts := []snapsvc.Option{snapsvc.WithPolicy(s.policies[i]), snapsvc.WithPollInterval(2 * time.Millisecond),
+			snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".locks")), snapsvc.WithTransport(chain(userAgent(clientAgent(i)), s.sends.record(i)))}
+		if s.snapctl {
+			// Inside the snap: snapctl on the snap socket, which is also
+			// where the changes are read from (and refused, without
+			// snap-refresh-observe); no state file.
+			opts = append(opts, snapsvc.WithSnapSocket(sock), snapsvc.WithCookie(srv.Cookie("k8s")), snapsvc.WithSnap("k8s"), snapsvc.WithMode(snapsvc.ModeSnapctl))
+		} else {
+			opts = append(opts, snapsvc.WithSocket(sock), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithStateFile(srv.StateFile()))
+		}
 		if os.Getenv("SNAPSVC_SCHEDULE_LOG") != "" {
 			// Replaying a seed: the library's log on stderr.
 			opts = append(opts, snapsvc.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i)))
 		}
 		if s.budget != nil {
-			opts = append(opts, snapsvc.WithRestartBudget(s.budget, snapsvc.BudgetOptions{StopsAndStarts: s.stopsToo}))
+			bo := snapsvc.BudgetOptions{StopsAndStarts: s.stopsToo}
+			if s.probes {
+				// A service is ready once snapd reports it active (stops
+				// under StopsAndStarts keep their slots for the start).
+				bo.Ready = func(name string) probe.Probe {
+					snap, app, _ := strings.Cut(name, ".")
+					return probe.Func("active "+name, func(context.Context) error {
+						if app == "" {
+							return nil
+						}
+						if st, ok := srv.Service(snap, app); !ok || !st.Active {
+							return errors.New(name + " not active")
+						}
+						return nil
+					})
+				}
+				bo.Probe = probe.Options{Interval: 5 * time.Millisecond, MaxWait: time.Second}
+			}
+			opts = append(opts, snapsvc.WithRestartBudget(s.budget, bo))
 		}
 		c, err := snapsvc.New(opts...)
 		if err != nil {
@@ -522,6 +728,16 @@ func userAgent(ua string) func(http.RoundTripper) http.RoundTripper {
 			r.Header.Set("User-Agent", ua)
 			return rt.RoundTrip(r)
 		})
+	}
+}
+
+// chain applies the transport wrappers in order (the first outermost).
+func chain(wraps ...func(http.RoundTripper) http.RoundTripper) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		for i := len(wraps) - 1; i >= 0; i-- {
+			rt = wraps[i](rt)
+		}
+		return rt
 	}
 }
 
@@ -655,6 +871,11 @@ func (s *schedule) plantEvents(srv *fake.Server, base time.Time, wg *sync.WaitGr
 		body := cl.sig.body()
 		at(d, func() { postApps(srv.SocketPath(), body) })
 	}
+	if s.away > 0 {
+		s.faults = append(s.faults, fmt.Sprintf("snapd away %v", s.away))
+		at(s.awayAt, srv.StopListening)
+		at(s.awayAt+s.away, func() { srv.StartListening() })
+	}
 	if rng.IntN(6) == 0 {
 		// Close racing the calls: the Client stays usable, and nothing
 		// it opened outlives the schedule (the leak check).
@@ -683,7 +904,7 @@ func (s *schedule) plantEvents(srv *fake.Server, base time.Time, wg *sync.WaitGr
 
 // run makes one call and records it.
 func (s *schedule) run(srv *fake.Server, c *snapsvc.Client, cl *call) {
-	ctx := context.Background()
+	ctx := context.WithValue(context.Background(), callKey{}, cl)
 	if cl.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cl.timeout)
@@ -723,8 +944,11 @@ func (s *schedule) run(srv *fake.Server, c *snapsvc.Client, cl *call) {
 }
 
 // check verifies every call of the schedule against the fake's record.
-func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
-	counts := scheduleCounts{schedules: 1, faults: len(s.faults)}
+func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, error) {
+	counts := scheduleCounts{schedules: 1, faults: len(s.faults), maxLateness: late, dims: map[string]int{}}
+	for _, d := range s.dims() {
+		counts.dims[d]++
+	}
 	changes := map[string]fake.ChangeInfo{}
 	for _, ci := range srv.Changes() {
 		changes[ci.ID] = ci
@@ -733,8 +957,10 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 	// handles the POST, whatever becomes of the answer.
 	creator := map[string]fake.Request{}
 	for _, r := range srv.Requests() {
-		if r.Method == "POST" && r.Path == "/v2/apps" && r.Change != "" {
-			creator[r.Change] = r
+		if r.Method == "POST" && (r.Path == "/v2/apps" || r.Path == "/v2/snapctl") && r.Made != "" {
+			if _, ok := sigOfRequest(r); ok {
+				creator[r.Made] = r
+			}
 		}
 	}
 	claimed := map[string]int{}
@@ -749,8 +975,12 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 			return fail(i, "did not return within %v", callBound)
 		}
 		counts.maxOvershoot = max(counts.maxOvershoot, cl.overshoot(s))
-		if cl.overshoot(s) > scheduleEpsilon {
-			return fail(i, "returned after %v, %v past its bound of %v (epsilon %v)", cl.took, cl.overshoot(s), cl.bound(s), scheduleEpsilon)
+		// A call may return past its bound by the epsilon, and by however
+		// late the machine's own timers fired meanwhile (a busy machine
+		// delays every goroutine, the call's as much as the test's).
+		if cl.overshoot(s) > scheduleEpsilon+late {
+			counts.overBound++
+			return fail(i, "returned after %v, %v past its bound of %v (epsilon %v; timers fired up to %v late meanwhile)", cl.took, cl.overshoot(s), cl.bound(s), scheduleEpsilon, late)
 		}
 		counts.checks++
 		if cl.wait {
@@ -769,12 +999,13 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 		// while the call ran, not by the foreign requester.
 		var own []string
 		for id, r := range creator {
-			if g, ok := sigOf(r.Body); ok && g == cl.sig && r.UserAgent != foreignAgent && !r.Time.Before(cl.start) && !r.Time.After(cl.end) {
+			if g, ok := sigOfRequest(r); ok && g == cl.sig && r.UserAgent != foreignAgent && !r.Time.Before(cl.start) && !r.Time.After(cl.end) {
 				own = append(own, id)
 			}
 		}
 		counts.checks++
 		if len(own) > 1 {
+			counts.doubled++
 			return fail(i, "made %d changes (%v) for one call", len(own), own)
 		}
 		if cl.err != nil {
@@ -803,8 +1034,17 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 		counts.succeeded++
 		res := cl.res
 		counts.checks += 6
-		if res.Queued || res.ChangeID == "" {
-			return fail(i, "success without a change")
+		if res.Queued {
+			return fail(i, "queued outside a hook")
+		}
+		if res.ChangeID == "" {
+			// snapctl names no change; where snapd refuses this client its
+			// changes it cannot name one either. snapd's record must show
+			// the call's own change done.
+			if !s.snapctl || len(own) != 1 || changes[own[0]].Status != "Done" {
+				return fail(i, "success without a change (own changes %v)", own)
+			}
+			continue
 		}
 		chg, ok := changes[res.ChangeID]
 		if !ok {
@@ -854,6 +1094,9 @@ func (s *schedule) check(srv *fake.Server) (scheduleCounts, error) {
 	if err := s.checkSlots(&counts, changes, creator); err != nil {
 		return counts, err
 	}
+	if err := s.checkGrants(&counts); err != nil {
+		return counts, err
+	}
 	counts.worstBlindWindow = s.blindWindow(srv)
 	if counts.worstBlindWindow > 20 {
 		return counts, fmt.Errorf("a blind wait made %d requests within one second (limit 20); faults %v", counts.worstBlindWindow, s.faults)
@@ -886,10 +1129,12 @@ func busyThroughout(changes map[string]fake.ChangeInfo, from, to time.Time) stri
 }
 
 // checkSlots checks, under a restart budget, that the slot of every
-// change a budgeted call made was held while the change ran: from before
-// it was spawned until it was ready (issue 25 defect 1). Schedules that
-// close a client mid-run are left out: Close gives every slot back, a
-// bound the user sets.
+// change a budgeted call made was held, by the client that made it, while
+// the change ran: from before it was spawned until it was ready (issue 25
+// defect 1, issue 33). A change whose slot the budget itself took away
+// while it ran is counted, not failed (nothing is promised past a lost
+// slot). Schedules that close a client mid-run are left out: Close gives
+// every slot back, a bound the user sets.
 func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.ChangeInfo, creator map[string]fake.Request) error {
 	if s.budget == nil || s.closing {
 		return nil
@@ -898,15 +1143,24 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 		if r.UserAgent == foreignAgent {
 			continue
 		}
-		g, ok := sigOf(r.Body)
+		client := -1
+		for i := range s.clients {
+			if r.UserAgent == clientAgent(i) {
+				client = i
+			}
+		}
+		g, ok := sigOfRequest(r)
 		// Restarts: a stop takes slots only for the services it finds
 		// running, which the record does not say.
-		if !ok || g.action != "restart" {
+		if !ok || g.action != "restart" || client < 0 {
 			continue
 		}
 		ci := changes[id]
 		if !ci.Ready || ci.Status != "Done" {
 			continue // a failed change's slot may go as soon as it failed
+		}
+		if strings.Contains(g.names, "k8s-warm") {
+			continue // the warm-up, before the workload
 		}
 		counts.budgetedChanges++
 		// snapd's clock is s.skew off the client's.
@@ -924,11 +1178,62 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 		}
 		for _, key := range keys {
 			counts.checks++
-			if !s.slots.covers(key, spawn, ready) {
+			covered, lost := s.slots.covers(key, client, spawn, ready)
+			switch {
+			case covered:
+			case lost:
+				counts.lostCovers++
+			default:
 				counts.releasedEarly++
-				return fmt.Errorf("restart budget: no slot of %s was held through change %s (%s, %v to %v): released while it ran; faults %v",
-					key, id, g, spawn.Format("15:04:05.000"), ready.Format("15:04:05.000"), s.faults)
+				return fmt.Errorf("restart budget: no slot of %s was held by client %d through change %s (%s, %v to %v): released while it ran; faults %v",
+					key, client, id, g, spawn.Format("15:04:05.000"), ready.Format("15:04:05.000"), s.faults)
 			}
+		}
+	}
+	return nil
+}
+
+// checkGrants checks that every slot the budget granted led to the
+// request it was for: after its grant, the call tried to send a request to
+// act that its send-by did not keep from being written (the client's own
+// record: snapd's misses what was sent while it was away), unless the
+// budget itself stopped it (a *BudgetError: a fence that failed, a lost
+// slot), it merged into an identical restart, or its bound ended before
+// its first attempt. Issue 33, defect 1, was a grant made without the
+// coordination service that never sent its request: its fence's
+// confirmation overflowed and every write was refused, 17,000 attempts
+// that snapd never saw.
+func (s *schedule) checkGrants(counts *scheduleCounts) error {
+	if s.budget == nil {
+		return nil
+	}
+	for _, g := range s.budget.allGrants() {
+		if g.refused {
+			counts.refusals++
+			if g.call != nil && g.call.err == nil {
+				return fmt.Errorf("restart budget: call %s succeeded although the budget refused its key %s", g.call.sig, g.key)
+			}
+			continue
+		}
+		counts.grants++
+		if g.unbudgeted {
+			counts.unbudgetedGrants++
+		}
+		cl := g.call
+		if cl == nil || cl.wait {
+			continue // a warm-up restart
+		}
+		counts.checks++
+		switch {
+		case s.sends.tried(cl.client, cl.sig, g.at):
+		case isBudgetError(cl.err):
+		case cl.res != nil && cl.res.Shared:
+		case cl.err != nil && !cl.triedAny(s):
+			// The call's bound ended before its first attempt.
+		default:
+			counts.grantsWithoutChange++
+			return fmt.Errorf("restart budget: slot of %s granted to call %s (client %d), which sent no request to act after it (result %+v, error %v); faults %v",
+				g.key, cl.sig, cl.client, cl.res, cl.err, s.faults)
 		}
 	}
 	return nil
@@ -938,14 +1243,15 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 // within one second: refusals of a wait that cannot see its blocker
 // (snapd 2.57 with no state file). 0 where no wait was blind.
 func (s *schedule) blindWindow(srv *fake.Server) int {
-	if s.version != fake.Version257 || s.stateFile {
+	blind := s.blindCtl || (!s.snapctl && s.version == fake.Version257 && !s.stateFile)
+	if !blind {
 		return 0
 	}
 	worst := 0
 	for i := 0; i < s.clients; i++ {
 		var times []time.Time
 		for _, r := range srv.Requests() {
-			if r.UserAgent == clientAgent(i) && r.Method == "POST" && r.Path == "/v2/apps" && r.Status >= 400 {
+			if r.UserAgent == clientAgent(i) && r.Method == "POST" && (r.Path == "/v2/apps" || r.Path == "/v2/snapctl") && r.Status >= 400 {
 				times = append(times, r.Time)
 			}
 		}
@@ -1019,4 +1325,39 @@ func settledLeakCounts(before leaks) leaks {
 		time.Sleep(50 * time.Millisecond) // waiting for asynchronous closes, not synchronising
 	}
 	return l
+}
+
+// latenessProbe measures how late the machine's timers fire while a
+// schedule runs: a timer of 5 ms, again and again, on its own goroutine.
+// A call's return can be no less late than that.
+type latenessProbe struct {
+	stopped chan struct{}
+	done    chan time.Duration
+}
+
+func startLatenessProbe() *latenessProbe {
+	p := &latenessProbe{stopped: make(chan struct{}), done: make(chan time.Duration, 1)}
+	go func() {
+		var worst time.Duration
+		const tick = 5 * time.Millisecond
+		for {
+			due := time.Now().Add(tick)
+			t := time.NewTimer(tick)
+			select {
+			case <-t.C:
+				worst = max(worst, time.Since(due))
+			case <-p.stopped:
+				t.Stop()
+				p.done <- worst
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the probe and returns the latest a timer fired.
+func (p *latenessProbe) stop() time.Duration {
+	close(p.stopped)
+	return <-p.done
 }
