@@ -252,7 +252,8 @@ func (s *Server) StartListening() error {
 	s.stopping = make(chan struct{})
 	s.servers = nil
 	s.listeners = lns
-	s.serving = &sync.WaitGroup{}
+	serving := &sync.WaitGroup{}
+	s.serving = serving
 	for i, ln := range lns {
 		sock := "main"
 		if i == 1 {
@@ -261,10 +262,10 @@ func (s *Server) StartListening() error {
 		srv := &http.Server{Handler: s.handler(sock), ReadHeaderTimeout: time.Minute, ConnState: s.trackConn}
 		s.servers = append(s.servers, srv)
 		s.handlers.Add(1)
-		s.serving.Add(1)
-		go func() {
+		serving.Add(1)
+		go func() { // reads nothing of s unlocked: a later StartListening replaces s.serving
 			defer s.handlers.Done()
-			defer s.serving.Done()
+			defer serving.Done()
 			srv.Serve(ln)
 		}()
 	}
