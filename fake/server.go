@@ -247,6 +247,16 @@ func (s *Server) StartListening() error {
 			}
 			return fmt.Errorf("fake snapd: cannot listen on %s: %w", p, err)
 		}
+		// Anyone may connect, as to snapd's sockets: systemd creates
+		// both with SocketMode=0666 (data/systemd/snapd.socket); snapd
+		// itself refuses what a caller may not do.
+		if err := os.Chmod(p, 0o666); err != nil {
+			ln.Close()
+			for _, l := range lns {
+				l.Close()
+			}
+			return fmt.Errorf("fake snapd: %w", err)
+		}
 		lns = append(lns, ln)
 	}
 	s.stopping = make(chan struct{})
