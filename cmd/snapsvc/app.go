@@ -35,6 +35,9 @@ type env struct {
 	// snapdRoot, when set (by tests), is where the library looks for an
 	// installed snapd when the socket is missing (snapsvc.WithSnapdRoot).
 	snapdRoot string
+	// geteuid, when set (by tests), is os.Geteuid: errors suggest sudo to
+	// a user who is not root.
+	geteuid func() int
 }
 
 // app is one invocation: the environment and the global flags.
