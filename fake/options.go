@@ -130,6 +130,11 @@ func parseVersion(s string) [3]int {
 	return out
 }
 
+// logsRefuseNonPositive: from 2.73 GET /v2/logs refuses n <= 0 other
+// than -1 ("all"): canonical/snapd 337d069c7a, "daemon: reject
+// /v2/logs?n=N where N <= 0, except -1".
+func (v Version) logsRefuseNonPositive() bool { return v.atLeast("2.73") }
+
 // hasNotices: the notices API and change-update notices came with 2.62.
 func (v Version) hasNotices() bool { return v.atLeast(Version262) }
 
