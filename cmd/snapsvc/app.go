@@ -106,12 +106,10 @@ func (a *app) newRoot() *cobra.Command {
 		Short:       "Start, stop and restart snap services, waiting out snapd's change conflicts",
 		Long:        rootLong,
 		Annotations: map[string]string{clistyle.ManLong: rootManLong},
-		// "snapsvc" alone (or with flags only) prints the usage on
-		// stderr and exits 2.
+		// "snapsvc" alone (or with flags only) prints the help on
+		// stdout and exits 0, as snap does.
 		RunE: func(c *cobra.Command, _ []string) error {
-			c.SetOut(a.stderr)
-			c.Usage()
-			return &clistyle.UsageError{Msg: "no command given", Cmd: "snapsvc"}
+			return c.Help()
 		},
 	}
 	clistyle.Apply(root)
@@ -129,7 +127,7 @@ func (a *app) newRoot() *cobra.Command {
 	pf.Var(&choiceFlag{v: &a.logFormat, choices: []string{"text", "json"}}, "log-format", "the `FORMAT` of -v's log: text (slog's key=value lines) or json (one JSON object per line)")
 	root.Flags().SortFlags = false
 
-	snapCmds := []*cobra.Command{a.servicesCmd(), a.startCmd(), a.stopCmd(), a.restartCmd(),
+	snapCmds := []*cobra.Command{a.servicesCmd(), a.logsCmd(), a.startCmd(), a.stopCmd(), a.restartCmd(),
 		a.changesCmd(), a.tasksCmd(), a.watchCmd(), a.abortCmd(), a.versionCmd()}
 	for _, c := range snapCmds {
 		c.GroupID = groupSnap

@@ -24,7 +24,8 @@ those that touch the snap, changes made through snapctl included.
 
 --in-progress lists only the changes not ready yet: those a service command
 would wait for.`,
-		Args: cobra.MaximumNArgs(1),
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: a.completeSnaps,
 		RunE: func(c *cobra.Command, pos []string) error {
 			if all {
 				a.deprecated("changes --all", `"snapsvc changes" (it lists every change now, as snap does)`)

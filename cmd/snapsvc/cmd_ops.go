@@ -165,6 +165,27 @@ func doneContext(ctx context.Context) context.Context {
 	return ctx
 }
 
+// completeSnaps completes the one SNAP of changes and wait-idle: the
+// snaps with services snapd lists, when it answers within a second (snap
+// completes every installed snap; snapsvc's commands are about services).
+func (a *app) completeSnaps(c *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	svcs, _ := completionRead(c, a, func(ctx context.Context, cl *snapsvc.Client) ([]snapsvc.Service, error) {
+		return cl.Services(ctx)
+	})
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range svcs {
+		if !seen[s.Snap] && strings.HasPrefix(s.Snap, prefix) {
+			seen[s.Snap] = true
+			out = append(out, s.Snap)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
 // completeNames completes service names from snapd, when it answers
 // within a second.
 func (a *app) completeNames(c *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {

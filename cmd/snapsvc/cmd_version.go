@@ -62,16 +62,8 @@ func (a *app) snapdVersion(ctx context.Context) snapdVersion {
 	out := snapdVersion{Socket: a.socketPath()}
 	ctx, cancel := context.WithTimeout(ctx, snapdVersionWait)
 	defer cancel()
-	c := snapd.New(out.Socket)
-	defer c.CloseIdleConnections()
-	switch {
-	case a.snapdRoot != "":
-		c.CheckInstalled(a.snapdRoot)
-	case out.Socket == snapd.DefaultSocket || out.Socket == snapd.DefaultSnapSocket:
-		c.CheckInstalled("/")
-	case a.socket == "" && a.getenv(snapsvc.EnvRoot) != "":
-		c.CheckServed() // as the library judges a socket under the root
-	}
+	c := a.wire(out.Socket)
+	defer c.Close()
 	info, err := c.SystemInfo(ctx)
 	if err != nil {
 		out.Error = a.versionError(err)
@@ -79,6 +71,22 @@ func (a *app) snapdVersion(ctx context.Context) snapdVersion {
 	}
 	out.Version = info.Version
 	return out
+}
+
+// wire is a wire client of socket, for the requests the library does not
+// make (system-info, logs), judging a missing socket as the library does:
+// snapd not installed, or under $SNAPPY_GLOBAL_ROOT a missing directory.
+func (a *app) wire(socket string) *snapd.Client {
+	c := snapd.New(socket)
+	switch {
+	case a.snapdRoot != "":
+		c.CheckInstalled(a.snapdRoot)
+	case socket == snapd.DefaultSocket || socket == snapd.DefaultSnapSocket:
+		c.CheckInstalled("/")
+	case a.socket == "" && a.getenv(snapsvc.EnvRoot) != "":
+		c.CheckServed() // as the library judges a socket under the root
+	}
+	return c
 }
 
 // versionError says why snapd's version is unknown in a few words: not

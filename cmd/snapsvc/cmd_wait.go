@@ -161,7 +161,8 @@ func (a *app) waitIdleCmd() *cobra.Command {
 		Long: `The wait-idle command returns once no change in progress touches SNAP
 (changes made through snapctl included): what a service command on SNAP
 would wait for first.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeSnaps,
 		RunE: func(c *cobra.Command, pos []string) error {
 			snap, err := snapArg("wait-idle", pos[0])
 			if err != nil {

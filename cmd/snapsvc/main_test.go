@@ -85,6 +85,7 @@ func TestScripts(t *testing.T) {
 			"await":           cmdAwait,
 			"proxy-reset":     cmdProxyReset,
 			"fake-listening":  cmdFakeListening,
+			"fake-log":        cmdFakeLog,
 			"as-nobody":       cmdAsNobody,
 			"exits":           clistyletest.Exits,
 		},
@@ -309,4 +310,14 @@ func cmdAsNobody(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Setenv("NOBODY_BIN", bin)
 	}
 	clistyletest.Exits(ts, false, append([]string{args[0], "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", bin}, args[2:]...))
+}
+
+// fake-log SNAP.APP MESSAGE: add a line to the service's journal, as the
+// service's own output (snap logs shows it).
+func cmdFakeLog(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: fake-log SNAP.APP MESSAGE")
+	}
+	snap, app := splitService(ts, args[0])
+	ts.Check(h(ts).srv.AppendLog(snap, app, args[1]))
 }
