@@ -46,7 +46,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var f serveFlags
 	ran := false
 	root := &cobra.Command{
-		Use:   "fakesnapd",
+		Use: "fakesnapd",
+		Example: `  fakesnapd --root /tmp/root &                 # sockets in /tmp/root/run
+  SNAPPY_GLOBAL_ROOT=/tmp/root snapsvc services
+  fakesnapd ctl --root /tmp/root hold configure-snap k8s`,
 		Short: "Serve snapsvc's fake snapd on real Unix sockets",
 		Long: `fakesnapd serves snapsvc's fake snapd (package fake) on real Unix sockets, so
 the real snap client, curl, the snapsvc CLI or a script can be pointed at it,
@@ -71,7 +74,10 @@ with a control socket for "fakesnapd ctl". Ctrl-C removes the sockets.
 	root.Flags().StringArrayVar(&f.snapYAMLs, "snap-yaml", nil, "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
 	root.Flags().BoolVar(&f.asJSON, "json", false, "print one JSON line describing the sockets instead of the text help")
 	root.AddCommand(&cobra.Command{
-		Use:                "ctl (--dir D | --root R) COMMAND [ARGS]",
+		Use: "ctl (--dir D | --root R) COMMAND [ARGS]",
+		Example: `  id=$(fakesnapd ctl --root /tmp/root hold configure-snap k8s)
+  fakesnapd ctl --root /tmp/root finish "$id"
+  fakesnapd ctl --root /tmp/root restart 2s   # snapd away for 2 s`,
 		Short:              "Drive a running fakesnapd through its control socket",
 		Long:               ctlUsage,
 		DisableFlagParsing: true, // ctl reads its own flags

@@ -102,7 +102,11 @@ var (
 // newRoot builds the command tree for one invocation.
 func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:         "snapsvc",
+		Use: "snapsvc",
+		Example: `  snapsvc services k8s                         # as snap services
+  snapsvc restart k8s.kubelet                  # waits out changes that hold k8s
+  snapsvc --json --timeout 2m restart k8s      # one JSON document; exit 3: try later
+  snapsvc logs -f k8s.kubelet                  # as snap logs -f`,
 		Short:       "Start, stop and restart snap services, waiting out snapd's change conflicts",
 		Long:        rootLong,
 		Annotations: map[string]string{clistyle.ManLong: rootManLong},

@@ -31,7 +31,9 @@ const snapdVersionWait = 5 * time.Second
 
 func (a *app) versionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
+		Use: "version",
+		Example: `  snapsvc version
+  SNAPPY_GLOBAL_ROOT=/tmp/root snapsvc version --json   # a fakesnapd --root /tmp/root`,
 		Short: "Show version details",
 		Long: `The version command prints snapsvc's version (as --version does) and snapd's,
 when snapd answers within 5 seconds, as snap version does.`,
