@@ -515,7 +515,8 @@ check_packages() {
 		/usr/share/man/man1/snapsvc-rollout.1.gz /usr/share/man/man1/snapsvc-rollout-status.1.gz \
 		/usr/share/man/man1/snapsvc-rollout-pause.1.gz /usr/share/bash-completion/completions/snapsvc-rollout \
 		/usr/share/zsh/vendor-completions/_snapsvc-rollout /usr/share/fish/vendor_completions.d/snapsvc-rollout.fish \
-		/usr/share/man/man1/fakesnapd.1.gz /usr/share/doc/snapsvc-fakesnapd/copyright; do
+		/usr/share/man/man1/fakesnapd.1.gz /usr/share/doc/snapsvc-fakesnapd/copyright /usr/bin/rollout-demo \
+		/usr/share/man/man1/rollout-demo.1.gz /usr/share/man/man1/snapsvc-rollout-list.1.gz; do
 		inside test -s "$f" || { say "the packages did not install $f"; return 1; }
 	done
 	# Each package's man pages are its own (dpkg -S names the owner).
@@ -534,6 +535,12 @@ check_packages() {
 		{ say "snapsvc --version does not say the package's version $debv"; return 1; }
 	say "\$ snapsvc-rollout --version"
 	inside /usr/bin/snapsvc-rollout --version || return 1
+	# rollout-demo packaged: without an installed etcd it says what to
+	# install (it cannot build etcd's server there).
+	say "\$ rollout-demo --serve   (no etcd installed)"
+	inside sh -c 'ROLLOUT_DEMO_ETCD= rollout-demo --serve 2>&1; echo "exit $?"' | tee "$work/demo.out"
+	grep -q "needs etcd: install it (Debian: apt install etcd-server" "$work/demo.out" && grep -qx "exit 1" "$work/demo.out" ||
+		{ say "the packaged rollout-demo without etcd does not say what to install"; return 1; }
 	# The man page renders, and the completion script defines its function.
 	inside sh -c 'zcat /usr/share/man/man1/snapsvc-rollout.1.gz | grep -q "^\.TH \"SNAPSVC-ROLLOUT\""' ||
 		{ say "snapsvc-rollout.1.gz is not snapsvc-rollout's man page"; return 1; }
