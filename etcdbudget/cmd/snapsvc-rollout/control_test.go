@@ -96,7 +96,10 @@ func TestControlUsageAndUnreachable(t *testing.T) {
 	if code != exitRetryable || !strings.Contains(errb.String(), "http://127.0.0.1:1: ") || !strings.Contains(errb.String(), "connection refused") {
 		t.Fatalf("unreachable etcd: exit %d (%s)", code, errb.String())
 	}
-	if d := time.Since(start); d > 4*time.Second {
+	// Within the 2s bound; the 15s Unreachable (or v0.2's 10s) is what a
+	// bound not applied would take, so 9s leaves a loaded machine its
+	// margin.
+	if d := time.Since(start); d > 9*time.Second {
 		t.Errorf("unreachable etcd: %s, want within the 2s bound", d)
 	}
 	t.Logf("unreachable: %s", errb.String())
