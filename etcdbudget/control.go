@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,36 @@ import (
 func (b *Budget) pauseKey(key string) string        { return b.cfg.Prefix + key + "#pause" }
 func (b *Budget) participantsDir(key string) string { return b.cfg.Prefix + key + "#participants/" }
 func (b *Budget) pinKey(key string) string          { return b.cfg.Prefix + key + "#max" }
+
+// Keys lists the budget's keys that have anything in etcd under the
+// prefix: holders or waiters, a pause, a pinned max-unavailable, machines
+// that joined, a vanished holder's lock-delay; sorted, each once. It
+// reads key names only (one range request, keys only), retried as Status
+// is while etcd is unreachable.
+func (b *Budget) Keys(ctx context.Context) ([]string, error) {
+	var resp *clientv3.GetResponse
+	err := b.retryControl(ctx, "listing the keys under "+b.cfg.Prefix, func(actx context.Context) (err error) {
+		resp, err = b.cfg.Client.Get(actx, b.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	keys := []string{}
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), b.cfg.Prefix)
+		if i := strings.IndexAny(rest, "/#"); i >= 0 {
+			rest = rest[:i]
+		}
+		if rest != "" && !seen[rest] {
+			seen[rest] = true
+			keys = append(keys, rest)
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
 
 // lockDelayDir is where a key's lock-delay guards live (budget.go's
 // layout; read here only for Status).

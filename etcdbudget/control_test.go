@@ -410,3 +410,29 @@ func TestControlsWithHungMember(t *testing.T) {
 	}
 	t.Logf("slowest operator request with one member hung: %s", slowest.Round(time.Millisecond))
 }
+
+// Keys lists every key with anything under the budget's prefix (a holder,
+// a pause), each once, sorted; keys that share a beginning stay apart.
+func TestKeys(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	prefix := "/" + uniqueKey(t) + "/"
+	b := newBudget(t, cli, "node-a", 1, func(c *etcdbudget.Config) { c.Prefix = prefix })
+	if keys, err := b.Keys(ctx); err != nil || len(keys) != 0 {
+		t.Fatalf("empty budget: %q, %v", keys, err)
+	}
+	slot, err := b.Acquire(ctx, "k8s.kubelet", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slot.Release(ctx)
+	if _, err := b.Pause(ctx, "k8s", "testing"); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := b.Keys(ctx)
+	if err != nil || !slices.Equal(keys, []string{"k8s", "k8s.kubelet"}) {
+		t.Fatalf("keys %q, %v; want [k8s k8s.kubelet]", keys, err)
+	}
+}

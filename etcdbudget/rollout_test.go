@@ -42,16 +42,20 @@ func count(evs []event, kind string) int {
 	return n
 }
 
-// Five machines restart the same service twenty times each: with budget 1
+// Five machines restart the same service six times each: with budget 1
 // never more than one is restarting or not yet ready, with budget 2 never
-// more than two, and the rollout takes about half as long.
+// more than two, and the rollout takes about half as long. Each restart's
+// own time (ready 400 ms after it) dominates etcd's round trips, so that
+// the ratio holds on a loaded machine too (issue 36: with 40 ms restarts,
+// etcd's latency under 2 busy processes per core made budget 2 the
+// slower, 1.27).
 func TestRolloutFiveMachines(t *testing.T) {
 	p := cluster(t)
 	ctx := ctxT(t, 3*time.Minute)
 	makespans := map[int]time.Duration{}
 	for _, max := range []int{1, 2} {
 		cfg := machineConfig{Endpoints: p.Endpoints(), Key: uniqueKey(t), Max: max, TTL: 5 * time.Second,
-			Unreachable: 10 * time.Second, Restarts: 20, StepDur: 10 * time.Millisecond, ReadyDelay: 30 * time.Millisecond}
+			Unreachable: 10 * time.Second, Restarts: 6, StepDur: 10 * time.Millisecond, ReadyDelay: 400 * time.Millisecond}
 		ms := rollout(t, 5, cfg)
 		timelines := waitAll(t, ctx, ms)
 		ivs := restartIntervals(t, ms)
@@ -60,12 +64,12 @@ func TestRolloutFiveMachines(t *testing.T) {
 				t.Errorf("budget %d: %s had %d errors", max, name, n)
 			}
 		}
-		if len(ivs) != 100 {
-			t.Fatalf("budget %d: %d restarts completed, want 100", max, len(ivs))
+		if len(ivs) != 30 {
+			t.Fatalf("budget %d: %d restarts completed, want 30", max, len(ivs))
 		}
 		peak := rollouttest.MaxConcurrent(ivs)
 		makespans[max] = rollouttest.Makespan(ivs)
-		t.Logf("budget %d: 100 restarts, at most %d restarting or not yet ready at once, makespan %s",
+		t.Logf("budget %d: 30 restarts, at most %d restarting or not yet ready at once, makespan %s",
 			max, peak, makespans[max].Round(time.Millisecond))
 		if peak > max {
 			t.Errorf("budget %d: %d machines restarting or not ready at once", max, peak)

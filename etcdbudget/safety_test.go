@@ -148,7 +148,9 @@ func TestRefusals(t *testing.T) {
 		if !errors.Is(err, budget.ErrRefused) || errors.Is(err, budget.ErrUnavailable) || !strings.Contains(err.Error(), "too large") {
 			t.Fatalf("want a refusal naming the cause, got %.300v", err)
 		}
-		if d := time.Since(start); d > 5*time.Second {
+		// A retried refusal would take the 10s Unreachable; a loaded
+		// machine may take seconds to answer.
+		if d := time.Since(start); d > 9*time.Second {
 			t.Errorf("refused after %s: retried a permanent error", d)
 		}
 		if st := b.Stats(); st.FailOpenGrants != 0 {
@@ -312,7 +314,9 @@ func TestHungMember(t *testing.T) {
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		err := s.Release(rctx)
 		cancel()
-		if d := time.Since(start); err != nil || d > 3*time.Second {
+		// Promptly: a release stuck on the hung member would take its
+		// 20s context; 15s is a loaded machine's margin.
+		if d := time.Since(start); err != nil || d > 15*time.Second {
 			t.Errorf("release %d with a hung member: %v after %s", i, err, d)
 		}
 	}
@@ -336,21 +340,24 @@ func TestHungMember(t *testing.T) {
 	cancelled := time.Now()
 	cancel()
 	r := <-res
-	if d := time.Since(cancelled); !errors.Is(r.err, context.Canceled) || d > time.Second {
-		t.Errorf("cancelled Acquire with etcd unreachable: %v after %s, want context.Canceled within 1s", r.err, d)
+	// At once; ignoring the cancel would wait out the 30s Unreachable.
+	if d := time.Since(cancelled); !errors.Is(r.err, context.Canceled) || d > 10*time.Second {
+		t.Errorf("cancelled Acquire with etcd unreachable: %v after %s, want context.Canceled at once", r.err, d)
 	}
 	start := time.Now()
 	_, err := holders[0].(budget.Fencer).Fence(ctx)
 	d := time.Since(start)
-	if err == nil || !(errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrSlotLost)) || d > ttl+time.Second {
-		t.Errorf("fence with etcd unreachable: %v after %s, want unavailable (or lost) within the TTL", err, d)
+	if err == nil || !(errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrSlotLost)) || d > ttl+5*time.Second {
+		t.Errorf("fence with etcd unreachable: %v after %s, want unavailable (or lost) within the TTL (and a loaded machine's margin)", err, d)
 	}
 	t.Logf("etcd unreachable: fence said %q after %s", err, d.Round(time.Millisecond))
 	start = time.Now()
 	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 	holders[0].Release(rctx)
 	rcancel()
-	if d := time.Since(start); d > 2*time.Second+500*time.Millisecond {
+	// Its 2s context bounds it; one ignoring it would hang on the hung
+	// members. 8s of margin for a loaded machine.
+	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("release with etcd unreachable took %s, past its 2s context", d)
 	}
 }

@@ -145,7 +145,10 @@ func refusedWell(t *testing.T, b *etcdbudget.Budget, err error, took time.Durati
 	if st := b.Stats(); st.FailOpenGrants != 0 {
 		t.Errorf("fail-open granted %d slots", st.FailOpenGrants)
 	}
-	if took > 5*time.Second {
+	// Within the 3s Unreachable bound and an attempt; 20s leaves a loaded
+	// machine its margin and still catches a refusal retried, or granted
+	// fail-open, for good.
+	if took > 20*time.Second {
 		t.Errorf("refused after %s, want within the 3s Unreachable bound and an attempt", took)
 	}
 }

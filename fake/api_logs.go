@@ -31,7 +31,9 @@ type logJSON struct {
 func unitName(a *appState) string { return "snap." + a.snap + "." + a.Name + ".service" }
 
 func (s *Server) addLogLocked(a *appState, sid, pid, msg string) {
-	s.logs = append(s.logs, logEntry{time: s.nowLocked(), unit: unitName(a), sid: sid, pid: pid, message: msg})
+	// The journal keeps microseconds (__REALTIME_TIMESTAMP), and snapd
+	// sends them in UTC (systemd/journal.go Log.Time).
+	s.logs = append(s.logs, logEntry{time: s.nowLocked().Truncate(time.Microsecond), unit: unitName(a), sid: sid, pid: pid, message: msg})
 	close(s.logWake)
 	s.logWake = make(chan struct{})
 }
@@ -55,7 +57,8 @@ func (s *Server) startedLocked(a *appState) {
 }
 
 // getLogs mirrors daemon/api_apps.go getLogs: n (default 10, negative for
-// all) and follow are checked first, then names= as for /v2/apps
+// all; from 2.73 on, 0 and negatives other than -1 are refused, "invalid
+// value for n: 0") and follow are checked first, then names= as for /v2/apps
 // (services only; none at all is 404 app-not-found "no matching
 // services"). The answer is not an envelope but an application/json-seq
 // stream of client.Log records, each "\x1e{...}\n"; with follow=true it
@@ -69,6 +72,9 @@ func (s *Server) getLogs(r *http.Request) *response {
 			return badRequest("invalid value for n: %q: %v", v, err)
 		}
 		n = int(m)
+		if s.cfg.version.logsRefuseNonPositive() && n != -1 && n <= 0 {
+			return badRequest("invalid value for n: %v", n)
+		}
 	}
 	follow := false
 	if v := q.Get("follow"); v != "" {

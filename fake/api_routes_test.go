@@ -180,7 +180,7 @@ func TestLogs(t *testing.T) {
 		`systemd[1]: snap.svcdemo.alpha.service: Deactivated successfully.`,
 		`systemd[1]: Stopped snap.svcdemo.alpha.service - Service for snap application svcdemo.alpha.`,
 		`systemd[1]: Started snap.svcdemo.alpha.service - Service for snap application svcdemo.alpha.`,
-		`svcdemo.alpha[4001]: hello from alpha`,
+		`svcdemo.alpha[4004]: hello from alpha`, // alpha, beta and gamma ran from the start (4001-4003)
 	}
 	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("logs:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
@@ -210,6 +210,15 @@ func TestLogs(t *testing.T) {
 		code, e := call(t, s.SocketPath(), "GET", "/v2/logs?"+q, "")
 		if r := errOf(t, e); code/100 != 4 || r.Message != want {
 			t.Errorf("%s: %d %q, want %q", q, code, r.Message, want)
+		}
+	}
+	// From 2.73 snapd refuses n <= 0 except -1; before, n=0 sends nothing.
+	for _, v := range []fake.Version{fake.Version268, fake.Version277} {
+		vs := fake.NewServer(t, fake.WithVersion(v), fake.WithSnaps(demo()))
+		code, e, _ := callErr(vs.SocketPath(), "GET", "/v2/logs?names=svcdemo&n=0", "")
+		refused := code == 400 && e.Type == "error" && errOf(t, e).Message == "invalid value for n: 0"
+		if refused != (v == fake.Version277) || (!refused && code != 200) {
+			t.Errorf("%s: n=0: %d %s", v, code, e.Result)
 		}
 	}
 	empty := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "plain", Apps: []fake.App{{Name: "cli"}}}))

@@ -130,6 +130,11 @@ func parseVersion(s string) [3]int {
 	return out
 }
 
+// logsRefuseNonPositive: from 2.73 GET /v2/logs refuses n <= 0 other
+// than -1 ("all"): canonical/snapd 337d069c7a, "daemon: reject
+// /v2/logs?n=N where N <= 0, except -1".
+func (v Version) logsRefuseNonPositive() bool { return v.atLeast("2.73") }
+
 // hasNotices: the notices API and change-update notices came with 2.62.
 func (v Version) hasNotices() bool { return v.atLeast(Version262) }
 
@@ -192,6 +197,7 @@ type config struct {
 	snapctlTimeout   time.Duration
 	notListening     bool
 	snapSocketDenied bool
+	noRefreshObserve bool
 	stateFile        bool
 }
 
@@ -232,3 +238,12 @@ func WithoutListening() Option { return func(c *config) { c.notListening = true 
 // before Version268, "could not determine snap name for pid: ..." from it on). By default the fake lets
 // the snap socket read them (as if the caller plugged snap-refresh-observe).
 func WithSnapSocketObserveDenied() Option { return func(c *config) { c.snapSocketDenied = true } }
+
+// WithoutRefreshObserve makes the snap socket refuse change and notice
+// reads (GET /v2/changes, /v2/changes/{id}, /v2/notices, /v2/snaps) as
+// snapd refuses a snap whose snap-refresh-observe plug is not connected:
+// 403 {"message":"access denied","kind":"login-required"} on every
+// version (daemon/access.go requireInterfaceApiAccess: the caller's snap
+// has no matching connection). Service commands through snapctl still
+// work, and a client can only retry them blind.
+func WithoutRefreshObserve() Option { return func(c *config) { c.noRefreshObserve = true } }

@@ -482,10 +482,17 @@ func (s *Server) routeSnaps(sock string, r *http.Request, body []byte) *response
 // "could not determine snap name for pid: ..." from 2.68 on (the pid is the
 // fake's own: the fake does not look up the peer).
 func (s *Server) observeDenied(sock string) *response {
-	if sock == "main" || !s.cfg.snapSocketDenied {
+	switch {
+	case sock == "main":
 		return nil
+	case s.cfg.noRefreshObserve:
+		// A snap without snap-refresh-observe connected
+		// (WithoutRefreshObserve).
+		return forbidden("access denied")
+	case s.cfg.snapSocketDenied:
+		return forbidden(s.cfg.version.observeDeniedMessage(os.Getpid()))
 	}
-	return forbidden(s.cfg.version.observeDeniedMessage(os.Getpid()))
+	return nil
 }
 
 // commaList mirrors strutil.CommaSeparatedList (trimmed, empties dropped)

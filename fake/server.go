@@ -143,7 +143,17 @@ func (s *Server) addSnapLocked(sn Snap) error {
 		}
 		a.Before = append([]string(nil), a.Before...)
 		a.After = append([]string(nil), a.After...)
-		ss.apps[a.Name] = &appState{App: a, snap: sn.Name}
+		st := &appState{App: a, snap: sn.Name}
+		if a.Daemon != "" && a.Active {
+			// Running already: it has a main pid (its journal lines
+			// carry it), as a started one gets.
+			if s.lastPID == 0 {
+				s.lastPID = 4000
+			}
+			s.lastPID++
+			st.pid = s.lastPID
+		}
+		ss.apps[a.Name] = st
 	}
 	s.snaps[sn.Name] = ss
 	return nil
@@ -246,6 +256,16 @@ func (s *Server) StartListening() error {
 				l.Close()
 			}
 			return fmt.Errorf("fake snapd: cannot listen on %s: %w", p, err)
+		}
+		// Anyone may connect, as to snapd's sockets: systemd creates
+		// both with SocketMode=0666 (data/systemd/snapd.socket); snapd
+		// itself refuses what a caller may not do.
+		if err := os.Chmod(p, 0o666); err != nil {
+			ln.Close()
+			for _, l := range lns {
+				l.Close()
+			}
+			return fmt.Errorf("fake snapd: %w", err)
 		}
 		lns = append(lns, ln)
 	}

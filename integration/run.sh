@@ -482,30 +482,65 @@ check_packages() {
 		say "release packages built: $(cd "$debs" && echo *.deb)"
 	fi
 	arch=$(inside dpkg --print-architecture)
-	mkdir -p "$work/root/root/debs"
+	mkdir -p "$work/root/root/debs" "$work/root/root/debs-test"
 	for f in "$debs"/snapsvc_*_"$arch".deb "$debs"/snapsvc-rollout_*_"$arch".deb; do
 		[ -f "$f" ] || { say "no $(basename "$f") in $debs"; return 1; }
 		cp "$f" "$work/root/root/debs/"
 	done
+	f=$(echo "$debs"/snapsvc-fakesnapd_*_"$arch".deb)
+	[ -f "$f" ] || { say "no $(basename "$f") in $debs"; return 1; }
+	cp "$f" "$work/root/root/debs-test/"
 	say "installing in the container: $(cd "$work/root/root/debs" && echo *.deb)"
 	inside sh -c 'dpkg -i /root/debs/*.deb' || return 1
-	inside dpkg-query -W -f='${Package} ${Version} ${Architecture}\n' snapsvc snapsvc-rollout
+	inside dpkg-query -W -f='${Package} ${Version} ${Architecture} Recommends: ${Recommends}\n' snapsvc snapsvc-rollout
+	# The operator's packages: no test double in /usr/bin; snapd recommended.
+	! inside test -e /usr/bin/fakesnapd || { say "the operator's packages installed /usr/bin/fakesnapd"; return 1; }
+	for p in snapsvc snapsvc-rollout; do
+		[ "$(inside dpkg-query -W -f='${Recommends}' "$p")" = snapd ] || { say "$p does not recommend snapd"; return 1; }
+		# Debian's documents: DEP-5 copyright naming every linked
+		# module's licence, a Debian changelog whose first entry is this
+		# version.
+		inside sh -c "head -1 /usr/share/doc/$p/copyright | grep -qx 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/'" ||
+			{ say "$p's copyright is not DEP-5"; return 1; }
+		inside sh -c "grep -q '^Files: go-modules/go.etcd.io/etcd/client/v3@\|^Files: go-modules/github.com/spf13/cobra@' /usr/share/doc/$p/copyright" ||
+			{ say "$p's copyright names no linked module"; return 1; }
+		inside sh -c "zcat /usr/share/doc/$p/changelog.Debian.gz | head -1 | grep -q \"^$p ($(inside dpkg-query -W -f='${Version}' "$p")) \"" ||
+			{ say "$p's changelog.Debian.gz does not start with its version"; return 1; }
+	done
+	say "installing the test double on its own: $(cd "$work/root/root/debs-test" && echo *.deb)"
+	inside sh -c 'dpkg -i /root/debs-test/*.deb' || return 1
 	for f in /usr/bin/snapsvc /usr/bin/fakesnapd /usr/bin/snapsvc-rollout /usr/share/man/man1/snapsvc.1.gz \
-		/usr/share/man/man1/snapsvc-restart.1.gz /usr/share/bash-completion/completions/snapsvc \
+		/usr/share/man/man1/snapsvc-restart.1.gz /usr/share/man/man1/snapsvc-logs.1.gz /usr/share/bash-completion/completions/snapsvc \
 		/usr/share/zsh/vendor-completions/_snapsvc /usr/share/fish/vendor_completions.d/snapsvc.fish \
 		/usr/share/man/man1/snapsvc-rollout.1.gz /usr/share/man/man1/snapsvc-rollout-status.1.gz \
 		/usr/share/man/man1/snapsvc-rollout-pause.1.gz /usr/share/bash-completion/completions/snapsvc-rollout \
-		/usr/share/zsh/vendor-completions/_snapsvc-rollout /usr/share/fish/vendor_completions.d/snapsvc-rollout.fish; do
+		/usr/share/zsh/vendor-completions/_snapsvc-rollout /usr/share/fish/vendor_completions.d/snapsvc-rollout.fish \
+		/usr/share/man/man1/fakesnapd.1.gz /usr/share/doc/snapsvc-fakesnapd/copyright /usr/bin/rollout-demo \
+		/usr/share/man/man1/rollout-demo.1.gz /usr/share/man/man1/snapsvc-rollout-list.1.gz; do
 		inside test -s "$f" || { say "the packages did not install $f"; return 1; }
 	done
 	# Each package's man pages are its own (dpkg -S names the owner).
 	inside sh -c 'dpkg -S /usr/share/man/man1/snapsvc-rollout.1.gz | grep -q "^snapsvc-rollout: "' ||
 		{ say "snapsvc-rollout.1.gz is not snapsvc-rollout's"; return 1; }
+	inside sh -c 'dpkg -S /usr/bin/fakesnapd | grep -q "^snapsvc-fakesnapd: "' ||
+		{ say "/usr/bin/fakesnapd is not snapsvc-fakesnapd's"; return 1; }
 	say "installed: binaries, $(inside sh -c 'ls /usr/share/man/man1/snapsvc*.1.gz /usr/share/man/man1/fakesnapd*.1.gz | wc -l') man pages ($(inside sh -c 'ls /usr/share/man/man1/snapsvc-rollout*.1.gz | wc -l') of snapsvc-rollout), bash/zsh/fish completion"
 	say "\$ snapsvc --version"
 	inside /usr/bin/snapsvc --version || return 1
+	# The version the package says is the one the binary says (0.2.0 and
+	# v0.2.0; 0.2.0+3.gabc1234 and v0.2.0-3-gabc1234).
+	local debv
+	debv=$(inside dpkg-query -W -f='${Version}' snapsvc)
+	inside /usr/bin/snapsvc --version | grep -q "^snapsvc v$(echo "$debv" | sed 's/~/-/; s/+\([0-9]*\)\.g/-\1-g/; s/[.+]dirty$/-dirty/') " ||
+		{ say "snapsvc --version does not say the package's version $debv"; return 1; }
 	say "\$ snapsvc-rollout --version"
 	inside /usr/bin/snapsvc-rollout --version || return 1
+	# rollout-demo packaged: without an installed etcd it says what to
+	# install (it cannot build etcd's server there).
+	say "\$ rollout-demo --serve   (no etcd installed)"
+	inside sh -c 'ROLLOUT_DEMO_ETCD= rollout-demo --serve 2>&1; echo "exit $?"' | tee "$work/demo.out"
+	grep -q "needs etcd: install it (Debian: apt install etcd-server" "$work/demo.out" && grep -qx "exit 1" "$work/demo.out" ||
+		{ say "the packaged rollout-demo without etcd does not say what to install"; return 1; }
 	# The man page renders, and the completion script defines its function.
 	inside sh -c 'zcat /usr/share/man/man1/snapsvc-rollout.1.gz | grep -q "^\.TH \"SNAPSVC-ROLLOUT\""' ||
 		{ say "snapsvc-rollout.1.gz is not snapsvc-rollout's man page"; return 1; }
@@ -521,6 +556,24 @@ check_packages() {
 	inside /usr/bin/snapsvc tasks --last=service-control || return 1
 	say "\$ snapsvc services svcdemo.alpha"
 	inside /usr/bin/snapsvc services svcdemo.alpha || return 1
+	# logs: the installed snapsvc prints what snap prints, byte for byte,
+	# on this real snapd and its journal.
+	local args
+	for args in "svcdemo.alpha" "-n=3 svcdemo" "-n=all svcdemo.alpha" "--abs-time -n=2 svcdemo"; do
+		say "\$ snapsvc logs $args   (and snap logs $args)"
+		inside sh -c "snap logs $args >/tmp/logs.snap 2>&1; echo \$? >>/tmp/logs.snap; snapsvc logs $args >/tmp/logs.snapsvc 2>&1; echo \$? >>/tmp/logs.snapsvc; cmp /tmp/logs.snap /tmp/logs.snapsvc" ||
+			{ inside sh -c 'diff /tmp/logs.snap /tmp/logs.snapsvc'; say "snapsvc logs $args differs from snap logs $args"; return 1; }
+	done
+	inside sh -c 'tail -3 /tmp/logs.snapsvc'
+	# A user who is not root: refused at once, told to try sudo, as snap
+	# tells it; nothing done.
+	say "\$ setpriv --reuid=65534 ... snapsvc restart svcdemo.alpha   (as nobody)"
+	main_before=$(inside systemctl show -p MainPID --value snap.svcdemo.alpha.service)
+	inside sh -c 'setpriv --reuid=65534 --regid=65534 --clear-groups -- snapsvc --timeout 60s restart svcdemo.alpha >/tmp/nobody.out 2>&1; echo "exit $?" >>/tmp/nobody.out; cat /tmp/nobody.out'
+	inside sh -c 'grep -q "(try with sudo)" /tmp/nobody.out && grep -qx "exit 1" /tmp/nobody.out' ||
+		{ say "snapsvc as nobody: not a permission error (exit 1, try with sudo)"; return 1; }
+	[ "$(inside systemctl show -p MainPID --value snap.svcdemo.alpha.service)" = "$main_before" ] ||
+		{ say "snapsvc as nobody restarted svcdemo.alpha"; return 1; }
 }
 if check_packages; then
 	say "release packages: installed and run against snapd $ver"

@@ -75,8 +75,9 @@ func Classify(err error) Class {
 	if errors.As(err, &ind) && ind.Indeterminate() {
 		return Indeterminate
 	}
-	if errors.Is(err, snapd.ErrNotInstalled) {
-		// No socket and nothing that would create it: waiting cannot help.
+	if errors.Is(err, snapd.ErrNotInstalled) || badSocket(err) {
+		// No socket and nothing that would create it, a path that is not
+		// a socket, or no permission to connect: waiting cannot help.
 		return Permanent
 	}
 	var connErr *snapd.ConnectionError
@@ -179,13 +180,24 @@ func stripPrefixes(msg string) string {
 }
 
 // IsUnreachable reports whether err is a failure to connect to snapd at
-// all (no socket, nobody listening, a path that is not a socket): the
-// request never reached snapd, and snapd may come back. A snapd that is
-// not installed (snapd.ErrNotInstalled) is not unreachable: it will not
-// come back.
+// all (no socket, nobody listening): the request never reached snapd,
+// and snapd may come back. A snapd that is not installed
+// (snapd.ErrNotInstalled), a path that is not a socket and a socket this
+// process may not connect to (badSocket) are not unreachable: waiting
+// changes none of them.
 func IsUnreachable(err error) bool {
 	var connErr *snapd.ConnectionError
-	return errors.As(err, &connErr) && !connErr.Connected && !connErr.Written && !errors.Is(err, snapd.ErrNotInstalled)
+	return errors.As(err, &connErr) && !connErr.Connected && !connErr.Written && !errors.Is(err, snapd.ErrNotInstalled) && !badSocket(err)
+}
+
+// badSocket reports whether err is a dial that failed on the socket's
+// path itself (*snapd.SocketError): it is not a socket (a directory, a
+// regular file: a mistyped path), or connect(2) was refused permission
+// (a user without write access to it, an AppArmor denial). No restart of
+// snapd changes either, so they are Permanent and never waited for.
+func badSocket(err error) bool {
+	var se *snapd.SocketError
+	return errors.As(err, &se)
 }
 
 // IsRetryable reports whether retrying the operation that failed with err

@@ -221,3 +221,35 @@ func TestClassifyTransportAndContext(t *testing.T) {
 		t.Error("IsUnreachable: only failures to connect count")
 	}
 }
+
+// Issue 36: a socket path that is a directory or a regular file, or one
+// this process may not connect to, was retried for 30 s as an unreachable
+// snapd. Dialled for real, each is Permanent at once and not unreachable;
+// a missing socket stays Transient.
+func TestClassifyBadSocketPaths(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]retry.Class{
+		dir:                          retry.Permanent,
+		file:                         retry.Permanent,
+		filepath.Join(dir, "absent"): retry.Transient,
+	} {
+		_, err := snapd.New(path).Apps(context.Background(), nil, true)
+		if got := retry.Classify(err); got != want {
+			t.Errorf("%s: %v is %v, want %v", path, err, got, want)
+		}
+		if unreachable := retry.IsUnreachable(err); unreachable != (want == retry.Transient) {
+			t.Errorf("%s: IsUnreachable %t", path, unreachable)
+		}
+		if want == retry.Permanent && !errors.Is(err, snapd.ErrNotSocket) {
+			t.Errorf("%s: %v does not match ErrNotSocket", path, err)
+		}
+	}
+	denied := &snapd.ConnectionError{Method: "GET", Path: "/v2/apps", Err: &snapd.SocketError{Socket: "/run/snapd.socket", Problem: "cannot be connected to: permission denied", Denied: true, Err: os.ErrPermission}}
+	if retry.Classify(denied) != retry.Permanent || retry.IsUnreachable(denied) || !errors.Is(denied, os.ErrPermission) {
+		t.Errorf("%v: want Permanent, not unreachable, matching os.ErrPermission", denied)
+	}
+}

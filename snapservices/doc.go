@@ -88,6 +88,17 @@
 // logr.Logger in its context (k8sd's), snapsvc.ContextWithLogger's, or
 // WithLogger's, with the services, the change, the conflicts waited out
 // and the time taken; the client's own steps go there one level lower.
+// WithLogLines hands the lines to a logger that takes text (lxd's
+// shared/logger, the log package).
+//
+// # Giving up
+//
+// A call gives up when its caller needs it to: WithGiveUp(d) bounds each
+// call's wait for others' changes (and for an unreachable snapd) to d, for
+// callers that answer someone (an HTTP handler, a hook); WithGiveUp(0)
+// makes one attempt per call, for code inside a retry loop that pauses
+// after every failure itself (k8sd's RetryFor), so the loop gives up when
+// it did before. The recipes in docs/ say which each adopter needs.
 //
 // # Tests
 //

@@ -3,6 +3,7 @@ package snapservices
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +30,82 @@ import (
 // WithLogger sets the logger for calls whose context carries none
 // (default: none, silent).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logs.logger = l } }
+
+// WithLogLines is WithLogger for a logger that takes a line of text, so
+// that one line per action reaches an adopter's own log whatever its
+// kind: lxd's shared/logger (microovn: func(l string) { logger.Info(l) }),
+// microceph's logger.Infof, the log package's log.Print. Each line is
+// the action's message and its attributes as slog's text handler writes
+// them, without time or level ("restarted services services=microovn.ovn-
+// northd change=12 elapsed=1.06s"); a failed action's line starts with
+// "cannot". The client's step-by-step lines (below Info) are not passed.
+func WithLogLines(print func(line string)) Option {
+	return WithLogger(slog.New(lineHandler{print: print}))
+}
+
+// lineHandler formats each record of Info or above as one line of text and
+// hands it to print.
+type lineHandler struct {
+	print func(string)
+	attrs []slog.Attr
+}
+
+func (lineHandler) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
+
+func (h lineHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	th := slog.NewTextHandler(&b, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == slog.LevelKey) {
+			return slog.Attr{}
+		}
+		return a
+	}})
+	r2 := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r2.AddAttrs(h.attrs...)
+	r.Attrs(func(a slog.Attr) bool { r2.AddAttrs(a); return true })
+	if err := th.Handle(context.Background(), r2); err != nil {
+		return err
+	}
+	line := strings.TrimSpace(b.String())
+	if m, ok := strings.CutPrefix(line, "msg="); ok {
+		// The message as words, not a quoted value: "restarted services
+		// services=...".
+		if uq, rest, ok := unquoteMsg(m); ok {
+			line = uq + rest
+		}
+	}
+	h.print(line)
+	return nil
+}
+
+// unquoteMsg splits the msg value at the start of s (quoted or not) from
+// the attributes after it.
+func unquoteMsg(s string) (msg, rest string, ok bool) {
+	if strings.HasPrefix(s, `"`) {
+		for i := 1; i < len(s); i++ {
+			if s[i] == '\\' {
+				i++
+				continue
+			}
+			if s[i] == '"' {
+				uq, err := strconv.Unquote(s[:i+1])
+				return uq, s[i+1:], err == nil
+			}
+		}
+		return "", "", false
+	}
+	msg, rest, _ = strings.Cut(s, " ")
+	if rest != "" {
+		rest = " " + rest
+	}
+	return msg, rest, true
+}
+
+func (h lineHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return lineHandler{print: h.print, attrs: append(append([]slog.Attr(nil), h.attrs...), a...)}
+}
+
+func (h lineHandler) WithGroup(string) slog.Handler { return h }
 
 type logs struct{ logger *slog.Logger }
 

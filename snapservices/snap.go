@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/snapsvc/snapsvc/retry"
@@ -26,7 +27,8 @@ type Snap struct {
 	run      func(ctx context.Context, command []string) error           // WithCommandRunner
 	output   func(ctx context.Context, command []string) (string, error) // WithCommandOutput
 	logs     logs
-	err      error // Open's setup error, returned by every call
+	err      error   // Open's setup error, returned by every call
+	atOnce   *atOnce // WithGiveUp(0)
 }
 
 var _ Control = (*Snap)(nil)
@@ -48,6 +50,7 @@ type config struct {
 	snapDir       string
 	snapDirSet    bool
 	defaultPolicy bool
+	giveUp        *time.Duration // WithGiveUp
 	ensure        bool
 	logs          logs
 	env           func(string) string
@@ -132,6 +135,59 @@ func WithSnapDir(dir string) Option {
 // instead of retry.NestedPolicy, for callers with no retry loop of their
 // own.
 func WithDefaultPolicy() Option { return func(c *config) { c.defaultPolicy = true } }
+
+// WithGiveUp bounds how long each call waits before snapd accepts it, so
+// that the handle gives up when its caller needs it to, with a retryable
+// error naming what held the snap (or that snapd stayed unreachable):
+//
+//   - d > 0: a change of someone else's that holds the snap is waited out
+//     for up to d, snapd unreachable for up to d (or the policy's own
+//     MaxUnreachable when shorter). For a caller that must answer within
+//     a bound: an HTTP handler whose client waits, a hook, a daemon's
+//     start. snapd's default 5 minutes would hold them far longer.
+//   - d == 0: one attempt; a snap held by someone else, or snapd
+//     unreachable, fails the call at once. For code inside a retry loop
+//     that pauses after every failure whatever the attempt took (k8sd's
+//     control.RetryFor kept as it is): the loop's pauses are then the
+//     wait, and the loop gives up when it did before the port, where
+//     any wait inside each call would add to it.
+//
+// Either way the call's own change, once snapd accepted it, is waited for
+// as long as the context allows (the policy's ChangeWait is negative), as
+// the snap command waited for it: a slow service start is not a failure.
+// WithGiveUp applies to the client New builds; a caller's context may
+// bound a call further (an HTTP request's).
+func WithGiveUp(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			d = 0
+		}
+		c.giveUp = &d
+	}
+}
+
+// giveUpPolicy is p bounded as WithGiveUp(d) says. For d == 0 the
+// policy gives up at the first failed connection, and a conflict ends the
+// call through the client's observer (atOnce): the policy has no bound
+// that stops a wait for a blocker before it begins.
+func giveUpPolicy(p retry.Policy, d time.Duration) retry.Policy {
+	p.ChangeWait = -1
+	if d == 0 {
+		p.MaxUnreachable = time.Nanosecond
+		return p
+	}
+	p.MaxElapsedTime = d
+	if p.MaxUnreachable <= 0 || p.MaxUnreachable > d {
+		p.MaxUnreachable = d
+	}
+	if p.MaxInterval > d {
+		p.MaxInterval = d
+	}
+	if p.MaxInterval > 0 && p.MaxConflictInterval > p.MaxInterval {
+		p.MaxConflictInterval = p.MaxInterval
+	}
+	return p
+}
 
 // SnapctlStyle sets a handle up the way code written around snapctl
 // calls it (microceph, microovn, microk8s-cluster-agent):
@@ -236,12 +292,21 @@ func build(cfg config) (*Snap, error) {
 	}
 	s := &Snap{client: cfg.client, instance: cfg.instance, mode: mode, ensure: cfg.ensure, plain: cfg.plain,
 		run: cfg.run, output: cfg.output, logs: cfg.logs}
+	if cfg.giveUp != nil && *cfg.giveUp == 0 {
+		s.atOnce = &atOnce{calls: map[*atOnceCall]bool{}}
+	}
 	if s.client == nil && !s.seam() {
 		policy := retry.NestedPolicy()
 		if cfg.defaultPolicy {
 			policy = retry.DefaultPolicy()
 		}
+		if cfg.giveUp != nil {
+			policy = giveUpPolicy(policy, *cfg.giveUp)
+		}
 		base := []snapsvc.Option{snapsvc.WithMode(mode), snapsvc.WithPolicy(policy), snapsvc.WithContextLogger(s.logs.client)}
+		if s.atOnce != nil {
+			base = append(base, snapsvc.WithObserver(s.atOnce.observe))
+		}
 		if cfg.instance != "" {
 			base = append(base, snapsvc.WithSnap(cfg.instance))
 		}
@@ -360,6 +425,8 @@ func (s *Snap) act(ctx context.Context, action string, services, extraSnapArgs [
 	var out outcome
 	if s.seam() {
 		out, err = s.perform(ctx, req)
+	} else if s.atOnce != nil {
+		out, err = s.atOnce.do(ctx, req, s.instance, s.do)
 	} else {
 		out, err = s.do(ctx, req)
 	}
@@ -608,4 +675,71 @@ func parseServicesOutput(out string, names []string) ([]snapsvc.Service, error) 
 		}
 	}
 	return nil, errors.New("no service state in it")
+}
+
+// atOnce ends a call of a WithGiveUp(0) handle as soon as snapd refuses
+// it because another change holds the snap: the client's observer sees
+// the conflict (snapsvc.EventConflict, emitted in the operation before it
+// waits) and cancels the calls in flight for that operation and those
+// names; the call then fails with the conflict, retryable, having acted
+// on nothing.
+type atOnce struct {
+	mu    sync.Mutex
+	calls map[*atOnceCall]bool
+}
+
+// atOnceCall is one call in flight.
+type atOnceCall struct {
+	action string
+	names  []string
+	cancel context.CancelCauseFunc
+}
+
+// heldError is the cause of a call WithGiveUp(0) ended: the conflict that
+// refused its one attempt. It matches snapsvc.ErrGaveUp and the conflict
+// (retry.Classify: a Conflict, so the call is retryable).
+type heldError struct{ conflict error }
+
+func (e *heldError) Error() string {
+	return "gave up at the first conflict (WithGiveUp(0)): " + e.conflict.Error()
+}
+
+// Unwrap returns snapsvc.ErrGaveUp and the conflict.
+func (e *heldError) Unwrap() []error { return []error{snapsvc.ErrGaveUp, e.conflict} }
+
+// do runs f, the call, under a context the observer cancels at its first
+// conflict.
+func (a *atOnce) do(ctx context.Context, req Request, instance string, f func(context.Context, Request) (outcome, error)) (outcome, error) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	call := &atOnceCall{action: req.Action, names: req.Names, cancel: cancel}
+	a.mu.Lock()
+	a.calls[call] = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.calls, call)
+		a.mu.Unlock()
+	}()
+	out, err := f(cctx, req)
+	var held *heldError
+	if err != nil && errors.As(context.Cause(cctx), &held) && ctx.Err() == nil {
+		return out, &snapsvc.OpError{Op: req.Action, Snap: instance, Names: req.Names, Attempts: 1, Err: held}
+	}
+	return out, err
+}
+
+// observe is the client's observer: a conflict ends the calls in flight
+// for its operation and names.
+func (a *atOnce) observe(ev snapsvc.Event) {
+	if ev.Kind != snapsvc.EventConflict {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for c := range a.calls {
+		if c.action == ev.Op && slices.Equal(c.names, ev.Names) {
+			c.cancel(&heldError{conflict: ev.Err})
+		}
+	}
 }

@@ -46,7 +46,7 @@ func TestMissingSnapdFailsAtOnce(t *testing.T) {
 		name, why string
 		root      string
 	}{
-		{"not installed", "neither snapd's daemon nor its socket unit exists", root(t, "run/systemd/system/")},
+		{"not installed", "neither snapd nor its snapd.socket unit is installed", root(t, "run/systemd/system/")},
 		{"installed, no systemd", "systemd is not running", root(t, "usr/lib/snapd/snapd", "lib/systemd/system/snapd.socket")},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -188,8 +189,14 @@ func (b *builder) sbom(t target, name string) error {
 			Hashes: []cdxHash{{Alg: "SHA-256", Content: fmt.Sprintf("%x", sum)}},
 			Props:  []cdxProp{{Name: "go:main", Value: bi.Path}, {Name: "go:toolchain", Value: bi.GoVersion}, {Name: "go:module", Value: bi.Main.Path}}}
 		var deps []string
-		for _, m := range bi.Deps {
-			if m.Replace != nil {
+		mods := append([]*debug.Module{&bi.Main}, bi.Deps...)
+		for _, m := range mods {
+			switch {
+			case b.ownModule(m.Path):
+				// Built from the repository (the workspace: "(devel)"):
+				// the project's own modules are the release's version.
+				m = &debug.Module{Path: m.Path, Version: b.v.Tag}
+			case m.Replace != nil:
 				m = m.Replace
 			}
 			mref := "pkg:golang/" + m.Path + "@" + m.Version
@@ -216,6 +223,32 @@ func (b *builder) sbom(t target, name string) error {
 	return writeFile(filepath.Join(b.out, name+".sbom.cdx.json"), append(data, '\n'), 0o644)
 }
 
+// ownModule reports whether path is one of the project's modules: the
+// repository's root module or one nested in it.
+func (b *builder) ownModule(path string) bool {
+	root := b.rootModule()
+	return root != "" && (path == root || strings.HasPrefix(path, root+"/"))
+}
+
+// rootModule is the module path of the repository's go.mod.
+func (b *builder) rootModule() string {
+	data, err := os.ReadFile(filepath.Join(b.repo, "go.mod"))
+	if err != nil {
+		return ""
+	}
+	return modfileModule(data)
+}
+
+// modfileModule is the path on a go.mod's module line.
+func modfileModule(data []byte) string {
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
+}
+
 // packages writes each package of the definition for each target with
 // nfpm's deb packager: its configuration parsed by nfpm with ${VERSION},
 // ${ARCH} and ${DIST} expanded, the files' times the commit's.
@@ -225,6 +258,9 @@ func (b *builder) packages() error {
 		return err
 	}
 	for _, t := range b.def.Targets {
+		if err := b.debianDocs(t); err != nil {
+			return err
+		}
 		owners := map[string]string{} // installed path -> package
 		for i := range b.def.Packages {
 			conf, err := yaml.Marshal(&b.def.Packages[i])

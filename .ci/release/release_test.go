@@ -237,3 +237,54 @@ func main() {
 	}
 }
 `
+
+// TestChangelogVersion checks where the version of a HEAD without a tag
+// comes from (issue 36: everything said 0.0.0+426.g519f3ee): a dated
+// release at the top of CHANGELOG.md without its tag is that release; an
+// [Unreleased] section above it is past it, counted from the commit that
+// dated it or from its tag; a tag at HEAD wins.
+func TestChangelogVersion(t *testing.T) {
+	repo := t.TempDir()
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.invalid"}, args...)...)
+		cmd.Dir = repo
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	commit := func(changelog string) string {
+		if err := os.WriteFile(filepath.Join(repo, "CHANGELOG.md"), []byte("# Changelog\n\n"+changelog), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git("add", ".")
+		git("commit", "-q", "-m", "x")
+		return git("rev-parse", "--short=7", "HEAD")
+	}
+	check := func(wantTag, wantDeb string) {
+		t.Helper()
+		v, err := gitVersion(repo)
+		if err != nil || v.Tag != wantTag || v.Deb != wantDeb {
+			t.Errorf("version %q (deb %q), %v; want %q (%q)", v.Tag, v.Deb, err, wantTag, wantDeb)
+		}
+	}
+	git("init", "-q")
+	h := commit("## [Unreleased]\n\n- a\n")
+	check("v0.0.0-1-g"+h, "0.0.0+1.g"+h)
+	commit("## [1.3.0] - 2026-12-04\n\n- a\n")
+	check("v1.3.0", "1.3.0")
+	if err := os.WriteFile(filepath.Join(repo, "CHANGELOG.md"), []byte("# Changelog\n\n## [1.3.0] - 2026-12-04\n\n- a, b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("v1.3.0-dirty", "1.3.0+dirty")
+	h = commit("## [Unreleased]\n\n- b\n\n## [1.3.0] - 2026-12-04\n\n- a\n")
+	check("v1.3.0-1-g"+h, "1.3.0+1.g"+h) // no tag: counted from the dating commit
+	git("tag", "v1.3.0", "HEAD~1")
+	h = commit("## [Unreleased]\n\n- b, c\n\n## [1.3.0] - 2026-12-04\n\n- a\n")
+	check("v1.3.0-2-g"+h, "1.3.0+2.g"+h) // past the tag
+	commit("## [1.4.0] - 2026-12-05\n\n- b, c\n\n## [1.3.0] - 2026-12-04\n\n- a\n")
+	check("v1.4.0", "1.4.0")
+	git("tag", "v1.4.0-rc1")
+	check("v1.4.0-rc1", "1.4.0~rc1") // a tag at HEAD wins
+}

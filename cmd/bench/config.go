@@ -151,7 +151,9 @@ var quickPreset = map[string]string{
 func newCommand(c *config, work func() error) *cobra.Command {
 	f := &flagValues{}
 	cmd := &cobra.Command{
-		Use:   "bench [flags]",
+		Use: "bench [flags]",
+		Example: `  go run ./cmd/bench --quick
+  go run ./cmd/bench --scenario foreign,storm --json`,
 		Short: "Compare snapsvc with today's retry strategies on the fake snapd",
 		Long: `bench compares snapsvc with the retry strategies callers use today (one
 snapctl call, k8sd's fixed 5 s loop, backoff/v4), in real time, each

@@ -19,14 +19,17 @@
 package clistyle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
@@ -165,16 +168,100 @@ func manCommand(root *cobra.Command) *cobra.Command {
 		Short: "Write a man page for every command into DIR",
 		Long: `The man command writes a man page (section 1) for every command into DIR,
 from the same definitions as the help; the packages install them.`,
-		Args: cobra.ExactArgs(1),
+		Example: "  " + root.Name() + " man ./man && man -l ./man/" + root.Name() + ".1",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := os.MkdirAll(args[0], 0o755); err != nil {
-				return err
-			}
-			manLong(root)
-			hdr := &doc.GenManHeader{Title: strings.ToUpper(root.Name()), Section: "1", Source: ReadBuild().Line(root.Name())}
-			root.DisableAutoGenTag = true
-			return doc.GenManTree(root, hdr, args[0])
+			return WriteMan(root, args[0])
 		},
+	}
+}
+
+// WriteMan writes a man page (section 1) for every available command of
+// root into dir, named as cobra names them (NAME-SUB.1): each titled by its
+// own name (SNAPSVC-RESTART(1)), with a short footer (the binary and its
+// version, the build's date; a long version string overprinted the date
+// and title), the synopsis as the help writes it (markdown ate its
+// brackets), and each command's Example under EXAMPLES.
+func WriteMan(root *cobra.Command, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	manLong(root)
+	completionExamples(root)
+	root.DisableAutoGenTag = true
+	b := ReadBuild()
+	hdr := doc.GenManHeader{Section: "1", Source: root.Name() + " " + strings.TrimPrefix(b.Version, "v"), Manual: "User Commands"}
+	if t, err := time.Parse(time.RFC3339, b.Time); err == nil {
+		hdr.Date = &t
+	}
+	return writeManTree(root, hdr, dir)
+}
+
+// writeManTree writes c's page and those of its available commands.
+func writeManTree(c *cobra.Command, hdr doc.GenManHeader, dir string) error {
+	for _, sub := range c.Commands() {
+		if !sub.IsAvailableCommand() || sub.IsAdditionalHelpTopicCommand() {
+			continue
+		}
+		if err := writeManTree(sub, hdr, dir); err != nil {
+			return err
+		}
+	}
+	page, err := manPage(c, hdr)
+	if err != nil {
+		return err
+	}
+	name := strings.ReplaceAll(c.CommandPath(), " ", "-") + "." + hdr.Section
+	return os.WriteFile(filepath.Join(dir, name), page, 0o644)
+}
+
+// manPage is c's page. hdr is a copy: GenMan fills in the title, which is
+// the command's own.
+func manPage(c *cobra.Command, hdr doc.GenManHeader) ([]byte, error) {
+	// The synopsis goes through markdown, where "[--flag] (A | B)" is a
+	// link: escape what markdown would take, for the page only.
+	use := c.Use
+	defer func() { c.Use = use }()
+	c.Use = markdownEscaper.Replace(use)
+	var buf bytes.Buffer
+	if err := doc.GenMan(c, &hdr, &buf); err != nil {
+		return nil, err
+	}
+	// man-pages(7) calls the section EXAMPLES; cobra writes EXAMPLE.
+	return bytes.ReplaceAll(buf.Bytes(), []byte("\n.SH EXAMPLE\n"), []byte("\n.SH EXAMPLES\n")), nil
+}
+
+// markdownEscaper escapes the characters markdown gives a meaning to in a
+// synopsis: links ([...](...)), emphasis (*, _), code (`).
+var markdownEscaper = strings.NewReplacer(`[`, `\[`, `]`, `\]`, `(`, `\(`, `)`, `\)`, `*`, `\*`, `_`, `\_`, "`", "\\`", `<`, `\<`, `>`, `\>`)
+
+// completionExamples gives cobra's completion commands, which have none,
+// an example each, for their man pages.
+func completionExamples(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	name := root.Name()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		if c.Example == "" {
+			c.Example = "  " + name + " completion bash > /etc/bash_completion.d/" + name + "\n  " + name + " completion zsh > \"${fpath[1]}/_" + name + "\"\n  " + name + " completion fish > ~/.config/fish/completions/" + name + ".fish"
+		}
+		for _, sub := range c.Commands() {
+			if sub.Example != "" {
+				continue
+			}
+			switch sub.Name() {
+			case "bash":
+				sub.Example = "  source <(" + name + " completion bash)                  # this shell\n  " + name + " completion bash > /etc/bash_completion.d/" + name + "   # every new one"
+			case "zsh":
+				sub.Example = "  " + name + " completion zsh > \"${fpath[1]}/_" + name + "\""
+			case "fish":
+				sub.Example = "  " + name + " completion fish > ~/.config/fish/completions/" + name + ".fish"
+			case "powershell":
+				sub.Example = "  " + name + " completion powershell | Out-String | Invoke-Expression"
+			}
+		}
 	}
 }
 

@@ -38,7 +38,7 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 type serveFlags struct {
 	dir, root, version, snapsFile string
 	snapYAMLs                     []string
-	asJSON                        bool
+	asJSON, noRefreshObserve      bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -46,13 +46,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var f serveFlags
 	ran := false
 	root := &cobra.Command{
-		Use:   "fakesnapd",
+		Use: "fakesnapd",
+		Example: `  fakesnapd --root /tmp/root &                 # sockets in /tmp/root/run
+  SNAPPY_GLOBAL_ROOT=/tmp/root snapsvc services
+  fakesnapd ctl --root /tmp/root hold configure-snap k8s`,
 		Short: "Serve snapsvc's fake snapd on real Unix sockets",
 		Long: `fakesnapd serves snapsvc's fake snapd (package fake) on real Unix sockets, so
 the real snap client, curl, the snapsvc CLI or a script can be pointed at it,
 with a control socket for "fakesnapd ctl". Ctrl-C removes the sockets.
 
-  fakesnapd (--dir D | --root R) [--snapd-version V] [--snaps FILE | --snap-yaml FILE...] [--json]
+  fakesnapd (--dir D | --root R) [--snapd-version V] [--snaps FILE | --snap-yaml FILE...] [--no-refresh-observe] [--json]
   fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]   ("fakesnapd ctl -h" lists them)`,
 		// No Args: an argument is an unknown command, with suggestions.
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -70,8 +73,12 @@ with a control socket for "fakesnapd ctl". Ctrl-C removes the sockets.
 	root.Flags().StringVar(&f.snapsFile, "snaps", "", "YAML or JSON file describing the snaps (see go doc ./fake ParseSnaps)")
 	root.Flags().StringArrayVar(&f.snapYAMLs, "snap-yaml", nil, "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
 	root.Flags().BoolVar(&f.asJSON, "json", false, "print one JSON line describing the sockets instead of the text help")
+	root.Flags().BoolVar(&f.noRefreshObserve, "no-refresh-observe", false, "refuse change and notice reads on the snap socket (403 access denied), as snapd does for a snap without snap-refresh-observe")
 	root.AddCommand(&cobra.Command{
-		Use:                "ctl (--dir D | --root R) COMMAND [ARGS]",
+		Use: "ctl (--dir D | --root R) COMMAND [ARGS]",
+		Example: `  id=$(fakesnapd ctl --root /tmp/root hold configure-snap k8s)
+  fakesnapd ctl --root /tmp/root finish "$id"
+  fakesnapd ctl --root /tmp/root restart 2s   # snapd away for 2 s`,
 		Short:              "Drive a running fakesnapd through its control socket",
 		Long:               ctlUsage,
 		DisableFlagParsing: true, // ctl reads its own flags
@@ -125,7 +132,11 @@ func serve(f serveFlags, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fakesnapd: %v\n", err)
 		return 1
 	}
-	srv, err := fake.New(fake.WithDir(d), fake.WithVersion(v), fake.WithSnaps(snaps...))
+	opts := []fake.Option{fake.WithDir(d), fake.WithVersion(v), fake.WithSnaps(snaps...)}
+	if f.noRefreshObserve {
+		opts = append(opts, fake.WithoutRefreshObserve())
+	}
+	srv, err := fake.New(opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "fakesnapd: %v\n", err)
 		return 1

@@ -383,3 +383,26 @@ func TestDefaultSnapMatchesTestdata(t *testing.T) {
 		t.Error("cmd/fakesnapd/k8s-snap.yaml differs from fake/testdata/k8s/meta/snap.yaml")
 	}
 }
+
+// Issue 36: --no-refresh-observe refuses change and notice reads on the
+// snap socket as snapd refuses a snap without snap-refresh-observe: 403
+// access denied, kind login-required; the main socket and snapctl still
+// answer.
+func TestNoRefreshObserve(t *testing.T) {
+	d := start(t, "--dir", t.TempDir(), "--no-refresh-observe")
+	for _, path := range []string{"/v2/changes?select=in-progress", "/v2/changes/1", "/v2/notices?types=change-update", "/v2/snaps"} {
+		code, m := get(t, d.ann.SnapSocket, "GET", path, "")
+		r, _ := m["result"].(map[string]any)
+		if code != 403 || r["message"] != "access denied" || r["kind"] != "login-required" {
+			t.Errorf("snap socket GET %s: %d %v", path, code, m)
+		}
+	}
+	if code, m := get(t, d.ann.Socket, "GET", "/v2/changes?select=all", ""); code != 200 {
+		t.Errorf("main socket: %d %v", code, m)
+	}
+	cookie, _ := d.ctl("cookie", "k8s")
+	code, m := get(t, d.ann.SnapSocket, "POST", "/v2/snapctl", fmt.Sprintf(`{"context-id":%q,"args":["services","k8s.k8sd"]}`, strings.TrimSpace(cookie)))
+	if code != 200 {
+		t.Errorf("snapctl: %d %v", code, m)
+	}
+}

@@ -35,6 +35,9 @@ type env struct {
 	// snapdRoot, when set (by tests), is where the library looks for an
 	// installed snapd when the socket is missing (snapsvc.WithSnapdRoot).
 	snapdRoot string
+	// geteuid, when set (by tests), is os.Geteuid: errors suggest sudo to
+	// a user who is not root.
+	geteuid func() int
 }
 
 // app is one invocation: the environment and the global flags.
@@ -99,16 +102,18 @@ var (
 // newRoot builds the command tree for one invocation.
 func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:         "snapsvc",
+		Use: "snapsvc",
+		Example: `  snapsvc services k8s                         # as snap services
+  snapsvc restart k8s.kubelet                  # waits out changes that hold k8s
+  snapsvc --json --timeout 2m restart k8s      # one JSON document; exit 3: try later
+  snapsvc logs -f k8s.kubelet                  # as snap logs -f`,
 		Short:       "Start, stop and restart snap services, waiting out snapd's change conflicts",
 		Long:        rootLong,
 		Annotations: map[string]string{clistyle.ManLong: rootManLong},
-		// "snapsvc" alone (or with flags only) prints the usage on
-		// stderr and exits 2.
+		// "snapsvc" alone (or with flags only) prints the help on
+		// stdout and exits 0, as snap does.
 		RunE: func(c *cobra.Command, _ []string) error {
-			c.SetOut(a.stderr)
-			c.Usage()
-			return &clistyle.UsageError{Msg: "no command given", Cmd: "snapsvc"}
+			return c.Help()
 		},
 	}
 	clistyle.Apply(root)
@@ -126,7 +131,7 @@ func (a *app) newRoot() *cobra.Command {
 	pf.Var(&choiceFlag{v: &a.logFormat, choices: []string{"text", "json"}}, "log-format", "the `FORMAT` of -v's log: text (slog's key=value lines) or json (one JSON object per line)")
 	root.Flags().SortFlags = false
 
-	snapCmds := []*cobra.Command{a.servicesCmd(), a.startCmd(), a.stopCmd(), a.restartCmd(),
+	snapCmds := []*cobra.Command{a.servicesCmd(), a.logsCmd(), a.startCmd(), a.stopCmd(), a.restartCmd(),
 		a.changesCmd(), a.tasksCmd(), a.watchCmd(), a.abortCmd(), a.versionCmd()}
 	for _, c := range snapCmds {
 		c.GroupID = groupSnap

@@ -145,7 +145,6 @@ func TestUsageErrorsJSON(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"--json"}, "no command given"},
 		{[]string{"--json", "frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"--json", "--bogus", "status"}, "unknown flag: --bogus"},
 		{[]string{"restart", "--bogus", "k8s.kubelet", "--json"}, "unknown flag: --bogus"},

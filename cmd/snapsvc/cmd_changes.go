@@ -15,7 +15,9 @@ import (
 func (a *app) changesCmd() *cobra.Command {
 	var absTime, inProgress, all bool
 	c := &cobra.Command{
-		Use:   "changes [SNAP]",
+		Use: "changes [SNAP]",
+		Example: `  snapsvc changes                  # every change snapd keeps
+  snapsvc changes --in-progress k8s   # what a service command on k8s would wait for`,
 		Short: "List system changes",
 		Long: `The changes command displays a summary of the recent system changes performed:
 every change snapd still keeps (it prunes ready ones after a day), oldest
@@ -24,7 +26,8 @@ those that touch the snap, changes made through snapctl included.
 
 --in-progress lists only the changes not ready yet: those a service command
 would wait for.`,
-		Args: cobra.MaximumNArgs(1),
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: a.completeSnaps,
 		RunE: func(c *cobra.Command, pos []string) error {
 			if all {
 				a.deprecated("changes --all", `"snapsvc changes" (it lists every change now, as snap does)`)
@@ -89,7 +92,9 @@ func (a *app) tasksCmd() *cobra.Command {
 	var absTime bool
 	var last string
 	c := &cobra.Command{
-		Use:               "tasks [--abs-time] (ID | --last=KIND)",
+		Use: "tasks [--abs-time] (ID | --last=KIND)",
+		Example: `  snapsvc tasks 42
+  snapsvc tasks --last=configure   # the latest configure-snap change`,
 		Aliases:           []string{"change"},
 		Short:             "List a change's tasks",
 		ValidArgsFunction: a.completeChanges(),

@@ -118,7 +118,9 @@ func (d *demo) logger(who string) *slog.Logger {
 func (a *app) demoCmd() *cobra.Command {
 	var scale float64
 	c := &cobra.Command{
-		Use:   "demo [--scale F]",
+		Use: "demo [--scale F]",
+		Example: `  snapsvc demo               # about 10 seconds, no snapd needed
+  snapsvc demo --scale 0.2   # faster`,
 		Short: "Demonstrate the library against an in-process fake snapd",
 		Long: `The demo command starts a fake snapd with a Kubernetes-like snap in this
 process and plays a cluster bootstrap against it: the services started in

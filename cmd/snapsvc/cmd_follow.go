@@ -60,7 +60,9 @@ func (f *followFlags) add(c *cobra.Command, hidden bool) {
 func (a *app) followCmd() *cobra.Command {
 	f := &followFlags{}
 	c := &cobra.Command{
-		Use:   "follow [--interval D] [--until-idle] [SNAP]",
+		Use: "follow [--interval D] [--until-idle] [SNAP]",
+		Example: `  snapsvc follow k8s                # until Ctrl-C
+  snapsvc follow --until-idle k8s   # until no change holds k8s`,
 		Short: "Follow changes, their tasks and logs as they happen",
 		Long: `The follow command prints a line whenever a change (touching SNAP) appears or
 changes status, one of its tasks does, or a task logs something; with --json

@@ -32,7 +32,9 @@ change's id alone, for "snapsvc watch ID". Changes that hold the snap
 func (a *app) startCmd() *cobra.Command {
 	var enable bool
 	c := &cobra.Command{
-		Use:   "start [--enable] [--no-wait] NAME...",
+		Use: "start [--enable] [--no-wait] NAME...",
+		Example: `  snapsvc start k8s                    # every service of k8s
+  snapsvc start --enable k8s.kubelet   # and start it at boot`,
 		Short: "Start services",
 		Long:  "The start command starts, and optionally enables, the given services.\n\n" + opNames,
 		Args:  needNames("start"),
@@ -53,7 +55,9 @@ func (a *app) startCmd() *cobra.Command {
 func (a *app) stopCmd() *cobra.Command {
 	var disable bool
 	c := &cobra.Command{
-		Use:   "stop [--disable] [--no-wait] NAME...",
+		Use: "stop [--disable] [--no-wait] NAME...",
+		Example: `  snapsvc stop k8s.kubelet
+  snapsvc stop --disable k8s.kubelet   # and not at boot either`,
 		Short: "Stop services",
 		Long:  "The stop command stops, and optionally disables, the given services.\n\n" + opNames,
 		Args:  needNames("stop"),
@@ -74,7 +78,10 @@ func (a *app) stopCmd() *cobra.Command {
 func (a *app) restartCmd() *cobra.Command {
 	var reload bool
 	c := &cobra.Command{
-		Use:   "restart [--reload] [--no-wait] NAME...",
+		Use: "restart [--reload] [--no-wait] NAME...",
+		Example: `  snapsvc restart k8s.kubelet
+  snapsvc restart --reload k8s.k8sd            # reload where the app can
+  id=$(snapsvc restart --no-wait k8s); snapsvc watch "$id"`,
 		Short: "Restart services",
 		Long:  "The restart command restarts the given services.\n\nIf the --reload option is given, for each service whose app has a reload\ncommand, a reload is performed instead of a restart.\n\n" + opNames,
 		Args:  needNames("restart"),
@@ -163,6 +170,27 @@ func doneContext(ctx context.Context) context.Context {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cancel()
 	return ctx
+}
+
+// completeSnaps completes the one SNAP of changes and wait-idle: the
+// snaps with services snapd lists, when it answers within a second (snap
+// completes every installed snap; snapsvc's commands are about services).
+func (a *app) completeSnaps(c *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	svcs, _ := completionRead(c, a, func(ctx context.Context, cl *snapsvc.Client) ([]snapsvc.Service, error) {
+		return cl.Services(ctx)
+	})
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range svcs {
+		if !seen[s.Snap] && strings.HasPrefix(s.Snap, prefix) {
+			seen[s.Snap] = true
+			out = append(out, s.Snap)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 // completeNames completes service names from snapd, when it answers

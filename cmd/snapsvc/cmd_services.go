@@ -9,7 +9,9 @@ import (
 
 func (a *app) servicesCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "services [SNAP|SNAP.APP...]",
+		Use: "services [SNAP|SNAP.APP...]",
+		Example: `  snapsvc services                       # every service of every snap
+  snapsvc services --json k8s.kubelet`,
 		Short: "Query the status of services",
 		Long: `The services command lists information about the services specified, or about
 the services in all currently installed snaps, as snap services does

@@ -19,8 +19,9 @@ type statusOutput struct {
 
 func (a *app) statusCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "status [NAME...]",
-		Short: "Show services and the changes in progress that hold their snaps",
+		Use:     "status [NAME...]",
+		Example: `  snapsvc status k8s   # its services, and what holds the snap`,
+		Short:   "Show services and the changes in progress that hold their snaps",
 		Long: `The status command lists the services, like services, then the changes in
 progress that hold their snaps (which a start, stop or restart would wait
 for), with the task each is on and its last log line.`,

@@ -14,7 +14,9 @@ func (a *app) watchCmd() *cobra.Command {
 	f := &followFlags{}
 	var last string
 	c := &cobra.Command{
-		Use:               "watch (ID | --last=KIND)",
+		Use: "watch (ID | --last=KIND)",
+		Example: `  snapsvc watch 42
+  snapsvc watch --last=auto-refresh?   # nothing to wait for is no error`,
 		Short:             "Watch a change in progress",
 		ValidArgsFunction: a.completeChanges(),
 		Long: `The watch command waits for the change to be ready (the change ID given, or
@@ -116,6 +118,7 @@ func (a *app) abortCmd() *cobra.Command {
 	var last string
 	c := &cobra.Command{
 		Use:               "abort (ID | --last=KIND)",
+		Example:           `  snapsvc abort 42 && snapsvc watch 42`,
 		Short:             "Abort a pending change",
 		ValidArgsFunction: a.completeChanges(),
 		Long: `The abort command attempts to abort a change that still has pending tasks
@@ -156,12 +159,15 @@ type idleOutput struct {
 
 func (a *app) waitIdleCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "wait-idle SNAP",
+		Use: "wait-idle SNAP",
+		Example: `  snapsvc wait-idle k8s && snap refresh k8s
+  snapsvc wait-idle --timeout 5m k8s`,
 		Short: "Wait until no change in progress holds SNAP",
 		Long: `The wait-idle command returns once no change in progress touches SNAP
 (changes made through snapctl included): what a service command on SNAP
 would wait for first.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeSnaps,
 		RunE: func(c *cobra.Command, pos []string) error {
 			snap, err := snapArg("wait-idle", pos[0])
 			if err != nil {

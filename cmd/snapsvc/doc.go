@@ -7,6 +7,8 @@
 // overlap; what it adds has names snap does not use:
 //
 //	services [SNAP|SNAP.APP...]             as snap services
+//	logs [-n=N|all] [-f] [--abs-time] NAME...
+//	                                        as snap logs, the same lines
 //	start [--enable] [--no-wait] NAME...    as snap start: "Started."
 //	stop [--disable] [--no-wait] NAME...    as snap stop: "Stopped."
 //	restart [--reload] [--no-wait] NAME...  as snap restart: "Restarted.";
@@ -30,7 +32,8 @@
 //	demo [--scale F]                        a self-contained demonstration
 //	                                        against an in-process fake snapd
 //	completion bash|zsh|fish                the shell completion script
-//	help [COMMAND]                          help, on stdout (also --help, -h)
+//	help [COMMAND]                          help, on stdout (also --help, -h,
+//	                                        and snapsvc alone, as snap)
 //	man DIR                                 write a man page per command into DIR
 //
 // Deprecated until v0.3.0, with a notice on stderr: "wait ID" (use watch
@@ -45,8 +48,9 @@
 //	                 the library's retry policy, 5m of conflict retries)
 //	--wait-snapd D   how long every command keeps trying while snapd is
 //	                 unreachable or restarting: its socket missing, nobody
-//	                 listening, a path that is not a socket (default 30s;
-//	                 0: give up at the first failed connection)
+//	                 listening (default 30s; 0: give up at the first failed
+//	                 connection). A path that is not a socket, or one the
+//	                 user may not connect to, fails at once (exit 1)
 //	-v, --verbose    log what the library does on stderr (slog), and add
 //	                 the library's whole error to an error ("detail: ")
 //	--log-format F   -v's log: text (slog's key=value lines, the default)

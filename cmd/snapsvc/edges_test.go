@@ -24,6 +24,7 @@ type errorDoc struct {
 		ExitCode  int    `json:"exit-code"`
 		Change    string `json:"change"`
 		Status    string `json:"status"`
+		Cause     string `json:"cause"`
 		Retryable *bool  `json:"retryable"`
 	} `json:"error"`
 }
@@ -100,10 +101,14 @@ func TestTimedOutOperations(t *testing.T) {
 				t.Errorf("JSON retryable %t change %q, want retryable %t, a change %t", *doc.Error.Retryable, doc.Error.Change, tc.retryable, tc.change)
 			}
 			// -v's detail line (the library's whole error) aside, the
-			// error says retryable once, or not at all.
+			// error says retryable once, or not at all; --json's
+			// "retryable" field says it, never its text (issue 36).
 			said := regexp.MustCompile(`(?m)^detail: .*$`).ReplaceAllString(errOut, "")
-			if want := map[bool]int{true: 1, false: 0}[tc.retryable]; strings.Count(said, "retryable]") != want || strings.Count(doc.Error.Message, "retryable]") != want {
-				t.Errorf("retryable marker not said exactly %d time(s) on stderr and in the message:\n%s", want, errOut)
+			if want := map[bool]int{true: 1, false: 0}[tc.retryable]; strings.Count(said, "retryable]") != want {
+				t.Errorf("retryable marker not said exactly %d time(s) on stderr:\n%s", want, errOut)
+			}
+			if strings.Contains(doc.Error.Message, "retryable]") || strings.Contains(doc.Error.Cause, "retryable]") {
+				t.Errorf("a retryable marker in --json's text: %+v", doc.Error)
 			}
 			if n := len(regexp.MustCompile(`(?m)^error: `).FindAllString(errOut, -1)); n != 1 || !strings.Contains(errOut, "\ndetail: snapsvc: restart k8s.kubelet") {
 				t.Errorf("%d error: prefixes, want 1, and -v's detail line:\n%s", n, errOut)
@@ -184,8 +189,9 @@ func TestWaitSnapd(t *testing.T) {
 }
 
 // TestSocketNotASocket checks that a --socket that is a directory or a
-// regular file is said to be one, not "connection refused", and that the
-// unreachable message names the services it read properly.
+// regular file is said to be one, not "connection refused", at once and
+// not retryable (exit 1: issue 36; it was retried for --wait-snapd), and
+// that the message names the services it acted on.
 func TestSocketNotASocket(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	dir := t.TempDir()
@@ -194,13 +200,18 @@ func TestSocketNotASocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]string{dir: dir + ": it is a directory, not a socket", file: file + ": it is not a socket (a regular file)"} {
-		code, _, errOut := runWithSocket(safetyNet(t), path, false, "status", "--wait-snapd", "100ms")
-		if code != exitTimeout || !strings.Contains(errOut, "error: cannot reach snapd at "+want) || strings.Contains(errOut, "[]") {
-			t.Errorf("status --socket %s: exit %d, stderr %q; want exit 3 saying %q", path, code, errOut, want)
+		start := time.Now()
+		code, _, errOut := runWithSocket(safetyNet(t), path, false, "status")
+		if code != exitFailed || errOut != "error: cannot reach snapd at "+want+"\n" {
+			t.Errorf("status --socket %s: exit %d, stderr %q; want exit 1 saying %q", path, code, errOut, want)
 		}
-		code, _, errOut = runWithSocket(safetyNet(t), path, false, "--wait-snapd", "0", "restart", "k8s.kubelet")
-		if code != exitTimeout || !strings.Contains(errOut, "restart k8s.kubelet: cannot reach snapd at "+want) {
-			t.Errorf("restart --socket %s: exit %d, stderr %q; want the first failure told as %q", path, code, errOut, want)
+		code, out, errOut := runWithSocket(safetyNet(t), path, false, "--json", "restart", "k8s.kubelet")
+		if doc := decodeError(t, code, out); code != exitFailed || *doc.Error.Retryable || !strings.Contains(errOut, "error: restart k8s.kubelet: cannot reach snapd at "+want) {
+			t.Errorf("restart --socket %s: exit %d, stderr %q; want exit 1, not retryable, saying %q", path, code, errOut, want)
+		}
+		// At once: the default --wait-snapd is 30 s.
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("--socket %s: took %v, want no wait", path, d)
 		}
 	}
 }
@@ -320,7 +331,7 @@ func TestVersion(t *testing.T) {
 	}
 	sock := filepath.Join(t.TempDir(), "nosuch.socket")
 	code, out, _ = runWithSocket(ctx, sock, false, "version")
-	if code != exitOK || !strings.Contains(out, "snapsvc ") || !strings.Contains(out, "snapd: unknown (") || !strings.Contains(out, sock+" does not exist") {
+	if code != exitOK || !strings.Contains(out, "snapsvc ") || !strings.HasSuffix(out, "\nsnapd: unknown (cannot reach snapd at "+sock+": no socket there (is snapd running?))\n") {
 		t.Errorf("version without snapd: exit %d %q", code, out)
 	}
 }
@@ -423,5 +434,24 @@ func TestNotesAboveProgress(t *testing.T) {
 	got := buf.String()
 	if !strings.Contains(got, "change 4 (service-control) running, 0s · restart k8s.kubelet\r\033[Krestart k8s.kubelet: cannot reach snapd\n") {
 		t.Errorf("note not printed over an erased progress line: %q", got)
+	}
+}
+
+// TestAccessDeniedSuggestsSudo checks that snapd's own refusal of a user
+// who is not root (401/403, kind login-required) is told as snap tells it,
+// "access denied (try with sudo)", not retryable; root is not told to use
+// sudo.
+func TestAccessDeniedSuggestsSudo(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv.InjectFault(fake.Fault{Kind: fake.FaultReply, Method: "POST", Path: "/v2/apps", Status: 401,
+		Body: fake.ErrorBody(401, "login-required", "access denied")})
+	for uid, want := range map[int]string{1000: "error: restart k8s.kubelet: access denied (try with sudo)\n", 0: "error: restart k8s.kubelet: access denied\n"} {
+		var stdout, stderr lockedBuffer
+		code := run(safetyNet(t), []string{"--json", "restart", "k8s.kubelet"}, env{stdout: &stdout, stderr: &stderr,
+			getenv: socketEnv(srv.SocketPath()), geteuid: func() int { return uid }})
+		if doc := decodeError(t, code, stdout.String()); code != exitFailed || *doc.Error.Retryable || stderr.String() != want {
+			t.Errorf("uid %d: exit %d, stderr %q; want exit 1, not retryable, %q", uid, code, stderr.String(), want)
+		}
 	}
 }

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/snapsvc/snapsvc/cmd/clistyle"
+	"github.com/snapsvc/snapsvc/internal/flock"
+	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -128,15 +131,19 @@ func unreachable(err error) bool {
 	return retry.Classify(err) == retry.Transient || retry.IsUnreachable(err)
 }
 
-// socketPath is where the command looks for snapd, for messages.
+// socketPath is where the command looks for snapd: --socket, else where
+// the library looks (snapsvc.SocketsFromEnv: $SNAPSVC_SOCKET,
+// $SNAPSVC_SNAP_SOCKET, $SNAPPY_GLOBAL_ROOT), the snap socket inside a
+// snap.
 func (a *app) socketPath() string {
-	switch {
-	case a.socket != "":
+	if a.socket != "" {
 		return a.socket
-	case a.getenv("SNAP_COOKIE") != "" || a.getenv("SNAP_CONTEXT") != "":
-		return "/run/snapd-snap.socket"
 	}
-	return "/run/snapd.socket"
+	socket, snapSocket := snapsvc.SocketsFromEnv(a.getenv)
+	if a.getenv("SNAP_COOKIE") != "" || a.getenv("SNAP_CONTEXT") != "" {
+		return snapSocket
+	}
+	return socket
 }
 
 // jsonError is the shape of an error under --json.
@@ -219,8 +226,9 @@ func (a *app) report(err error) int {
 		return v.code
 	}
 	var je jsonError
-	je.Error.Message = oneLine(msg)
-	je.Error.Cause = oneLine(err.Error())
+	// The "retryable" field says it: no "[retryable]" in the text.
+	je.Error.Message = oneLine(dropMarkers(msg))
+	je.Error.Cause = oneLine(dropMarkers(err.Error()))
 	je.Error.ExitCode = v.code
 	je.Error.Change = change
 	if ce != nil {
@@ -285,6 +293,9 @@ func (a *app) message(err error, v verdict) string {
 		return strings.TrimRight(ce.Err, "\n")
 	}
 	if line, ok := a.unreachableLine(err, v); ok {
+		return line
+	}
+	if line, ok := a.refusedLine(err); ok {
 		return line
 	}
 	var ae *snapsvc.APIError
@@ -473,10 +484,17 @@ func plain(err error) string {
 	}
 	s = strings.ReplaceAll(s, "snapsvc: ", "")
 	s = strings.ReplaceAll(s, "(--timeout): context deadline exceeded", "(--timeout)")
+	return oneLine(dropMarkers(s))
+}
+
+// dropMarkers removes the retryable markers the library's OpError and
+// the human message end with ("[retryable]", "[not retryable]"): under
+// --json the "retryable" field says it, by the command's verdict.
+func dropMarkers(s string) string {
 	for _, m := range []string{" [retryable]", " [not retryable]"} {
 		s = strings.ReplaceAll(s, m, "")
 	}
-	return oneLine(s)
+	return s
 }
 
 // jsonRequested reports whether args ask for --json before any "--" (a
@@ -544,6 +562,53 @@ func (a *app) unreachableLine(err error, v verdict) (string, bool) {
 		line += "; nothing was done"
 	}
 	return line + " [retryable]", true
+}
+
+// refusedLine is the one line for what retrying cannot change and only
+// the user can: a socket path that is not a socket, no permission to
+// connect to it or to take snapsvc's lock, snapd's "access denied". Like
+// snap, it suggests sudo to a user who is not root.
+func (a *app) refusedLine(err error) (string, bool) {
+	what := ""
+	var oe *snapsvc.OpError
+	if errors.As(err, &oe) {
+		what = oe.Op + " " + strings.Join(oe.Names, " ") + ": "
+	}
+	var se *snapd.SocketError
+	var pe *flock.PermissionError
+	var ae *snapsvc.APIError
+	switch {
+	case errors.As(err, &se) && se.Denied:
+		return fmt.Sprintf("%scannot connect to snapd at %s: permission denied%s", what, se.Socket, a.sudoHint()), true
+	case errors.As(err, &se):
+		return fmt.Sprintf("%scannot reach snapd at %s: it %s", what, se.Socket, se.Problem), true
+	case errors.As(err, &pe) && pe.Owner < 0:
+		return fmt.Sprintf("%spermission denied: cannot create snapsvc's lock %s%s", what, pe.Path, a.sudoHint()), true
+	case errors.As(err, &pe):
+		owner := fmt.Sprintf("uid %d", pe.Owner)
+		if pe.Owner == 0 {
+			owner = "root"
+		}
+		return fmt.Sprintf("%spermission denied: snapsvc's lock %s belongs to %s%s", what, pe.Path, owner, a.sudoHint()), true
+	case errors.As(err, &ae) && ae.Kind == "login-required" && (ae.StatusCode == 401 || ae.StatusCode == 403):
+		// cmd/snap/error.go: "%s (try with sudo)" for a user who is
+		// not root.
+		return what + ae.Message + a.sudoHint(), true
+	}
+	return "", false
+}
+
+// sudoHint is " (try with sudo)" for a user who is not root, as snap
+// says it, else "".
+func (a *app) sudoHint() string {
+	euid := os.Geteuid
+	if a.geteuid != nil {
+		euid = a.geteuid
+	}
+	if euid() == 0 {
+		return ""
+	}
+	return " (try with sudo)"
 }
 
 // dialReason says why snapd's socket could not be dialled, without the

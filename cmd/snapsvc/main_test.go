@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,8 +61,18 @@ func TestScripts(t *testing.T) {
 			})
 			e.Setenv("SNAPSVC_SOCKET", px.path)
 			e.Setenv("FAKE_SOCKET", srv.SocketPath())
+			e.Setenv("FAKE_DIR", srv.Dir())
 			e.Values[harnessKey{}] = &harness{srv: srv, proxy: px}
 			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			switch cond {
+			case "root":
+				// Root, with setpriv to run a command as another user.
+				_, err := exec.LookPath("setpriv")
+				return os.Geteuid() == 0 && err == nil, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"fake-hold":       cmdFakeHold,
@@ -70,6 +84,9 @@ func TestScripts(t *testing.T) {
 			"fake-count":      cmdFakeCount,
 			"await":           cmdAwait,
 			"proxy-reset":     cmdProxyReset,
+			"fake-listening":  cmdFakeListening,
+			"fake-log":        cmdFakeLog,
+			"as-nobody":       cmdAsNobody,
 			"exits":           clistyletest.Exits,
 		},
 	})
@@ -249,4 +266,58 @@ func cmdProxyReset(ts *testscript.TestScript, neg bool, args []string) {
 	px.mu.Lock()
 	px.events = nil
 	px.mu.Unlock()
+}
+
+// fake-listening on|off: the fake's sockets come back, or go away as
+// while snapd restarts (the fake keeps its state).
+func cmdFakeListening(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 || (args[0] != "on" && args[0] != "off") {
+		ts.Fatalf("usage: fake-listening on|off")
+	}
+	if args[0] == "off" {
+		h(ts).srv.StopListening()
+		return
+	}
+	ts.Check(h(ts).srv.StartListening())
+}
+
+// as-nobody CODE snapsvc ARGS...: run the snapsvc command as user nobody
+// (uid and gid 65534, through setpriv; the script needs [root]) and check
+// its exit code, as exits does. The test binary is copied where nobody
+// may run it; the fake's directory is left as it is (a user's
+// permissions on it are what a script tests).
+func cmdAsNobody(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || args[1] != "snapsvc" {
+		ts.Fatalf("usage: as-nobody CODE snapsvc [ARGS...]")
+	}
+	bin := ts.Getenv("NOBODY_BIN")
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "snapsvc-nobody")
+		ts.Check(err)
+		ts.Defer(func() { os.RemoveAll(dir) })
+		ts.Check(os.Chmod(dir, 0o755))
+		self, err := os.Executable()
+		ts.Check(err)
+		in, err := os.Open(self)
+		ts.Check(err)
+		defer in.Close()
+		bin = filepath.Join(dir, "snapsvc")
+		out, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+		ts.Check(err)
+		_, err = io.Copy(out, in)
+		ts.Check(err)
+		ts.Check(out.Close())
+		ts.Setenv("NOBODY_BIN", bin)
+	}
+	clistyletest.Exits(ts, false, append([]string{args[0], "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", bin}, args[2:]...))
+}
+
+// fake-log SNAP.APP MESSAGE: add a line to the service's journal, as the
+// service's own output (snap logs shows it).
+func cmdFakeLog(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: fake-log SNAP.APP MESSAGE")
+	}
+	snap, app := splitService(ts, args[0])
+	ts.Check(h(ts).srv.AppendLog(snap, app, args[1]))
 }

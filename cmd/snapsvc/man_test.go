@@ -21,9 +21,21 @@ func TestManPages(t *testing.T) {
 	if code, _, errOut := runWithSocket(safetyNet(t), "/nonexistent", false, "man", dir); code != exitOK {
 		t.Fatalf("man %s: exit %d: %s", dir, code, errOut)
 	}
-	for _, page := range []string{"snapsvc.1", "snapsvc-restart.1", "snapsvc-watch.1", "snapsvc-man.1"} {
+	for _, page := range []string{"snapsvc.1", "snapsvc-restart.1", "snapsvc-watch.1", "snapsvc-man.1", "snapsvc-logs.1"} {
 		if _, err := os.Stat(filepath.Join(dir, page)); err != nil {
 			t.Errorf("no %s: %v", page, err)
+		}
+	}
+	// Every page: titled by its own command, with EXAMPLES (issue 36).
+	pages, _ := filepath.Glob(filepath.Join(dir, "*.1"))
+	for _, p := range pages {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSuffix(filepath.Base(p), ".1")
+		if !strings.HasPrefix(string(data), ".nh\n.TH \""+strings.ToUpper(name)+"\" \"1\" ") || !strings.Contains(string(data), "\n.SH EXAMPLES\n") {
+			t.Errorf("%s: not titled %s, or no EXAMPLES:\n%.300s", p, strings.ToUpper(name), data)
 		}
 	}
 	root, err := os.ReadFile(filepath.Join(dir, "snapsvc.1"))

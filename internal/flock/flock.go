@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -38,6 +39,9 @@ func (l *Lock) Unlock() error {
 func Acquire(ctx context.Context, path string) (*Lock, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, &PermissionError{Path: dir, Owner: -1, UID: geteuid(), Err: err}
+		}
 		return nil, fmt.Errorf("cannot create lock directory: %w", err)
 	}
 	// The directory may live in a world-writable place (/run/lock): refuse
@@ -49,6 +53,9 @@ func Acquire(ctx context.Context, path string) (*Lock, error) {
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, fmt.Errorf("refusing lock file %s: it is a symlink", path)
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, &PermissionError{Path: path, Owner: -1, UID: geteuid(), Err: err}
 		}
 		return nil, fmt.Errorf("cannot open lock file: %w", err)
 	}
@@ -108,10 +115,56 @@ func checkPrivate(dir string, isDir bool) error {
 	return nil
 }
 
+// checkOwner refuses a lock directory or file of another user. For a
+// process that is not root that is a missing permission (the lock of
+// root's processes: *PermissionError), for root a refusal to trust what
+// another user made.
 func checkOwner(path string, st os.FileInfo) error {
 	sys, ok := st.Sys().(*syscall.Stat_t)
-	if ok && int(sys.Uid) != os.Geteuid() {
-		return fmt.Errorf("refusing lock %s: owned by uid %d, not %d", path, sys.Uid, os.Geteuid())
+	euid := geteuid()
+	switch {
+	case !ok || int(sys.Uid) == euid:
+		return nil
+	case euid != 0:
+		return &PermissionError{Path: path, Owner: int(sys.Uid), UID: euid}
 	}
-	return nil
+	return fmt.Errorf("refusing lock %s: owned by uid %d, not by root", path, sys.Uid)
 }
+
+// geteuid is os.Geteuid (tests replace it).
+var geteuid = os.Geteuid
+
+// PermissionError is a lock this process may not take: its directory or
+// file belongs to another user and the process is not root (a lock
+// directory root's processes made, such as /run/snapsvc or the one beside
+// a root-owned socket), or the system refused to create them. It matches
+// fs.ErrPermission; retrying cannot help, running as the lock's owner
+// (sudo, for root's) can.
+type PermissionError struct {
+	// Path is the directory or file refused.
+	Path string
+	// Owner is its owner's uid, -1 when it could not be created.
+	Owner int
+	// UID is the effective uid of this process.
+	UID int
+	// Err is the system's error, when it refused (nil for an owner
+	// mismatch).
+	Err error
+}
+
+func (e *PermissionError) Error() string {
+	if e.Owner < 0 {
+		return fmt.Sprintf("permission denied: uid %d cannot create %s", e.UID, e.Path)
+	}
+	owner := fmt.Sprintf("uid %d", e.Owner)
+	if e.Owner == 0 {
+		owner = "root"
+	}
+	return fmt.Sprintf("permission denied: %s belongs to %s, not to uid %d", e.Path, owner, e.UID)
+}
+
+// Is matches fs.ErrPermission.
+func (e *PermissionError) Is(target error) bool { return target == fs.ErrPermission }
+
+// Unwrap returns the system's error, if any.
+func (e *PermissionError) Unwrap() error { return e.Err }

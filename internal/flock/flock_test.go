@@ -2,6 +2,8 @@ package flock
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,5 +88,39 @@ func TestAcquireRefusesUnsafeDirectory(t *testing.T) {
 	}
 	if _, err := Acquire(context.Background(), filepath.Join(open, "k8s.lock")); err == nil || !strings.Contains(err.Error(), "writable by others") {
 		t.Errorf("world-writable directory: %v", err)
+	}
+}
+
+// Issue 36: a user who is not root met "refusing lock ... owned by uid 0,
+// not 65534" for a lock directory root's processes made. That is a
+// missing permission, said as one (*PermissionError, fs.ErrPermission);
+// root still refuses, as untrusted, a directory another user made.
+func TestAcquireNamesAMissingPermission(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "locks")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	owner := os.Geteuid()
+	defer func(f func() int) { geteuid = f }(geteuid)
+	geteuid = func() int { return owner + 1 }
+	_, err := Acquire(context.Background(), filepath.Join(dir, "k8s.lock"))
+	var pe *PermissionError
+	if !errors.As(err, &pe) || !errors.Is(err, fs.ErrPermission) || pe.Path != dir || pe.Owner != owner || pe.UID != owner+1 ||
+		!strings.HasPrefix(err.Error(), "permission denied: "+dir+" belongs to ") {
+		t.Fatalf("another user's lock directory: %v, want a *PermissionError", err)
+	}
+	if owner == 0 && !strings.Contains(err.Error(), "belongs to root, not to uid 1") {
+		t.Errorf("root's directory: %q, want it named root's", err)
+	}
+	if owner != 0 {
+		return // only root can hand a directory to another user
+	}
+	geteuid = os.Geteuid
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Acquire(context.Background(), filepath.Join(dir, "k8s.lock"))
+	if err == nil || errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "owned by uid 65534, not by root") {
+		t.Errorf("root, another user's directory: %v, want a refusal that is no permission problem", err)
 	}
 }

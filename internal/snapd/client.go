@@ -42,6 +42,7 @@ type Client struct {
 	ua            string
 	longPollGrace time.Duration
 	installRoot   string // CheckInstalled (installed.go)
+	servedOnly    bool   // CheckServed (installed.go)
 	closed        atomic.Bool
 }
 
@@ -377,8 +378,10 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 }
 
 // explainDial says why the socket could not be dialled when the reason is
-// in the file system: no such file, or a file that is not a socket (which
-// connect reports as "connection refused").
+// in the file system: no such file, a file that is not a socket (which
+// connect reports as "connection refused"), or no permission to reach it.
+// A path that is not a socket and a refused permission are *SocketError:
+// waiting cannot change them.
 func (c *Client) explainDial(err error) error {
 	fi, serr := os.Stat(c.socket)
 	switch {
@@ -387,14 +390,55 @@ func (c *Client) explainDial(err error) error {
 			return nerr
 		}
 		return fmt.Errorf("socket %s does not exist (is snapd running?): %w", c.socket, err)
+	case errors.Is(serr, fs.ErrPermission) || errors.Is(err, fs.ErrPermission):
+		// connect(2) answers EACCES without write permission on the
+		// socket or search permission on a directory above it (or an
+		// AppArmor denial, for a snap without snapd-control).
+		return &SocketError{Socket: c.socket, Problem: "cannot be connected to: permission denied", Denied: true, Err: err}
 	case serr != nil:
 		return err
 	case fi.IsDir():
-		return fmt.Errorf("%s is a directory, not a socket: %w", c.socket, err)
+		return &SocketError{Socket: c.socket, Problem: "is a directory, not a socket", Err: err}
 	case fi.Mode()&fs.ModeSocket == 0:
-		return fmt.Errorf("%s is not a socket (%s): %w", c.socket, fileKind(fi.Mode()), err)
+		return &SocketError{Socket: c.socket, Problem: "is not a socket (" + fileKind(fi.Mode()) + ")", Err: err}
 	}
 	return err
+}
+
+// ErrNotSocket matches, with errors.Is, a dial of a path that exists but
+// is not a socket (a directory, a regular file): a mistyped path, which
+// no restart of snapd changes.
+var ErrNotSocket = errors.New("not a socket")
+
+// SocketError is a socket that cannot be dialled for a reason waiting
+// cannot change: the path is not a socket (it matches ErrNotSocket), or
+// this process may not connect to it (it matches fs.ErrPermission).
+type SocketError struct {
+	// Socket is the path dialled.
+	Socket string
+	// Problem says what is wrong, after the path: "is a directory, not a
+	// socket", "is not a socket (a regular file)", "cannot be connected
+	// to: permission denied".
+	Problem string
+	// Denied: connect(2) was refused permission (EACCES), rather than the
+	// path not being a socket.
+	Denied bool
+	// Err is the dial error.
+	Err error
+}
+
+func (e *SocketError) Error() string { return e.Socket + " " + e.Problem }
+
+// Unwrap returns the dial error.
+func (e *SocketError) Unwrap() error { return e.Err }
+
+// Is matches ErrNotSocket for a path that is not a socket, and
+// fs.ErrPermission for a refused permission.
+func (e *SocketError) Is(target error) bool {
+	if e.Denied {
+		return target == fs.ErrPermission
+	}
+	return target == ErrNotSocket
 }
 
 func fileKind(m fs.FileMode) string {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -230,6 +231,37 @@ func TestDialErrorsSayWhatTheSocketIs(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Connected || ce.Written || ce.Socket != path || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", path, err, want)
 		}
+	}
+}
+
+// Issue 36: a path that is not a socket, and a socket connect(2) refuses
+// permission to, are *SocketError (ErrNotSocket, fs.ErrPermission), so
+// that nobody waits for them to change. Root passes every permission
+// check, so the refusal is the dialler's.
+func TestDialErrorsThatWaitingCannotChange(t *testing.T) {
+	dir := t.TempDir()
+	for path, want := range map[string]error{dir: ErrNotSocket} {
+		_, err := New(path).Apps(context.Background(), nil, true)
+		var se *SocketError
+		if !errors.As(err, &se) || !errors.Is(err, want) || errors.Is(err, os.ErrPermission) {
+			t.Errorf("%s: %v, want a *SocketError matching %v", path, err, want)
+		}
+	}
+	sock := filepath.Join(dir, "snapd.socket")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := New(sock)
+	c.dial = func(context.Context) (net.Conn, error) {
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}
+	}
+	_, err = c.Apps(context.Background(), nil, true)
+	var se *SocketError
+	if !errors.As(err, &se) || !se.Denied || !errors.Is(err, os.ErrPermission) || errors.Is(err, ErrNotSocket) ||
+		err.Error() != "cannot communicate with snapd at "+sock+" (GET /v2/apps, cannot connect): "+sock+" cannot be connected to: permission denied" {
+		t.Errorf("EACCES: %v, want a *SocketError matching fs.ErrPermission", err)
 	}
 }
 

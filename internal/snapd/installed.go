@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // ErrNotInstalled matches, with errors.Is, a failure to reach snapd when
@@ -26,8 +25,10 @@ type NotInstalledError struct {
 	Err error
 }
 
+// Error says it in one short line: the dial error only repeats the
+// socket's path (Unwrap returns it).
 func (e *NotInstalledError) Error() string {
-	return fmt.Sprintf("%v: no socket at %s and %s: %v", ErrNotInstalled, e.Socket, e.Reason, e.Err)
+	return fmt.Sprintf("%v: no socket at %s and %s", ErrNotInstalled, e.Socket, e.Reason)
 }
 
 // Is reports whether target is ErrNotInstalled.
@@ -69,14 +70,12 @@ func Absent(root string) (bool, string) {
 		}
 	}
 	if !installed {
-		looked := make([]string, 0, len(daemonPaths)+len(unitPaths))
-		for _, p := range append(append([]string(nil), daemonPaths...), unitPaths...) {
-			looked = append(looked, filepath.Join(root, p))
-		}
-		return true, "neither snapd's daemon nor its socket unit exists (" + strings.Join(looked, ", ") + ")"
+		// Short: the paths looked at are the package's documentation
+		// (snapsvc.ErrSnapdNotInstalled), not every message's.
+		return true, "neither snapd nor its snapd.socket unit is installed"
 	}
 	if !exists(systemdRun) {
-		return true, "systemd is not running (no " + filepath.Join(root, systemdRun) + "), so nothing listens on snapd.socket to start snapd"
+		return true, "systemd is not running (it starts snapd on its socket)"
 	}
 	return false, ""
 }
@@ -85,11 +84,26 @@ func Absent(root string) (bool, string) {
 // under root for what would create it: when nothing would (Absent), the
 // error wraps a *NotInstalledError, and retrying cannot help. An empty
 // root turns the check off.
-func (c *Client) CheckInstalled(root string) { c.installRoot = root }
+func (c *Client) CheckInstalled(root string) { c.installRoot, c.servedOnly = root, false }
+
+// CheckServed makes a failed dial to a socket that does not exist judge
+// snapd absent only when the socket's directory is missing too: for a
+// snapd under another root (SNAPPY_GLOBAL_ROOT: a fake, a container's
+// file system), where nothing need be installed under the root, a missing
+// socket in a directory that exists is a snapd restarting and is waited
+// for, and a root with no such directory has no snapd at all.
+func (c *Client) CheckServed() { c.installRoot, c.servedOnly = "", true }
 
 // notInstalled returns a *NotInstalledError for a dial error when the
 // socket is missing and snapd absent, else nil.
 func (c *Client) notInstalled(err error) error {
+	if c.servedOnly {
+		dir := filepath.Dir(c.socket)
+		if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
+			return &NotInstalledError{Socket: c.socket, Reason: "no directory " + dir, Err: err}
+		}
+		return nil
+	}
 	if c.installRoot == "" {
 		return nil
 	}

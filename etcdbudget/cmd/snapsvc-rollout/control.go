@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/snapsvc/snapsvc/cmd/clistyle"
 	"github.com/snapsvc/snapsvc/etcdbudget"
@@ -25,7 +27,13 @@ var controlIntro = map[string]string{
 they will be served; a waiter kept out only by a vanished holder's
 lock-delay says so), the holders that vanished (lease expired, not released)
 with what they recorded, whether KEY is paused, and the machines taking
-part. --json prints the etcdbudget.KeyStatus document.`,
+part. --watch prints it again each time it changes in etcd, until Ctrl-C or
+--timeout. -w json prints the etcdbudget.KeyStatus document (--watch: one
+per line), -w table the holders and waiters as a table.`,
+	"list": `list shows every budget key that has anything in etcd under --prefix
+(holders, waiters, a pause, machines that joined), with how many hold and
+wait and whether it is paused. -w table prints a table, -w json a document
+per key status.`,
 	"pause": `pause holds KEY cluster-wide: every machine that reaches the front of KEY's
 queue keeps its place and its slot without restarting until resume; the
 others stay queued. A restart already under way finishes. The pause stays
@@ -40,35 +48,55 @@ var controlShort = map[string]string{
 	"status": "Show who holds KEY's slots, who waits, the pause and the machines taking part",
 	"pause":  "Hold every machine at the front of KEY's queue until resume",
 	"resume": "Lift KEY's pause",
+	"list":   "List the budget's keys, with their holders, waiters and pause",
+}
+
+// controlExamples are each operator command's examples.
+var controlExamples = map[string]string{
+	"status": `  snapsvc-rollout status k8s.kube-apiserver
+  snapsvc-rollout status --watch -w table k8s.kube-apiserver
+  ETCDCTL_ENDPOINTS=https://10.0.0.1:2379 snapsvc-rollout status -w json k8s`,
+	"pause":  `  snapsvc-rollout pause --reason "CVE-2026-1234 rollback" k8s.kube-apiserver`,
+	"resume": `  snapsvc-rollout resume k8s.kube-apiserver`,
+	"list": `  snapsvc-rollout list
+  snapsvc-rollout list -w table --endpoints https://10.0.0.1:2379 --cacert ca.crt`,
 }
 
 // controlExits are the operator commands' exit codes.
 var controlExits = clistyle.ExitCodes{
 	{Code: exitOK, Text: "done"},
 	{Code: exitUsage, Text: "usage error, or etcd refused the client or the request (certificates, credentials, permission)"},
-	{Code: exitRetryable, Text: "etcd unreachable within --timeout: retryable"},
+	{Code: exitRetryable, Text: "etcd unreachable within --dial-timeout, or no answer within --command-timeout: retryable"},
 }
 
-// controlCmd is the operator command name (status, pause, resume): the
-// etcd flags, --timeout (10s), and for pause --reason.
+// controlCmd is the operator command name (status, pause, resume, list):
+// the etcd flags, --timeout, for pause --reason and for status --watch.
 func (r *runner) controlCmd(name string) *cobra.Command {
 	o := &options{}
 	use := name + " KEY [flags]"
-	if name == "pause" {
+	switch name {
+	case "pause":
 		use = "pause KEY [--reason TEXT] [flags]"
+	case "status":
+		use = "status KEY [--watch] [-w simple|table|json] [flags]"
+	case "list":
+		use = "list [-w simple|table|json] [flags]"
 	}
 	c := &cobra.Command{
 		Use:               use,
 		Short:             controlShort[name],
 		Long:              controlExits.Help(controlIntro[name]),
+		Example:           controlExamples[name],
 		Annotations:       map[string]string{clistyle.ManLong: controlExits.Man(controlIntro[name])},
 		ValidArgsFunction: cobra.NoFileCompletions,
 		// The key may come before, between or after the flags.
 		RunE: func(c *cobra.Command, args []string) error {
-			fromEnv(o)
-			var err error
+			err := fromEnv(c.Flags(), o)
 			switch {
-			case len(args) == 0:
+			case err != nil:
+			case name == "list" && len(args) > 0:
+				err = fmt.Errorf("list: unexpected arguments %q", args)
+			case name != "list" && len(args) == 0:
 				err = fmt.Errorf("%s: name the budget KEY, e.g. k8s.kube-apiserver", name)
 			case len(args) > 1:
 				err = fmt.Errorf("%s: unexpected arguments %q", name, args[1:])
@@ -76,26 +104,35 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 				err = errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required")
 			case o.timeout < 0 || o.unreachable < 0:
 				err = errors.New("--timeout and --unreachable must not be negative")
+			case o.writeOut == "table" && name != "status" && name != "list":
+				err = fmt.Errorf("--write-out table: for status and list; %s writes simple or json", name)
 			}
 			if err != nil {
 				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
 			}
-			o.key = args[0]
+			if len(args) > 0 {
+				o.key = args[0]
+			}
 			return r.do(c, name, o)
 		},
 	}
 	fs := c.Flags()
 	fs.SortFlags = false
 	etcdFlags(fs, o)
-	if name == "pause" {
+	switch name {
+	case "pause":
 		fs.StringVar(&o.reason, "reason", "", "why, shown by status and to the machines held back")
+	case "status":
+		fs.BoolVar(&o.watch, "watch", false, "print the status again each time it changes, until Ctrl-C or --timeout")
 	}
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on the command")
+	fs.DurationVar(&o.timeout, "timeout", 0, "bound on the whole command (0: none; each request is bound by --command-timeout)")
 	return c
 }
 
-// control runs an operator command (status, pause or resume) and returns
-// its exit code.
+// control runs an operator command (status, pause, resume or list) and
+// returns its exit code. Connecting is bound by --dial-timeout (an
+// unreachable etcd fails then, as etcdctl does), each request by
+// --command-timeout, the whole command by --timeout when set.
 func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writer) int {
 	key := o.key
 	if o.timeout > 0 {
@@ -113,31 +150,49 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 	if holder == "" && cmd == "pause" {
 		holder = operator() // the pause records who paused, not a process
 	}
-	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Prefix: o.prefix, Holder: holder, Unreachable: o.unreachable})
+	unreachable := o.dialTimeout
+	if o.unreachable != etcdbudget.DefaultUnreachable && o.unreachable > 0 {
+		unreachable = o.unreachable // given: how long to keep trying
+	}
+	// Each attempt of a request is bound as etcdctl bounds a dial: an
+	// unreachable etcd fails after --dial-timeout, not etcdbudget's 2s.
+	b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Prefix: o.prefix, Holder: holder, Unreachable: unreachable,
+		Attempt: min(o.dialTimeout, o.commandTimeout)})
 	if err != nil {
 		return fail(err, exitUsage)
 	}
+	request := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, o.commandTimeout) }
 	var out any
 	switch cmd {
 	case "status":
-		var st *etcdbudget.KeyStatus
-		if st, err = b.Status(ctx, key); err == nil {
-			out = st
-			if !o.jsonOut {
-				printStatus(stdout, st, time.Now())
-			}
+		if o.watch {
+			err = watchStatus(ctx, cli, b, o, request, stdout)
+			break
 		}
+		rctx, cancel := request()
+		st, serr := b.Status(rctx, key)
+		cancel()
+		if err = serr; err == nil {
+			out = st
+			writeStatus(stdout, o.writeOut, st, time.Now())
+		}
+	case "list":
+		out, err = list(ctx, b, o, request, stdout, stderr)
 	case "pause":
-		var rec *etcdbudget.PauseRecord
-		if rec, err = b.Pause(ctx, key, o.reason); err == nil {
+		rctx, cancel := request()
+		rec, perr := b.Pause(rctx, key, o.reason)
+		cancel()
+		if err = perr; err == nil {
 			out = map[string]any{"key": key, "paused": rec}
 			if !o.jsonOut {
 				fmt.Fprintf(stdout, "%s paused by %s since %s%s\n", key, rec.By, rec.Since.Format(time.RFC3339), reasonSuffix(rec.Reason))
 			}
 		}
 	case "resume":
-		var was bool
-		if was, err = b.Resume(ctx, key); err == nil {
+		rctx, cancel := request()
+		was, rerr := b.Resume(rctx, key)
+		cancel()
+		if err = rerr; err == nil {
 			out = map[string]any{"key": key, "was_paused": was}
 			if !o.jsonOut {
 				if was {
@@ -148,18 +203,189 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 			}
 		}
 	}
-	if err != nil {
-		if errors.Is(err, snapsvc.ErrBudgetRefused) {
-			return fail(err, exitUsage)
-		}
+	switch {
+	case err != nil && o.watch && ctx.Err() != nil && !errors.Is(err, snapsvc.ErrBudgetRefused):
+		return exitOK // a watch ends when interrupted or at --timeout
+	case errors.Is(err, snapsvc.ErrBudgetRefused):
+		return fail(err, exitUsage)
+	case err != nil:
 		return fail(err, exitRetryable)
 	}
-	if o.jsonOut {
+	if o.jsonOut && !o.watch && cmd != "status" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.Encode(out)
 	}
 	return exitOK
+}
+
+// writeStatus writes st in format: simple (printStatus), table, or json
+// (one indented document).
+func writeStatus(w io.Writer, format string, st *etcdbudget.KeyStatus, now time.Time) {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+	case "table":
+		statusTable(w, st, now)
+	default:
+		printStatus(w, st, now)
+	}
+}
+
+// watchStatus prints key's status, then again each time anything of the
+// key changes in etcd (its entries, guards, pause, pin, participants),
+// until ctx ends. Under -w json each status is one line.
+func watchStatus(ctx context.Context, cli *clientv3.Client, b *etcdbudget.Budget, o *options, request func() (context.Context, context.CancelFunc), w io.Writer) error {
+	key := etcdbudget.Key(o.key)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	changes := cli.Watch(wctx, o.prefix+key, clientv3.WithPrefix())
+	for n := 0; ; n++ {
+		rctx, rcancel := request()
+		st, err := b.Status(rctx, key)
+		rcancel()
+		if err != nil {
+			return err
+		}
+		switch {
+		case o.writeOut == "json":
+			json.NewEncoder(w).Encode(st)
+		default:
+			if n > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "-- %s (revision %d)\n", time.Now().Format(time.RFC3339), st.Revision)
+			writeStatus(w, o.writeOut, st, time.Now())
+		}
+		for relevant := false; !relevant; {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case wr, ok := <-changes:
+				if !ok || wr.Err() != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					return fmt.Errorf("%w: watching %s: %v", snapsvc.ErrBudgetUnavailable, key, wr.Err())
+				}
+				for _, ev := range wr.Events {
+					// The prefix also matches longer keys ("k8s" and
+					// "k8s.kubelet"): only this key's own records count.
+					rest := strings.TrimPrefix(string(ev.Kv.Key), o.prefix+key)
+					if rest == "" || rest[0] == '/' || rest[0] == '#' {
+						relevant = true
+					}
+				}
+			}
+		}
+	}
+}
+
+// keySummary is one key of list.
+type keySummary struct {
+	Key     string                  `json:"key"`
+	Max     int                     `json:"max"`
+	Holders int                     `json:"holders"`
+	Waiters int                     `json:"waiters"`
+	Paused  *etcdbudget.PauseRecord `json:"paused,omitempty"`
+}
+
+// list prints every key of the budget and returns them (for -w json).
+func list(ctx context.Context, b *etcdbudget.Budget, o *options, request func() (context.Context, context.CancelFunc), w, stderr io.Writer) ([]keySummary, error) {
+	rctx, cancel := request()
+	keys, err := b.Keys(rctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	out := []keySummary{}
+	for _, k := range keys {
+		rctx, cancel := request()
+		st, err := b.Status(rctx, k)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, keySummary{Key: st.Key, Max: st.Max, Holders: len(st.Holders), Waiters: len(st.Waiters), Paused: st.Paused})
+	}
+	switch o.writeOut {
+	case "json":
+	case "table":
+		rows := [][]string{{"KEY", "MAX", "HOLDERS", "WAITERS", "PAUSED"}}
+		for _, s := range out {
+			rows = append(rows, []string{s.Key, strconv.Itoa(s.Max), strconv.Itoa(s.Holders), strconv.Itoa(s.Waiters), pausedCell(s.Paused)})
+		}
+		asciiTable(w, rows)
+	default:
+		// etcdctl's simple: one line per item, fields comma-separated.
+		for _, s := range out {
+			fmt.Fprintf(w, "%s, max %d, %d holding, %d waiting, %s\n", s.Key, s.Max, s.Holders, s.Waiters, pausedCell(s.Paused))
+		}
+		if len(out) == 0 {
+			fmt.Fprintf(stderr, "no budget keys under %s\n", o.prefix)
+		}
+	}
+	return out, nil
+}
+
+func pausedCell(p *etcdbudget.PauseRecord) string {
+	if p == nil {
+		return "not paused"
+	}
+	return "paused by " + p.By
+}
+
+// statusTable writes st's holders, waiters and vanished holders as one
+// table (etcdctl's -w table).
+func statusTable(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
+	rows := [][]string{{"KEY", "ROLE", "#", "HOLDER", "SINCE", "FOR", "LEASE", "NOTE"}}
+	add := func(role string, es []etcdbudget.Entry) {
+		for i, e := range es {
+			since := e.Since
+			if !e.Acquired.IsZero() {
+				since = e.Acquired
+			}
+			rows = append(rows, []string{st.Key, role, strconv.Itoa(i + 1), e.Holder, since.Format(time.RFC3339), now.Sub(since).Round(time.Second).String(),
+				fmt.Sprintf("%x", e.Lease), strings.TrimPrefix(entryNote(e, now), "\t")})
+		}
+	}
+	add("holder", st.Holders)
+	add("waiter", st.Waiters)
+	add("vanished", st.Vanished)
+	asciiTable(w, rows)
+	fmt.Fprintf(w, "max %d, %s\n", st.Max, pausedCell(st.Paused))
+}
+
+// asciiTable writes rows (the first the header) as etcdctl's -w table
+// does: +---+ borders, cells left-aligned.
+func asciiTable(w io.Writer, rows [][]string) {
+	widths := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	sep := "+"
+	for _, n := range widths {
+		sep += strings.Repeat("-", n+2) + "+"
+	}
+	line := func(r []string) {
+		var b strings.Builder
+		b.WriteString("|")
+		for i, c := range r {
+			b.WriteString(" " + c + strings.Repeat(" ", widths[i]-len([]rune(c))) + " |")
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	fmt.Fprintln(w, sep)
+	line(rows[0])
+	fmt.Fprintln(w, sep)
+	for _, r := range rows[1:] {
+		line(r)
+	}
+	fmt.Fprintln(w, sep)
 }
 
 // operator names who runs the command: the user who ran sudo

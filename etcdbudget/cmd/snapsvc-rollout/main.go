@@ -6,8 +6,8 @@
 // next machine.
 //
 //	snapsvc-rollout --endpoints https://10.0.0.1:2379,https://10.0.0.2:2379 \
-//		--etcd-ca ca.crt --etcd-cert client.crt --etcd-key client.key \
-//		--key k8s.kube-apiserver --max 1 \
+//		--cacert ca.crt --cert client.crt --key client.key \
+//		--budget-key k8s.kube-apiserver --max 1 \
 //		--ready-url https://127.0.0.1:6443/readyz --ready-ca /etc/kubernetes/pki/ca.crt \
 //		--settle 5s k8s.kube-apiserver
 //
@@ -15,11 +15,14 @@
 // with --json, stdout carries one JSON object per event and a final
 // {"result": ...} or {"error": ...} object.
 //
-// Flags: --endpoints (required unless --bootstrap or $ETCDCTL_ENDPOINTS),
-// --etcd-ca, --etcd-cert, --etcd-key, --etcd-user, --etcd-password (or
-// $ETCDCTL_CACERT, $ETCDCTL_CERT, $ETCDCTL_KEY, $ETCDCTL_USER as USER or
-// USER:PASSWORD, $ETCDCTL_PASSWORD, as etcdctl reads them; a flag wins),
-// --key (one budget key for the whole restart; default: each service's
+// Flags: etcdctl's, --endpoints (required unless --bootstrap or
+// $ETCDCTL_ENDPOINTS), --cacert, --cert, --key (etcd's client key file),
+// --user, --password, --dial-timeout (2s), --command-timeout (5s),
+// -w/--write-out simple|table|json, each also from its ETCDCTL_* variable
+// ($ETCDCTL_USER as USER or USER:PASSWORD), as etcdctl reads them (a flag
+// wins; v0.2's --etcd-ca, --etcd-cert, --etcd-key, --etcd-user and
+// --etcd-password are deprecated aliases),
+// --budget-key (one budget key for the whole restart; default: each service's
 // own key, a snap name standing for every one of its services, so a
 // restart of "k8s" on one machine and of "k8s.kube-apiserver" on another
 // exclude each other while two different services do not),
@@ -40,7 +43,9 @@
 //
 // Operator commands, with the same etcd flags:
 //
-//	snapsvc-rollout status KEY     who holds the key's slots (since when), who waits, in order
+//	snapsvc-rollout list           every budget key: holders, waiters, pause
+//	snapsvc-rollout status KEY [--watch]
+//	                               who holds the key's slots (since when), who waits, in order
 //	snapsvc-rollout pause KEY [--reason TEXT]
 //	                               hold every machine at the front of the queue until resumed
 //	snapsvc-rollout resume KEY
@@ -111,6 +116,9 @@ type options struct {
 	endpoints, key, holder, prefix, socket      string
 	etcdCA, etcdCert, etcdKey                   string
 	etcdUser, etcdPassword                      string
+	dialTimeout, commandTimeout                 time.Duration
+	writeOut                                    string
+	watch                                       bool
 	joinPeriod                                  time.Duration
 	readyURL, readyCA, readyCert, readyKey      string
 	readyInsecure, jsonOut, failOpen, bootstrap bool
@@ -122,21 +130,78 @@ type options struct {
 	names                                       []string
 }
 
-// etcdFlags are the flags every command shares.
+// etcdFlags are the flags every command shares: etcdctl's, with its
+// names and defaults (--endpoints, --cacert, --cert, --key, --user,
+// --password, --dial-timeout 2s, --command-timeout 5s, -w/--write-out),
+// each also read from its ETCDCTL_* variable (fromEnv); v0.2's --etcd-*
+// spellings stay as deprecated aliases.
 func etcdFlags(fs *pflag.FlagSet, o *options) {
-	fs.StringVar(&o.endpoints, "endpoints", "", "etcd client `URLs`, comma-separated (default $ETCDCTL_ENDPOINTS)")
-	fs.StringVar(&o.etcdCA, "etcd-ca", "", "CA bundle `FILE` for etcd's certificate (default $ETCDCTL_CACERT)")
-	fs.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate `FILE` for etcd (default $ETCDCTL_CERT)")
-	fs.StringVar(&o.etcdKey, "etcd-key", "", "client key `FILE` for etcd (default $ETCDCTL_KEY)")
-	fs.StringVar(&o.etcdUser, "etcd-user", "", "etcd user, `USER` or USER:PASSWORD (default $ETCDCTL_USER)")
-	fs.StringVar(&o.etcdPassword, "etcd-password", "", "etcd user's `PASSWORD` (default $ETCDCTL_PASSWORD)")
+	fs.StringVar(&o.endpoints, "endpoints", "", "etcd client `URLs`, comma-separated ($ETCDCTL_ENDPOINTS)")
+	fs.StringVar(&o.etcdCA, "cacert", "", "verify etcd's certificate with this CA bundle `FILE` ($ETCDCTL_CACERT)")
+	fs.StringVar(&o.etcdCert, "cert", "", "client certificate `FILE` for etcd ($ETCDCTL_CERT)")
+	fs.StringVar(&o.etcdKey, "key", "", "client key `FILE` for etcd ($ETCDCTL_KEY); the budget key is --budget-key")
+	fs.StringVar(&o.etcdUser, "user", "", "etcd user, `USER` or USER:PASSWORD ($ETCDCTL_USER)")
+	fs.StringVar(&o.etcdPassword, "password", "", "etcd user's `PASSWORD` ($ETCDCTL_PASSWORD)")
+	fs.DurationVar(&o.dialTimeout, "dial-timeout", 2*time.Second, "give up connecting to etcd after this, as etcdctl ($ETCDCTL_DIAL_TIMEOUT)")
+	fs.DurationVar(&o.commandTimeout, "command-timeout", 5*time.Second, "give up an etcd request after this, as etcdctl ($ETCDCTL_COMMAND_TIMEOUT)")
+	fs.StringVarP(&o.writeOut, "write-out", "w", "simple", "output `FORMAT`: simple, table (status, list) or json ($ETCDCTL_WRITE_OUT)")
+	for _, a := range [][2]string{{"etcd-ca", "cacert"}, {"etcd-cert", "cert"}, {"etcd-key", "key"}, {"etcd-user", "user"}, {"etcd-password", "password"}} {
+		f := fs.Lookup(a[1])
+		fs.Var(f.Value, a[0], f.Usage)
+		fs.MarkDeprecated(a[0], "use --"+a[1]+", as etcdctl (removed in v0.3.0)")
+	}
 	fs.StringVar(&o.prefix, "prefix", etcdbudget.DefaultPrefix, "etcd key `PREFIX` of the budget")
 	fs.StringVar(&o.holder, "holder", "", "`NAME` shown to other machines (default HOSTNAME pid PID)")
-	fs.BoolVar(&o.jsonOut, "json", false, "JSON on stdout")
+	fs.BoolVar(&o.jsonOut, "json", false, "JSON on stdout (as --write-out json)")
 	fs.DurationVar(&o.unreachable, "unreachable", etcdbudget.DefaultUnreachable, "how long etcd may be unreachable before giving up")
-	for _, name := range []string{"etcd-ca", "etcd-cert", "etcd-key"} {
+	for _, name := range []string{"cacert", "cert", "key"} {
 		fs.SetAnnotation(name, cobra.BashCompFilenameExt, nil) // complete files
 	}
+}
+
+// etcdctlEnv are the flags etcdctl reads from ETCDCTL_<FLAG> (its flag
+// name upper-cased, "-" as "_"), as it does: a flag given on the command
+// line wins over its variable.
+var etcdctlEnv = []string{"endpoints", "cacert", "cert", "key", "user", "password", "dial-timeout", "command-timeout", "write-out"}
+
+// fromEnv sets each etcdctl flag not given on the command line from its
+// ETCDCTL_* variable, then applies what follows from the flags: USER:PASSWORD,
+// --json as -w json. A variable whose value the flag refuses is a usage
+// error naming it.
+func fromEnv(fs *pflag.FlagSet, o *options) error {
+	for _, name := range etcdctlEnv {
+		env := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		v, ok := os.LookupEnv(env)
+		if !ok || v == "" || fs.Changed(name) || (name == "cacert" && fs.Changed("etcd-ca")) || (name == "cert" && fs.Changed("etcd-cert")) ||
+			(name == "key" && fs.Changed("etcd-key")) || (name == "user" && fs.Changed("etcd-user")) || (name == "password" && fs.Changed("etcd-password")) {
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("$%s=%q: %v", env, v, err)
+		}
+	}
+	if user, pass, ok := strings.Cut(o.etcdUser, ":"); ok && o.etcdPassword == "" {
+		o.etcdUser, o.etcdPassword = user, pass // etcdctl's --user USER:PASSWORD
+	}
+	switch o.writeOut {
+	case "simple", "table", "json":
+	default:
+		return fmt.Errorf("--write-out %q: want simple, table or json", o.writeOut)
+	}
+	if o.jsonOut {
+		o.writeOut = "json"
+	}
+	o.jsonOut = o.writeOut == "json"
+	if o.dialTimeout <= 0 || o.commandTimeout <= 0 {
+		return errors.New("--dial-timeout and --command-timeout must be positive")
+	}
+	if o.etcdKey != "" {
+		// v0.2's --key was the budget key: a key that is no file is that.
+		if _, err := os.Stat(o.etcdKey); err != nil && o.etcdCert == "" {
+			return fmt.Errorf("--key %q: no such file: --key is etcd's client key FILE (as etcdctl's); the budget key is --budget-key", o.etcdKey)
+		}
+	}
+	return nil
 }
 
 const rolloutIntro = `snapsvc-rollout restarts snap services under a cluster-wide restart budget
@@ -147,13 +212,16 @@ goes to stderr; --json prints one JSON object per event on stdout and a
 final "result" or "error" object.
 
 NAME is a snap ("k8s": all its services) or a service ("k8s.kube-apiserver").
-Without --key each service is its own budget key, a snap name standing for
-every one of its services; --key gives the whole restart one key. Every
-machine must use the same --key and --max or --max-unavailable.
+Without --budget-key each service is its own budget key, a snap name
+standing for every one of its services; --budget-key gives the whole
+restart one key. Every machine must use the same --budget-key and --max or
+--max-unavailable.
 
-The etcd flags default to etcdctl's environment variables: ETCDCTL_ENDPOINTS,
-ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER (USER or
-USER:PASSWORD) and ETCDCTL_PASSWORD; a flag wins over its variable.`
+The etcd flags are etcdctl's, with its defaults, and read its environment
+variables as it does: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT,
+ETCDCTL_KEY, ETCDCTL_USER (USER or USER:PASSWORD), ETCDCTL_PASSWORD,
+ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT and ETCDCTL_WRITE_OUT; a flag
+wins over its variable.`
 
 // rolloutExits are the rollout's exit codes.
 var rolloutExits = clistyle.ExitCodes{
@@ -185,11 +253,12 @@ func (r *runner) newRoot() *cobra.Command {
 		Short: "Restart snap services under a cluster-wide restart budget kept in etcd",
 		Long:  rolloutExits.Help(rolloutIntro),
 		Example: `  snapsvc-rollout --endpoints https://10.0.0.1:2379,https://10.0.0.2:2379 \
-      --etcd-ca ca.crt --etcd-cert client.crt --etcd-key client.key \
+      --cacert ca.crt --cert client.crt --key client.key \
       --max 1 --ready-url https://127.0.0.1:6443/readyz --settle 5s k8s.kube-apiserver
-  export ETCDCTL_ENDPOINTS=https://10.0.0.1:2379   # then no --endpoints
+  export ETCDCTL_ENDPOINTS=https://10.0.0.1:2379   # then no --endpoints, as etcdctl
   snapsvc-rollout --max-unavailable 25% --window "Mon-Fri 22:00-04:00 Europe/Berlin" k8s
-  snapsvc-rollout status k8s.kube-apiserver`,
+  snapsvc-rollout list -w table
+  snapsvc-rollout status --watch k8s.kube-apiserver`,
 		Annotations: map[string]string{clistyle.ManLong: rolloutExits.Man(rolloutIntro)},
 		// Arguments are service names; a subcommand's name wins.
 		Args:              cobra.ArbitraryArgs,
@@ -197,6 +266,9 @@ func (r *runner) newRoot() *cobra.Command {
 		RunE: func(c *cobra.Command, names []string) error {
 			maxSet = c.Flags().Changed("max")
 			o.names = names
+			if err := fromEnv(c.Flags(), o); err != nil {
+				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
+			}
 			if err := validateRollout(o, maxSet); err != nil {
 				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
 			}
@@ -207,7 +279,7 @@ func (r *runner) newRoot() *cobra.Command {
 	fs := root.Flags()
 	fs.SortFlags = false
 	etcdFlags(fs, o)
-	fs.StringVar(&o.key, "key", "", "one budget `KEY` for the whole restart (default: each service's own key; a snap name stands for all its services)")
+	fs.StringVar(&o.key, "budget-key", "", "one budget `KEY` for the whole restart (default: each service's own key; a snap name stands for all its services)")
 	fs.IntVar(&o.max, "max", 1, "machines that may restart at once (the same on every machine); see --max-unavailable")
 	fs.StringVar(&o.maxUnavailable, "max-unavailable", "", "machines that may restart at once: a `COUNT`, or a percentage of the machines taking part (25%: rounded down, at least 1)")
 	fs.StringVar(&o.window, "window", "", `maintenance `+"`WINDOW`"+`, e.g. "Mon-Fri 22:00-04:00 Europe/Berlin": outside it, wait`)
@@ -230,7 +302,7 @@ func (r *runner) newRoot() *cobra.Command {
 	for _, name := range []string{"ready-ca", "ready-cert", "ready-key", "socket"} {
 		fs.SetAnnotation(name, cobra.BashCompFilenameExt, nil)
 	}
-	root.AddCommand(r.controlCmd("status"), r.controlCmd("pause"), r.controlCmd("resume"), versionCmd())
+	root.AddCommand(r.controlCmd("status"), r.controlCmd("pause"), r.controlCmd("resume"), r.controlCmd("list"), versionCmd())
 	for _, c := range root.Commands() {
 		c.DisableFlagsInUseLine = true // their Use lists their flags
 	}
@@ -314,8 +386,9 @@ func (r *runner) work(ctx context.Context, kind string, o *options) int {
 // validateRollout checks a rollout's options, after its flags were read,
 // and fills in what the environment gives.
 func validateRollout(o *options, maxSet bool) error {
-	fromEnv(o)
 	switch {
+	case o.writeOut == "table":
+		return errors.New("--write-out table: for status and list; a rollout writes simple or json")
 	case o.maxUnavailable != "" && maxSet:
 		return errors.New("give --max or --max-unavailable, not both")
 	case len(o.names) == 0:
@@ -355,25 +428,6 @@ func validateRollout(o *options, maxSet bool) error {
 		o.key = etcdbudget.Key(o.key)
 	}
 	return nil
-}
-
-// fromEnv fills what the etcd flags left unset from etcdctl's
-// environment variables.
-func fromEnv(o *options) {
-	for _, v := range []struct {
-		dst *string
-		env string
-	}{
-		{&o.endpoints, "ETCDCTL_ENDPOINTS"}, {&o.etcdCA, "ETCDCTL_CACERT"}, {&o.etcdCert, "ETCDCTL_CERT"},
-		{&o.etcdKey, "ETCDCTL_KEY"}, {&o.etcdUser, "ETCDCTL_USER"}, {&o.etcdPassword, "ETCDCTL_PASSWORD"},
-	} {
-		if *v.dst == "" {
-			*v.dst = os.Getenv(v.env)
-		}
-	}
-	if user, pass, ok := strings.Cut(o.etcdUser, ":"); ok && o.etcdPassword == "" {
-		o.etcdUser, o.etcdPassword = user, pass // etcdctl's --user USER:PASSWORD
-	}
 }
 
 // printer writes progress lines to stderr, or JSON events to stdout.
@@ -547,6 +601,7 @@ func etcdClient(o *options) (*clientv3.Client, error) {
 	// gRPC keep-alive drops a connection to a member that hangs.
 	cfg := etcdbudget.ClientConfig(strings.Split(o.endpoints, ","))
 	cfg.Username, cfg.Password = o.etcdUser, o.etcdPassword
+	cfg.DialTimeout = o.dialTimeout
 	if o.etcdCA != "" || o.etcdCert != "" {
 		if o.etcdCert != "" {
 			if err := certValid(o.etcdCert, time.Now()); err != nil {

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -200,9 +201,11 @@ func StartProcessesWith(ctx context.Context, n int, o Options) (*Processes, erro
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if _, err := MemberBinary(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+	if installedEtcd() == "" {
+		if _, err := MemberBinary(); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
 	}
 	p := &Processes{dir: dir, tls: o.ClientTLS, cfgs: cfgs, cmds: make([]*exec.Cmd, n), done: make([]chan struct{}, n)}
 	for i := range n {
@@ -225,12 +228,22 @@ func (p *Processes) start(i int) error {
 	if err != nil {
 		return err
 	}
-	bin, err := MemberBinary()
-	if err != nil {
-		return err
+	var cmd *exec.Cmd
+	if etcd := installedEtcd(); etcd != "" {
+		cmd = exec.Command(etcd, etcdArgs(p.cfgs[i])...)
+		cmd.Env = os.Environ()
+		if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+			// etcd refuses to start on other architectures unless told.
+			cmd.Env = append(cmd.Env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
+		}
+	} else {
+		bin, err := MemberBinary()
+		if err != nil {
+			return err
+		}
+		cmd = exec.Command(bin)
+		cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("etcdtest: start member %s: %w", p.cfgs[i].Name, err)

@@ -16,6 +16,59 @@ import (
 // building one.
 const memberBinEnv = "ETCDTEST_MEMBER_BIN"
 
+// installed is an etcd server binary to run members with instead of
+// etcdmember (UseInstalledEtcd).
+var installed struct {
+	sync.Mutex
+	path string
+}
+
+// UseInstalledEtcd makes StartProcesses run each member with the etcd
+// server at path (an installed etcd, such as Debian's etcd-server's
+// /usr/bin/etcd) and its command-line flags, instead of building and
+// running etcdmember: what a packaged program does, which has neither the
+// etcdmember module's source nor the go command. "" goes back to
+// etcdmember.
+func UseInstalledEtcd(path string) {
+	installed.Lock()
+	installed.path = path
+	installed.Unlock()
+}
+
+// installedEtcd is the etcd of UseInstalledEtcd, "" for none.
+func installedEtcd() string {
+	installed.Lock()
+	defer installed.Unlock()
+	return installed.path
+}
+
+// etcdArgs are an installed etcd's command-line flags for a member, the
+// same configuration etcdmember gives embed.Config (name, data directory,
+// URLs, cluster, token, TLS of the client URL).
+func etcdArgs(m MemberConfig) []string {
+	state := "new"
+	if m.Existing {
+		state = "existing"
+	}
+	args := []string{
+		"--name", m.Name, "--data-dir", m.Dir,
+		"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
+		"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+		"--initial-cluster", m.InitialCluster, "--initial-cluster-token", "etcdtest",
+		"--initial-cluster-state", state, "--log-level", "error",
+	}
+	if m.CertFile != "" {
+		args = append(args, "--cert-file", m.CertFile, "--key-file", m.KeyFile)
+		if m.TrustedCAFile != "" {
+			args = append(args, "--trusted-ca-file", m.TrustedCAFile)
+		}
+		if m.ClientCertAuth {
+			args = append(args, "--client-cert-auth")
+		}
+	}
+	return args
+}
+
 var member struct {
 	once sync.Once
 	path string

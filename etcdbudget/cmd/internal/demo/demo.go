@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -109,9 +110,11 @@ which stops it and removes its data: it prints the export line of
 ETCDCTL_ENDPOINTS to paste into another shell, where snapsvc-rollout runs
 against it (status, pause, resume, a rollout against fakesnapd).
 
-It builds etcd's member from the etcdmember module beside etcdbudget's test
-harness the first time (a few minutes, cached), with the go command: run it
-from a clone of the repository.`
+The etcd is an installed one when there is one (etcd in PATH, or Debian's
+etcd-server's /usr/bin/etcd; $ROLLOUT_DEMO_ETCD names another, "build"
+forces the next choice); else, from a clone of the repository, it builds
+etcd's server from the etcdmember module beside etcdbudget's test harness
+the first time (a few minutes, cached), with the go command.`
 
 var exits = clistyle.ExitCodes{
 	{Code: exitOK, Text: "the rollout completed within its budget; with --serve, etcd was stopped by Ctrl-C or SIGTERM"},
@@ -211,12 +214,15 @@ func (o *options) check(c *cobra.Command) error {
 	return nil
 }
 
-// startEtcd starts the 3-member cluster on loopback: the member binary
-// is built first (minutes on a cold cache, Ctrl-C ends it), then the
-// members have 2 minutes to serve.
+// startEtcd starts the 3-member cluster on loopback with an installed
+// etcd when there is one (etcdBinary), else with the member binary built
+// from the repository's source (minutes on a cold cache, Ctrl-C ends it);
+// then the members have 2 minutes to serve.
 func startEtcd(ctx context.Context) (*etcdtest.Processes, error) {
-	if _, err := etcdtest.MemberBinary(); err != nil {
-		return nil, err
+	if etcd := etcdBinary(); etcd != "" {
+		etcdtest.UseInstalledEtcd(etcd)
+	} else if _, err := etcdtest.MemberBinary(); err != nil {
+		return nil, fmt.Errorf("rollout-demo needs etcd: install it (Debian: apt install etcd-server; its service may stay stopped), or run the demo from a clone of the repository, which builds etcd's server with the go command: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -227,10 +233,37 @@ func startEtcd(ctx context.Context) (*etcdtest.Processes, error) {
 	return cl, nil
 }
 
+// etcdBinary is the installed etcd server the demo runs, "" for none:
+// $ROLLOUT_DEMO_ETCD when set ("" or "build": the member built from the
+// repository), else etcd in PATH, else Debian's /usr/bin/etcd.
+func etcdBinary() string {
+	if v, ok := os.LookupEnv("ROLLOUT_DEMO_ETCD"); ok {
+		if v == "build" {
+			return ""
+		}
+		return v
+	}
+	if p, err := exec.LookPath("etcd"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
+		return "/usr/bin/etcd"
+	}
+	return ""
+}
+
+// etcdDescription says which etcd the demo runs.
+func etcdDescription() string {
+	if etcd := etcdBinary(); etcd != "" {
+		return "the installed " + etcd
+	}
+	return "etcd's server built from the repository"
+}
+
 // demo runs the rollout of every simulated machine and prints the
 // timeline.
 func demo(ctx context.Context, o options, w io.Writer) error {
-	fmt.Fprintln(w, "starting a 3-member etcd cluster on loopback ...")
+	fmt.Fprintf(w, "starting a 3-member etcd cluster on loopback (%s) ...\n", etcdDescription())
 	cl, err := startEtcd(ctx)
 	if err != nil {
 		return err
@@ -273,7 +306,7 @@ func demo(ctx context.Context, o options, w io.Writer) error {
 // line of its endpoints, and keeps it until ctx ends: then it stops every
 // member, removes their data and the env file.
 func serve(ctx context.Context, envFile string, stdout, stderr io.Writer) error {
-	fmt.Fprintln(stderr, "rollout-demo: starting a 3-member etcd cluster on loopback ...")
+	fmt.Fprintf(stderr, "rollout-demo: starting a 3-member etcd cluster on loopback (%s) ...\n", etcdDescription())
 	cl, err := startEtcd(ctx)
 	if err != nil {
 		return err
