@@ -30,6 +30,7 @@ import (
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
 )
 
 // Schedules and the seed of the first; SNAPSVC_SCHEDULES and
@@ -473,7 +474,7 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	}
 	held := s.injectFaults(srv)
 	base := time.Now()
-	lateness := startLatenessProbe()
+	lateness := testclock.StartLateness()
 	var wg sync.WaitGroup
 	// The workload: calls, foreign changes and daemon-level faults, each
 	// at its time after the start.
@@ -489,7 +490,7 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 		}()
 	}
 	wg.Wait()
-	late := lateness.stop()
+	late := lateness.Stop()
 	for _, ch := range held {
 		s.release(ch)
 	}
@@ -1025,7 +1026,12 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 				if opErr.Retryable() {
 					return fail(i, "its change %s was made, yet the error is retryable", own[0])
 				}
-				if !errors.As(cl.err, &ce) && !errors.Is(cl.err, snapsvc.ErrOutcomeUnknown) && opErr.ChangeID != own[0] {
+				// The error names the change, is the change's own failure,
+				// says the outcome is unknown, or is a readiness check's,
+				// which runs only once the change is done (snapctl
+				// without snap-refresh-observe cannot name the change).
+				var nr *probe.NotReadyError
+				if !errors.As(cl.err, &ce) && !errors.Is(cl.err, snapsvc.ErrOutcomeUnknown) && opErr.ChangeID != own[0] && !errors.As(cl.err, &nr) {
 					return fail(i, "its change %s was made, but the error neither names it nor says the outcome is unknown", own[0])
 				}
 			}
@@ -1325,39 +1331,4 @@ func settledLeakCounts(before leaks) leaks {
 		time.Sleep(50 * time.Millisecond) // waiting for asynchronous closes, not synchronising
 	}
 	return l
-}
-
-// latenessProbe measures how late the machine's timers fire while a
-// schedule runs: a timer of 5 ms, again and again, on its own goroutine.
-// A call's return can be no less late than that.
-type latenessProbe struct {
-	stopped chan struct{}
-	done    chan time.Duration
-}
-
-func startLatenessProbe() *latenessProbe {
-	p := &latenessProbe{stopped: make(chan struct{}), done: make(chan time.Duration, 1)}
-	go func() {
-		var worst time.Duration
-		const tick = 5 * time.Millisecond
-		for {
-			due := time.Now().Add(tick)
-			t := time.NewTimer(tick)
-			select {
-			case <-t.C:
-				worst = max(worst, time.Since(due))
-			case <-p.stopped:
-				t.Stop()
-				p.done <- worst
-				return
-			}
-		}
-	}()
-	return p
-}
-
-// stop ends the probe and returns the latest a timer fired.
-func (p *latenessProbe) stop() time.Duration {
-	close(p.stopped)
-	return <-p.done
 }
