@@ -234,3 +234,26 @@ func TestMaxAttemptsBoundsVisibleConflicts(t *testing.T) {
 	cur.Finish()
 	t.Fatalf("still retrying after %d rounds with MaxAttempts 2: %d POST /v2/apps sent; err %v", rounds, srv.Counters().Requests["POST /v2/apps"], o.err)
 }
+
+// With MaxAttempts 1 a conflict ends the call at once, the blocker not
+// waited out: no attempt could follow it (found with issue 36: the call
+// waited out the blocker for its whole MaxElapsedTime, then gave up).
+func TestOneAttemptDoesNotWaitOutTheBlocker(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	pol := retry.DefaultPolicy()
+	pol.MaxAttempts = 1
+	c := newClient(t, srv, snapsvc.WithPolicy(pol))
+	blocker := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	defer blocker.Finish()
+	res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	var oe *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrGaveUp) || !retry.IsConflict(err) || !errors.As(err, &oe) || !oe.Retryable() {
+		t.Fatalf("one attempt into a blocker: %+v, %v; want a retryable give-up keeping the conflict", res, err)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 {
+		t.Errorf("%d requests to act, want 1", n)
+	}
+	if n := srv.Counters().Requests["GET /v2/changes"]; n != 0 {
+		t.Errorf("%d listings of the blockers, want none: nothing would follow them", n)
+	}
+}

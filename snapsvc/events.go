@@ -104,10 +104,21 @@ type Event struct {
 }
 
 // WithObserver sets a function called, in the operation's goroutine, at
-// each Event. It must return quickly and not call the Client. The CLI uses
+// each Event; given more than once, every observer is called, in the
+// order given. It must return quickly and not call the Client. The CLI uses
 // it to say at once, on stderr, that snapd is unreachable and until when
 // it keeps trying.
-func WithObserver(f func(Event)) Option { return func(s *settings) { s.observer = f } }
+func WithObserver(f func(Event)) Option {
+	return func(s *settings) {
+		if prev := s.observer; prev != nil && f != nil {
+			s.observer = func(e Event) { prev(e); f(e) }
+			return
+		}
+		if f != nil {
+			s.observer = f
+		}
+	}
+}
 
 // events sends a Client's events to its observer (WithObserver), if any.
 type events struct {

@@ -74,3 +74,19 @@ func join(s []string) string {
 	}
 	return out
 }
+
+// WithObserver given twice calls both observers, in order (an adapter's
+// observer and its user's no longer replace each other).
+func TestObserversChain(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	var got []string
+	c := newClient(t, srv,
+		snapsvc.WithObserver(func(e snapsvc.Event) { got = append(got, "first "+e.Kind.String()) }),
+		snapsvc.WithObserver(func(e snapsvc.Event) { got = append(got, "second "+e.Kind.String()) }))
+	if _, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) < 2 || got[0] != "first started" || got[1] != "second started" {
+		t.Fatalf("events %q, want each event to reach both observers, first then second", got)
+	}
+}

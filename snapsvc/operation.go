@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
 )
 
 // The life of one operation (Start, Stop, Restart), top to bottom. Every
@@ -205,6 +206,13 @@ func (c *Client) run(k *call, o op, wait bool, onLocked func()) (*Result, bool, 
 		case giveUp:
 			return r.refused(a)
 		case waitOut:
+			if r.k.rt.outOfAttempts() {
+				// No attempt may follow: waiting the blocker out would only
+				// end in giving up (MaxAttempts 1 means one attempt).
+				ce, _ := retry.AsConflict(a.err)
+				r.res.Conflicts++
+				return r.fail("", r.k.exhausted(ce))
+			}
 			then, err = r.conflict(a)
 		case lookUp:
 			var res *Result
