@@ -345,7 +345,7 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(budget.W
 		return newUnbudgeted(key, b.cfg.Holder+" (no cluster yet, unbudgeted)"), nil
 	}
 	out := &outage{bound: b.cfg.Unreachable}
-	k, err := b.grant(ctx, out)
+	k, err := b.grant(ctx, out, key)
 	if err != nil {
 		return b.failed(ctx, key, err)
 	}

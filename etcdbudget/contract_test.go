@@ -36,7 +36,10 @@ type etcdParticipant struct {
 	px *etcdtest.Proxy
 }
 
-var _ budgetcontract.Cutter = (*etcdParticipant)(nil)
+var (
+	_ budgetcontract.Cutter  = (*etcdParticipant)(nil)
+	_ budgetcontract.Refuser = (*etcdHarness)(nil)
+)
 
 func (p *etcdParticipant) Vanish()      { p.px.Cut(true) }
 func (p *etcdParticipant) Cut(off bool) { p.px.Cut(off) }
@@ -62,6 +65,16 @@ func (h *etcdHarness) NewFailingOpen(t *testing.T, o budgetcontract.Options) bud
 	p := h.newParticipant(t, o, func(c *etcdbudget.Config) { c.FailOpen, c.Unreachable = true, time.Second })
 	p.Cut(true)
 	return p
+}
+
+// NewRefused is a fail-open participant whose client the application
+// closed: every request fails, for good.
+func (h *etcdHarness) NewRefused(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	return h.newParticipant(t, o, func(c *etcdbudget.Config) {
+		c.FailOpen = true
+		c.Client.Close()
+	})
 }
 
 func (h *etcdHarness) newParticipant(t *testing.T, o budgetcontract.Options, mod func(*etcdbudget.Config)) *etcdParticipant {

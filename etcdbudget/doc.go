@@ -79,9 +79,10 @@
 // fails with an *UnreachableError, which wraps budget.ErrUnavailable
 // (retryable) and the last cause. Answers that no retry can change (a
 // request too large, failed authentication or permission, a database out
-// of space, a waiter's entry deleted by an operator, a Max mismatch, a bad
-// key) fail at once with an error wrapping budget.ErrRefused and
-// the cause. Build the client with NewClient from ClientConfig, whose
+// of space or corrupt, a waiter's entry deleted by an operator, a Max
+// mismatch, a bad key, a client the application closed) fail at once with
+// an error wrapping budget.ErrRefused and the cause: FailOpen never
+// grants on them. Build the client with NewClient from ClientConfig, whose
 // gRPC keep-alive drops a connection to a hung member within 13 s, moving
 // its watches too.
 //

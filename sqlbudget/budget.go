@@ -576,7 +576,7 @@ func (w *waiter) probe(ctx context.Context, vs []Vanished) error {
 			continue
 		}
 		acted := v.Acted.UnixMilli()
-		err := b.tx(ctx, b.cfg.Unreachable, "ending the lock-delay of "+v.Holder, func(ctx context.Context, tx *sql.Tx) error {
+		err := b.tx(ctx, b.cfg.Unreachable, "ending the lock-delay of "+v.Holder+" on "+w.key, func(ctx context.Context, tx *sql.Tx) error {
 			now, err := dbNow(ctx, tx)
 			if err != nil {
 				return err

@@ -98,9 +98,16 @@
 // cancelled Acquire delete it. A failed transaction is retried with
 // backoff, each attempt bounded by Config.Attempt, until
 // Config.Unreachable has passed: then *UnreachableError, which wraps
-// budget.ErrUnavailable (retryable). Answers no retry changes
-// (a bad key, a row deleted by an operator, participants using different
-// Max, a newer schema) wrap budget.ErrRefused.
+// budget.ErrUnavailable (retryable); only then may FailOpen grant a slot.
+// Answers no retry changes wrap budget.ErrRefused, at once, and never fail
+// open: a bad key, a row deleted by an operator, participants using
+// different Max, a newer schema, and a database that refuses for good, a
+// *RefusedError: its tables missing, a read-only or closed handle, a full
+// or corrupt database, a user without permission. The database's errors
+// are told apart by SQLite's result code where the driver's error carries
+// it (go-dqlite, mattn/go-sqlite3, modernc.org/sqlite), else by SQLite's
+// message; busy, locked, I/O, lost connections, a dqlite node that is not
+// the leader, and whatever is not recognised, are retried.
 //
 // # Release
 //

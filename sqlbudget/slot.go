@@ -144,6 +144,10 @@ func (s *slot) renew() {
 		case err == nil:
 			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row expired or was deleted; another machine may hold it now", budget.ErrSlotLost, s.key))
 			return
+		case errors.Is(err, budget.ErrRefused):
+			// No renewal can succeed: the row will expire. Say so now.
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row cannot be renewed: %w", budget.ErrSlotLost, s.key, err))
+			return
 		default:
 			b.cfg.Logger.Debug("renewal failed", "key", s.key, "error", err)
 		}

@@ -107,8 +107,9 @@ func (e *queueLostError) Retryable() bool { return true }
 
 // tx runs f in a transaction, each attempt bounded by Config.Attempt,
 // retrying with jittered backoff until it succeeds, f refuses (a
-// *finalError or a context error of the caller), ctx ends, or bound
-// passed since the first failure (then an *UnreachableError). f must be
+// *finalError or a context error of the caller), the database refuses
+// for good (a *RefusedError: see permanent), ctx ends, or bound passed
+// since the first failure (then an *UnreachableError). f must be
 // idempotent: the transaction function may itself run it more than once,
 // and a commit whose answer was lost is retried.
 func (b *Budget) tx(ctx context.Context, bound time.Duration, what string, f func(context.Context, *sql.Tx) error) error {
@@ -135,6 +136,8 @@ func (b *Budget) tx(ctx context.Context, bound time.Duration, what string, f fun
 			return r.err
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
+		case permanent(err):
+			return &RefusedError{What: what, Err: err}
 		case time.Since(start) >= bound:
 			return &UnreachableError{What: what, For: time.Since(start), Attempts: attempt, Last: err}
 		}

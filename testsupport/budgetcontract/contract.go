@@ -23,6 +23,9 @@
 //	idempotent-release   Release twice is fine; a Release that failed really
 //	                     retries when called again (needs a Cutter), handing
 //	                     over without lock-delay
+//	refusal-never-fails-open  a service that refuses for good (needs a Refuser)
+//	                     is a refusal (ErrBudgetRefused) at once, and a
+//	                     fail-open participant grants no slot on it
 //
 // Time is the backend's: cases wait for real expiries (TTL, lock-delay),
 // bounded by the harness's Config, and assert lower bounds strictly (a
@@ -71,6 +74,15 @@ type Participant interface {
 // retried Release from a failed one that landed after all.
 type Cutter interface {
 	Cut(off bool)
+}
+
+// Refuser is implemented by harnesses that can build a participant whose
+// coordination service answers and refuses every request for good (a SQL
+// database on a read-only handle or without the budget's tables, an etcd
+// client the application closed), configured to fail open: it must still
+// grant nothing.
+type Refuser interface {
+	NewRefused(t *testing.T, o Options) Participant
 }
 
 // Harness builds participants on a running backend.
@@ -122,6 +134,7 @@ func Run(t *testing.T, h Harness, cfg Config) {
 	t.Run("no-delay-never-fenced", c.noDelayNeverFenced)
 	t.Run("cancellation", c.cancellation)
 	t.Run("idempotent-release", c.idempotentRelease)
+	t.Run("refusal-never-fails-open", c.refusalNeverFailsOpen)
 }
 
 type suite struct {
@@ -576,4 +589,33 @@ func (c *suite) idempotentRelease(t *testing.T) {
 		t.Errorf("next holder %s after the retried release: the retry did not release", d)
 	}
 	release(t, ctx, r.slot)
+}
+
+// refusalNeverFailsOpen: a participant configured to fail open, whose
+// service refuses for good, gets an error wrapping ErrBudgetRefused (not
+// ErrBudgetUnavailable) that names the key, at once, and no slot.
+func (c *suite) refusalNeverFailsOpen(t *testing.T) {
+	r, ok := c.h.(Refuser)
+	if !ok {
+		t.Skip("the harness cannot build a participant whose service refuses for good")
+	}
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	p := r.NewRefused(t, Options{Holder: "refused", Max: 1})
+	start := time.Now()
+	s, err := p.Acquire(ctx, key, nil)
+	took := time.Since(start)
+	t.Logf("refused after %s: %v", took.Round(time.Millisecond), err)
+	if s != nil {
+		t.Fatalf("a slot was granted (%s) by a service that refuses for good", s.Holder())
+	}
+	if !errors.Is(err, budget.ErrRefused) || errors.Is(err, budget.ErrUnavailable) {
+		t.Fatalf("Acquire: %v; want ErrBudgetRefused, not ErrBudgetUnavailable (a fail-open budget grants on that)", err)
+	}
+	if !strings.Contains(err.Error(), key) {
+		t.Errorf("error %q does not name the key %s", err, key)
+	}
+	if took > c.cfg.Slack {
+		t.Errorf("refused after %s: a permanent answer is not retried", took)
+	}
 }

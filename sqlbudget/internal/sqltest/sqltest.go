@@ -58,6 +58,11 @@ func (p *Participant) Wrap(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
 	}
 }
 
+var (
+	_ budgetcontract.Refuser = (*Harness)(nil)
+	_ budgetcontract.Cutter  = (*Participant)(nil)
+)
+
 // Config returns the Config the harness gives a participant of o.
 func (h *Harness) Config(o budgetcontract.Options) sqlbudget.Config {
 	ld := o.LockDelay
@@ -111,6 +116,38 @@ func (h *Harness) NewFailingOpen(t *testing.T, o budgetcontract.Options) budgetc
 	p := h.NewParticipant(t, cfg)
 	p.Cut(true)
 	return p
+}
+
+// NewRefused returns a participant of o configured to fail open, on a
+// read-only handle of the database (PRAGMA query_only at the start of
+// each of its transactions: every write is refused, SQLITE_READONLY).
+func (h *Harness) NewRefused(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	cfg := h.Config(o)
+	cfg.FailOpen = true
+	p := &Participant{}
+	cfg.Tx = p.Wrap(ReadOnly(h.Open(t)))
+	b, err := sqlbudget.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Budget = b
+	return p
+}
+
+// ReadOnly returns tx as a read-only handle sees it: every transaction
+// starts with PRAGMA query_only, so every write fails with
+// SQLITE_READONLY. The connections it used stay read-only: give it a
+// database handle of its own.
+func ReadOnly(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
+	return func(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
+		return tx(ctx, func(ctx context.Context, t *sql.Tx) error {
+			if _, err := t.ExecContext(ctx, "PRAGMA query_only = 1"); err != nil {
+				return err
+			}
+			return f(ctx, t)
+		})
+	}
 }
 
 // control returns the operator's budget for test t: on a connection of
