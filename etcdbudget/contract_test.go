@@ -39,6 +39,7 @@ type etcdParticipant struct {
 var (
 	_ budgetcontract.Cutter  = (*etcdParticipant)(nil)
 	_ budgetcontract.Refuser = (*etcdHarness)(nil)
+	_ budgetcontract.Prober  = (*etcdHarness)(nil)
 )
 
 func (p *etcdParticipant) Vanish()      { p.px.Cut(true) }
@@ -74,6 +75,14 @@ func (h *etcdHarness) NewRefused(t *testing.T, o budgetcontract.Options) budgetc
 	return h.newParticipant(t, o, func(c *etcdbudget.Config) {
 		c.FailOpen = true
 		c.Client.Close()
+	})
+}
+
+// NewProbing is a participant whose Config.HolderReady asks ready.
+func (h *etcdHarness) NewProbing(t *testing.T, o budgetcontract.Options, ready func(ctx context.Context, holder string) bool) budgetcontract.Participant {
+	t.Helper()
+	return h.newParticipant(t, o, func(c *etcdbudget.Config) {
+		c.HolderReady = func(ctx context.Context, v etcdbudget.VanishedHolder) bool { return ready(ctx, v.Holder) }
 	})
 }
 

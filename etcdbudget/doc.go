@@ -197,7 +197,10 @@
 // once; a holder that recorded an act and no readiness after it is waited
 // out. With Config.HolderReady (a probe of the vanished holder's service,
 // as Cluster API's control plane checks each member before a step) the
-// first waiter in line asks, every 500ms, with the holder's act record,
+// first waiter in line asks, every 500ms, with the holder's act record
+// (beside its wait: each call's context ends after 5s, a probe that hangs
+// is not called again until it returns, and neither the wait, the lease's
+// keep-alives nor the caller's cancellation wait for it),
 // and the delay ends as soon as the probe proves a restart after the act
 // and readiness; a guard the vanished holder still updates (its
 // MarkReady, under way) is read again at once. Stats counts these delayed

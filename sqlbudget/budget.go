@@ -71,7 +71,10 @@ type Config struct {
 	// holder's service became ready after v.Acted (for example its
 	// process started after v.Acted, and its readiness endpoint answers):
 	// a holder frozen between its Fence and its restart looks ready but
-	// has not restarted yet. True ends the delay.
+	// has not restarted yet. True ends the delay. It runs beside the
+	// wait: its context ends after 5s (or when Acquire returns), the
+	// waiter polls and renews its row meanwhile, and a call that does not
+	// return is not made again until it does.
 	HolderReady func(ctx context.Context, v Vanished) bool
 	// ClockSkew bounds how far the clocks of the database's nodes may be
 	// apart (default DefaultClockSkew; at most TTL/4): expiry is judged
@@ -413,8 +416,22 @@ type waiter struct {
 	renewed time.Time // local time of the last renewal sent
 	delayed bool      // waited behind a vanished holder's lock-delay
 	max     int
-	probed  time.Time
+
+	// HolderReady probes run beside the wait (probeVanished): at most
+	// one at a time, started no more often than every probeEvery.
+	probed  time.Time          // when the last probe started
+	probing chan []Vanished    // the probe in flight (nil: none); it sends those it saw ready
+	stop    context.CancelFunc // ends the probes' context when Acquire returns
+	pctx    context.Context    // the probes' context
 }
+
+// probeEvery is how often the first waiter behind a vanished holder asks
+// Config.HolderReady, and probeTimeout how long each call's context
+// lives.
+const (
+	probeEvery   = 500 * time.Millisecond
+	probeTimeout = 5 * time.Second
+)
 
 // poll is what one waiter transaction found.
 type poll struct {
@@ -429,6 +446,8 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 	b := w.b
 	var last budget.Wait
 	reported := false
+	w.pctx, w.stop = context.WithCancel(context.WithoutCancel(ctx))
+	defer w.stop()
 	for {
 		wake := b.wakeCh(w.key)
 		sent := time.Now()
@@ -453,11 +472,8 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 			last, reported = p.wait, true
 			b.emit(Event{Kind: EventWaiting, Key: w.key, Wait: p.wait, Waited: time.Since(w.start)})
 		}
-		if len(p.vanished) > 0 && b.cfg.HolderReady != nil && time.Since(w.probed) >= 500*time.Millisecond {
-			w.probed = time.Now()
-			if err := w.probe(ctx, p.vanished); err != nil {
-				return nil, err
-			}
+		if len(p.vanished) > 0 && b.cfg.HolderReady != nil && w.probing == nil && time.Since(w.probed) >= probeEvery {
+			w.probeVanished(p.vanished)
 		}
 		t := time.NewTimer(b.cfg.Poll)
 		select {
@@ -467,8 +483,40 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 		case <-wake:
 			t.Stop()
 		case <-t.C:
+		case ready := <-w.probing: // nil while no probe runs: never ready
+			t.Stop()
+			w.probing = nil
+			if err := w.endDelays(ctx, ready); err != nil {
+				return nil, err
+			}
 		}
 	}
+}
+
+// probeVanished asks Config.HolderReady about the vanished holders that
+// block this waiter (it is first in line), beside the wait: the waiter
+// goes on polling and renewing its row meanwhile, each call's context
+// ends after probeTimeout (or when Acquire returns), and a probe that
+// does not return is not called again until it does. Those seen ready
+// come back on w.probing.
+func (w *waiter) probeVanished(vs []Vanished) {
+	w.probed = time.Now()
+	done := make(chan []Vanished, 1) // never blocks: the probe may end after Acquire
+	w.probing = done
+	ready := w.b.cfg.HolderReady
+	pctx := w.pctx
+	go func() {
+		var seen []Vanished
+		for _, v := range vs {
+			ctx, cancel := context.WithTimeout(pctx, probeTimeout)
+			ok := ready(ctx, v)
+			cancel()
+			if ok {
+				seen = append(seen, v)
+			}
+		}
+		done <- seen
+	}()
 }
 
 // step is one waiter transaction: it queues the row (first time), checks
@@ -566,15 +614,11 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 	return poll{renewed: renewed, wait: budget.Wait{Key: w.key, Holders: holders, Ahead: max(ahead+held-n, 0), Max: n}, vanished: vanished}, nil
 }
 
-// probe asks HolderReady about the vanished holders blocking this waiter;
-// one seen ready has its delay ended (its row marked ready, if it has not
-// acted again since).
-func (w *waiter) probe(ctx context.Context, vs []Vanished) error {
+// endDelays ends the lock-delay of the vanished holders HolderReady saw
+// ready: their rows are marked ready, if they have not acted again since.
+func (w *waiter) endDelays(ctx context.Context, vs []Vanished) error {
 	b := w.b
 	for _, v := range vs {
-		if !b.cfg.HolderReady(ctx, v) {
-			continue
-		}
 		acted := v.Acted.UnixMilli()
 		err := b.tx(ctx, b.cfg.Unreachable, "ending the lock-delay of "+v.Holder+" on "+w.key, func(ctx context.Context, tx *sql.Tx) error {
 			now, err := dbNow(ctx, tx)

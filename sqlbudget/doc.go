@@ -81,7 +81,10 @@
 // Config.LockDelay after the expiry (DefaultLockDelay, 1 minute). A waiter
 // first in line may end that delay early with Config.HolderReady, which is
 // given the time of the vanished holder's act and must answer true only on
-// readiness that postdates it.
+// readiness that postdates it. The probe runs beside the wait, each call
+// bounded (5 s): the waiter goes on polling and renewing its row while it
+// runs, returns at once when its context ends, and a probe that hangs is
+// not called again until it returns.
 //
 // The bound a holder frozen after its Fence can overlap another is its
 // confirmation (what Fence returned) plus the time its request takes:

@@ -26,6 +26,10 @@
 //	refusal-never-fails-open  a service that refuses for good (needs a Refuser)
 //	                     is a refusal (ErrBudgetRefused) at once, and a
 //	                     fail-open participant grants no slot on it
+//	hung-probe           a HolderReady probe that hangs (needs a Prober) neither
+//	                     stalls the queue nor loses the prober its place: the
+//	                     lock-delay ends by itself, a cancelled prober returns
+//	                     at once, the order holds
 //
 // Time is the backend's: cases wait for real expiries (TTL, lock-delay),
 // bounded by the harness's Config, and assert lower bounds strictly (a
@@ -85,6 +89,13 @@ type Refuser interface {
 	NewRefused(t *testing.T, o Options) Participant
 }
 
+// Prober is implemented by harnesses whose participants can be given a
+// probe of a vanished holder's readiness (etcdbudget's and sqlbudget's
+// Config.HolderReady): ready is called with the vanished holder's name.
+type Prober interface {
+	NewProbing(t *testing.T, o Options, ready func(ctx context.Context, holder string) bool) Participant
+}
+
 // Harness builds participants on a running backend.
 type Harness interface {
 	// New returns a new participant (one machine). It is closed when the
@@ -135,6 +146,7 @@ func Run(t *testing.T, h Harness, cfg Config) {
 	t.Run("cancellation", c.cancellation)
 	t.Run("idempotent-release", c.idempotentRelease)
 	t.Run("refusal-never-fails-open", c.refusalNeverFailsOpen)
+	t.Run("hung-probe", c.hungProbe)
 }
 
 type suite struct {
@@ -618,4 +630,94 @@ func (c *suite) refusalNeverFailsOpen(t *testing.T) {
 	if took > c.cfg.Slack {
 		t.Errorf("refused after %s: a permanent answer is not retried", took)
 	}
+}
+
+// hungProbe: the first waiter behind a vanished holder (that fenced and
+// never marked ready) probes it with a HolderReady that never returns.
+// The probe runs beside the wait: cancelled, that waiter returns at once;
+// the next one in line, probing the same way, keeps its place and takes
+// the slot when the lock-delay ends by itself, before the waiter behind
+// it.
+func (c *suite) hungProbe(t *testing.T) {
+	pr, ok := c.h.(Prober)
+	if !ok {
+		t.Skip("the harness cannot give a participant a HolderReady probe")
+	}
+	const delay = 3 * time.Second
+	ctx := ctxT(t, 2*time.Minute)
+	key := c.cfg.Key(t)
+	unblock := make(chan struct{})
+	// Cleanups run last first: the probes return before the harness's
+	// participants are closed.
+	t.Cleanup(func() { close(unblock) })
+	asked := make(chan string, 100)
+	hang := func(_ context.Context, holder string) bool {
+		asked <- holder
+		<-unblock // ignores its context: the worst a probe can do
+		return false
+	}
+	a := c.h.New(t, Options{Holder: "vanishing", Max: 1, LockDelay: delay})
+	first := pr.NewProbing(t, Options{Holder: "first", Max: 1, LockDelay: delay}, hang)
+	second := pr.NewProbing(t, Options{Holder: "second", Max: 1, LockDelay: delay}, hang)
+	third := c.h.New(t, Options{Holder: "third", Max: 1, LockDelay: delay})
+	s := mustAcquire(t, ctx, a, key)
+	if _, err := fence(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fout, fq := acquireAsync(fctx, first, key)
+	waitQueued(t, ctx, fq, fout, "first")
+	sout, sq := acquireAsync(ctx, second, key)
+	waitQueued(t, ctx, sq, sout, "second")
+	tout, tq := acquireAsync(ctx, third, key)
+	waitQueued(t, ctx, tq, tout, "third")
+	vanished := time.Now()
+	a.Vanish()
+	select {
+	case h := <-asked:
+		if h != "vanishing" {
+			t.Errorf("the probe was asked about %q, want the vanished holder", h)
+		}
+	case r := <-fout:
+		t.Fatalf("the first waiter returned (err %v) before probing the vanished holder", r.err)
+	case <-ctx.Done():
+		t.Fatal("the first waiter never probed the vanished holder")
+	}
+	at := time.Now()
+	cancel()
+	select {
+	case r := <-fout:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("cancelled while its probe hangs: slot %v, err %v; want context.Canceled", r.slot != nil, r.err)
+		}
+		if d := r.at.Sub(at); d > time.Second {
+			t.Errorf("cancelled while its probe hangs: returned after %s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiter whose probe hangs did not return when cancelled")
+	}
+	var r result
+	select {
+	case r = <-sout:
+		if r.err != nil {
+			t.Fatalf("second: %v", r.err)
+		}
+	case r3 := <-tout:
+		t.Fatalf("third got the slot (err %v) before second, queued ahead of it, whose probe hangs", r3.err)
+	case <-time.After(c.cfg.TTL + delay + 2*c.cfg.Slack):
+		t.Fatalf("second, whose probe hangs, has no slot %s after the holder vanished (TTL %s + lock-delay %s)", time.Since(vanished), c.cfg.TTL, delay)
+	}
+	d := r.at.Sub(vanished)
+	t.Logf("probes hanging: the next waiter took the slot %s after the holder vanished (TTL %s, lock-delay %s)", d.Round(time.Millisecond), c.cfg.TTL, delay)
+	if d < delay {
+		t.Errorf("slot taken %s after the holder vanished, within its lock-delay %s", d, delay)
+	}
+	select {
+	case r3 := <-tout:
+		t.Fatalf("third got a slot (err %v) while second holds it", r3.err)
+	default:
+	}
+	release(t, ctx, r.slot)
+	release(t, ctx, get(t, ctx, tout, "third").slot)
 }

@@ -60,6 +60,7 @@ func (p *Participant) Wrap(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
 
 var (
 	_ budgetcontract.Refuser = (*Harness)(nil)
+	_ budgetcontract.Prober  = (*Harness)(nil)
 	_ budgetcontract.Cutter  = (*Participant)(nil)
 )
 
@@ -148,6 +149,15 @@ func ReadOnly(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
 			return f(ctx, t)
 		})
 	}
+}
+
+// NewProbing returns a participant of o whose Config.HolderReady asks
+// ready about the vanished holder.
+func (h *Harness) NewProbing(t *testing.T, o budgetcontract.Options, ready func(ctx context.Context, holder string) bool) budgetcontract.Participant {
+	t.Helper()
+	cfg := h.Config(o)
+	cfg.HolderReady = func(ctx context.Context, v sqlbudget.Vanished) bool { return ready(ctx, v.Holder) }
+	return h.NewParticipant(t, cfg)
 }
 
 // control returns the operator's budget for test t: on a connection of
