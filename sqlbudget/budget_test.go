@@ -474,3 +474,42 @@ func TestHolderReadyEndsLockDelay(t *testing.T) {
 		t.Fatalf("Acquire once the vanished holder was ready: %v", err)
 	}
 }
+
+// A database made by an earlier sqlbudget (schema version 1: no pause
+// tokens) is brought to SchemaVersion on first use, keeping what it holds:
+// a pause set then is still read at the fence, and lifted by Resume.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	if err := sqlbudget.DBTx(db)(ctx, sqlbudget.SchemaUpdates()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_pauses (key, by, since, reason) VALUES ('k', 'old-operator', 0, 'before the upgrade')`); err != nil {
+		t.Fatal(err)
+	}
+	b := newBudget(t, sqlbudget.DBTx(db), "new")
+	st, err := b.Status(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Paused == nil || st.Paused.By != "old-operator" {
+		t.Fatalf("status after the migration: pause %+v, want the version-1 pause", st.Paused)
+	}
+	var v int
+	if err := db.QueryRowContext(ctx, `SELECT max(version) FROM snapsvc_budget_schema`).Scan(&v); err != nil || v != sqlbudget.SchemaVersion {
+		t.Fatalf("schema version %d (%v), want %d", v, err, sqlbudget.SchemaVersion)
+	}
+	if was, err := b.Resume(ctx, "k"); err != nil || !was {
+		t.Fatalf("Resume of the version-1 pause: %v %v", was, err)
+	}
+	s, err := b.Acquire(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := s.(budget.Fencer).Fence(short); err != nil {
+		t.Errorf("fence once the version-1 pause was lifted: %v", err)
+	}
+	s.Release(ctx)
+}

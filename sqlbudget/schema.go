@@ -33,11 +33,15 @@ import (
 //	    lock_delay  the holder's lock-delay in ms
 //	snapsvc_budget_pauses    key TEXT PRIMARY KEY, by, since, reason:
 //	    a paused key, until resumed.
+//	    token       TEXT (version 2): random, one per Pause, so that a
+//	                Resume lifts the very pause it read and no later one
+//	                ('' for a pause set before version 2)
 //
-// Migrations are idempotent (CREATE ... IF NOT EXISTS, a version row
-// inserted with INSERT OR IGNORE), so a transaction that is retried, or
-// two machines migrating at once, end with the same schema.
-const SchemaVersion = 1
+// Migrations are idempotent (each is applied only if its version row is
+// missing, in the transaction that inserts that row), so a transaction
+// that is retried, or two machines migrating at once, end with the same
+// schema.
+const SchemaVersion = 2
 
 // migrations[i] brings the schema from version i to i+1.
 var migrations = []string{
@@ -61,6 +65,9 @@ var migrations = []string{
 		since INTEGER NOT NULL,
 		reason TEXT NOT NULL DEFAULT ''
 	);`,
+	// 2: the pause's identity, for a Resume conditional on the pause it
+	// lifts.
+	`ALTER TABLE snapsvc_budget_pauses ADD COLUMN token TEXT NOT NULL DEFAULT ''`,
 }
 
 // SchemaUpdates returns the schema's migrations as functions of the shape
@@ -75,9 +82,19 @@ func SchemaUpdates() []func(context.Context, *sql.Tx) error {
 	return out
 }
 
+// applyMigration brings the schema to version i+1, unless that version's
+// row says it is there already (a retried transaction, another machine
+// that migrated first, the application's schema machinery).
 func applyMigration(ctx context.Context, tx *sql.Tx, i int) error {
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS snapsvc_budget_schema (version INTEGER PRIMARY KEY)`); err != nil {
 		return err
+	}
+	var done bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM snapsvc_budget_schema WHERE version = ?)`, i+1).Scan(&done); err != nil {
+		return err
+	}
+	if done {
+		return nil
 	}
 	if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
 		return fmt.Errorf("sqlbudget: schema version %d: %w", i+1, err)

@@ -30,6 +30,8 @@
 //	                     stalls the queue nor loses the prober its place: the
 //	                     lock-delay ends by itself, a cancelled prober returns
 //	                     at once, the order holds
+//	resume-lifts-only-its-pause  a Resume whose answer was lost, tried again
+//	                     (needs a LossyResumer), leaves a pause set meanwhile
 //
 // Time is the backend's: cases wait for real expiries (TTL, lock-delay),
 // bounded by the harness's Config, and assert lower bounds strictly (a
@@ -96,6 +98,14 @@ type Prober interface {
 	NewProbing(t *testing.T, o Options, ready func(ctx context.Context, holder string) bool) Participant
 }
 
+// LossyResumer is implemented by harnesses whose operator can resume a key
+// with the answer of its first write lost after the write took effect
+// (the backend must try again, as it would after a connection lost at the
+// wrong moment); meanwhile runs after that write and before the retry.
+type LossyResumer interface {
+	ResumeLosingAnswer(t *testing.T, key string, meanwhile func())
+}
+
 // Harness builds participants on a running backend.
 type Harness interface {
 	// New returns a new participant (one machine). It is closed when the
@@ -147,6 +157,7 @@ func Run(t *testing.T, h Harness, cfg Config) {
 	t.Run("idempotent-release", c.idempotentRelease)
 	t.Run("refusal-never-fails-open", c.refusalNeverFailsOpen)
 	t.Run("hung-probe", c.hungProbe)
+	t.Run("resume-lifts-only-its-pause", c.resumeLiftsOnlyItsPause)
 }
 
 type suite struct {
@@ -720,4 +731,38 @@ func (c *suite) hungProbe(t *testing.T) {
 	}
 	release(t, ctx, r.slot)
 	release(t, ctx, get(t, ctx, tout, "third").slot)
+}
+
+// resumeLiftsOnlyItsPause: an operator's Resume whose first answer is
+// lost is tried again; meanwhile someone else paused the key anew. The
+// retry must not lift that pause: a holder's fence still waits.
+func (c *suite) resumeLiftsOnlyItsPause(t *testing.T) {
+	lr, ok := c.h.(LossyResumer)
+	if !ok {
+		t.Skip("the harness cannot lose an operator's answer")
+	}
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1})
+	s := mustAcquire(t, ctx, a, key)
+	c.h.Pause(t, key)
+	repaused := false
+	lr.ResumeLosingAnswer(t, key, func() {
+		c.h.Pause(t, key) // someone else, right after the first resume took effect
+		repaused = true
+	})
+	if !repaused {
+		t.Fatal("the harness never ran meanwhile: no answer was lost")
+	}
+	short, cancel := context.WithTimeout(ctx, c.cfg.TTL/2)
+	_, err := fence(short, s)
+	cancel()
+	if !errors.Is(err, budget.ErrPaused) {
+		t.Errorf("fence after a resume retried over a newer pause: %v; want ErrBudgetPaused (the newer pause must stand)", err)
+	}
+	c.h.Resume(t, key)
+	if _, err := fence(ctx, s); err != nil {
+		t.Errorf("fence once resumed: %v", err)
+	}
+	release(t, ctx, s)
 }

@@ -59,9 +59,10 @@ func (p *Participant) Wrap(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
 }
 
 var (
-	_ budgetcontract.Refuser = (*Harness)(nil)
-	_ budgetcontract.Prober  = (*Harness)(nil)
-	_ budgetcontract.Cutter  = (*Participant)(nil)
+	_ budgetcontract.Refuser      = (*Harness)(nil)
+	_ budgetcontract.Prober       = (*Harness)(nil)
+	_ budgetcontract.LossyResumer = (*Harness)(nil)
+	_ budgetcontract.Cutter       = (*Participant)(nil)
 )
 
 // Config returns the Config the harness gives a participant of o.
@@ -158,6 +159,46 @@ func (h *Harness) NewProbing(t *testing.T, o budgetcontract.Options, ready func(
 	cfg := h.Config(o)
 	cfg.HolderReady = func(ctx context.Context, v sqlbudget.Vanished) bool { return ready(ctx, v.Holder) }
 	return h.NewParticipant(t, cfg)
+}
+
+// ResumeLosingAnswer resumes key through an operator whose first
+// transaction that changes a row commits and has its answer lost (the
+// budget runs it again), with meanwhile run between that commit and the
+// retry.
+func (h *Harness) ResumeLosingAnswer(t *testing.T, key string, meanwhile func()) {
+	t.Helper()
+	tx := h.Open(t)
+	lost := false
+	lossy := func(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
+		wrote := false
+		err := tx(ctx, func(ctx context.Context, t *sql.Tx) error {
+			var before, after int64
+			if err := t.QueryRowContext(ctx, `SELECT total_changes()`).Scan(&before); err != nil {
+				return err
+			}
+			if err := f(ctx, t); err != nil {
+				return err
+			}
+			if err := t.QueryRowContext(ctx, `SELECT total_changes()`).Scan(&after); err != nil {
+				return err
+			}
+			wrote = after > before
+			return nil
+		})
+		if err != nil || !wrote || lost {
+			return err
+		}
+		lost = true
+		meanwhile()
+		return errors.New("sqltest: the answer of a committed transaction was lost")
+	}
+	b, err := sqlbudget.New(sqlbudget.Config{Tx: lossy, Holder: "operator", TTL: h.TTL, ClockSkew: h.TTL / 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Resume(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // control returns the operator's budget for test t: on a connection of
