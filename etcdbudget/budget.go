@@ -362,7 +362,7 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(budget.W
 	// granted, and the queue behind it, until it is resumed (and Fence
 	// checks the pause again at the moment of acting).
 	if err := b.awaitResume(ctx, key, s.Lost(), progress); err != nil {
-		_ = s.Release(context.WithoutCancel(ctx))
+		s.abandon()
 		return nil, err
 	}
 	b.acquired.Add(1)

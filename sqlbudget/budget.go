@@ -146,6 +146,10 @@ type Budget struct {
 
 	txs        atomic.Uint64
 	txFailures atomic.Uint64
+	// failing: this Budget's last transaction attempt failed (the
+	// database is unreachable from here, or busy): a cancelled Acquire
+	// then leaves its row to expire rather than wait for one more attempt.
+	failing atomic.Bool
 }
 
 // New checks cfg and returns a Budget. It sends no query.
@@ -392,7 +396,7 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(budget.W
 	// A paused key keeps the slot just granted (and the queue behind it)
 	// until it is resumed.
 	if err := s.awaitAllowed(ctx, progress); err != nil {
-		_ = s.Release(context.WithoutCancel(ctx))
+		s.abandon()
 		b.count(func(m *Metrics) { m.Failed++ })
 		b.emit(Event{Kind: EventFailed, Key: key, Waited: time.Since(start), Err: err})
 		return nil, err
@@ -639,11 +643,16 @@ func (w *waiter) endDelays(ctx context.Context, vs []Vanished) error {
 }
 
 // abandon deletes the waiter's row: one attempt, so a cancelled Acquire
-// returns promptly (else the row expires within TTL). A row granted by a
+// returns promptly (else the row expires within TTL), and none while the
+// database is failing (see Budget.failing). A row granted by a
 // transaction whose answer was lost goes too: it never acted (acted is
 // only ever set on a granted row, by Fence).
 func (w *waiter) abandon() {
 	b := w.b
+	defer b.wakeUp(w.key)
+	if b.failing.Load() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
 	defer cancel()
 	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -653,5 +662,4 @@ func (w *waiter) abandon() {
 		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND acted IS NULL`, w.token)
 		return err
 	})
-	b.wakeUp(w.key)
 }

@@ -129,9 +129,12 @@
 // transaction; Pause and Resume set and lift a cluster-wide pause, read at
 // every Fence. Resume lifts the pause it read and no other (each pause has
 // a token of its own): retried after a lost answer, it never lifts a
-// pause set meanwhile. Config.OnEvent receives every step (waiting,
-// acquired, paused, fenced, ready, lost, released, ...) and Metrics
-// returns the counters, as etcdbudget.Controlled does. Max may be a share of the
+// pause set meanwhile. An Acquire that took its slot but waits on a pause
+// gives it back in one attempt when its context ends (none while the
+// database is failing: the row expires within TTL), so it returns at
+// once. Config.OnEvent receives every step (waiting, acquired, paused,
+// fenced, ready, lost, released, ...) and Metrics returns the counters,
+// as etcdbudget.Controlled does. Max may be a share of the
 // cluster's members (Config.Percent with Config.Members), resolved in the
 // very transaction that grants a slot, so it follows members joining and
 // leaving and never admits more than the share of the members of that

@@ -390,6 +390,36 @@ func (s *slot) Release(ctx context.Context) error {
 	return nil
 }
 
+// abandon gives back a slot that Acquire took but does not return (its
+// context ended while the key was paused): the holder never acted, so
+// its row holds nothing back once it expires. It stops the renewals and
+// deletes the row in one attempt, none while the database is failing
+// (Budget.failing), so that Acquire returns promptly: unlike Release it
+// never waits for an unreachable database.
+func (s *slot) abandon() {
+	b := s.b
+	s.mu.Lock()
+	wasLost := s.err != nil
+	s.released = true
+	s.mu.Unlock()
+	s.stopRenewing()
+	<-s.done
+	held := time.Since(s.since)
+	if !wasLost {
+		b.count(func(m *Metrics) { m.Holding--; m.HoldSeconds += held.Seconds() })
+	}
+	defer b.wakeUp(s.key)
+	if b.failing.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
+	defer cancel()
+	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND acted IS NULL`, s.token)
+		return err
+	})
+}
+
 // unbudgeted is a slot granted without the database (no cluster yet, or
 // fail open). It is never lost.
 type unbudgeted struct {

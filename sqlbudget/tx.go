@@ -126,6 +126,7 @@ func (b *Budget) tx(ctx context.Context, bound time.Duration, what string, f fun
 		})
 		cancel()
 		if err == nil {
+			b.failing.Store(false)
 			b.markSchema()
 			return nil
 		}
@@ -133,11 +134,16 @@ func (b *Budget) tx(ctx context.Context, bound time.Duration, what string, f fun
 		var r *finalError
 		switch {
 		case errors.As(err, &r):
+			b.failing.Store(false) // the database answered
 			return r.err
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
 		case permanent(err):
+			b.failing.Store(false)
 			return &RefusedError{What: what, Err: err}
+		}
+		b.failing.Store(true)
+		switch {
 		case time.Since(start) >= bound:
 			return &UnreachableError{What: what, For: time.Since(start), Attempts: attempt, Last: err}
 		}

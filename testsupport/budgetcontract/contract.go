@@ -32,6 +32,8 @@
 //	                     at once, the order holds
 //	resume-lifts-only-its-pause  a Resume whose answer was lost, tried again
 //	                     (needs a LossyResumer), leaves a pause set meanwhile
+//	cancel-paused-cut-off  an Acquire held back by a pause, cut off from the
+//	                     service (needs a Cutter), returns at once when cancelled
 //
 // Time is the backend's: cases wait for real expiries (TTL, lock-delay),
 // bounded by the harness's Config, and assert lower bounds strictly (a
@@ -158,6 +160,7 @@ func Run(t *testing.T, h Harness, cfg Config) {
 	t.Run("refusal-never-fails-open", c.refusalNeverFailsOpen)
 	t.Run("hung-probe", c.hungProbe)
 	t.Run("resume-lifts-only-its-pause", c.resumeLiftsOnlyItsPause)
+	t.Run("cancel-paused-cut-off", c.cancelPausedCutOff)
 }
 
 type suite struct {
@@ -765,4 +768,47 @@ func (c *suite) resumeLiftsOnlyItsPause(t *testing.T) {
 		t.Errorf("fence once resumed: %v", err)
 	}
 	release(t, ctx, s)
+}
+
+// cancelPausedCutOff: an Acquire that took its slot but waits on a pause,
+// cut off from the service, returns promptly once its context ends (it
+// does not wait for the service to give the slot back), and the slot is
+// free again within TTL once the participant is back.
+func (c *suite) cancelPausedCutOff(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	p := c.h.New(t, Options{Holder: "paused", Max: 1})
+	cut, ok := p.(Cutter)
+	if !ok {
+		t.Skip("the harness cannot cut a participant off")
+	}
+	c.h.Pause(t, key)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out, queued := acquireAsync(pctx, p, key)
+	waitQueued(t, ctx, queued, out, "paused") // the only report: the pause
+	cut.Cut(true)
+	at := time.Now()
+	cancel()
+	select {
+	case r := <-out:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("cancelled while paused and cut off: slot %v, err %v; want context.Canceled", r.slot != nil, r.err)
+		}
+		if d := r.at.Sub(at); d > time.Second {
+			t.Errorf("cancelled while paused and cut off: returned after %s", d)
+		}
+	case <-time.After(c.cfg.TTL + c.cfg.Slack):
+		t.Fatal("cancelled while paused and cut off: Acquire did not return")
+	}
+	cut.Cut(false)
+	c.h.Resume(t, key)
+	next := c.h.New(t, Options{Holder: "next", Max: 1})
+	start := time.Now()
+	s := get(t, ctx, func() <-chan result { o, _ := acquireAsync(ctx, next, key); return o }(), "next")
+	t.Logf("the cancelled participant's slot was free again %s later", s.at.Sub(start).Round(time.Millisecond))
+	if d := s.at.Sub(start); d > c.cfg.TTL+c.cfg.Slack {
+		t.Errorf("the next participant waited %s: the cancelled one left its slot beyond its TTL", d)
+	}
+	release(t, ctx, s.slot)
 }
