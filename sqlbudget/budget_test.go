@@ -226,9 +226,15 @@ func TestStatusVanishedAndBlocked(t *testing.T) {
 		_, err := next.Acquire(wctx, "k", func(w budget.Wait) { waits <- w })
 		out <- err
 	}()
-	w := <-waits
-	if len(w.Holders) != 1 || w.Holders[0] != "vanishing (vanished; lock-delay)" {
-		t.Errorf("wait %+v: want the vanished holder under lock-delay", w)
+	// Lost closes ClockSkew before the row expires (before anyone else
+	// may take the slot): the waiter may see the holder live first.
+	for w := range waits {
+		if len(w.Holders) == 1 && w.Holders[0] == "vanishing (vanished; lock-delay)" {
+			break
+		}
+		if len(w.Holders) != 1 || w.Holders[0] != "vanishing" {
+			t.Fatalf("wait %+v: want the holder, then the vanished holder under lock-delay", w)
+		}
 	}
 	st, err := next.Status(ctx, "k")
 	if err != nil {
@@ -512,4 +518,58 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Errorf("fence once the version-1 pause was lifted: %v", err)
 	}
 	s.Release(ctx)
+}
+
+// A holder that can no longer renew its row learns that its slot is lost
+// before anyone else can take it: Lost closes ClockSkew before the row's
+// earliest expiry, so before the next waiter's grant.
+func TestLostBeforeSuccessor(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	h := sqliteHarness(t, 2*time.Second)
+	mod := func(o budgetcontract.Options) sqlbudget.Config {
+		cfg := h.Config(o)
+		cfg.ClockSkew = 500 * time.Millisecond
+		return cfg
+	}
+	a := h.NewParticipant(t, mod(optionsOf("cut", 0)))
+	next := h.NewParticipant(t, mod(optionsOf("next", 0)))
+	s, err := a.Acquire(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan struct{})
+	type grant struct {
+		s  budget.Slot
+		at time.Time
+	}
+	out := make(chan grant, 1)
+	go func() {
+		var once atomic.Bool
+		ns, err := next.Acquire(ctx, "k", func(budget.Wait) {
+			if once.CompareAndSwap(false, true) {
+				close(queued)
+			}
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		out <- grant{ns, time.Now()}
+	}()
+	<-queued
+	a.Cut(true)
+	<-s.Lost()
+	lost := time.Now()
+	g := <-out
+	if g.s == nil {
+		t.FailNow()
+	}
+	defer g.s.Release(ctx)
+	granted := g.at
+	t.Logf("holder cut off: it saw its slot lost %s before the next holder was granted it", granted.Sub(lost).Round(time.Millisecond))
+	if !granted.After(lost) {
+		t.Errorf("next holder granted %s before the holder learnt its slot was lost", lost.Sub(granted))
+	}
+	if !errors.Is(s.Err(), budget.ErrSlotLost) {
+		t.Errorf("Err() = %v", s.Err())
+	}
 }

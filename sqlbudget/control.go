@@ -70,6 +70,11 @@ type Metrics struct {
 	Released, ReleaseFailed uint64
 	// Fences counts confirmed fences.
 	Fences uint64
+	// Renewals counts the renewals of held slots' rows; RenewalsMissed
+	// those not answered within TTL/3 of their start (the holder's margin
+	// fell below two thirds of its TTL), failed ones included. A slot is
+	// lost only when no renewal is answered within its TTL less ClockSkew.
+	Renewals, RenewalsMissed uint64
 	// PauseWaits counts holders that waited on a pause.
 	PauseWaits uint64
 	// DelayedTakeovers counts slots taken after waiting behind a vanished

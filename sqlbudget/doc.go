@@ -52,7 +52,7 @@
 //   - A holder knows, on its own monotonic clock, the send time of its last
 //     answered renewal; from that plus TTL it cannot have expired (the
 //     database set the row's expiry after receiving the renewal). A holder
-//     that cannot renew by then reports Lost itself.
+//     that cannot renew reports Lost itself ClockSkew before then.
 //   - Fence returns how long its confirmation stands: TTL less
 //     ClockSkew, from the start of the transaction that confirmed (the
 //     row was renewed in it), counted from the call. A caller that has not
