@@ -90,10 +90,16 @@ type Config struct {
 	// Attempt bounds each attempt of a transaction (default TTL/5, at
 	// least 200ms, at most 2s).
 	Attempt time.Duration
-	// Poll is how often a waiter checks whether it may take a slot
-	// (default TTL/8, at most 250ms). A release by a Budget of the same
-	// process wakes its waiters at once.
+	// Poll is how often a waiter among the first Max+1 of the queue checks
+	// whether it may take a slot (default TTL/8, at most 250ms): a slot
+	// released by another machine is taken within about one Poll. A
+	// release by a Budget of the same process wakes them at once.
 	Poll time.Duration
+	// PollSpacing is how much longer a waiter further back waits between
+	// two polls for each waiter between it and the first Max+1 (default
+	// 2×Poll; at most 10 minutes in all), so that the whole queue costs
+	// the database O(log n) transactions a second, not O(n).
+	PollSpacing time.Duration
 	// ReleaseRetry is how long a slot whose Release failed is still
 	// renewed, so that a retried Release hands it over without a
 	// lock-delay (default DefaultReleaseRetry); past it the row is left
@@ -195,11 +201,14 @@ func New(cfg Config) (*Budget, error) {
 	if cfg.Poll == 0 {
 		cfg.Poll = min(cfg.TTL/8, 250*time.Millisecond)
 	}
+	if cfg.PollSpacing == 0 {
+		cfg.PollSpacing = 2 * cfg.Poll
+	}
 	if cfg.ReleaseRetry == 0 {
 		cfg.ReleaseRetry = DefaultReleaseRetry
 	}
-	if cfg.Unreachable < 0 || cfg.Attempt < 0 || cfg.Poll <= 0 || cfg.ReleaseRetry < 0 {
-		return nil, errors.New("sqlbudget: Unreachable, Attempt, Poll and ReleaseRetry must not be negative")
+	if cfg.Unreachable < 0 || cfg.Attempt < 0 || cfg.Poll <= 0 || cfg.PollSpacing < 0 || cfg.ReleaseRetry < 0 {
+		return nil, errors.New("sqlbudget: Unreachable, Attempt, Poll, PollSpacing and ReleaseRetry must not be negative")
 	}
 	if cfg.Poll > cfg.TTL/3 {
 		return nil, fmt.Errorf("sqlbudget: Poll %s must be at most TTL/3 (waiters renew their rows while polling)", cfg.Poll)

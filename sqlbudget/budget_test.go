@@ -520,6 +520,58 @@ func TestMigrateFromVersion1(t *testing.T) {
 	s.Release(ctx)
 }
 
+// Rows queued by an earlier sqlbudget (schema version 2: no arrival
+// numbers, no promises) keep their place once migrated: a holder's row
+// still holds, a waiter's row is still ahead of a waiter queued after the
+// migration (its id stands for its arrival number), and, never renewed
+// again, it expires and is collected by the waiter behind it.
+func TestMigrateQueuedRows(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	for _, u := range sqlbudget.SchemaUpdates()[:2] {
+		if err := sqlbudget.DBTx(db)(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := `CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)`
+	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_entries (key, token, holder, max_spec, since, expires, granted)
+		VALUES ('k', 't1', 'old-holder', '1', `+now+`, `+now+` + 60000, `+now+`),
+		       ('k', 't2', 'old-waiter', '1', `+now+`, `+now+` + 1500, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	b := newBudget(t, sqlbudget.DBTx(db), "new")
+	waits := make(chan budget.Wait, 10)
+	out := make(chan error, 1)
+	go func() {
+		s, err := b.Acquire(ctx, "k", func(w budget.Wait) { waits <- w })
+		if err == nil {
+			err = s.Release(ctx)
+		}
+		out <- err
+	}()
+	w := <-waits
+	if len(w.Holders) != 1 || w.Holders[0] != "old-holder" || w.Ahead != 1 {
+		t.Fatalf("after the migration: wait %+v, want behind old-holder with old-waiter ahead", w)
+	}
+	st, err := b.Status(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Waiters) != 2 || st.Waiters[0].Holder != "old-waiter" || st.Waiters[1].Holder != "new" {
+		t.Fatalf("status after the migration: %+v, want old-waiter, then new", st.Waiters)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = 't1'`); err != nil { // old-holder releases
+		t.Fatal(err)
+	}
+	if err := <-out; err != nil {
+		t.Fatalf("once old-holder released and old-waiter expired: %v", err)
+	}
+	var left int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM snapsvc_budget_entries`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d rows left (%v), want none", left, err)
+	}
+}
+
 // A holder that can no longer renew its row learns that its slot is lost
 // before anyone else can take it: Lost closes ClockSkew before the row's
 // earliest expiry, so before the next waiter's grant.

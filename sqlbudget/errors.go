@@ -66,6 +66,7 @@ const sqliteError = 1
 var permanentMessages = []string{
 	"no such table",
 	"no such column",
+	"no such index",
 	"has no column named",
 	"syntax error",
 	"readonly database",
@@ -158,4 +159,25 @@ func walk(err error, f func(error) bool) bool {
 		}
 	}
 	return false
+}
+
+// contended reports whether err is the database answering that it is
+// busy: another writer holds the lock (SQLITE_BUSY, SQLITE_LOCKED: what
+// dqlite's leader answers at once to a second writer, and SQLite after
+// its busy timeout). The database answered: it is reachable, so such an
+// answer never counts toward Config.Unreachable (a crowd of waiters
+// contending for the lock never makes anyone fail open); the wait goes on
+// within its context.
+func contended(err error) bool {
+	if err == nil {
+		return false
+	}
+	if code, ok := sqliteCode(err); ok {
+		switch code & 0xff {
+		case 5, 6: // BUSY, LOCKED
+			return true
+		}
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "database is locked") || strings.Contains(msg, "database table is locked") || strings.Contains(msg, "database schema is locked")
 }

@@ -70,3 +70,28 @@ func TestPermanent(t *testing.T) {
 		}
 	}
 }
+
+// A database that answers "busy" (another writer holds the lock) is
+// contended, not out: it never counts toward Unreachable.
+func TestContended(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		busy bool
+	}{
+		{errors.New("database is locked"), true},
+		{fmt.Errorf("begin: %w", errors.New("database table is locked")), true},
+		{codeError{Code: 5, Message: "database is locked"}, true},
+		{codeError{Code: 5 | 2<<8, Message: "database is locked"}, true}, // BUSY_SNAPSHOT
+		{codeError{Code: 6, Message: "database table is locked"}, true},
+		{&codeMethod{code: 5}, true},
+		{codeError{Code: 10 | 40<<8, Message: "not leader"}, false},
+		{context.DeadlineExceeded, false},
+		{driver.ErrBadConn, false},
+		{errors.New("failed to create dqlite connection: no available dqlite leader server found"), false},
+		{nil, false},
+	} {
+		if got := contended(c.err); got != c.busy {
+			t.Errorf("contended(%v) = %v, want %v", c.err, got, c.busy)
+		}
+	}
+}

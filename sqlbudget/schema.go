@@ -31,6 +31,16 @@ import (
 //	    ready       the last MarkReady, or the moment a readiness probe
 //	                saw the vanished holder's service ready (NULL: never)
 //	    lock_delay  the holder's lock-delay in ms
+//	    seq         (version 3) the key's arrival number: one more than
+//	                the key's last row's when queued (a waiter far back
+//	                estimates its place from it)
+//	    due         (version 3) a waiter's promise: it writes its row
+//	                again by then (NULL for holders); waiters behind one
+//	                whose promise is far off do not wait for it at the
+//	                front
+//	  indexes (key, id) and, version 3, snapsvc_budget_entries_queue
+//	  (key, granted, id): a waiter reads the key's holders and the first
+//	  waiters ahead of it through it, never the whole queue
 //	snapsvc_budget_pauses    key TEXT PRIMARY KEY, by, since, reason:
 //	    a paused key, until resumed.
 //	    token       TEXT (version 2): random, one per Pause, so that a
@@ -41,7 +51,7 @@ import (
 // missing, in the transaction that inserts that row), so a transaction
 // that is retried, or two machines migrating at once, end with the same
 // schema.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] brings the schema from version i to i+1.
 var migrations = []string{
@@ -68,6 +78,13 @@ var migrations = []string{
 	// 2: the pause's identity, for a Resume conditional on the pause it
 	// lifts.
 	`ALTER TABLE snapsvc_budget_pauses ADD COLUMN token TEXT NOT NULL DEFAULT ''`,
+	// 3: the queue read in O(1) rows a poll: arrival numbers, promises,
+	// the index of holders and waiters. A row queued before has its id
+	// as arrival number (ids grow, so the order holds) and no promise.
+	`ALTER TABLE snapsvc_budget_entries ADD COLUMN seq INTEGER;
+	ALTER TABLE snapsvc_budget_entries ADD COLUMN due INTEGER;
+	UPDATE snapsvc_budget_entries SET seq = id;
+	CREATE INDEX IF NOT EXISTS snapsvc_budget_entries_queue ON snapsvc_budget_entries (key, granted, id);`,
 }
 
 // SchemaUpdates returns the schema's migrations as functions of the shape
