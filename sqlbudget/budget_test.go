@@ -625,3 +625,38 @@ func TestLostBeforeSuccessor(t *testing.T) {
 		t.Errorf("Err() = %v", s.Err())
 	}
 }
+
+// A waiter far back polls seldom; if the queue reaches it sooner than it
+// polls (those ahead of it gave up at once), the waiters behind it do not
+// wait at the front for its next poll: a row whose promised write is
+// further off than 2×TTL is passed over when a slot comes free, and its
+// waiter is served at its next poll, having moved up.
+func TestDormantWaiterDoesNotHoldTheFront(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	if err := sqlbudget.DBTx(db)(ctx, sqlbudget.Migrate); err != nil {
+		t.Fatal(err)
+	}
+	// A waiter that promised its next write in 10 minutes (it was 1,200
+	// places back), now at the front: its row lives until then.
+	now := `CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)`
+	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_entries (key, token, holder, max_spec, since, expires, due, seq)
+		VALUES ('k', 'far', 'far-back', '1', `+now+`, `+now+` + 602000, `+now+` + 600000, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	b := newBudget(t, sqlbudget.DBTx(db), "next")
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second) // far less than the dormant row's lease
+	defer cancel()
+	s, err := b.Acquire(actx, "k", nil)
+	if err != nil {
+		t.Fatalf("a waiter behind a dormant row: %v, want the slot", err)
+	}
+	defer s.Release(ctx)
+	st, err := b.Status(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Waiters) != 1 || st.Waiters[0].Holder != "far-back" {
+		t.Errorf("status %+v: the dormant waiter must keep its row (its place is served at its next poll)", st.Waiters)
+	}
+}
