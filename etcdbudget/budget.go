@@ -105,7 +105,10 @@ type Config struct {
 	// cannot tell "ready again" from "not restarted yet": a holder frozen
 	// between its fence and its request looks ready. A holder that never
 	// recorded an act, or marked itself ready after its last one, needs
-	// no lock-delay at all and is not probed.
+	// no lock-delay at all and is not probed. It runs beside the wait:
+	// its context ends after 5s (or with the wait), and a call that does
+	// not return delays neither the wait, the keep-alives nor the
+	// caller's cancellation; it is not called again until it returns.
 	HolderReady func(ctx context.Context, h VanishedHolder) bool
 	// Recheck is how long a waiter or holder trusts a silent watch before
 	// reading again (default DefaultRecheck, each wait drawn within ±20%
@@ -345,7 +348,7 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(budget.W
 		return newUnbudgeted(key, b.cfg.Holder+" (no cluster yet, unbudgeted)"), nil
 	}
 	out := &outage{bound: b.cfg.Unreachable}
-	k, err := b.grant(ctx, out)
+	k, err := b.grant(ctx, out, key)
 	if err != nil {
 		return b.failed(ctx, key, err)
 	}
@@ -359,7 +362,7 @@ func (b *Budget) Acquire(ctx context.Context, key string, progress func(budget.W
 	// granted, and the queue behind it, until it is resumed (and Fence
 	// checks the pause again at the moment of acting).
 	if err := b.awaitResume(ctx, key, s.Lost(), progress); err != nil {
-		_ = s.Release(context.WithoutCancel(ctx))
+		s.abandon()
 		return nil, err
 	}
 	b.acquired.Add(1)
@@ -402,7 +405,14 @@ type waiter struct {
 	entry string // its key
 	rev   int64  // its create revision
 	held  bool   // waited behind a vanished holder's lock-delay
+	// probing is the HolderReady probe in flight (pollReady), nil while
+	// none runs.
+	probing chan error
 }
+
+// probeTimeout bounds each call of Config.HolderReady (its context ends
+// then, or when the wait it serves ends).
+const probeTimeout = 5 * time.Second
 
 // abandon stops the waiter's lease: revoked (one attempt) when etcd
 // answers, else left to expire, so a cancelled Acquire returns promptly.
@@ -664,12 +674,13 @@ func (w *waiter) waitDeletes(ctx context.Context, keys []string, rev int64, orph
 		// ready (MarkReady), which ends its lock-delay.
 		watch(string(g.Key))
 	}
-	if b.cfg.HolderReady != nil && len(orphans) > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			woke <- w.pollReady(wctx, orphans)
-		}()
+	if b.cfg.HolderReady != nil && len(orphans) > 0 && w.probing == nil {
+		// The probe runs beside the wait, not joined by it: a probe that
+		// hangs holds neither the wait nor the caller's cancellation, and
+		// is not started again until it returned.
+		done := make(chan error, 1) // never blocks: it may end after Acquire
+		w.probing = done
+		go func() { done <- w.pollReady(wctx, orphans) }()
 	}
 	recheck := time.NewTimer(jitter(b.cfg.Recheck))
 	defer recheck.Stop()
@@ -677,6 +688,11 @@ func (w *waiter) waitDeletes(ctx context.Context, keys []string, rev int64, orph
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-recheck.C:
+		return nil
+	case <-w.probing: // nil while no probe runs
+		// A guard deleted (its holder seen ready), or a probe of an
+		// earlier wait that ended at last: read again.
+		w.probing = nil
 		return nil
 	case err := <-woke:
 		if err != nil {
@@ -722,8 +738,8 @@ func (w *waiter) settle(ctx context.Context, orphans []*mvccpb.KeyValue) (int, e
 }
 
 // pollReady asks HolderReady about each orphan guard's holder every
-// 500ms; once one is ready it deletes that guard (if unchanged) and
-// returns.
+// 500ms, each call bounded by probeTimeout; once one is ready it deletes
+// that guard (if unchanged) and returns.
 func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) error {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
@@ -731,9 +747,17 @@ func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) erro
 		for _, kv := range orphans {
 			g := guardOf(kv.Value)
 			w.b.probes.Add(1)
-			if w.b.cfg.HolderReady(ctx, VanishedHolder{Key: w.key, Holder: g.Holder, Granted: g.Since, Acts: g.Acts, Acted: g.Acted}) {
-				_, err := w.b.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			ready := w.b.cfg.HolderReady(pctx, VanishedHolder{Key: w.key, Holder: g.Holder, Granted: g.Since, Acts: g.Acts, Acted: g.Acted})
+			cancel()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if ready {
+				actx, cancel := context.WithTimeout(ctx, w.b.cfg.Attempt)
+				_, err := w.b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 					Then(clientv3.OpDelete(string(kv.Key))).Commit()
+				cancel()
 				w.b.cfg.Logger.Info("vanished holder restarted after its act and ready again: lock-delay ended", "key", w.key, "holder", g.Holder)
 				return err
 			}

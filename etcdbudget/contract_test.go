@@ -2,8 +2,15 @@ package etcdbudget_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
@@ -36,7 +43,12 @@ type etcdParticipant struct {
 	px *etcdtest.Proxy
 }
 
-var _ budgetcontract.Cutter = (*etcdParticipant)(nil)
+var (
+	_ budgetcontract.Cutter       = (*etcdParticipant)(nil)
+	_ budgetcontract.Refuser      = (*etcdHarness)(nil)
+	_ budgetcontract.Prober       = (*etcdHarness)(nil)
+	_ budgetcontract.LossyResumer = (*etcdHarness)(nil)
+)
 
 func (p *etcdParticipant) Vanish()      { p.px.Cut(true) }
 func (p *etcdParticipant) Cut(off bool) { p.px.Cut(off) }
@@ -62,6 +74,59 @@ func (h *etcdHarness) NewFailingOpen(t *testing.T, o budgetcontract.Options) bud
 	p := h.newParticipant(t, o, func(c *etcdbudget.Config) { c.FailOpen, c.Unreachable = true, time.Second })
 	p.Cut(true)
 	return p
+}
+
+// NewRefused is a fail-open participant whose client the application
+// closed: every request fails, for good.
+func (h *etcdHarness) NewRefused(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	return h.newParticipant(t, o, func(c *etcdbudget.Config) {
+		c.FailOpen = true
+		c.Client.Close()
+	})
+}
+
+// NewProbing is a participant whose Config.HolderReady asks ready.
+func (h *etcdHarness) NewProbing(t *testing.T, o budgetcontract.Options, ready func(ctx context.Context, holder string) bool) budgetcontract.Participant {
+	t.Helper()
+	return h.newParticipant(t, o, func(c *etcdbudget.Config) {
+		c.HolderReady = func(ctx context.Context, v etcdbudget.VanishedHolder) bool { return ready(ctx, v.Holder) }
+	})
+}
+
+// ResumeLosingAnswer resumes key through an operator's client whose first
+// write (a KV transaction or deletion) reaches etcd, takes effect, and has
+// its answer replaced by "unavailable", as a connection lost at that
+// moment would: the budget tries again. meanwhile runs in between.
+func (h *etcdHarness) ResumeLosingAnswer(t *testing.T, key string, meanwhile func()) {
+	t.Helper()
+	var once sync.Once
+	lose := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err != nil || !(strings.HasSuffix(method, "KV/Txn") || strings.HasSuffix(method, "KV/DeleteRange")) {
+			return err
+		}
+		lost := false
+		once.Do(func() {
+			lost = true
+			meanwhile()
+		})
+		if lost {
+			return status.Error(codes.Unavailable, "etcdtest: the answer was lost")
+		}
+		return nil
+	}
+	cfg := etcdbudget.ClientConfig(h.p.Endpoints())
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(lose))
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	op := newBudget(t, cli, "operator", 1)
+	if _, err := op.Resume(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (h *etcdHarness) newParticipant(t *testing.T, o budgetcontract.Options, mod func(*etcdbudget.Config)) *etcdParticipant {

@@ -310,23 +310,35 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 }
 
 // Resume lifts key's pause; the machines it held back go on in queue
-// order. It reports whether the key was paused.
+// order. It reports whether the key was paused. It lifts the pause it
+// reads and only that one (the deletion is conditional on the record's
+// revision): a retry after a lost answer, or a Resume racing another
+// operator's, leaves alone a pause set after the one it read.
 func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 	key, err := controlKey(key)
 	if err != nil {
 		return false, err
 	}
-	var resp *clientv3.DeleteResponse
-	err = b.retryControl(ctx, "resuming "+key, func(actx context.Context) (err error) {
-		resp, err = b.cfg.Client.Delete(actx, b.pauseKey(key))
+	pk := b.pauseKey(key)
+	var lifts int64 // the revision of the pause record this Resume lifts, once read
+	err = b.retryControl(ctx, "resuming "+key, func(actx context.Context) error {
+		if lifts == 0 {
+			resp, err := b.cfg.Client.Get(actx, pk, clientv3.WithKeysOnly())
+			if err != nil {
+				return err
+			}
+			if len(resp.Kvs) == 0 {
+				return nil // not paused
+			}
+			lifts = resp.Kvs[0].ModRevision
+		}
+		_, err := b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.ModRevision(pk), "=", lifts)).Then(clientv3.OpDelete(pk)).Commit()
 		return err
 	})
 	if err != nil {
 		return false, err
 	}
-	// A retry after a lost answer finds nothing to delete: the pause is
-	// gone either way.
-	return resp.Deleted > 0, nil
+	return lifts != 0, nil
 }
 
 // awaitResume waits while key is paused (a pause record of the key, of

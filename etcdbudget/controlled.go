@@ -261,18 +261,22 @@ func (c *Controlled) acquire(ctx context.Context, key string, progress func(budg
 	if err != nil {
 		return nil, max, err
 	}
-	slot, err := b.Acquire(ctx, key, progress)
+	s, err := b.Acquire(ctx, key, progress)
 	if err != nil {
 		return nil, max, err
 	}
-	if err := c.awaitWindow(ctx, key, progress, slot.Lost()); err != nil {
-		if lerr := slot.Err(); lerr != nil {
+	if err := c.awaitWindow(ctx, key, progress, s.Lost()); err != nil {
+		if lerr := s.Err(); lerr != nil {
 			err = fmt.Errorf("%w: the slot was lost while waiting for the maintenance window: %w", budget.ErrUnavailable, lerr)
 		}
-		_ = slot.Release(context.WithoutCancel(ctx))
+		if held, ok := s.(*slot); ok {
+			held.abandon() // it never acted: given back without waiting for an unreachable etcd
+		} else {
+			_ = s.Release(context.WithoutCancel(ctx))
+		}
 		return nil, max, err
 	}
-	return slot, max, nil
+	return s, max, nil
 }
 
 // windowGate is the maintenance window as Fence checks it (see gate).

@@ -79,9 +79,10 @@
 // fails with an *UnreachableError, which wraps budget.ErrUnavailable
 // (retryable) and the last cause. Answers that no retry can change (a
 // request too large, failed authentication or permission, a database out
-// of space, a waiter's entry deleted by an operator, a Max mismatch, a bad
-// key) fail at once with an error wrapping budget.ErrRefused and
-// the cause. Build the client with NewClient from ClientConfig, whose
+// of space or corrupt, a waiter's entry deleted by an operator, a Max
+// mismatch, a bad key, a client the application closed) fail at once with
+// an error wrapping budget.ErrRefused and the cause: FailOpen never
+// grants on them. Build the client with NewClient from ClientConfig, whose
 // gRPC keep-alive drops a connection to a hung member within 13 s, moving
 // its watches too.
 //
@@ -196,7 +197,10 @@
 // once; a holder that recorded an act and no readiness after it is waited
 // out. With Config.HolderReady (a probe of the vanished holder's service,
 // as Cluster API's control plane checks each member before a step) the
-// first waiter in line asks, every 500ms, with the holder's act record,
+// first waiter in line asks, every 500ms, with the holder's act record
+// (beside its wait: each call's context ends after 5s, a probe that hangs
+// is not called again until it returns, and neither the wait, the lease's
+// keep-alives nor the caller's cancellation wait for it),
 // and the delay ends as soon as the probe proves a restart after the act
 // and readiness; a guard the vanished holder still updates (its
 // MarkReady, under way) is read again at once. Stats counts these delayed

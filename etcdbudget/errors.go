@@ -58,7 +58,8 @@ var errLeaseGone = errors.New("lease not found")
 // isRefusal reports whether err is etcd (or the connection to it)
 // refusing the request for good: retrying cannot help until an operator
 // acts. Anything else (timeouts, no leader, connection refused, too many
-// requests) is unreachability, and retried.
+// requests) is unreachability, and retried. (A client closed by the
+// application is permanent too: call checks the client itself.)
 func isRefusal(err error) bool {
 	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false
@@ -73,7 +74,8 @@ func isRefusal(err error) bool {
 	switch code {
 	case codes.InvalidArgument, // request too large, auth failed, user empty, ...
 		codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition,
-		codes.Unimplemented, codes.AlreadyExists, codes.OutOfRange:
+		codes.Unimplemented, codes.AlreadyExists, codes.OutOfRange,
+		codes.DataLoss: // "etcdserver: corrupt cluster": an operator must restore it
 		return true
 	case codes.ResourceExhausted:
 		// "too many requests" is load and passes; a message over the
@@ -158,6 +160,11 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 		if ctx.Err() != nil {
 			return ended()
 		}
+		if b.cfg.Client.Ctx().Err() != nil {
+			// The application closed the client: no retry can reach etcd
+			// through it (and a fail-open budget must not grant on it).
+			return refused(what, errors.New("the etcd client was closed"))
+		}
 		sent := time.Now()
 		err := b.attempt(ctx, out, f)
 		b.requests.Add(1)
@@ -171,6 +178,10 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 		switch {
 		case ctx.Err() != nil:
 			return ended()
+		case b.cfg.Client.Ctx().Err() != nil:
+			// The application closed the client: no retry can reach etcd
+			// through it (and a fail-open budget must not grant on it).
+			return refused(what, fmt.Errorf("the etcd client was closed: %w", err))
 		case isLeaseGone(err):
 			return fmt.Errorf("%s: %w: %w", what, errLeaseGone, err)
 		case isRefusal(err):

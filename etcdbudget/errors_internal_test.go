@@ -27,6 +27,7 @@ func TestIsRefusal(t *testing.T) {
 		{rpctypes.ErrUserEmpty, true},
 		{rpctypes.ErrNoSpace, true},
 		{rpctypes.ErrGRPCRequestTooLarge, true},
+		{rpctypes.ErrGRPCCorrupt, true},
 		{status.Error(codes.ResourceExhausted, "trying to send message larger than max (3000000 vs. 2097152)"), true},
 		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`), true},
 		{fmt.Errorf("dial: %w", x509.UnknownAuthorityError{}), true},

@@ -37,11 +37,12 @@ type keeper struct {
 	done   chan struct{}
 }
 
-// grant grants a lease of the budget's TTL and starts keeping it alive.
-func (b *Budget) grant(ctx context.Context, out *outage) (*keeper, error) {
+// grant grants a lease of the budget's TTL for a waiter of key and
+// starts keeping it alive.
+func (b *Budget) grant(ctx context.Context, out *outage, key string) (*keeper, error) {
 	var id clientv3.LeaseID
 	var sent time.Time
-	err := b.call(ctx, out, "granting a lease", func(actx context.Context) error {
+	err := b.call(ctx, out, "granting a lease to wait for "+key, func(actx context.Context) error {
 		sent = time.Now()
 		r, err := b.cfg.Client.Grant(actx, int64(b.cfg.TTL/time.Second))
 		if err == nil {

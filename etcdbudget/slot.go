@@ -478,6 +478,25 @@ func (s *slot) Release(ctx context.Context) error {
 	return nil
 }
 
+// abandon gives back a slot that Acquire took but does not return (its
+// context ended while the key was paused): the holder never acted, so its
+// guard holds nothing back. It stops the keep-alives and the watch and
+// revokes the leases in one attempt (bounded by Config.Attempt) if etcd
+// answered the last keep-alive, else leaves them to expire within TTL:
+// unlike Release it never waits for an unreachable etcd, so Acquire
+// returns promptly.
+func (s *slot) abandon() {
+	healthy := s.k.healthy()
+	s.releasing.Store(true)
+	s.stop()
+	if !healthy {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.b.cfg.Attempt)
+	defer cancel()
+	_ = s.b.revoke(ctx, s.entry, s.guard, s.k.id)
+}
+
 // stop ends the slot's keep-alives and its watch, once.
 func (s *slot) stop() {
 	s.stopOnce.Do(func() {

@@ -70,6 +70,11 @@ type Metrics struct {
 	Released, ReleaseFailed uint64
 	// Fences counts confirmed fences.
 	Fences uint64
+	// Renewals counts the renewals of held slots' rows; RenewalsMissed
+	// those not answered within TTL/3 of their start (the holder's margin
+	// fell below two thirds of its TTL), failed ones included. A slot is
+	// lost only when no renewal is answered within its TTL less ClockSkew.
+	Renewals, RenewalsMissed uint64
 	// PauseWaits counts holders that waited on a pause.
 	PauseWaits uint64
 	// DelayedTakeovers counts slots taken after waiting behind a vanished
@@ -287,12 +292,13 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 		return nil, err
 	}
 	var p *PauseRecord
+	token := newToken() // a retry after a lost answer finds its own pause
 	err = b.tx(ctx, b.cfg.Unreachable, "pausing "+key, func(ctx context.Context, tx *sql.Tx) error {
 		now, err := dbNow(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO snapsvc_budget_pauses (key, by, since, reason) VALUES (?, ?, ?, ?)`, key, b.cfg.Holder, now, reason); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO snapsvc_budget_pauses (key, by, since, reason, token) VALUES (?, ?, ?, ?, ?)`, key, b.cfg.Holder, now, reason, token); err != nil {
 			return err
 		}
 		p, err = readPause(ctx, tx, key)
@@ -302,23 +308,30 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 }
 
 // Resume lifts key's pause; the holders it held back act, in queue order.
-// It reports whether the key was paused.
+// It reports whether the key was paused. It lifts the pause it finds and
+// only that one: a retry after a commit whose answer was lost, or a
+// Resume racing another operator's, leaves alone a pause set after the
+// one it read (by someone else, meanwhile).
 func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 	key, err := normaliseKey(key)
 	if err != nil {
 		return false, err
 	}
-	var was bool
+	var lifts *string // the token of the pause this Resume lifts, once read
 	err = b.tx(ctx, b.cfg.Unreachable, "resuming "+key, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_pauses WHERE key = ?`, key)
-		if err != nil {
-			return err
+		if lifts == nil {
+			var token string
+			err := tx.QueryRowContext(ctx, `SELECT token FROM snapsvc_budget_pauses WHERE key = ?`, key).Scan(&token)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil // not paused
+			}
+			if err != nil {
+				return err
+			}
+			lifts = &token
 		}
-		n, err := res.RowsAffected()
-		// A retry after a commit whose answer was lost deletes nothing:
-		// the pause is gone either way.
-		was = was || n > 0
+		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_pauses WHERE key = ? AND token = ?`, key, *lifts)
 		return err
 	})
-	return was, err
+	return lifts != nil, err
 }

@@ -31,13 +31,27 @@ import (
 //	    ready       the last MarkReady, or the moment a readiness probe
 //	                saw the vanished holder's service ready (NULL: never)
 //	    lock_delay  the holder's lock-delay in ms
+//	    seq         (version 3) the key's arrival number: one more than
+//	                the key's last row's when queued (a waiter far back
+//	                estimates its place from it)
+//	    due         (version 3) a waiter's promise: it writes its row
+//	                again by then (NULL for holders); waiters behind one
+//	                whose promise is far off do not wait for it at the
+//	                front
+//	  indexes (key, id) and, version 3, snapsvc_budget_entries_queue
+//	  (key, granted, id): a waiter reads the key's holders and the first
+//	  waiters ahead of it through it, never the whole queue
 //	snapsvc_budget_pauses    key TEXT PRIMARY KEY, by, since, reason:
 //	    a paused key, until resumed.
+//	    token       TEXT (version 2): random, one per Pause, so that a
+//	                Resume lifts the very pause it read and no later one
+//	                ('' for a pause set before version 2)
 //
-// Migrations are idempotent (CREATE ... IF NOT EXISTS, a version row
-// inserted with INSERT OR IGNORE), so a transaction that is retried, or
-// two machines migrating at once, end with the same schema.
-const SchemaVersion = 1
+// Migrations are idempotent (each is applied only if its version row is
+// missing, in the transaction that inserts that row), so a transaction
+// that is retried, or two machines migrating at once, end with the same
+// schema.
+const SchemaVersion = 3
 
 // migrations[i] brings the schema from version i to i+1.
 var migrations = []string{
@@ -61,6 +75,16 @@ var migrations = []string{
 		since INTEGER NOT NULL,
 		reason TEXT NOT NULL DEFAULT ''
 	);`,
+	// 2: the pause's identity, for a Resume conditional on the pause it
+	// lifts.
+	`ALTER TABLE snapsvc_budget_pauses ADD COLUMN token TEXT NOT NULL DEFAULT ''`,
+	// 3: the queue read in O(1) rows a poll: arrival numbers, promises,
+	// the index of holders and waiters. A row queued before has its id
+	// as arrival number (ids grow, so the order holds) and no promise.
+	`ALTER TABLE snapsvc_budget_entries ADD COLUMN seq INTEGER;
+	ALTER TABLE snapsvc_budget_entries ADD COLUMN due INTEGER;
+	UPDATE snapsvc_budget_entries SET seq = id;
+	CREATE INDEX IF NOT EXISTS snapsvc_budget_entries_queue ON snapsvc_budget_entries (key, granted, id);`,
 }
 
 // SchemaUpdates returns the schema's migrations as functions of the shape
@@ -75,9 +99,19 @@ func SchemaUpdates() []func(context.Context, *sql.Tx) error {
 	return out
 }
 
+// applyMigration brings the schema to version i+1, unless that version's
+// row says it is there already (a retried transaction, another machine
+// that migrated first, the application's schema machinery).
 func applyMigration(ctx context.Context, tx *sql.Tx, i int) error {
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS snapsvc_budget_schema (version INTEGER PRIMARY KEY)`); err != nil {
 		return err
+	}
+	var done bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM snapsvc_budget_schema WHERE version = ?)`, i+1).Scan(&done); err != nil {
+		return err
+	}
+	if done {
+		return nil
 	}
 	if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
 		return fmt.Errorf("sqlbudget: schema version %d: %w", i+1, err)

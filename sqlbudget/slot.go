@@ -94,20 +94,44 @@ func (s *slot) renewedAt(sent time.Time) {
 
 func (s *slot) stopRenewing() { s.stopOnce.Do(func() { close(s.stop) }) }
 
-// renew extends the row every TTL/3 while the slot is held. A row found
-// expired or gone loses the slot, and so does a deadline passed without
-// a renewal answered. After a failed Release it goes on for
-// Config.ReleaseRetry, so that a retried Release hands over at once.
+// lostAt is when the slot must be taken for lost unless a renewal is
+// answered before: its local deadline (the send time of the last answered
+// renewal plus TTL; the database set the row's expiry after receiving it)
+// less Config.ClockSkew (a new leader's clock may run that far ahead).
+// No other machine can take the slot before then.
+func (s *slot) lostAt() time.Time { return s.localDeadline().Add(-s.b.cfg.ClockSkew) }
+
+// renew extends the row TTL/3 after its last answered renewal (a Fence
+// renews it too) while the slot is held. The slot is lost when its row is
+// found expired or gone, and, when no renewal is answered, at lostAt:
+// the holder learns it before anyone else can be granted the slot. A
+// renewal not answered within TTL/3 of its start counts as missed
+// (Metrics.RenewalsMissed: the holder's margin fell below two thirds of
+// its TTL). After a failed Release it goes on for Config.ReleaseRetry, so
+// that a retried Release hands over at once.
 func (s *slot) renew() {
 	defer close(s.done)
 	b := s.b
-	t := time.NewTicker(b.cfg.TTL / 3)
-	defer t.Stop()
+	every := b.cfg.TTL / 3
 	for {
+		lostAt := s.lostAt()
+		due := s.localDeadline().Add(every - b.cfg.TTL)
+		t := time.NewTimer(time.Until(due))
+		if lostAt.Before(due) {
+			t.Reset(time.Until(lostAt))
+		}
 		select {
 		case <-s.stop:
+			t.Stop()
 			return
 		case <-t.C:
+		}
+		if !time.Now().Before(s.lostAt()) {
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: no renewal of the slot's row answered within its %s TTL (less the %s clock skew); another machine may take it now", budget.ErrSlotLost, s.key, b.cfg.TTL, b.cfg.ClockSkew))
+			return
+		}
+		if time.Now().Before(s.localDeadline().Add(every - b.cfg.TTL)) {
+			continue // a Fence renewed the row meanwhile
 		}
 		s.mu.Lock()
 		relFailed := s.relFailed
@@ -116,15 +140,11 @@ func (s *slot) renew() {
 			b.cfg.Logger.Warn("release not retried in time: the slot's row is left to expire", "key", s.key)
 			return
 		}
-		deadline := s.localDeadline()
-		if !time.Now().Before(deadline) {
-			s.setLost(fmt.Errorf("%w: sqlbudget: %s: no renewal of the slot's row answered within its %s TTL; another machine may hold it now", budget.ErrSlotLost, s.key, b.cfg.TTL))
-			return
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		lostAt = s.lostAt()
+		ctx, cancel := context.WithDeadline(context.Background(), lostAt)
 		sent := time.Now()
 		var ok bool
-		err := b.tx(ctx, time.Until(deadline), "renewing the slot of "+s.key, func(ctx context.Context, tx *sql.Tx) error {
+		err := b.tx(ctx, time.Until(lostAt), "renewing the slot of "+s.key, func(ctx context.Context, tx *sql.Tx) error {
 			now, err := dbNow(ctx, tx)
 			if err != nil {
 				return err
@@ -138,14 +158,25 @@ func (s *slot) renew() {
 			return err
 		})
 		cancel()
+		took := time.Since(sent)
+		b.count(func(m *Metrics) {
+			m.Renewals++
+			if err != nil || took > every {
+				m.RenewalsMissed++
+			}
+		})
 		switch {
 		case err == nil && ok:
 			s.renewedAt(sent)
 		case err == nil:
 			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row expired or was deleted; another machine may hold it now", budget.ErrSlotLost, s.key))
 			return
+		case errors.Is(err, budget.ErrRefused):
+			// No renewal can succeed: the row will expire. Say so now.
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row cannot be renewed: %w", budget.ErrSlotLost, s.key, err))
+			return
 		default:
-			b.cfg.Logger.Debug("renewal failed", "key", s.key, "error", err)
+			b.cfg.Logger.Warn("renewal not answered", "key", s.key, "error", err)
 		}
 	}
 }
@@ -177,9 +208,9 @@ func (s *slot) Fence(ctx context.Context) (budget.Validity, error) {
 		if s.isReleased() {
 			return budget.Validity{}, fmt.Errorf("%w: sqlbudget: the slot of %s was released", budget.ErrSlotLost, s.key)
 		}
-		deadline := s.localDeadline()
+		deadline := s.lostAt()
 		if !time.Now().Before(deadline) {
-			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row may have expired (no renewal answered within its %s TTL)", budget.ErrSlotLost, s.key, b.cfg.TTL))
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row may have expired (no renewal answered within its %s TTL, less the %s clock skew)", budget.ErrSlotLost, s.key, b.cfg.TTL, b.cfg.ClockSkew))
 			return budget.Validity{}, s.Err()
 		}
 		fctx, cancel := context.WithDeadline(ctx, deadline)
@@ -384,6 +415,36 @@ func (s *slot) Release(ctx context.Context) error {
 	b.emit(Event{Kind: EventReleased, Key: s.key, Held: held, Max: s.max})
 	b.wakeUp(s.key)
 	return nil
+}
+
+// abandon gives back a slot that Acquire took but does not return (its
+// context ended while the key was paused): the holder never acted, so
+// its row holds nothing back once it expires. It stops the renewals and
+// deletes the row in one attempt, none while the database is failing
+// (Budget.failing), so that Acquire returns promptly: unlike Release it
+// never waits for an unreachable database.
+func (s *slot) abandon() {
+	b := s.b
+	s.mu.Lock()
+	wasLost := s.err != nil
+	s.released = true
+	s.mu.Unlock()
+	s.stopRenewing()
+	<-s.done
+	held := time.Since(s.since)
+	if !wasLost {
+		b.count(func(m *Metrics) { m.Holding--; m.HoldSeconds += held.Seconds() })
+	}
+	defer b.wakeUp(s.key)
+	if b.failing.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
+	defer cancel()
+	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND acted IS NULL`, s.token)
+		return err
+	})
 }
 
 // unbudgeted is a slot granted without the database (no cluster yet, or

@@ -107,14 +107,73 @@ func (e *queueLostError) Retryable() bool { return true }
 
 // tx runs f in a transaction, each attempt bounded by Config.Attempt,
 // retrying with jittered backoff until it succeeds, f refuses (a
-// *finalError or a context error of the caller), ctx ends, or bound
-// passed since the first failure (then an *UnreachableError). f must be
+// *finalError or a context error of the caller), the database refuses
+// for good (a *RefusedError: see permanent), ctx ends, or bound passed
+// since the first failure of an outage (then an *UnreachableError; a
+// database that answers "busy" is not out: see contended). f must be
 // idempotent: the transaction function may itself run it more than once,
 // and a commit whose answer was lost is retried.
 func (b *Budget) tx(ctx context.Context, bound time.Duration, what string, f func(context.Context, *sql.Tx) error) error {
+	return b.txRetry(ctx, bound, urgent, what, f)
+}
+
+// backoff is how a transaction waits after a failed attempt: from first,
+// doubling up to max, drawn within the upper half of that (urgent) or
+// anywhere below it (full jitter). With a gate, each attempt waits first
+// for a place in it, which it keeps, after the attempt, as long again as
+// the attempt took. From urgentAt on (when set), it is urgent's.
+type backoff struct {
+	first, max time.Duration
+	full       bool
+	gate       chan struct{}
+	urgentAt   time.Time
+}
+
+// urgent is the backoff of a holder's transactions (renewal, fence,
+// release, ...), which must get through within its TTL, and of the
+// operator's: they try again within 100ms, so that a renewal finds the
+// database's write lock free between the others' transactions even while
+// a crowd of waiters arrives (dqlite answers a second writer "busy" at
+// once).
+var urgent = backoff{first: 5 * time.Millisecond, max: 100 * time.Millisecond}
+
+// yielding is the backoff of a waiter's polls: full jitter from Poll up
+// to max, so that a crowd of waiters that found the database busy (a
+// thousand machines queueing at once) spreads out and leaves it to the
+// holders' renewals, which retry within tens of milliseconds.
+func (b *Budget) yielding(max time.Duration) backoff {
+	return backoff{first: b.cfg.Poll, max: max, full: true}
+}
+
+// entering is the backoff of a waiter's first transaction, the one that
+// queues it: yielding, one of a process's at a time, each followed by a
+// pause as long as it took (entryGate): a process's arrivals take at most
+// half of the database's time. Once queued, a waiter's polls are spaced
+// by its place (their load is bounded whatever the queue's length); the
+// arrival of a crowd is not, and a process that queues many waiters at
+// once must not put them all before the holders' renewals and the polls
+// of those already queued.
+func (b *Budget) entering() backoff {
+	bo := b.yielding(b.cfg.TTL)
+	bo.gate = entryGate
+	return bo
+}
+
+var entryGate = make(chan struct{}, 1)
+
+// txRetry is tx with the backoff bo.
+func (b *Budget) txRetry(ctx context.Context, bound time.Duration, bo backoff, what string, f func(context.Context, *sql.Tx) error) error {
 	start := time.Now()
-	pause := 10 * time.Millisecond
+	pause := bo.first
 	for attempt := 1; ; attempt++ {
+		if bo.gate != nil {
+			select {
+			case bo.gate <- struct{}{}:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		began := time.Now()
 		actx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
 		b.txs.Add(1)
 		err := b.cfg.Tx(actx, func(c context.Context, tx *sql.Tx) error {
@@ -124,7 +183,13 @@ func (b *Budget) tx(ctx context.Context, bound time.Duration, what string, f fun
 			return f(c, tx)
 		})
 		cancel()
+		if bo.gate != nil {
+			// Paced: the gate opens again as long after as the attempt took.
+			gate := bo.gate
+			time.AfterFunc(time.Since(began), func() { <-gate })
+		}
 		if err == nil {
+			b.failing.Store(false)
 			b.markSchema()
 			return nil
 		}
@@ -132,21 +197,38 @@ func (b *Budget) tx(ctx context.Context, bound time.Duration, what string, f fun
 		var r *finalError
 		switch {
 		case errors.As(err, &r):
+			b.failing.Store(false) // the database answered
 			return r.err
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
+		case permanent(err):
+			b.failing.Store(false)
+			return &RefusedError{What: what, Err: err}
+		}
+		if contended(err) {
+			start = time.Now() // the database answered: not an outage
+		} else {
+			b.failing.Store(true)
+		}
+		switch {
 		case time.Since(start) >= bound:
 			return &UnreachableError{What: what, For: time.Since(start), Attempts: attempt, Last: err}
 		}
 		b.cfg.Logger.Debug("transaction failed; retrying", "what", what, "attempt", attempt, "error", err)
+		if !bo.urgentAt.IsZero() && !time.Now().Before(bo.urgentAt) {
+			bo, pause = urgent, min(pause, urgent.first)
+		}
 		d := pause/2 + rand.N(pause/2+1)
+		if bo.full {
+			d = rand.N(pause + 1)
+		}
 		if rem := bound - time.Since(start); d > rem {
 			d = max(rem, 0)
 		}
 		if err := sleep(ctx, d); err != nil {
 			return context.Cause(ctx)
 		}
-		pause = min(2*pause, 500*time.Millisecond)
+		pause = min(2*pause, bo.max)
 	}
 }
 

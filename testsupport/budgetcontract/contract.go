@@ -23,6 +23,17 @@
 //	idempotent-release   Release twice is fine; a Release that failed really
 //	                     retries when called again (needs a Cutter), handing
 //	                     over without lock-delay
+//	refusal-never-fails-open  a service that refuses for good (needs a Refuser)
+//	                     is a refusal (ErrBudgetRefused) at once, and a
+//	                     fail-open participant grants no slot on it
+//	hung-probe           a HolderReady probe that hangs (needs a Prober) neither
+//	                     stalls the queue nor loses the prober its place: the
+//	                     lock-delay ends by itself, a cancelled prober returns
+//	                     at once, the order holds
+//	resume-lifts-only-its-pause  a Resume whose answer was lost, tried again
+//	                     (needs a LossyResumer), leaves a pause set meanwhile
+//	cancel-paused-cut-off  an Acquire held back by a pause, cut off from the
+//	                     service (needs a Cutter), returns at once when cancelled
 //
 // Time is the backend's: cases wait for real expiries (TTL, lock-delay),
 // bounded by the harness's Config, and assert lower bounds strictly (a
@@ -71,6 +82,30 @@ type Participant interface {
 // retried Release from a failed one that landed after all.
 type Cutter interface {
 	Cut(off bool)
+}
+
+// Refuser is implemented by harnesses that can build a participant whose
+// coordination service answers and refuses every request for good (a SQL
+// database on a read-only handle or without the budget's tables, an etcd
+// client the application closed), configured to fail open: it must still
+// grant nothing.
+type Refuser interface {
+	NewRefused(t *testing.T, o Options) Participant
+}
+
+// Prober is implemented by harnesses whose participants can be given a
+// probe of a vanished holder's readiness (etcdbudget's and sqlbudget's
+// Config.HolderReady): ready is called with the vanished holder's name.
+type Prober interface {
+	NewProbing(t *testing.T, o Options, ready func(ctx context.Context, holder string) bool) Participant
+}
+
+// LossyResumer is implemented by harnesses whose operator can resume a key
+// with the answer of its first write lost after the write took effect
+// (the backend must try again, as it would after a connection lost at the
+// wrong moment); meanwhile runs after that write and before the retry.
+type LossyResumer interface {
+	ResumeLosingAnswer(t *testing.T, key string, meanwhile func())
 }
 
 // Harness builds participants on a running backend.
@@ -122,6 +157,10 @@ func Run(t *testing.T, h Harness, cfg Config) {
 	t.Run("no-delay-never-fenced", c.noDelayNeverFenced)
 	t.Run("cancellation", c.cancellation)
 	t.Run("idempotent-release", c.idempotentRelease)
+	t.Run("refusal-never-fails-open", c.refusalNeverFailsOpen)
+	t.Run("hung-probe", c.hungProbe)
+	t.Run("resume-lifts-only-its-pause", c.resumeLiftsOnlyItsPause)
+	t.Run("cancel-paused-cut-off", c.cancelPausedCutOff)
 }
 
 type suite struct {
@@ -576,4 +615,200 @@ func (c *suite) idempotentRelease(t *testing.T) {
 		t.Errorf("next holder %s after the retried release: the retry did not release", d)
 	}
 	release(t, ctx, r.slot)
+}
+
+// refusalNeverFailsOpen: a participant configured to fail open, whose
+// service refuses for good, gets an error wrapping ErrBudgetRefused (not
+// ErrBudgetUnavailable) that names the key, at once, and no slot.
+func (c *suite) refusalNeverFailsOpen(t *testing.T) {
+	r, ok := c.h.(Refuser)
+	if !ok {
+		t.Skip("the harness cannot build a participant whose service refuses for good")
+	}
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	p := r.NewRefused(t, Options{Holder: "refused", Max: 1})
+	start := time.Now()
+	s, err := p.Acquire(ctx, key, nil)
+	took := time.Since(start)
+	t.Logf("refused after %s: %v", took.Round(time.Millisecond), err)
+	if s != nil {
+		t.Fatalf("a slot was granted (%s) by a service that refuses for good", s.Holder())
+	}
+	if !errors.Is(err, budget.ErrRefused) || errors.Is(err, budget.ErrUnavailable) {
+		t.Fatalf("Acquire: %v; want ErrBudgetRefused, not ErrBudgetUnavailable (a fail-open budget grants on that)", err)
+	}
+	if !strings.Contains(err.Error(), key) {
+		t.Errorf("error %q does not name the key %s", err, key)
+	}
+	if took > c.cfg.Slack {
+		t.Errorf("refused after %s: a permanent answer is not retried", took)
+	}
+}
+
+// hungProbe: the first waiter behind a vanished holder (that fenced and
+// never marked ready) probes it with a HolderReady that never returns.
+// The probe runs beside the wait: cancelled, that waiter returns at once;
+// the next one in line, probing the same way, keeps its place and takes
+// the slot when the lock-delay ends by itself, before the waiter behind
+// it.
+func (c *suite) hungProbe(t *testing.T) {
+	pr, ok := c.h.(Prober)
+	if !ok {
+		t.Skip("the harness cannot give a participant a HolderReady probe")
+	}
+	const delay = 3 * time.Second
+	ctx := ctxT(t, 2*time.Minute)
+	key := c.cfg.Key(t)
+	unblock := make(chan struct{})
+	// Cleanups run last first: the probes return before the harness's
+	// participants are closed.
+	t.Cleanup(func() { close(unblock) })
+	asked := make(chan string, 100)
+	hang := func(_ context.Context, holder string) bool {
+		asked <- holder
+		<-unblock // ignores its context: the worst a probe can do
+		return false
+	}
+	a := c.h.New(t, Options{Holder: "vanishing", Max: 1, LockDelay: delay})
+	first := pr.NewProbing(t, Options{Holder: "first", Max: 1, LockDelay: delay}, hang)
+	second := pr.NewProbing(t, Options{Holder: "second", Max: 1, LockDelay: delay}, hang)
+	third := c.h.New(t, Options{Holder: "third", Max: 1, LockDelay: delay})
+	s := mustAcquire(t, ctx, a, key)
+	if _, err := fence(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fout, fq := acquireAsync(fctx, first, key)
+	waitQueued(t, ctx, fq, fout, "first")
+	sout, sq := acquireAsync(ctx, second, key)
+	waitQueued(t, ctx, sq, sout, "second")
+	tout, tq := acquireAsync(ctx, third, key)
+	waitQueued(t, ctx, tq, tout, "third")
+	vanished := time.Now()
+	a.Vanish()
+	select {
+	case h := <-asked:
+		if h != "vanishing" {
+			t.Errorf("the probe was asked about %q, want the vanished holder", h)
+		}
+	case r := <-fout:
+		t.Fatalf("the first waiter returned (err %v) before probing the vanished holder", r.err)
+	case <-ctx.Done():
+		t.Fatal("the first waiter never probed the vanished holder")
+	}
+	at := time.Now()
+	cancel()
+	select {
+	case r := <-fout:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("cancelled while its probe hangs: slot %v, err %v; want context.Canceled", r.slot != nil, r.err)
+		}
+		if d := r.at.Sub(at); d > time.Second {
+			t.Errorf("cancelled while its probe hangs: returned after %s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiter whose probe hangs did not return when cancelled")
+	}
+	var r result
+	select {
+	case r = <-sout:
+		if r.err != nil {
+			t.Fatalf("second: %v", r.err)
+		}
+	case r3 := <-tout:
+		t.Fatalf("third got the slot (err %v) before second, queued ahead of it, whose probe hangs", r3.err)
+	case <-time.After(c.cfg.TTL + delay + 2*c.cfg.Slack):
+		t.Fatalf("second, whose probe hangs, has no slot %s after the holder vanished (TTL %s + lock-delay %s)", time.Since(vanished), c.cfg.TTL, delay)
+	}
+	d := r.at.Sub(vanished)
+	t.Logf("probes hanging: the next waiter took the slot %s after the holder vanished (TTL %s, lock-delay %s)", d.Round(time.Millisecond), c.cfg.TTL, delay)
+	if d < delay {
+		t.Errorf("slot taken %s after the holder vanished, within its lock-delay %s", d, delay)
+	}
+	select {
+	case r3 := <-tout:
+		t.Fatalf("third got a slot (err %v) while second holds it", r3.err)
+	default:
+	}
+	release(t, ctx, r.slot)
+	release(t, ctx, get(t, ctx, tout, "third").slot)
+}
+
+// resumeLiftsOnlyItsPause: an operator's Resume whose first answer is
+// lost is tried again; meanwhile someone else paused the key anew. The
+// retry must not lift that pause: a holder's fence still waits.
+func (c *suite) resumeLiftsOnlyItsPause(t *testing.T) {
+	lr, ok := c.h.(LossyResumer)
+	if !ok {
+		t.Skip("the harness cannot lose an operator's answer")
+	}
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1})
+	s := mustAcquire(t, ctx, a, key)
+	c.h.Pause(t, key)
+	repaused := false
+	lr.ResumeLosingAnswer(t, key, func() {
+		c.h.Pause(t, key) // someone else, right after the first resume took effect
+		repaused = true
+	})
+	if !repaused {
+		t.Fatal("the harness never ran meanwhile: no answer was lost")
+	}
+	short, cancel := context.WithTimeout(ctx, c.cfg.TTL/2)
+	_, err := fence(short, s)
+	cancel()
+	if !errors.Is(err, budget.ErrPaused) {
+		t.Errorf("fence after a resume retried over a newer pause: %v; want ErrBudgetPaused (the newer pause must stand)", err)
+	}
+	c.h.Resume(t, key)
+	if _, err := fence(ctx, s); err != nil {
+		t.Errorf("fence once resumed: %v", err)
+	}
+	release(t, ctx, s)
+}
+
+// cancelPausedCutOff: an Acquire that took its slot but waits on a pause,
+// cut off from the service, returns promptly once its context ends (it
+// does not wait for the service to give the slot back), and the slot is
+// free again within TTL once the participant is back.
+func (c *suite) cancelPausedCutOff(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	p := c.h.New(t, Options{Holder: "paused", Max: 1})
+	cut, ok := p.(Cutter)
+	if !ok {
+		t.Skip("the harness cannot cut a participant off")
+	}
+	c.h.Pause(t, key)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out, queued := acquireAsync(pctx, p, key)
+	waitQueued(t, ctx, queued, out, "paused") // the only report: the pause
+	cut.Cut(true)
+	at := time.Now()
+	cancel()
+	select {
+	case r := <-out:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("cancelled while paused and cut off: slot %v, err %v; want context.Canceled", r.slot != nil, r.err)
+		}
+		if d := r.at.Sub(at); d > time.Second {
+			t.Errorf("cancelled while paused and cut off: returned after %s", d)
+		}
+	case <-time.After(c.cfg.TTL + c.cfg.Slack):
+		t.Fatal("cancelled while paused and cut off: Acquire did not return")
+	}
+	cut.Cut(false)
+	c.h.Resume(t, key)
+	next := c.h.New(t, Options{Holder: "next", Max: 1})
+	start := time.Now()
+	s := get(t, ctx, func() <-chan result { o, _ := acquireAsync(ctx, next, key); return o }(), "next")
+	t.Logf("the cancelled participant's slot was free again %s later", s.at.Sub(start).Round(time.Millisecond))
+	if d := s.at.Sub(start); d > c.cfg.TTL+c.cfg.Slack {
+		t.Errorf("the next participant waited %s: the cancelled one left its slot beyond its TTL", d)
+	}
+	release(t, ctx, s.slot)
 }

@@ -58,6 +58,13 @@ func (p *Participant) Wrap(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
 	}
 }
 
+var (
+	_ budgetcontract.Refuser      = (*Harness)(nil)
+	_ budgetcontract.Prober       = (*Harness)(nil)
+	_ budgetcontract.LossyResumer = (*Harness)(nil)
+	_ budgetcontract.Cutter       = (*Participant)(nil)
+)
+
 // Config returns the Config the harness gives a participant of o.
 func (h *Harness) Config(o budgetcontract.Options) sqlbudget.Config {
 	ld := o.LockDelay
@@ -111,6 +118,87 @@ func (h *Harness) NewFailingOpen(t *testing.T, o budgetcontract.Options) budgetc
 	p := h.NewParticipant(t, cfg)
 	p.Cut(true)
 	return p
+}
+
+// NewRefused returns a participant of o configured to fail open, on a
+// read-only handle of the database (PRAGMA query_only at the start of
+// each of its transactions: every write is refused, SQLITE_READONLY).
+func (h *Harness) NewRefused(t *testing.T, o budgetcontract.Options) budgetcontract.Participant {
+	t.Helper()
+	cfg := h.Config(o)
+	cfg.FailOpen = true
+	p := &Participant{}
+	cfg.Tx = p.Wrap(ReadOnly(h.Open(t)))
+	b, err := sqlbudget.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Budget = b
+	return p
+}
+
+// ReadOnly returns tx as a read-only handle sees it: every transaction
+// starts with PRAGMA query_only, so every write fails with
+// SQLITE_READONLY. The connections it used stay read-only: give it a
+// database handle of its own.
+func ReadOnly(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
+	return func(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
+		return tx(ctx, func(ctx context.Context, t *sql.Tx) error {
+			if _, err := t.ExecContext(ctx, "PRAGMA query_only = 1"); err != nil {
+				return err
+			}
+			return f(ctx, t)
+		})
+	}
+}
+
+// NewProbing returns a participant of o whose Config.HolderReady asks
+// ready about the vanished holder.
+func (h *Harness) NewProbing(t *testing.T, o budgetcontract.Options, ready func(ctx context.Context, holder string) bool) budgetcontract.Participant {
+	t.Helper()
+	cfg := h.Config(o)
+	cfg.HolderReady = func(ctx context.Context, v sqlbudget.Vanished) bool { return ready(ctx, v.Holder) }
+	return h.NewParticipant(t, cfg)
+}
+
+// ResumeLosingAnswer resumes key through an operator whose first
+// transaction that changes a row commits and has its answer lost (the
+// budget runs it again), with meanwhile run between that commit and the
+// retry.
+func (h *Harness) ResumeLosingAnswer(t *testing.T, key string, meanwhile func()) {
+	t.Helper()
+	tx := h.Open(t)
+	lost := false
+	lossy := func(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
+		wrote := false
+		err := tx(ctx, func(ctx context.Context, t *sql.Tx) error {
+			var before, after int64
+			if err := t.QueryRowContext(ctx, `SELECT total_changes()`).Scan(&before); err != nil {
+				return err
+			}
+			if err := f(ctx, t); err != nil {
+				return err
+			}
+			if err := t.QueryRowContext(ctx, `SELECT total_changes()`).Scan(&after); err != nil {
+				return err
+			}
+			wrote = after > before
+			return nil
+		})
+		if err != nil || !wrote || lost {
+			return err
+		}
+		lost = true
+		meanwhile()
+		return errors.New("sqltest: the answer of a committed transaction was lost")
+	}
+	b, err := sqlbudget.New(sqlbudget.Config{Tx: lossy, Holder: "operator", TTL: h.TTL, ClockSkew: h.TTL / 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Resume(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // control returns the operator's budget for test t: on a connection of
