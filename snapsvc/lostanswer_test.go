@@ -504,9 +504,10 @@ func TestLostAnswerThenDeadlineIsNotRetryable(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 				defer cancel()
+				lat := testclock.StartLateness()
 				start := time.Now()
 				_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
-				checkBound(t, "Restart", start, 300*time.Millisecond)
+				checkBound(t, "Restart", start, 300*time.Millisecond, lat)
 				var opErr *snapsvc.OpError
 				if !errors.As(err, &opErr) || opErr.Retryable() {
 					t.Fatalf("error %v: want not retryable", err)
