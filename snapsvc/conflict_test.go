@@ -107,7 +107,7 @@ func TestGiveUpKeepsConflictError(t *testing.T) {
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	logs := newLogWatch()
 	pol := retry.DefaultPolicy()
-	pol.MaxAttempts = 1
+	pol.MaxAttempts = 2 // one attempt left after the conflict: the blocker is waited out
 	c := newClient(t, srv, snapsvc.WithPolicy(pol), snapsvc.WithLogger(logs.logger()))
 	waiting := logs.seen("conflict; waiting for blocking changes")
 	ctx, cancel := context.WithCancel(ctxT(t))
