@@ -385,7 +385,7 @@ func TestJSONDocuments(t *testing.T) {
 	}
 	checkJSONLines(t, out, true)
 
-	readme, err := os.ReadFile("../../README.md")
+	clidoc, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,9 +393,8 @@ func TestJSONDocuments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := string(readme)[strings.Index(string(readme), "## The CLI"):]
-	cli = cli[:strings.Index(cli, "\n## ")]
-	for name, text := range map[string]string{"README's CLI section": strings.Join(strings.Fields(cli), " "), "doc.go": strings.Join(strings.Fields(strings.ReplaceAll(string(pkgdoc), "//", "")), " ")} {
+	cli := string(clidoc)
+	for name, text := range map[string]string{"docs/cli.md": strings.Join(strings.Fields(cli), " "), "doc.go": strings.Join(strings.Fields(strings.ReplaceAll(string(pkgdoc), "//", "")), " ")} {
 		if !strings.Contains(text, "JSON Lines") || !strings.Contains(text, "except `follow --json`") && !strings.Contains(text, "every command but follow") {
 			t.Errorf("%s does not say that follow --json prints JSON Lines and every other command one document", name)
 		}

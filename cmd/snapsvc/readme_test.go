@@ -228,10 +228,25 @@ func TestReadmeSnippets(t *testing.T) {
 	for _, imp := range f.Imports {
 		imported[imp.Path.Value] = true
 	}
+	// The snippets in the order the functions above mirror them: the
+	// README's hook and controller, the snapservices and plan pages' (moved
+	// out of the README), the README's test against the fake.
 	blocks := reGoBlock.FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) != 3 {
+		t.Fatalf("README.md has %d Go snippets, want 3 (hook, controller, test against the fake)", len(blocks))
+	}
+	var moved [][]string
+	for _, page := range []string{"../../docs/snapservices.md", "../../docs/plan.md"} {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved = append(moved, reGoBlock.FindAllStringSubmatch(string(b), -1)...)
+	}
+	blocks = append(append(blocks[:2:2], moved...), blocks[2:]...)
 	got := mirrors(t, string(self))
 	if len(blocks) != len(got) {
-		t.Fatalf("README.md has %d Go snippets, readme_test.go mirrors %d", len(blocks), len(got))
+		t.Fatalf("README.md and its pages have %d Go snippets, readme_test.go mirrors %d", len(blocks), len(got))
 	}
 	sawImport := false
 	for i, b := range blocks {
