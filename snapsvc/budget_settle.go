@@ -1,0 +1,248 @@
+package snapsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Settling: a hold that outlives its operation (its change may still run,
+// or whether it made one is unknown, or its services were not ready within
+// the caller's time) follows snapd's own records in the background until
+// the slot rule lets it go (budget_lifecycle.go). Its calls never give up on
+// their own; Close, a lost slot and BudgetOptions.MaxHold end them.
+
+// settleInBackground keeps h after its operation's call k returned (err:
+// the operation's outcome, nil when its change is Done) until the slot
+// rule lets it go: snapd's records show the change ready (or that the
+// request made none), then the services pass their checks. It runs on a
+// hold call (newHoldCall), which never gives up on its own; Close, a lost
+// slot and BudgetOptions.MaxHold end it. a, when set, learns the end (an
+// asynchronous operation's Wait).
+func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
+	b := h.b
+	log := k.log
+	if err != nil {
+		h.move(holdSettling)
+		b.emitAll(h, BudgetEvent{Kind: BudgetSettling, Err: err})
+	}
+	b.goBackground(func() {
+		var aerr error
+		if a != nil {
+			defer func() { a.err = aerr; close(a.done) }()
+		}
+		hctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
+		defer cancel()
+		stopClose := context.AfterFunc(b.base, cancel)
+		defer stopClose()
+		stopLost := h.onLost(cancel)
+		defer stopLost()
+		var expired <-chan struct{}
+		if b.opts.MaxHold > 0 {
+			t := b.c.clock.NewTimer(b.opts.MaxHold)
+			defer t.Stop()
+			ch := make(chan struct{})
+			expired = ch
+			go func() {
+				select {
+				case <-t.C():
+					close(ch)
+					cancel()
+				case <-hctx.Done():
+				}
+			}()
+		}
+		bk := b.c.newHoldCall(hctx, o)
+		defer bk.end()
+		seen, ferr := settleRan, error(nil)
+		if err != nil {
+			seen, ferr = h.follow(bk, o, err)
+		}
+		switch {
+		case h.lost() != nil:
+			log.Info("a restart budget slot was lost while settling", "error", h.lost())
+		case isClosed(expired):
+			b.emitAll(h, BudgetEvent{Kind: BudgetHoldExpired, Err: fmt.Errorf("held for BudgetOptions.MaxHold (%s) without snapd's records showing the change ready", b.opts.MaxHold)})
+			log.Warn("restart budget slots given back at MaxHold although snapd's records did not show the change ready", "max_hold", b.opts.MaxHold)
+		case hctx.Err() != nil: // Close
+		case seen == settleRan:
+			rctx, rcancel := context.WithCancel(context.WithoutCancel(hctx))
+			stop := context.AfterFunc(b.base, rcancel)
+			aerr = h.ready(rctx, o)
+			stop()
+			rcancel()
+			if aerr != nil {
+				log.Info("services not ready; giving the restart budget slots back", "error", aerr)
+			}
+		case seen == settleFailed:
+			aerr = b.c.opError(o, changeIDOf(err), 0, ferr)
+		}
+		h.release(context.WithoutCancel(hctx))
+	})
+}
+
+// settleSeen is what snapd's records showed of an operation's change.
+type settleSeen int
+
+const (
+	settleRan    settleSeen = iota // the change ran its course (Done, or gone)
+	settleFailed                   // the change failed for good: nothing of it runs
+	settleNone                     // the request made no change
+	settleEnded                    // the hold's call ended first (Close, lost, MaxHold)
+)
+
+// follow waits, on the hold call bk, until snapd's records show the change
+// of operation o, which ended with err (verdictRunning or verdictUnknown),
+// ready: the change err names, or the one a look-up finds. Where the
+// records cannot be read (snapd refuses this client its changes, or is
+// away), it keeps the hold until bk ends: a refused look-up is not "no
+// change was made".
+func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
+	id := ""
+	var oe *OpError
+	if errors.As(err, &oe) {
+		id = oe.ChangeID
+	}
+	if id == "" {
+		var ue *outcomeUnknownError
+		if !errors.As(err, &ue) {
+			return settleNone, nil
+		}
+		res := ue.lookedUp(bk, o)
+		for res.id == "" && !res.listed && !res.refused && bk.ctx.Err() == nil {
+			// snapd could not be asked within the look-up's grace: ask
+			// until it answers (it handles nothing while away).
+			if bk.pause(errNotListed) != nil {
+				break
+			}
+			res = bk.lookOnce(o, ue)
+		}
+		switch {
+		case res.id != "":
+			id = res.id
+		case res.listed:
+			return settleNone, nil // snapd's records show no change made for the request
+		case bk.ctx.Err() != nil:
+			return settleEnded, nil
+		default:
+			bk.log.Info("cannot see whether the request made a change; the restart budget slots stay held", "max_hold", h.b.opts.MaxHold)
+			<-bk.ctx.Done()
+			return settleEnded, nil
+		}
+	}
+	for {
+		_, werr := bk.sharedWaitChange(id)
+		var ce *ChangeError
+		switch {
+		case werr == nil:
+			return settleRan, nil
+		case errors.As(werr, &ce) && ce.ChangeFailed():
+			return settleFailed, werr
+		case errors.As(werr, &ce):
+			return settleRan, nil // gone (pruned): its end has passed
+		case bk.ctx.Err() != nil:
+			return settleEnded, nil
+		case isForbidden(werr):
+			bk.log.Info("snapd refuses to show the change; the restart budget slots stay held", "change", id, "max_hold", h.b.opts.MaxHold)
+			<-bk.ctx.Done()
+			return settleEnded, nil
+		}
+		// The wait's own failure never ends a hold: look again.
+		bk.log.Debug("cannot see the change end yet; still holding the restart budget slots", "change", id, "error", werr)
+		if bk.pause(werr) != nil {
+			return settleEnded, nil
+		}
+	}
+}
+
+// errNotListed is the pause's cause while a hold waits for snapd to list
+// its changes.
+var errNotListed = errors.New("snapd could not list its changes yet")
+
+// lookedUp returns what the look-up for the change of e's request found:
+// the background look-up begun when the call ended, or one of its own,
+// interruptGrace long, on bk. Without a request to look for, nothing can
+// be found (refused).
+func (e *outcomeUnknownError) lookedUp(bk *call, o op) lookupResult {
+	switch {
+	case e.found != nil:
+		select {
+		case res, ok := <-e.found:
+			if ok {
+				return res
+			}
+			return lookupResult{} // the Client closed before it looked
+		case <-bk.ctx.Done():
+			return lookupResult{}
+		}
+	case !e.sent.at.IsZero():
+		lctx, cancel := context.WithTimeout(bk.ctx, interruptGrace)
+		defer cancel()
+		lk := bk.c.newHoldCall(lctx, o)
+		defer lk.end()
+		return lk.lookFor(o, e.sent, e.known)
+	}
+	return lookupResult{refused: true}
+}
+
+// lookOnce is one look-up, on k, for the change of e's request.
+func (k *call) lookOnce(o op, e *outcomeUnknownError) lookupResult {
+	id, err := k.findOpChange(o, e.sent, time.Time{}, e.known)
+	switch {
+	case err == nil:
+		return lookupResult{id: id, listed: true}
+	case readRefused(err):
+		return lookupResult{refused: true}
+	}
+	return lookupResult{}
+}
+
+// changeIDOf returns the change an operation's error names, or "".
+func changeIDOf(err error) string {
+	var oe *OpError
+	if errors.As(err, &oe) {
+		return oe.ChangeID
+	}
+	return ""
+}
+
+// asyncHold finishes a budgeted asynchronous operation in the background:
+// it waits for the change and the services' readiness, then gives the
+// slots back, whether or not anyone calls Operation.Wait.
+type asyncHold struct {
+	done chan struct{}
+	err  error
+}
+
+// wait returns the background's outcome, or ctx's end.
+func (a *asyncHold) wait(ctx context.Context) error {
+	select {
+	case <-a.done:
+		return a.err
+	case <-ctx.Done():
+		return ctxErr(ctx, "waiting for the services to be ready before giving back the restart budget slot")
+	}
+}
+
+// budgetWait waits, under WithRestartBudget, until the operation's
+// services are ready and its slots given back (nil without a budget).
+func (o *Operation) budgetWait(ctx context.Context) error {
+	if o.budget == nil {
+		return nil
+	}
+	return o.budget.wait(ctx)
+}
+
+// isClosed reports whether ch is closed (false for nil).
+func isClosed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
