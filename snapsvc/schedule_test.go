@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -375,6 +376,12 @@ func (t *scheduleCounts) add(c scheduleCounts) {
 func TestRandomizedSchedules(t *testing.T) {
 	first, n := scheduleRange(t)
 	var total scheduleCounts
+	// The runtime's network poller opens its descriptors on first use, for
+	// good: start it before counting, or a replay of one seed (the first
+	// network use of its process) counts them as a leak.
+	if l, err := net.Listen("unix", filepath.Join(t.TempDir(), "warm")); err == nil {
+		l.Close()
+	}
 	before := leakCounts()
 	for seed := first; seed < first+uint64(n); seed++ {
 		c, err := runSchedule(t, seed)
@@ -944,6 +951,19 @@ func (s *schedule) run(srv *fake.Server, c *snapsvc.Client, cl *call) {
 	cl.end = srv.Clock().Now()
 }
 
+// identicalDoneBy returns a change made by a request identical to g (any
+// requester's) that was done by end, or "".
+func identicalDoneBy(changes map[string]fake.ChangeInfo, creator map[string]fake.Request, g sig, end time.Time) string {
+	for id, r := range creator {
+		if rg, ok := sigOfRequest(r); ok && rg == g {
+			if ci := changes[id]; ci.Status == "Done" && !ci.ReadyTime.After(end) {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
 // check verifies every call of the schedule against the fake's record.
 func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, error) {
 	counts := scheduleCounts{schedules: 1, faults: len(s.faults), maxLateness: late, dims: map[string]int{}}
@@ -1029,10 +1049,11 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 				}
 				// The error names the change, is the change's own failure,
 				// says the outcome is unknown, or is a readiness check's,
-				// which runs only once the change is done (snapctl
-				// without snap-refresh-observe cannot name the change).
+				// which runs only once the change is done. snapctl without
+				// snap-refresh-observe cannot name the change at all: there
+				// the error need only not invite a retry (checked above).
 				var nr *probe.NotReadyError
-				if !errors.As(cl.err, &ce) && !errors.Is(cl.err, snapsvc.ErrOutcomeUnknown) && opErr.ChangeID != own[0] && !errors.As(cl.err, &nr) {
+				if !errors.As(cl.err, &ce) && !errors.Is(cl.err, snapsvc.ErrOutcomeUnknown) && opErr.ChangeID != own[0] && !errors.As(cl.err, &nr) && !s.blindCtl {
 					return fail(i, "its change %s was made, but the error neither names it nor says the outcome is unknown", own[0])
 				}
 			}
@@ -1047,8 +1068,18 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		if res.ChangeID == "" {
 			// snapctl names no change; where snapd refuses this client its
 			// changes it cannot name one either. snapd's record must show
-			// the call's own change done.
-			if !s.snapctl || len(own) != 1 || changes[own[0]].Status != "Done" {
+			// the call's own change done — or, for a start or stop whose
+			// answer was lost and whose change snapctl cannot look up,
+			// the state asked for reached during the call: a change
+			// identical to the call's (another requester's) done before
+			// the call returned.
+			if !s.snapctl {
+				return fail(i, "success without a change (own changes %v)", own)
+			}
+			switch {
+			case len(own) == 1 && changes[own[0]].Status == "Done":
+			case len(own) == 0 && s.blindCtl && cl.sig.action != "restart" && identicalDoneBy(changes, creator, cl.sig, cl.end) != "":
+			default:
 				return fail(i, "success without a change (own changes %v)", own)
 			}
 			continue
