@@ -74,6 +74,12 @@ type BudgetError struct {
 	// ErrBudgetRefused, ErrSlotLost, a *probe.NotReadyError, or the
 	// context's error.
 	Err error
+	// ChangeDone is set when the error came once the operation's change
+	// was done (a slot lost while it ran, found when the services were
+	// ready): the services were acted on, and only the budget's promise
+	// is in doubt. Snapctl cannot always name that change, so this is how
+	// a caller tells that the action ran.
+	ChangeDone bool
 }
 
 func (e *BudgetError) Error() string {
@@ -86,6 +92,9 @@ func (e *BudgetError) Error() string {
 		fmt.Fprintf(&b, " (slot held by %s)", strings.Join(e.Holders, ", "))
 	}
 	fmt.Fprintf(&b, ": %v", e.Err)
+	if e.ChangeDone {
+		b.WriteString(" (after the change was done)")
+	}
 	return b.String()
 }
 

@@ -277,7 +277,11 @@ func (h *hold) end(k *call, o op, res *Result, err error) error {
 		return c.opError(o, res.ChangeID, res.Attempts, rerr)
 	}
 	if rerr == nil {
-		rerr = h.lost()
+		// A slot lost while the change ran: the services were acted on.
+		var be *BudgetError
+		if rerr = h.lost(); errors.As(rerr, &be) {
+			be.ChangeDone = true
+		}
 	}
 	h.release(rk.ctx)
 	if rerr != nil {

@@ -407,6 +407,12 @@ func TestBudgetSlotLostMidRestart(t *testing.T) {
 	if opErr.ChangeID == "" || opErr.ChangeID != srv.Changes()[0].ID {
 		t.Fatalf("error should name the restart's change: %v", err)
 	}
+	// Where no change can be named (snapctl), the error still says the
+	// services were acted on.
+	var be *snapsvc.BudgetError
+	if !errors.As(err, &be) || !be.ChangeDone || !strings.Contains(err.Error(), "after the change was done") {
+		t.Fatalf("error should say the change was done: %v", err)
+	}
 }
 
 func TestBudgetNotReady(t *testing.T) {

@@ -1048,12 +1048,15 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 					return fail(i, "its change %s was made, yet the error is retryable", own[0])
 				}
 				// The error names the change, is the change's own failure,
-				// says the outcome is unknown, or is a readiness check's,
-				// which runs only once the change is done. snapctl without
+				// says the outcome is unknown, or is a readiness check's or
+				// a slot's lost while the change ran, which are known only
+				// once the change is done. snapctl without
 				// snap-refresh-observe cannot name the change at all: there
 				// the error need only not invite a retry (checked above).
 				var nr *probe.NotReadyError
-				if !errors.As(cl.err, &ce) && !errors.Is(cl.err, snapsvc.ErrOutcomeUnknown) && opErr.ChangeID != own[0] && !errors.As(cl.err, &nr) && !s.blindCtl {
+				var be *snapsvc.BudgetError
+				afterDone := errors.As(cl.err, &be) && be.ChangeDone
+				if !errors.As(cl.err, &ce) && !errors.Is(cl.err, snapsvc.ErrOutcomeUnknown) && opErr.ChangeID != own[0] && !errors.As(cl.err, &nr) && !afterDone && !s.blindCtl {
 					return fail(i, "its change %s was made, but the error neither names it nor says the outcome is unknown", own[0])
 				}
 			}
