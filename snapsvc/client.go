@@ -64,7 +64,7 @@ type Client struct {
 	snaps     processSnaps    // this process's registry of the snapd's snaps (lock.go)
 	interval  restartInterval // WithMinRestartInterval (lock.go)
 	events    events          // WithObserver (events.go)
-	state     *stateWatch     // snapd's state file (WithStateFile); nil: none
+	state     *dirWatch       // snapd's state file (WithStateFile); nil: none
 	budget    *budgetRunner   // WithRestartBudget; nil: none
 	timings   ownTimings      // owntiming.go
 	view      snapdView       // what snapd has told the Client (snapdview.go)
