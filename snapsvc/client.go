@@ -60,6 +60,8 @@ type Client struct {
 	clock     retry.Clock
 	poll      time.Duration
 	lockDir   string          // "" disables the cross-process lock
+	machine   machine         // what the machine's processes share in lockDir (machinewait.go)
+	noMachine bool            // share nothing with them (tests)
 	instance  string          // identifies the snapd (for the lock registry)
 	snaps     processSnaps    // this process's registry of the snapd's snaps (lock.go)
 	interval  restartInterval // WithMinRestartInterval (lock.go)
@@ -186,6 +188,7 @@ func New(opts ...Option) (*Client, error) {
 	default:
 		c.lockDir = defaultLockDir(c.actingSocket(), s.env)
 	}
+	c.machine, c.noMachine = newMachine(c.lockDir), s.noMachine
 	return c, nil
 }
 
@@ -218,6 +221,7 @@ func (c *Client) Close() error {
 		c.ctl.Close()
 	}
 	c.state.close()
+	c.machine.close()
 	return nil
 }
 

@@ -1,0 +1,261 @@
+package snapsvc_test
+
+// What the processes of one machine share (machinewait.go,
+// machinemerge.go), with real processes: the test binary started again as
+// workers, each one Client and one call, on the test's fake snapd.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+	"github.com/snapsvc/snapsvc/testsupport/testclock"
+)
+
+// machineWorkerEnv carries a worker's spec (JSON) to the test binary.
+const machineWorkerEnv = "SNAPSVC_TEST_MACHINE_WORKER"
+
+// workerSpec is what one worker process does.
+type workerSpec struct {
+	Socket     string        // snapd's socket (REST)
+	LockDir    string        // the machine's lock directory
+	Agent      string        // the User-Agent of its requests
+	Names      []string      // what it restarts
+	MaxElapsed time.Duration // its policy's MaxElapsedTime (0: the default)
+	Poll       time.Duration // WithPollInterval (0: the default)
+}
+
+// workerResult is what a worker's call returned.
+type workerResult struct {
+	Change    string
+	Shared    bool
+	Attempts  int
+	Conflicts int
+	Err       string
+	GaveUp    bool
+	Retryable bool
+	Start     time.Time // when the call began
+	End       time.Time // when it returned
+}
+
+// runMachineWorker runs one worker when the test binary was started as
+// one, and reports whether it did. Its log goes to stderr (JSON lines, the
+// parent waits on them), its result to stdout.
+func runMachineWorker() bool {
+	raw := os.Getenv(machineWorkerEnv)
+	if raw == "" {
+		return false
+	}
+	var spec workerSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "worker spec:", err)
+		os.Exit(2)
+	}
+	p := retry.DefaultPolicy()
+	if spec.MaxElapsed > 0 {
+		p.MaxElapsedTime = spec.MaxElapsed
+	}
+	opts := []snapsvc.Option{snapsvc.WithSocket(spec.Socket), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithLockDir(spec.LockDir),
+		snapsvc.WithPolicy(p), snapsvc.WithTransport(userAgent(spec.Agent)),
+		snapsvc.WithLogger(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))}
+	if spec.Poll > 0 {
+		opts = append(opts, snapsvc.WithPollInterval(spec.Poll))
+	}
+	c, err := snapsvc.New(opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := workerResult{Start: time.Now()}
+	res, err := c.Restart(ctx, spec.Names, snapsvc.RestartOptions{})
+	out.End = time.Now()
+	c.Close()
+	if res != nil {
+		out.Change, out.Shared, out.Attempts, out.Conflicts = res.ChangeID, res.Shared, res.Attempts, res.Conflicts
+	}
+	if err != nil {
+		var oe *snapsvc.OpError
+		out.Err, out.GaveUp = err.Error(), errors.Is(err, snapsvc.ErrGaveUp)
+		out.Retryable = errors.As(err, &oe) && oe.Retryable()
+	}
+	json.NewEncoder(os.Stdout).Encode(out)
+	os.Exit(0)
+	return true
+}
+
+// worker is a running worker process.
+type worker struct {
+	name string
+	cmd  *exec.Cmd
+	logs *logWatch // its log lines, as they come
+	out  bytes.Buffer
+	done chan error // its exit
+}
+
+// startWorker starts a worker doing spec.
+func startWorker(t *testing.T, name string, spec workerSpec) *worker {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(spec)
+	w := &worker{name: name, logs: newLogWatch(), done: make(chan error, 1)}
+	w.cmd = exec.Command(exe, "-test.run=^$")
+	w.cmd.Env = append(os.Environ(), machineWorkerEnv+"="+string(b))
+	w.cmd.Stdout = &w.out
+	stderr, err := w.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var line struct {
+				Msg string `json:"msg"`
+			}
+			msg := sc.Text()
+			if json.Unmarshal(sc.Bytes(), &line) == nil {
+				msg = line.Msg + " " + sc.Text()
+			}
+			w.logs.note(msg)
+		}
+	}()
+	go func() {
+		<-read // Wait closes the pipe: read it all first
+		w.done <- w.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		w.cmd.Process.Kill()
+		<-w.done
+	})
+	return w
+}
+
+// await waits for the worker to log a message containing sub, or to exit.
+func (w *worker) await(t *testing.T, ctx context.Context, sub string) {
+	t.Helper()
+	seen := w.logs.seen(sub)
+	for _, l := range w.logs.all() {
+		if bytes.Contains([]byte(l), []byte(sub)) {
+			return
+		}
+	}
+	select {
+	case <-seen:
+	case err := <-w.done:
+		w.done <- err
+		t.Fatalf("worker %s exited (%v) before logging %q; its log:\n%s", w.name, err, sub, w.logText())
+	case <-ctx.Done():
+		t.Fatalf("worker %s never logged %q; its log:\n%s", w.name, sub, w.logText())
+	}
+}
+
+// result waits for the worker's exit and returns its call's result.
+func (w *worker) result(t *testing.T) workerResult {
+	t.Helper()
+	err := <-w.done
+	w.done <- err
+	var r workerResult
+	if err != nil || json.Unmarshal(w.out.Bytes(), &r) != nil {
+		t.Fatalf("worker %s: %v, output %q; its log:\n%s", w.name, err, w.out.String(), w.logText())
+	}
+	return r
+}
+
+func (w *worker) logText() string {
+	var b bytes.Buffer
+	for _, l := range w.logs.all() {
+		b.WriteString(l + "\n")
+	}
+	return b.String()
+}
+
+// acceptedAt returns when snapd got the request that made change id.
+func acceptedAt(srv *fake.Server, id string) time.Time {
+	for _, r := range srv.Requests() {
+		if r.Change == id && r.Method == "POST" {
+			return r.Time
+		}
+	}
+	return time.Time{}
+}
+
+// kill -9 of the process that observes a blocker for the machine: the
+// others never asked snapd anything while it observed; one of them takes
+// over, and they see the blocker end within one poll interval; a call
+// whose own bound ends meanwhile returns by it.
+func TestMachineObserverKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	const poll = 100 * time.Millisecond
+	spec := func(agent, service string, bound time.Duration) workerSpec {
+		return workerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), ".snapsvc-lock"), Agent: agent,
+			Names: []string{"k8s." + service}, MaxElapsed: bound, Poll: poll}
+	}
+	a := startWorker(t, "a", spec("worker-a", "kubelet", 0))
+	a.await(t, ctx, "observing the snap for the machine")
+	b := startWorker(t, "b", spec("worker-b", "containerd", 0))
+	c := startWorker(t, "c", spec("worker-c", "kube-proxy", 1500*time.Millisecond))
+	b.await(t, ctx, "following what it sees")
+	c.await(t, ctx, "following what it sees")
+	lateness := testclock.StartLateness()
+	if err := a.cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	for _, w := range []*worker{b, c} {
+		if n := len(requestsOf(srv, "worker-"+w.name)); n != 0 {
+			t.Errorf("worker %s sent %d requests while worker a observed", w.name, n)
+		}
+	}
+	// c's bound ends while the blocker still holds, whoever observes.
+	rc := c.result(t)
+	bound := 1500 * time.Millisecond
+	if !rc.GaveUp || !rc.Retryable || rc.Change != "" {
+		t.Fatalf("worker c: %+v, want a retryable give-up", rc)
+	}
+	blk.Finish()
+	rb := b.result(t)
+	late := lateness.Stop()
+	if rb.Err != "" || rb.Change == "" {
+		t.Fatalf("worker b: %+v; its log:\n%s", rb, b.logText())
+	}
+	chg, _ := srv.ChangeByID(blk.ID())
+	seen := acceptedAt(srv, rb.Change).Sub(chg.ReadyTime)
+	took := rc.End.Sub(rc.Start)
+	t.Logf("after the kill: worker c gave up %v into its %v bound; the blocker's end was seen, worker b's request accepted, %v after it (poll %v; timers up to %v late)",
+		took, bound, seen, poll, late)
+	if took > bound+scheduleEpsilon+late {
+		t.Errorf("worker c returned %v after its call began, past its bound %v (+ %v, + lateness %v)", took, bound, scheduleEpsilon, late)
+	}
+	if seen > poll+scheduleEpsilon+late {
+		t.Errorf("the blocker's end was seen %v after it, more than one poll (%v, + %v, + lateness %v)", seen, poll, scheduleEpsilon, late)
+	}
+	if b.logs.count("taking over")+c.logs.count("taking over") == 0 {
+		t.Errorf("nobody took over from the killed observer")
+	}
+}
