@@ -259,3 +259,108 @@ func TestMachineObserverKilled(t *testing.T) {
 		t.Errorf("nobody took over from the killed observer")
 	}
 }
+
+// Eight processes restart kubelet while a foreign change holds the snap:
+// one change, all eight succeed with its id, kubelet restarted once, and
+// the last of them returns at most 50 ms after the change is ready.
+func TestMachineEightProcessesRestartOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
+	var ws []*worker
+	for i := range 8 {
+		w := startWorker(t, fmt.Sprint(i), workerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), ".snapsvc-lock"),
+			Agent: fmt.Sprintf("worker-%d", i), Names: []string{"k8s.kubelet"}})
+		want := "joining an identical restart of another process"
+		if i == 0 {
+			want = "observing the snap for the machine"
+		}
+		w.await(t, ctx, want)
+		ws = append(ws, w)
+	}
+	lateness := testclock.StartLateness()
+	blk.Finish()
+	var last time.Time
+	var id string
+	for _, w := range ws {
+		r := w.result(t)
+		if r.Err != "" || r.Change == "" {
+			t.Fatalf("worker %s: %+v", w.name, r)
+		}
+		if id == "" {
+			id = r.Change
+		}
+		if r.Change != id {
+			t.Errorf("worker %s reports change %s, worker 0 %s", w.name, r.Change, id)
+		}
+		if r.End.After(last) {
+			last = r.End
+		}
+	}
+	late := lateness.Stop()
+	if got := restartsOf(srv, "k8s.kubelet"); len(got) != 1 || got[0] != id {
+		t.Fatalf("kubelet restarted by changes %v, want once, by %s", got, id)
+	}
+	chg, _ := srv.ChangeByID(id)
+	after := last.Sub(chg.ReadyTime)
+	t.Logf("change %s ready; the last of the 8 callers returned %v after (timers up to %v late meanwhile)", id, after, late)
+	if after > 50*time.Millisecond+late {
+		t.Errorf("the last caller returned %v after the change was ready, want at most 50ms (+ lateness %v)", after, late)
+	}
+}
+
+// kill -9 of the process that leads identical restarts while it waits
+// for a blocker (its request refused, not sent again yet): its joiners
+// act themselves, and merge among themselves: one change for the three.
+func TestMachineFlightLeaderKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	spec := func(i int) workerSpec {
+		return workerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), ".snapsvc-lock"),
+			Agent: fmt.Sprintf("worker-%d", i), Names: []string{"k8s.kubelet"}}
+	}
+	leader := startWorker(t, "leader", spec(0))
+	leader.await(t, ctx, "observing the snap for the machine")
+	var ws []*worker
+	for i := 1; i <= 3; i++ {
+		w := startWorker(t, fmt.Sprint(i), spec(i))
+		w.await(t, ctx, "joining an identical restart of another process")
+		ws = append(ws, w)
+	}
+	if err := leader.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// One of them leads now, the others joined it.
+	for _, w := range ws {
+		for {
+			news := w.logs.seen("identical restart")
+			if w.logs.count("leading the machine's identical restarts")+w.logs.count("joining an identical restart") >= 2 {
+				break
+			}
+			select {
+			case <-news:
+			case <-ctx.Done():
+				t.Fatalf("worker %s neither leads nor joined again; its log:\n%s", w.name, w.logText())
+			}
+		}
+	}
+	blk.Finish()
+	var id string
+	for _, w := range ws {
+		r := w.result(t)
+		if r.Err != "" || r.Change == "" || (id != "" && r.Change != id) {
+			t.Fatalf("worker %s: %+v (change %s before)", w.name, r, id)
+		}
+		id = r.Change
+	}
+	if got := restartsOf(srv, "k8s.kubelet"); len(got) != 1 {
+		t.Errorf("kubelet restarted by changes %v, want once", got)
+	}
+}

@@ -146,7 +146,7 @@ func newMachine(dir string) machine {
 	if dir == "" {
 		return machine{}
 	}
-	match := func(n string) bool { return strings.HasSuffix(n, factsSuffix) }
+	match := func(n string) bool { return strings.HasSuffix(n, factsSuffix) || strings.HasSuffix(n, flightSuffix) }
 	return machine{dir: dir, watch: newDirWatch(dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_MODIFY|unix.IN_DELETE, match)}
 }
 

@@ -72,7 +72,7 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 	l.mu.Unlock()
 	k.log.Debug("leading identical restarts until the snap's lock is taken")
 
-	res, _, err := c.run(k, o, true, func() {
+	res, err := c.runLeading(k, o, key, func() {
 		l.mu.Lock()
 		if l.waiting[key] == f {
 			delete(l.waiting, key)

@@ -297,6 +297,7 @@ func (r *runner) try() (attempt, error) {
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
+	k.flight.set(flightSent) // machinemerge.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()
@@ -316,6 +317,9 @@ func (r *runner) try() (attempt, error) {
 	if a.err != nil {
 		k.last, r.actErr = a.err, a.err
 		a.step = nextStep(acting, a.err)
+		if a.step == waitOut || !mayHaveWritten(a.err) {
+			k.flight.set(flightOpen) // it did nothing: other processes may join again
+		}
 	}
 	return a, nil
 }
