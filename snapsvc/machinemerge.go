@@ -279,23 +279,20 @@ func (c *Client) awaitFlight(k *call, o op, fl *joinedFlight, onLocked func()) (
 			mark = w.mark()
 		}
 		rec, ok := readFlight(fl.h)
-		if !ok || rec.Phase != flightDone {
-			if free, err := fl.h.Released(); err != nil || free {
-				// Let go of: read once more, the outcome may have come
-				// just before; else its leader died.
-				if rec, ok = readFlight(fl.h); !ok || rec.Phase != flightDone {
-					k.log.Debug("the identical restart of another process ended without an outcome; entering anew")
-					return nil, nil, false
-				}
-			}
-		}
 		switch {
 		case ok && rec.Phase == flightDone && fl.joined:
 			return c.flightOutcome(k, o, rec.Outcome)
-		case ok && rec.Phase == flightDone:
-			return nil, nil, false // over before this one could join
 		case ok && rec.Phase == flightOpen && !fl.joined:
 			join()
+		}
+		if free, err := fl.h.Released(); err != nil || free {
+			// Let go of: the outcome may have come just before; else its
+			// leader died, or it was over before this one could join.
+			if rec, ok = readFlight(fl.h); ok && rec.Phase == flightDone && fl.joined {
+				return c.flightOutcome(k, o, rec.Outcome)
+			}
+			k.log.Debug("the identical restart of another process is over without an outcome for this one; entering anew")
+			return nil, nil, false
 		}
 		if err := c.awaitFlightNews(k, w, watched, mark); err != nil {
 			return nil, c.opError(o, "", 0, ctxErr(k.ctx, "waiting for an identical restart of another process")), true

@@ -29,7 +29,8 @@ const machineWorkerEnv = "SNAPSVC_TEST_MACHINE_WORKER"
 
 // workerSpec is what one worker process does.
 type workerSpec struct {
-	Socket     string        // snapd's socket (REST)
+	Socket     string        // snapd's socket (REST), or the snap socket (Cookie set)
+	Cookie     string        // snapctl mode, as a snap's own process, with this cookie
 	LockDir    string        // the machine's lock directory
 	Agent      string        // the User-Agent of its requests
 	Names      []string      // what it restarts
@@ -67,13 +68,16 @@ func runMachineWorker() bool {
 	if spec.MaxElapsed > 0 {
 		p.MaxElapsedTime = spec.MaxElapsed
 	}
-	opts := []snapsvc.Option{snapsvc.WithSocket(spec.Socket), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithLockDir(spec.LockDir),
-		snapsvc.WithPolicy(p), snapsvc.WithTransport(userAgent(spec.Agent)),
+	mode := []snapsvc.Option{snapsvc.WithSocket(spec.Socket), snapsvc.WithMode(snapsvc.ModeREST)}
+	if spec.Cookie != "" {
+		mode = []snapsvc.Option{snapsvc.WithSnapSocket(spec.Socket), snapsvc.WithCookie(spec.Cookie), snapsvc.WithSnap("k8s"), snapsvc.WithMode(snapsvc.ModeSnapctl)}
+	}
+	opts := []snapsvc.Option{snapsvc.WithLockDir(spec.LockDir), snapsvc.WithPolicy(p), snapsvc.WithTransport(userAgent(spec.Agent)),
 		snapsvc.WithLogger(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))}
 	if spec.Poll > 0 {
 		opts = append(opts, snapsvc.WithPollInterval(spec.Poll))
 	}
-	c, err := snapsvc.New(opts...)
+	c, err := snapsvc.New(append(mode, opts...)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
@@ -362,5 +366,77 @@ func TestMachineFlightLeaderKilled(t *testing.T) {
 	}
 	if got := restartsOf(srv, "k8s.kubelet"); len(got) != 1 {
 		t.Errorf("kubelet restarted by changes %v, want once", got)
+	}
+}
+
+// Inside a strictly confined snap: snapctl, without snap-refresh-observe
+// (blind: the blocker cannot be listed), the lock directory under
+// $SNAP_COMMON. Four processes restart four services while a blocker
+// holds the snap: one retries on the blind cadence, the others send
+// nothing until it got through; then four processes restart kubelet
+// behind another blocker: one change.
+func TestMachineSnapctlProcessesShare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	srv := fake.NewServer(t, fake.WithSnapSocketObserveDenied(), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	lockDir := filepath.Join(t.TempDir(), "var", "snap", "k8s", "common", ".snapsvc-lock") // $SNAP_COMMON/.snapsvc-lock
+	spec := func(agent, service string) workerSpec {
+		return workerSpec{Socket: srv.SnapSocketPath(), Cookie: srv.Cookie("k8s"), LockDir: lockDir, Agent: agent, Names: []string{"k8s." + service}}
+	}
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	services := []string{"kubelet", "containerd", "kube-proxy", "kube-apiserver"}
+	var ws []*worker
+	for i, s := range services {
+		w := startWorker(t, s, spec("worker-"+s, s))
+		if i == 0 {
+			w.await(t, ctx, "observing the snap for the machine")
+		} else {
+			w.await(t, ctx, "following what it sees")
+		}
+		ws = append(ws, w)
+	}
+	// The observer retries blind; the others wait.
+	refused := len(srv.Requests())
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Requests() >= refused+3 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range services[1:] {
+		if n := len(requestsOf(srv, "worker-"+s)); n != 0 {
+			t.Errorf("%s sent %d requests while another process waited the blocker out", s, n)
+		}
+	}
+	blk.Finish()
+	for _, w := range ws {
+		if r := w.result(t); r.Err != "" {
+			t.Fatalf("worker %s: %+v", w.name, r)
+		}
+	}
+	for _, s := range services {
+		if got := restartsOf(srv, "k8s."+s); len(got) != 1 {
+			t.Errorf("%s restarted by changes %v, want once", s, got)
+		}
+	}
+
+	blk = srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	ws = nil
+	for i := range 4 {
+		w := startWorker(t, fmt.Sprint(i), spec(fmt.Sprintf("merge-%d", i), "kubelet"))
+		if i == 0 {
+			w.await(t, ctx, "observing the snap for the machine")
+		} else {
+			w.await(t, ctx, "joining an identical restart of another process")
+		}
+		ws = append(ws, w)
+	}
+	blk.Finish()
+	for _, w := range ws {
+		if r := w.result(t); r.Err != "" || (w.name != "0" && !r.Shared) {
+			t.Fatalf("worker %s: %+v", w.name, r)
+		}
+	}
+	if got := restartsOf(srv, "k8s.kubelet"); len(got) != 2 {
+		t.Errorf("kubelet restarted by changes %v, want twice in all (once per part)", got)
 	}
 }

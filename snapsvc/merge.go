@@ -26,7 +26,10 @@ var errLeaderGone = errors.New("coalesced request ended before acting")
 // the call was made. A joiner shares only the change's outcome (done, or
 // failed): when the leader ends otherwise (its own policy or deadline ran
 // out, or its outcome is unknown) the joiner acts itself, within its own
-// bounds, so joining never shortens or lengthens a caller's bound.
+// bounds, so joining never shortens or lengthens a caller's bound. The
+// leader in turn merges with the identical restarts of the machine's
+// other processes (runLeading, machinemerge.go), where a request not being
+// sent yet is told by the flight's file rather than by the lock.
 func (c *Client) coalesce(k *call, o op) (*Result, error) {
 	ctx := k.ctx
 	if o.action != "restart" || len(o.t.snaps) != 1 || c.queuesInHook() {
