@@ -18,10 +18,10 @@ func (r *runner) conflict(a attempt) (next, error) {
 	r.res.Conflicts++
 	ce, _ := retry.AsConflict(a.err)
 	k.last = ce
-	if r.observeOrFollow(ce) {
+	if joined, follow := r.observeOrFollow(ce); follow {
 		// Another process of the machine observes the snap: follow it
 		// (machinewait.go).
-		return r.follow(ce)
+		return r.follow(ce, joined)
 	}
 	if a.watched && !r.optimistic {
 		r.optimistic = true

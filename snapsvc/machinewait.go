@@ -57,6 +57,13 @@ import (
 // tells a fact read after it began to follow from an older one whatever
 // the wall clock does.
 //
+// Inside a strictly confined snap the lock directory is under
+// $SNAP_COMMON, where the default AppArmor template lets the snap read,
+// lock, write and link (snapd interfaces/apparmor/template.go:
+// /var/snap/{@{SNAP_NAME},@{SNAP_INSTANCE_NAME}}/** mrkix, .../common/**
+// wl): everything here needs no interface. Where the lock directory cannot
+// be watched (no inotify), a follower reads the facts every poll interval.
+//
 // A call made from a hook takes no part: a hook of the blocking change
 // must never wait behind an observer that waits for that very change
 // (waitIdle's and the conflict's wait skip it for the hook alone). Nor do
@@ -222,19 +229,20 @@ func (ob *observer) release() { _ = ob.lock.Unlock() }
 // observeOrFollow decides, for an operation whose request snapd refused
 // with ce, whether it observes the snap for the machine (false: it waits
 // the conflict out itself, publishing what it sees) or follows another
-// process's observer (true).
-func (r *runner) observeOrFollow(ce *retry.ConflictError) bool {
+// process's observer (true: from joined, on the machine's clock).
+func (r *runner) observeOrFollow(ce *retry.ConflictError) (joined int64, follow bool) {
+	joined = machineNow() // before the observe lock is tried: a snap seen free since counts
 	if !r.c.machineShares(r.o) {
-		return false
+		return 0, false
 	}
 	if r.obs == nil {
 		ob, ok, err := r.c.machine.tryObserve(r.o.t.snaps[0])
 		switch {
 		case err != nil:
 			r.k.log.Debug("cannot share the wait with the machine's other processes", "error", err)
-			return false
+			return 0, false
 		case !ok:
-			return true
+			return joined, true
 		}
 		r.startObserving(ob)
 	}
@@ -242,7 +250,7 @@ func (r *runner) observeOrFollow(ce *retry.ConflictError) bool {
 	f.Busy, f.Blockers = machineNow(), nil
 	f.Kind, f.AllSnaps, f.Message = ce.ChangeKind, ce.AllSnaps, ce.Message
 	r.publish()
-	return false
+	return 0, false
 }
 
 // startObserving makes the operation the machine's observer of its snap:
@@ -311,38 +319,39 @@ func (r *runner) stopObserving() {
 // then follows it rather than send a request bound to be refused. Where
 // the facts say busy but nobody observes (the observer ended or died), the
 // operation becomes the observer and sends.
-func (r *runner) busyElsewhere() (*retry.ConflictError, bool) {
+func (r *runner) busyElsewhere() (ce *retry.ConflictError, joined int64, busy bool) {
 	c := r.c
 	if r.obs != nil || !c.machineShares(r.o) {
-		return nil, false
+		return nil, 0, false
 	}
 	snap := r.o.t.snaps[0]
+	joined = machineNow() // before the facts are read: a snap seen free since counts
 	f, err := c.machine.facts(snap)
 	if err != nil || !f.busy() {
-		return nil, false
+		return nil, 0, false
 	}
 	ob, ok, err := c.machine.tryObserve(snap)
 	switch {
 	case err != nil:
-		return nil, false
+		return nil, 0, false
 	case ok:
 		r.startObserving(ob)
-		return nil, false
+		return nil, 0, false
 	}
-	return f.conflict(snap), true
+	return f.conflict(snap), joined, true
 }
 
 // follow waits for the machine's observer of the snap (another process)
-// to see it free, as of a moment after the call began to follow, within
-// the call's bounds and without a request to snapd. It lets go of the
-// snap's file lock meanwhile, as every wait for someone else's change
-// does (conflict.go). It returns tryFresh once the snap was seen free;
-// tryAgain when nobody observes any more (the observer ended, or died)
-// and this operation took over; or the call's end.
-func (r *runner) follow(ce *retry.ConflictError) (next, error) {
+// to see it free as of joined (the machine's clock, when the operation
+// found the snap busy) or later, within the call's bounds and without a
+// request to snapd. It lets go of the snap's file lock meanwhile, as every
+// wait for someone else's change does (conflict.go). It returns tryFresh
+// once the snap was seen free; tryAgain when nobody observes any more (the
+// observer ended, or died) and this operation took over; or the call's
+// end.
+func (r *runner) follow(ce *retry.ConflictError, joined int64) (next, error) {
 	c, k := r.c, r.k
 	snap := r.o.t.snaps[0]
-	joined := machineNow()
 	if r.locks != nil {
 		r.locks.releaseFiles()
 	}

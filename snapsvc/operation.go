@@ -180,11 +180,11 @@ func (c *Client) run(k *call, o op, wait bool, onLocked func()) (*Result, bool, 
 		if err := r.mayTry(); err != nil {
 			return r.fail("", err)
 		}
-		if ce, busy := r.busyElsewhere(); busy {
+		if ce, joined, busy := r.busyElsewhere(); busy {
 			// Another process of the machine waits the snap's blocker out:
 			// follow what it sees instead of asking snapd (machinewait.go).
 			r.res.Conflicts++
-			then, err := r.follow(ce)
+			then, err := r.follow(ce, joined)
 			if err != nil {
 				return r.fail("", err)
 			}
