@@ -7,6 +7,7 @@ package snapsvc_test
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,19 +38,24 @@ func TestMachineIdenticalRestartsMerge(t *testing.T) {
 	const n = 8
 	outs := make([]chan restartOutcome, n)
 	for i := range n {
+		// Each is under way before the next starts: it joined, or met
+		// the blocker itself.
 		logs := newLogWatch()
-		c := procClient(t, srv, fmt.Sprintf("proc-%d", i), snapsvc.WithLogger(logs.logger()))
-		want := "joining an identical restart of another process"
-		if i == 0 {
-			want = "observing the snap for the machine"
-		}
-		seen := logs.seen(want)
+		conflict := make(chan struct{})
+		var once sync.Once
+		c := procClient(t, srv, fmt.Sprintf("proc-%d", i), snapsvc.WithLogger(logs.logger()), snapsvc.WithObserver(func(ev snapsvc.Event) {
+			if ev.Kind == snapsvc.EventConflict {
+				once.Do(func() { close(conflict) })
+			}
+		}))
+		joined := logs.seen("joining an identical restart of another process")
 		outs[i] = make(chan restartOutcome, 1)
 		restartAsync(c, ctx, outs[i], "k8s.kubelet")
 		select {
-		case <-seen:
+		case <-joined:
+		case <-conflict:
 		case o := <-outs[i]:
-			t.Fatalf("process %d returned before it %s: %+v %v", i, want, o.res, o.err)
+			t.Fatalf("process %d returned before the blocker ended: %+v %v", i, o.res, o.err)
 		}
 	}
 	for i := 1; i < n; i++ {
