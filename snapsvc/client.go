@@ -61,7 +61,6 @@ type Client struct {
 	poll      time.Duration
 	lockDir   string          // "" disables the cross-process lock
 	machine   machine         // what the machine's processes share in lockDir (machinewait.go)
-	noMachine bool            // share nothing with them (tests)
 	instance  string          // identifies the snapd (for the lock registry)
 	snaps     processSnaps    // this process's registry of the snapd's snaps (lock.go)
 	interval  restartInterval // WithMinRestartInterval (lock.go)
@@ -188,7 +187,7 @@ func New(opts ...Option) (*Client, error) {
 	default:
 		c.lockDir = defaultLockDir(c.actingSocket(), s.env)
 	}
-	c.machine, c.noMachine = newMachine(c.lockDir), s.noMachine
+	c.machine = newMachine(c.lockDir, c.hook, c.clockKey == "real")
 	return c, nil
 }
 

@@ -220,7 +220,7 @@ func (f *leadFlight) finish(res *Result, err error) {
 // the machine's: it joins another process's flight, or leads a flight of
 // its own.
 func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result, error) {
-	if !c.machineShares(o) {
+	if !c.machine.shares(o) {
 		res, _, err := c.run(k, o, true, onLocked)
 		return res, err
 	}
@@ -233,7 +233,7 @@ func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result
 		case err != nil:
 			k.log.Debug("cannot merge with the machine's identical restarts", "error", err)
 		case fl != nil:
-			res, err, ended := c.awaitFlight(k, o, fl, onLocked)
+			res, err, ended := k.awaitFlight(o, fl, onLocked)
 			if ended {
 				return res, err
 			}
@@ -257,7 +257,8 @@ func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result
 // when that is the change's (Done, or failed). ended is false when the
 // restart must enter anew: the flight ended before it could join, its
 // leader ended without its change's outcome, or died.
-func (c *Client) awaitFlight(k *call, o op, fl *joinedFlight, onLocked func()) (res *Result, err error, ended bool) {
+func (k *call) awaitFlight(o op, fl *joinedFlight, onLocked func()) (res *Result, err error, ended bool) {
+	c := k.c
 	defer fl.h.Close()
 	join := func() {
 		// Callers of this process that would join it from now on might
@@ -281,7 +282,7 @@ func (c *Client) awaitFlight(k *call, o op, fl *joinedFlight, onLocked func()) (
 		rec, ok := readFlight(fl.h)
 		switch {
 		case ok && rec.Phase == flightDone && fl.joined:
-			return c.flightOutcome(k, o, rec.Outcome)
+			return k.flightOutcome(o, rec.Outcome)
 		case ok && rec.Phase == flightOpen && !fl.joined:
 			join()
 		}
@@ -289,12 +290,12 @@ func (c *Client) awaitFlight(k *call, o op, fl *joinedFlight, onLocked func()) (
 			// Let go of: the outcome may have come just before; else its
 			// leader died, or it was over before this one could join.
 			if rec, ok = readFlight(fl.h); ok && rec.Phase == flightDone && fl.joined {
-				return c.flightOutcome(k, o, rec.Outcome)
+				return k.flightOutcome(o, rec.Outcome)
 			}
 			k.log.Debug("the identical restart of another process is over without an outcome for this one; entering anew")
 			return nil, nil, false
 		}
-		if err := c.awaitFlightNews(k, w, watched, mark); err != nil {
+		if err := k.awaitFlightNews(w, watched, mark); err != nil {
 			return nil, c.opError(o, "", 0, ctxErr(k.ctx, "waiting for an identical restart of another process")), true
 		}
 	}
@@ -302,7 +303,8 @@ func (c *Client) awaitFlight(k *call, o op, fl *joinedFlight, onLocked func()) (
 
 // awaitFlightNews waits for an event in the lock directory after mark, at
 // most one poll interval, or the call's end (its error).
-func (c *Client) awaitFlightNews(k *call, w *dirWatch, watched bool, mark uint64) error {
+func (k *call) awaitFlightNews(w *dirWatch, watched bool, mark uint64) error {
+	c := k.c
 	var err error
 	if watched {
 		_, err = w.waitFrom(k.ctx, c.poll, mark)
@@ -320,7 +322,8 @@ func (c *Client) awaitFlightNews(k *call, w *dirWatch, watched bool, mark uint64
 
 // flightOutcome turns a flight's outcome into the joiner's result, when
 // the outcome is the change's (ended); else the joiner must act.
-func (c *Client) flightOutcome(k *call, o op, out *flightOutcome) (*Result, error, bool) {
+func (k *call) flightOutcome(o op, out *flightOutcome) (*Result, error, bool) {
+	c := k.c
 	if out == nil || !out.Shared {
 		k.log.Debug("the identical restart of another process ended without its change's outcome; entering anew")
 		return nil, nil, false

@@ -147,15 +147,24 @@ func machineClock(t time.Time) int64 { return machineNow() - int64(time.Since(t)
 type machine struct {
 	dir   string    // the lock directory ("": nothing is shared)
 	watch *dirWatch // the lock directory's facts and flights; nil without dir
+	on    bool      // the Client takes part (see above)
 }
 
-func newMachine(dir string) machine {
+// newMachine is the part of a Client with lock directory dir (""), built
+// in hook (""), on the real clock or not (a Client on a clock of its own
+// takes no part).
+func newMachine(dir, hook string, realClock bool) machine {
 	if dir == "" {
 		return machine{}
 	}
 	match := func(n string) bool { return strings.HasSuffix(n, factsSuffix) || strings.HasSuffix(n, flightSuffix) }
-	return machine{dir: dir, watch: newDirWatch(dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_MODIFY|unix.IN_DELETE, match)}
+	return machine{dir: dir, watch: newDirWatch(dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_MODIFY|unix.IN_DELETE, match),
+		on: hook == "" && realClock}
 }
+
+// shares reports whether operation o shares the machine's watcher and
+// merges: one snap's, from a Client that takes part.
+func (m machine) shares(o op) bool { return m.on && len(o.t.snaps) == 1 }
 
 // close ends the lock directory's watch (Client.Close).
 func (m machine) close() { m.watch.close() }
@@ -179,12 +188,6 @@ func (m machine) facts(snap string) (machineFacts, error) {
 		return machineFacts{}, nil // a file from elsewhere: no facts
 	}
 	return f, nil
-}
-
-// machineShares reports whether operation o shares the machine's watcher
-// and merges (see above).
-func (c *Client) machineShares(o op) bool {
-	return c.machine.dir != "" && !c.noMachine && c.hook == "" && c.clockKey == "real" && len(o.t.snaps) == 1
 }
 
 // observer is the observe lock of a snap, held by the operation that
@@ -232,7 +235,7 @@ func (ob *observer) release() { _ = ob.lock.Unlock() }
 // process's observer (true: from joined, on the machine's clock).
 func (r *runner) observeOrFollow(ce *retry.ConflictError) (joined int64, follow bool) {
 	joined = machineNow() // before the observe lock is tried: a snap seen free since counts
-	if !r.c.machineShares(r.o) {
+	if !r.c.machine.shares(r.o) {
 		return 0, false
 	}
 	if r.obs == nil {
@@ -321,7 +324,7 @@ func (r *runner) stopObserving() {
 // operation becomes the observer and sends.
 func (r *runner) busyElsewhere() (ce *retry.ConflictError, joined int64, busy bool) {
 	c := r.c
-	if r.obs != nil || !c.machineShares(r.o) {
+	if r.obs != nil || !c.machine.shares(r.o) {
 		return nil, 0, false
 	}
 	snap := r.o.t.snaps[0]

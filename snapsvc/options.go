@@ -29,7 +29,6 @@ type settings struct {
 	lockDir            string
 	lockDirSet         bool
 	noFileLock         bool
-	noMachine          bool // share no wait or restart with the machine's other processes (tests)
 	env                func(string) string
 	minRestart         time.Duration
 	observer           func(Event)
