@@ -64,7 +64,7 @@ type Client struct {
 	instance  string          // identifies the snapd (for the lock registry)
 	snaps     processSnaps    // this process's registry of the snapd's snaps (lock.go)
 	interval  restartInterval // WithMinRestartInterval (lock.go)
-	events    events          // WithObserver (events.go)
+	events    events          // WithObserver (reporting.go)
 	state     *dirWatch       // snapd's state file (WithStateFile); nil: none
 	budget    *budgetRunner   // WithRestartBudget; nil: none
 	timings   ownTimings      // owntiming.go
