@@ -74,9 +74,10 @@ type call struct {
 	rt     *retrier        // attempts, backoff, the run of unreachability
 	ev     Event           // the call's events' template: Op, Names
 	log    *slog.Logger
-	hold   *hold // the restart budget's slots the operation holds (budget_lifecycle.go)
-	down   bool  // EventUnreachable sent, EventReachable owed
-	last   error // the last failure seen, for a give-up's error
+	hold   *hold       // the restart budget's slots the operation holds (budget_lifecycle.go)
+	flight *leadFlight // the machine's identical restarts the operation leads (merge.go)
+	down   bool        // EventUnreachable sent, EventReachable owed
+	last   error       // the last failure seen, for a give-up's error
 	flog   faultLog
 	// A shared wait's watcher (sharedwait.go) sends no events: it publishes
 	// what it observes (onObserve), and each caller reports its own view.

@@ -60,11 +60,12 @@ type Client struct {
 	clock     retry.Clock
 	poll      time.Duration
 	lockDir   string          // "" disables the cross-process lock
+	machine   machine         // what the machine's processes share in lockDir (machinewait.go)
 	instance  string          // identifies the snapd (for the lock registry)
 	snaps     processSnaps    // this process's registry of the snapd's snaps (lock.go)
 	interval  restartInterval // WithMinRestartInterval (lock.go)
-	events    events          // WithObserver (events.go)
-	state     *stateWatch     // snapd's state file (WithStateFile); nil: none
+	events    events          // WithObserver (reporting.go)
+	state     *dirWatch       // snapd's state file (WithStateFile); nil: none
 	budget    *budgetRunner   // WithRestartBudget; nil: none
 	timings   ownTimings      // owntiming.go
 	view      snapdView       // what snapd has told the Client (snapdview.go)
@@ -186,6 +187,7 @@ func New(opts ...Option) (*Client, error) {
 	default:
 		c.lockDir = defaultLockDir(c.actingSocket(), s.env)
 	}
+	c.machine = newMachine(c.lockDir, c.hook, c.clockKey == "real")
 	return c, nil
 }
 
@@ -218,6 +220,7 @@ func (c *Client) Close() error {
 		c.ctl.Close()
 	}
 	c.state.close()
+	c.machine.close()
 	return nil
 }
 

@@ -18,6 +18,11 @@ func (r *runner) conflict(a attempt) (next, error) {
 	r.res.Conflicts++
 	ce, _ := retry.AsConflict(a.err)
 	k.last = ce
+	if joined, follow := r.observeOrFollow(ce); follow {
+		// Another process of the machine observes the snap: follow it
+		// (machinewait.go).
+		return r.follow(ce, joined)
+	}
 	if a.watched && !r.optimistic {
 		r.optimistic = true
 		ev := k.event(EventConflict)
@@ -63,6 +68,7 @@ func (r *runner) conflict(a attempt) (next, error) {
 	c.events.emit(ev)
 	if len(ids) > 0 {
 		r.unseen = 0
+		r.observed(ids)
 		ce.ChangeID = ids[0]
 		for _, id := range ids {
 			r.known[id] = true

@@ -20,7 +20,8 @@
 //	budget    with WithRestartBudget, a slot per key (budget_*.go)
 //	pace      WithMinRestartInterval keeps restarts of a service apart
 //	lock      the snap's lock, in and across processes (lock.go); an
-//	          identical restart not sent yet may merge (merge.go)
+//	          identical restart not sent yet may merge, in the process
+//	          (merge.go) or across the machine's (merge.go)
 //	send      one request to act: POST /v2/apps, or snapctl
 //	conflict  someone else's change: wait for it, then send again
 //	find      a lost answer: look for the change the request may have made
@@ -88,6 +89,14 @@
 // reads were sent, and snapd's reachability), never bounds: each caller
 // applies its own context and policy, and takes only an answer read after it
 // joined.
+//
+// The processes of a machine share the same way through their lock
+// directory (WithLockDir): operations that wait out a blocker on one snap
+// have one observer among them, whose facts the others follow without
+// asking snapd anything, and take over within one poll interval should it
+// end or die (machinewait.go); a restart joins another process's identical
+// restart while that one's request is not being sent (merge.go).
+// Calls from hooks take no part: the blocker may be their own hook's change.
 //
 // # Restart budget
 //

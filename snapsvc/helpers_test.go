@@ -22,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if runWorker() {
+	if runWorker() || runMachineWorker() {
 		return
 	}
 	code := m.Run()
@@ -114,6 +114,22 @@ func (w *logWatch) seen(sub string) <-chan struct{} {
 	ch := make(chan struct{})
 	w.waiters[sub] = ch
 	return ch
+}
+
+// note records a line logged elsewhere (a worker process's).
+func (w *logWatch) note(msg string) {
+	w.record(slog.NewRecord(time.Now(), slog.LevelInfo, msg, 0), nil)
+}
+
+// count returns how many lines contain sub.
+func (w *logWatch) count(sub string) int {
+	n := 0
+	for _, l := range w.all() {
+		if strings.Contains(l, sub) {
+			n++
+		}
+	}
+	return n
 }
 
 func (w *logWatch) all() []string {

@@ -1,6 +1,6 @@
 package snapsvc_test
 
-// Tests of logging (logging.go): the call's logger, faults logged once.
+// Tests of logging (reporting.go): the call's logger, faults logged once.
 
 import (
 	"context"

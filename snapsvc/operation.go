@@ -135,7 +135,8 @@ type runner struct {
 	res   *Result
 	skip  string // the running hook's own change, never a blocker
 	known map[string]bool
-	cad   *cadence // blind waits (cadence.go), made at the first: see cadence
+	cad   *cadence  // blind waits (cadence.go), made at the first: see cadence
+	obs   *observer // while it observes its snap for the machine (machinewait.go)
 	// onLocked, when set, is called once the operation holds its snaps'
 	// locks (merge.go: identical restarts may join it until then).
 	onLocked func()
@@ -174,9 +175,21 @@ func (c *Client) run(k *call, o op, wait bool, onLocked func()) (*Result, bool, 
 		return r.fail("", err)
 	}
 	defer r.unlock()
+	defer r.stopObserving() // machinewait.go: before the snap's file lock goes
 	for {
 		if err := r.mayTry(); err != nil {
 			return r.fail("", err)
+		}
+		if ce, joined, busy := r.busyElsewhere(); busy {
+			// Another process of the machine waits the snap's blocker out:
+			// follow what it sees instead of asking snapd (machinewait.go).
+			r.res.Conflicts++
+			then, err := r.follow(ce, joined)
+			if err != nil {
+				return r.fail("", err)
+			}
+			r.fresh = then == tryFresh
+			continue
 		}
 		a, err := r.try()
 		if err != nil {
@@ -284,6 +297,7 @@ func (r *runner) try() (attempt, error) {
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
+	k.flight.set(flightSent) // merge.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()
@@ -303,6 +317,9 @@ func (r *runner) try() (attempt, error) {
 	if a.err != nil {
 		k.last, r.actErr = a.err, a.err
 		a.step = nextStep(acting, a.err)
+		if a.step == waitOut || !mayHaveWritten(a.err) {
+			k.flight.set(flightOpen) // it did nothing: other processes may join again
+		}
 	}
 	return a, nil
 }

@@ -93,7 +93,7 @@ type Operation struct {
 	result Result
 	done   bool
 	budget *asyncHold // WithRestartBudget: readiness and slot release
-	obs    opObs      // observer events of the operation (events.go)
+	obs    opObs      // observer events of the operation (reporting.go)
 }
 
 // ChangeID returns the change snapd made ("" when snapd did not say, in

@@ -94,7 +94,7 @@ func (b *schedBudget) Acquire(ctx context.Context, key string, _ func(snapsvc.Bu
 		client = cl.client
 	}
 	b.slots.taken(s, client)
-	if b.behaviour == budgetLost && !g.unbudgeted && b.intN(3) == 0 {
+	if b.behaviour == budgetLost && cl != nil && !g.unbudgeted && b.intN(3) == 0 { // nor is the warm-up's slot lost
 		after := time.Duration(b.intN(40)) * time.Millisecond
 		b.timers.Add(1)
 		go func() {

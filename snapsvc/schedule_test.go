@@ -311,6 +311,12 @@ func (s *schedule) dims() []string {
 	if waits > 1 && len(policies) > 1 {
 		d = append(d, "shared waits, callers with different policies")
 	}
+	if groups := s.identical(); len(groups) > 0 {
+		d = append(d, "identical restarts from several clients")
+		if slices.ContainsFunc(groups, func(g identicalGroup) bool { return g.separate }) {
+			d = append(d, "identical restarts from several processes")
+		}
+	}
 	if s.budget != nil {
 		d = append(d, "budget: "+s.budget.behaviour)
 		if s.probes {
@@ -323,6 +329,40 @@ func (s *schedule) dims() []string {
 	return d
 }
 
+// identicalGroup is one request that several clients of a schedule make.
+type identicalGroup struct {
+	sig      sig
+	calls    []*call
+	separate bool // from clients of more than one process
+}
+
+// identical returns the schedule's requests made by more than one client.
+func (s *schedule) identical() []identicalGroup {
+	by := map[sig][]*call{}
+	var order []sig
+	for _, cl := range s.calls {
+		if cl.wait {
+			continue
+		}
+		if by[cl.sig] == nil {
+			order = append(order, cl.sig)
+		}
+		by[cl.sig] = append(by[cl.sig], cl)
+	}
+	var out []identicalGroup
+	for _, g := range order {
+		if len(by[g]) < 2 {
+			continue
+		}
+		grp := identicalGroup{sig: g, calls: by[g]}
+		for _, cl := range by[g] {
+			grp.separate = grp.separate || s.separate[cl.client]
+		}
+		out = append(out, grp)
+	}
+	return out
+}
+
 // hold is an answer held until release after the schedule's start.
 type hold struct {
 	ch      chan struct{}
@@ -331,8 +371,8 @@ type hold struct {
 
 // scheduleCounts are printed at the end.
 type scheduleCounts struct {
-	schedules, calls, succeeded, failed, faults, checks, foreignIdentical, outcomeUnknown int
-	waits, budgetedChanges, worstBlindWindow                                              int
+	schedules, calls, succeeded, failed, faults, checks, foreignIdentical, outcomeUnknown, merged int
+	waits, budgetedChanges, worstBlindWindow                                                      int
 	// The invariants: each must stay 0.
 	overBound, releasedEarly, grantsWithoutChange, doubled int
 	// What the budget did: grants (unbudgeted among them), refusals, and
@@ -351,6 +391,7 @@ func (t *scheduleCounts) add(c scheduleCounts) {
 	t.faults += c.faults
 	t.checks += c.checks
 	t.foreignIdentical += c.foreignIdentical
+	t.merged += c.merged
 	t.outcomeUnknown += c.outcomeUnknown
 	t.waits += c.waits
 	t.budgetedChanges += c.budgetedChanges
@@ -390,8 +431,8 @@ func TestRandomizedSchedules(t *testing.T) {
 		}
 		total.add(c)
 	}
-	t.Logf("schedules %d, calls %d (%d succeeded, %d failed, %d with an unknown outcome; %d shared waits), faults %d, foreign identical changes %d, checks %d",
-		total.schedules, total.calls, total.succeeded, total.failed, total.outcomeUnknown, total.waits, total.faults, total.foreignIdentical, total.checks)
+	t.Logf("schedules %d, calls %d (%d succeeded, %d of them merged into an identical restart; %d failed, %d with an unknown outcome; %d shared waits), faults %d, foreign identical changes %d, checks %d",
+		total.schedules, total.calls, total.succeeded, total.merged, total.failed, total.outcomeUnknown, total.waits, total.faults, total.foreignIdentical, total.checks)
 	t.Logf("calls over their bound: %d (max overshoot %v, epsilon %v plus the machine's timer lateness, at most %v); slots released while their change ran or before it was ready: %d of %d budgeted changes; grants without their change: %d of %d grants (%d unbudgeted; %d refusals); doubled restarts: %d; changes whose slot the budget took away while they ran: %d; worst 1 s window of a blind wait: %d requests (limit 20)",
 		total.overBound, total.maxOvershoot.Round(time.Millisecond), scheduleEpsilon, total.maxLateness.Round(time.Millisecond), total.releasedEarly, total.budgetedChanges,
 		total.grantsWithoutChange, total.grants, total.unbudgetedGrants, total.refusals, total.doubled, total.lostCovers, total.worstBlindWindow)
@@ -427,6 +468,7 @@ var scheduleDimensions = []string{
 	"clock skew, REST", "clock skew, snapctl",
 	"snapd away longer than a MaxUnreachable", "snapd away during budget holds",
 	"shared waits, callers with different policies", "Close mid-run",
+	"identical restarts from several clients", "identical restarts from several processes",
 	"budget: " + budgetGrant, "budget: " + budgetUnbudgeted, "budget: " + budgetFailOpen, "budget: " + budgetLost,
 	"budget: " + budgetSlowFence, "budget: " + budgetExpired, "budget: " + budgetRefused, "budget: " + budgetSlowFree,
 	"budget: readiness probes",
@@ -601,6 +643,24 @@ func planSchedule(seed uint64) *schedule {
 			cl.timeout = time.Duration(1+rng.IntN(40)) * time.Millisecond
 		}
 		s.calls = append(s.calls, cl)
+	}
+	// The same restart from two or three clients (other processes, where
+	// they are separate): they may merge, in the process (merge.go) or
+	// through the lock directory (merge.go), and each must still
+	// keep every promise. Drawn from a stream of its own, so that the rest
+	// of each seed's schedule is what it was before.
+	if dup := rand.New(rand.NewPCG(seed, seed^0xd0b1e)); s.clients > 1 && dup.IntN(3) == 0 {
+		g := sig{action: "restart", names: "k8s." + scheduleServices[dup.IntN(len(scheduleServices))], reload: dup.IntN(4) == 0}
+		if !seen[g] {
+			seen[g] = true
+			for i := range min(s.clients, 2+dup.IntN(2)) {
+				cl := &call{client: i, delay: time.Duration(dup.IntN(20)) * time.Millisecond, sig: g}
+				if dup.IntN(5) == 0 {
+					cl.timeout = time.Duration(1+dup.IntN(40)) * time.Millisecond
+				}
+				s.calls = append(s.calls, cl)
+			}
+		}
 	}
 	// Callers waiting for the snap to be idle, from clients with their
 	// own policies: they share one wait where their clients can.
@@ -1021,7 +1081,7 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		// while the call ran, not by the foreign requester.
 		var own []string
 		for id, r := range creator {
-			if g, ok := sigOfRequest(r); ok && g == cl.sig && r.UserAgent != foreignAgent && !r.Time.Before(cl.start) && !r.Time.After(cl.end) {
+			if g, ok := sigOfRequest(r); ok && g == cl.sig && r.UserAgent == clientAgent(cl.client) && !r.Time.Before(cl.start) && !r.Time.After(cl.end) {
 				own = append(own, id)
 			}
 		}
@@ -1071,11 +1131,19 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		if res.ChangeID == "" {
 			// snapctl names no change; where snapd refuses this client its
 			// changes it cannot name one either. snapd's record must show
-			// the call's own change done — or, for a start or stop whose
-			// answer was lost and whose change snapctl cannot look up,
-			// the state asked for reached during the call: a change
-			// identical to the call's (another requester's) done before
-			// the call returned.
+			// the call's own change done; or, merged, a change of another
+			// client's identical request done, made while the call ran;
+			// or, for a start or stop whose answer was lost and whose
+			// change snapctl cannot look up, the state asked for reached
+			// during the call: a change identical to the call's (another
+			// requester's) done before the call returned.
+			if res.Shared && s.snapctl {
+				if id := identicalDone(creator, changes, cl); id == "" {
+					return fail(i, "merged into an identical restart, yet no identical request made a change done while the call ran")
+				}
+				counts.merged++
+				continue
+			}
 			if !s.snapctl {
 				return fail(i, "success without a change (own changes %v)", own)
 			}
@@ -1098,7 +1166,7 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		var g sig
 		foreign := false
 		if cr, ok := creator[res.ChangeID]; ok {
-			g, _ = sigOf(cr.Body)
+			g, _ = sigOfRequest(cr)
 			foreign = cr.UserAgent == foreignAgent
 		} else if g, ok = sigOfTasks(chg); ok {
 			foreign = true // a foreign service-control change (AddChange)
@@ -1119,6 +1187,11 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		}
 		switch {
 		case slices.Contains(own, res.ChangeID):
+		case res.Shared && !foreign && g == cl.sig:
+			// Merged into the identical restart of another caller (another
+			// client's request made it, after this call began: checked
+			// above).
+			counts.merged++
 		case foreign && sameBut(g, cl.sig):
 			// An identical request of someone else's, made after the call
 			// began, did what the call asked (for --enable/--disable, the
@@ -1127,7 +1200,12 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		default:
 			return fail(i, "reported change %s does %s (own changes %v)", res.ChangeID, g, own)
 		}
-		if prev, ok := claimed[res.ChangeID]; ok && !res.Shared {
+		// A change is claimed by one call alone, or shared by calls that
+		// merged into it.
+		if res.Shared {
+			continue
+		}
+		if prev, ok := claimed[res.ChangeID]; ok {
 			return fail(i, "change %s is claimed by calls %d and %d", res.ChangeID, prev, i)
 		}
 		claimed[res.ChangeID] = i
@@ -1135,7 +1213,7 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 	if err := s.checkSlots(&counts, changes, creator); err != nil {
 		return counts, err
 	}
-	if err := s.checkGrants(&counts); err != nil {
+	if err := s.checkGrants(&counts, creator); err != nil {
 		return counts, err
 	}
 	counts.worstBlindWindow = s.blindWindow(srv)
@@ -1143,6 +1221,32 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		return counts, fmt.Errorf("a blind wait made %d requests within one second (limit 20); faults %v", counts.worstBlindWindow, s.faults)
 	}
 	return counts, nil
+}
+
+// mergedFailure reports whether cl failed with the failure of a change
+// that another client's identical request made: it merged into it.
+func mergedFailure(creator map[string]fake.Request, cl *call) bool {
+	var ce *snapsvc.ChangeError
+	if !errors.As(cl.err, &ce) {
+		return false
+	}
+	r, ok := creator[ce.ID]
+	g, _ := sigOfRequest(r)
+	return ok && g == cl.sig && r.UserAgent != foreignAgent && r.UserAgent != clientAgent(cl.client)
+}
+
+// identicalDone returns a change done that another client's request
+// identical to cl's made while cl ran, or "".
+func identicalDone(creator map[string]fake.Request, changes map[string]fake.ChangeInfo, cl *call) string {
+	for id, r := range creator {
+		g, ok := sigOfRequest(r)
+		chg := changes[id]
+		if ok && g == cl.sig && r.UserAgent != foreignAgent && r.UserAgent != clientAgent(cl.client) &&
+			!chg.SpawnTime.Before(cl.start) && !chg.SpawnTime.After(cl.end) && chg.Status == "Done" {
+			return id
+		}
+	}
+	return ""
 }
 
 // busyThroughout returns a change that touched the snap (every change of
@@ -1244,7 +1348,7 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 // coordination service that never sent its request: its fence's
 // confirmation overflowed and every write was refused, 17,000 attempts
 // that snapd never saw.
-func (s *schedule) checkGrants(counts *scheduleCounts) error {
+func (s *schedule) checkGrants(counts *scheduleCounts, creator map[string]fake.Request) error {
 	if s.budget == nil {
 		return nil
 	}
@@ -1269,6 +1373,7 @@ func (s *schedule) checkGrants(counts *scheduleCounts) error {
 		case s.sends.tried(cl.client, cl.sig, g.at):
 		case isBudgetError(cl.err):
 		case cl.res != nil && cl.res.Shared:
+		case mergedFailure(creator, cl):
 		case cl.err != nil && !cl.triedAny(s):
 			// The call's bound ended before its first attempt.
 		default:

@@ -73,7 +73,7 @@ func TestStateWatchMarkCountsPendingRewrites(t *testing.T) {
 // testStateWatch opens a watch on a state file in a temporary directory
 // and returns it with a function that rewrites the file as snapd does (a
 // temporary file renamed over it).
-func testStateWatch(t *testing.T) (*stateWatch, func()) {
+func testStateWatch(t *testing.T) (*dirWatch, func()) {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")

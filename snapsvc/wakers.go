@@ -239,7 +239,7 @@ func (n *noticeWaker) poll(w *changeWait) (news map[string]int, misbehaved bool,
 
 // stateFileWaker wakes a wait at snapd's state file's rewrites.
 type stateFileWaker struct {
-	sw   *stateWatch
+	sw   *dirWatch
 	idle bool // wait before the next round (not after a failed one)
 	// mark, when marked, is the watch's mark taken before every remaining
 	// change was last seen not ready: a rewrite since wakes the idle.

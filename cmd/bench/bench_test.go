@@ -56,17 +56,17 @@ func TestEveryScenarioAndStrategy(t *testing.T) {
 			snapsvcs++
 		}
 	}
-	if want := (len(allScenarios)+len(c.durations)-2)*len(benchkit.Names)*len(c.versions) +
-		len(c.waitersK)*len(c.waitersP)*snapsvcs*len(c.versions); len(rows) != want {
+	if want := (len(allScenarios)+len(c.durations)-3)*len(benchkit.Names)*len(c.versions) +
+		2*len(c.waitersK)*len(c.waitersP)*snapsvcs*len(c.versions); len(rows) != want {
 		t.Fatalf("%d rows, want %d", len(rows), want)
 	}
 	for _, r := range rows {
 		n := c.samples
-		if r.Scenario == scBootstrap || r.Scenario == scStorm || r.Scenario == scWaiters {
+		if r.Scenario == scBootstrap || r.Scenario == scStorm || isWaiters(r.Scenario) {
 			n = c.runs
 		}
 		calls := callsPer[r.Scenario]
-		if r.Scenario == scWaiters {
+		if isWaiters(r.Scenario) {
 			calls = r.K * r.P
 		}
 		if r.Samples != n || r.Calls != n*calls || r.Failed > r.Calls || len(r.Errors) > 0 {
@@ -90,7 +90,9 @@ func TestEveryScenarioAndStrategy(t *testing.T) {
 	out := table.String()
 	for _, want := range []string{"scale 1000 = 5ms", "wake p50", "target snapsvc bootstrap (2.57.6)", "target snapsvc no conflict (2.77.1)", "target snapsvc storm", "target snapsvc late-socket", "target snapsvc foreign 20ms",
 		"target snapsvc-snapctl foreign 20ms, snapctl, blind (2.57.6)", "target snapsvc-confined foreign 20ms, no notices, no state file (2.57.6)",
-		"target snapsvc waiters (2.77.1): req/s does not grow with K", "target snapsvc-snapctl waiters (2.57.6): req/s at most ~linear in P", "K=2 P=2"} {
+		"target snapsvc waiters (2.77.1): req/s does not grow with K", "target snapsvc-snapctl waiters (2.57.6): req/s at P=2 at most 1.25 x P=1",
+		"target snapsvc waiters-own (2.57.6): req/s at P=2 at most 1.25 x P=1", "K=2 P=2",
+		"waiters: snapd requests/s while the blocker held, by processes P", "snapctl 2.57.6 (blind)", "REST 2.77.1 (notices)", "REST 2.57.6 (state file)", "REST confined 2.57.6 (no state file)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -142,7 +144,7 @@ func checkSample(t *testing.T, s sample) {
 		return
 	}
 	calls := callsPer[j.scenario]
-	if j.scenario == scWaiters {
+	if isWaiters(j.scenario) {
 		calls = j.k * j.p
 	}
 	if len(s.outs) != calls {

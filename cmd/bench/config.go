@@ -25,15 +25,22 @@ const (
 	scLateSocket  = "late-socket"
 	scUncontended = "uncontended"
 	scWaiters     = "waiters"
+	// scWaitersOwn is waiters with a service of its own for each
+	// process: no two processes' restarts are identical, so none merge,
+	// and what the machine shares is its one watcher alone.
+	scWaitersOwn = "waiters-own"
 )
 
-var allScenarios = []string{scForeign, scBootstrap, scStorm, scLateSocket, scUncontended, scWaiters}
+var allScenarios = []string{scForeign, scBootstrap, scStorm, scLateSocket, scUncontended, scWaiters, scWaitersOwn}
+
+// isWaiters reports whether sc is one of the waiters scenarios.
+func isWaiters(sc string) bool { return sc == scWaiters || sc == scWaitersOwn }
 
 // waiters' cells: K callers in each of P processes wait on one blocker
 // held for --waiters-hold.
 var (
 	defaultWaitersK = []int{1, 4, 16}
-	defaultWaitersP = []int{1, 4}
+	defaultWaitersP = []int{1, 2, 4, 8}
 )
 
 const defaultWaitersHold = time.Second
@@ -144,7 +151,7 @@ type flagValues struct {
 // by 100, cells have 3 samples (1 run).
 var quickPreset = map[string]string{
 	"scale": "100", "samples": "3", "runs": "1", "durations": "30ms,300ms,1s",
-	"hold": "500ms", "socket-delay": "300ms", "waiters-hold": "300ms", "waiters-k": "1,16", "waiters-p": "1,4",
+	"hold": "500ms", "socket-delay": "300ms", "waiters-hold": "300ms", "waiters-k": "1,16", "waiters-p": "1,8",
 }
 
 // newCommand is the command line: flags into c once checked, then work.
@@ -272,7 +279,7 @@ func (f *flagValues) check(fs *pflag.FlagSet) (config, error) {
 			}
 			*l.out = append(*l.out, n)
 		}
-		if len(*l.out) == 0 && slices.Contains(c.scenarios, scWaiters) {
+		if len(*l.out) == 0 && slices.ContainsFunc(c.scenarios, isWaiters) {
 			return config{}, fmt.Errorf("%s needs at least one count", l.flag)
 		}
 	}

@@ -36,7 +36,13 @@
 //   - storm: 5 controllers each restart one service 10 times at once;
 //   - late-socket: snapd's socket appears --socket-delay after the caller
 //     started;
-//   - uncontended: one restart with nothing in the way.
+//   - uncontended: one restart with nothing in the way;
+//   - waiters: K callers in each of P processes (Clients with lock
+//     registries of their own, sharing one lock directory) restart kubelet
+//     while a foreign change holds the snap for --waiters-hold; their
+//     restarts are identical, so they may merge;
+//   - waiters-own: the same, each process restarting a service of its
+//     own: nothing merges, the processes share one watcher alone.
 //
 // Every sample runs on its own fake, --parallel of them at a time (a
 // default run takes about 7 minutes, most of it fixed's 5 s pauses; --quick

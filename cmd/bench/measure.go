@@ -161,7 +161,7 @@ func measure(s sample) metrics {
 	}
 	m.makespan = end.Sub(s.t0)
 	windows := waitWindows(s)
-	if s.job.scenario == scWaiters {
+	if isWaiters(s.job.scenario) {
 		// Every caller waits on the one blocker: snapd's load is what
 		// arrives while it holds the snap.
 		windows = []benchkit.Interval{{From: s.t0, To: s.freed}}

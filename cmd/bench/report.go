@@ -66,7 +66,7 @@ func (r row) param() string {
 	switch r.Scenario {
 	case scForeign:
 		return benchkit.FormatDuration(r.Hold, true)
-	case scWaiters:
+	case scWaiters, scWaitersOwn:
 		return fmt.Sprintf("K=%d P=%d", r.K, r.P)
 	}
 	return ""
@@ -127,7 +127,7 @@ func (c config) header() []string {
 			c.start, c.stop, c.restart(), joinDurations(c.durations), c.hold, c.socketDelay),
 		fmt.Sprintf("strategies: naive = one snapctl call; fixed = k8sd's RetryFor(5, 5s) around the snap command (100ms polls), pause 5s / scale %s = %v; backoff = backoff/v4 defaults around the snap command; snapsvc = the library (REST, file lock); snapsvc-snapctl = snapctl mode on the snap socket without snap-refresh-observe (blind); snapsvc-confined = REST without the state file",
 			scaleString(c.scale), benchkit.FixedPauseAt(c.scale)),
-		fmt.Sprintf("waiters: K callers in each of P processes restart kubelet while a foreign change holds the snap %v", c.waitersHold),
+		fmt.Sprintf("waiters: K callers in each of P processes restart kubelet while a foreign change holds the snap %v (waiters-own: a service of each process's own, so nothing merges); processes are Clients with lock registries of their own sharing one lock directory", c.waitersHold),
 		fmt.Sprintf("snapd: 2.57.6 has no notices (snapsvc polls%s); 2.62+ has the notices long-poll", map[bool]string{true: " and watches the state file", false: ", state file not watched"}[c.stateFile]),
 		fmt.Sprintf("samples: %d per cell (foreign, late-socket, uncontended), %d runs per cell (bootstrap, storm, waiters); makespan = median; wake = snap free (or socket up) -> our accepted request's arrival", c.samples, c.runs),
 	}
@@ -230,6 +230,9 @@ func (c config) writeTable(w io.Writer, rows []row) error {
 			return err
 		}
 	}
+	if err := c.writeWaiters(w, rows); err != nil {
+		return err
+	}
 	for _, r := range rows {
 		for _, e := range r.Errors {
 			fmt.Fprintf(w, "harness error (%s %s %s %s): %s\n", r.Scenario, r.param(), r.Version, r.Strategy, e)
@@ -242,6 +245,101 @@ func (c config) writeTable(w io.Writer, rows []row) error {
 		}
 	}
 	return nil
+}
+
+// modeLabel names a snapsvc strategy on a snapd version as issue 35's
+// table does: how it acts, and how it sees a blocker end.
+func (c config) modeLabel(strategy string, v fake.Version) string {
+	how := "REST"
+	seen := "polling"
+	switch {
+	case strategy == benchkit.SnapsvcSnapctl:
+		how, seen = "snapctl", "blind"
+	case strategy == benchkit.SnapsvcConfined:
+		how = "REST confined"
+		if !hasNotices(v) {
+			seen = "no state file"
+		}
+	case !hasNotices(v) && c.stateFile:
+		seen = "state file"
+	}
+	if hasNotices(v) && strategy != benchkit.SnapsvcSnapctl {
+		seen = "notices"
+	}
+	return fmt.Sprintf("%s %s (%s)", how, v, seen)
+}
+
+// writeWaiters prints the waiters scenarios' load by processes: for each
+// scenario and K, a row per mode with snapd's requests per second while
+// the blocker held at each P, and the last P's over the first's (issue
+// 35's bound is 1.25).
+func (c config) writeWaiters(w io.Writer, rows []row) error {
+	order, cells := waitersCells(rows)
+	if len(order) == 0 {
+		return nil
+	}
+	var ks, ps []int
+	for _, k := range order {
+		mk, mp := axes(cells[k])
+		for _, v := range mk {
+			if !slices.Contains(ks, v) {
+				ks = append(ks, v)
+			}
+		}
+		for _, v := range mp {
+			if !slices.Contains(ps, v) {
+				ps = append(ps, v)
+			}
+		}
+	}
+	slices.Sort(ks)
+	slices.Sort(ps)
+	names := []string{"scenario", "K", "mode"}
+	for _, p := range ps {
+		names = append(names, fmt.Sprintf("P=%d", p))
+	}
+	names = append(names, fmt.Sprintf("P=%d/P=%d", ps[len(ps)-1], ps[0]))
+	var lines [][]string
+	for _, sc := range []string{scWaiters, scWaitersOwn} {
+		for _, kk := range ks {
+			for _, k := range order {
+				if k.scenario != sc {
+					continue
+				}
+				cell := cells[k]
+				if _, ok := cell[[2]int{kk, ps[0]}]; !ok {
+					continue
+				}
+				line := []string{sc, fmt.Sprint(kk), c.modeLabel(k.strategy, fake.Version(k.version))}
+				for _, p := range ps {
+					v, ok := cell[[2]int{kk, p}]
+					line = append(line, map[bool]string{true: fmt.Sprintf("%.1f", v), false: "–"}[ok])
+				}
+				lo, okLo := cell[[2]int{kk, ps[0]}]
+				hi, okHi := cell[[2]int{kk, ps[len(ps)-1]}]
+				ratio := "–"
+				if okLo && okHi && lo > 0 {
+					ratio = fmt.Sprintf("%.2f", hi/lo)
+				}
+				lines = append(lines, append(line, ratio))
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "waiters: snapd requests/s while the blocker held, by processes P (K callers in each)")
+	if c.markdown {
+		fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(names, " | "), strings.Repeat("---|", len(names)))
+		for _, l := range lines {
+			fmt.Fprintf(w, "| %s |\n", strings.Join(l, " | "))
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(names, "\t")+"\t")
+	for _, l := range lines {
+		fmt.Fprintln(tw, strings.Join(l, "\t")+"\t")
+	}
+	return tw.Flush()
 }
 
 // aligned prints one table: names, then each row's cells, right-aligned.

@@ -24,6 +24,10 @@ var hookServices = []string{"containerd", "etcd", "kube-apiserver", "kube-contro
 // stormServices are the services storm's five controllers restart.
 var stormServices = []string{"kubelet", "kube-proxy", "kube-apiserver", "kube-scheduler", "kube-controller-manager"}
 
+// waitersServices are the services waiters-own's processes restart,
+// one each (the ninth process, if any, shares the first one's).
+var waitersServices = append(slices.Clone(stormServices), "containerd", "etcd", "k8s-apiserver-proxy")
+
 const (
 	bootstrapRestarts = 10 // the controller's kubelet restarts in bootstrap
 	stormRestarts     = 10 // each storm controller's restarts, all at once
@@ -78,8 +82,11 @@ func svc(name string) []string { return []string{snapName + "." + name} }
 func (c config) run(j job) (s sample) {
 	s.job = j
 	active := []string{"kubelet"}
-	if j.scenario == scStorm {
+	switch j.scenario {
+	case scStorm:
 		active = stormServices
+	case scWaitersOwn:
+		active = waitersServices
 	}
 	opts := []fake.Option{fake.WithVersion(j.version), fake.WithSnaps(c.k8s(active...))}
 	if j.scenario == scLateSocket {
@@ -204,11 +211,13 @@ func (c config) run(j job) (s sample) {
 		}
 		s.ideal = c.socketDelay + c.restart()
 
-	case scWaiters:
+	case scWaiters, scWaitersOwn:
 		// P processes: Clients whose sockets are other paths to the fake's
 		// (symlinks in a directory of their own), so each has a lock
 		// registry of its own as another process has, sharing one lock
-		// directory (the file locks); K callers in each.
+		// directory (the file locks and what the processes share through
+		// it); K callers in each, restarting kubelet (waiters-own: a
+		// service of each process's own).
 		var procs []benchkit.Strategy
 		for i := range j.p {
 			dir, err := os.MkdirTemp("", "bench-proc")
@@ -243,12 +252,16 @@ func (c config) run(j job) (s sample) {
 		var wg sync.WaitGroup
 		s.base, s.t0 = srv.Counters(), time.Now()
 		tm := time.AfterFunc(c.waitersHold, blk.Finish)
-		for _, st := range procs {
+		for i, st := range procs {
+			name := "kubelet"
+			if j.scenario == scWaitersOwn {
+				name = waitersServices[i%len(waitersServices)]
+			}
 			for range j.k {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					o := st.Sequence(ctx, restart("kubelet"))
+					o := st.Sequence(ctx, restart(name))
 					mu.Lock()
 					s.outs = append(s.outs, o...)
 					mu.Unlock()
@@ -300,7 +313,7 @@ func (c config) jobs(sc string) []job {
 		params = c.durations
 	case scBootstrap, scStorm:
 		n = c.runs
-	case scWaiters:
+	case scWaiters, scWaitersOwn:
 		n, cells = c.runs, nil
 		for _, p := range c.waitersP {
 			for _, k := range c.waitersK {
@@ -312,7 +325,7 @@ func (c config) jobs(sc string) []job {
 		for _, cell := range cells {
 			for _, v := range c.versions {
 				for _, st := range c.strategies {
-					if sc == scWaiters && !benchkit.IsSnapsvc(st) {
+					if isWaiters(sc) && !benchkit.IsSnapsvc(st) {
 						continue // the others neither share nor watch anything
 					}
 					for i := range n {

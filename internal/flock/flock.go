@@ -1,5 +1,7 @@
 // Package flock takes advisory, context-aware file locks that serialise
-// processes (hooks, daemons, command-line tools) working on the same snap.
+// processes (hooks, daemons, command-line tools) working on the same snap,
+// and shares small files between them in the same private directory
+// (files.go).
 package flock
 
 import (
@@ -15,7 +17,8 @@ import (
 
 // Lock is a held file lock.
 type Lock struct {
-	f *os.File
+	f    *os.File
+	path string
 }
 
 // Unlock releases the lock and closes the file.
@@ -37,46 +40,42 @@ func (l *Lock) Unlock() error {
 // lock it retries with short growing pauses until ctx is done; local
 // locks are cheap to test, and flock(2) cannot be interrupted by a context.
 func Acquire(ctx context.Context, path string) (*Lock, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrPermission) {
-			return nil, &PermissionError{Path: dir, Owner: -1, UID: geteuid(), Err: err}
-		}
-		return nil, fmt.Errorf("cannot create lock directory: %w", err)
-	}
-	// The directory may live in a world-writable place (/run/lock): refuse
-	// one that another user made or can write, or a symlink planted there.
-	if err := checkPrivate(dir, true); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	return acquire(ctx, path, syscall.LOCK_EX)
+}
+
+// AcquireShared is Acquire for a shared lock: any number of shared holders
+// at once, none while an exclusive one holds it.
+func AcquireShared(ctx context.Context, path string) (*Lock, error) {
+	return acquire(ctx, path, syscall.LOCK_SH)
+}
+
+// TryAcquire is Acquire without waiting: it returns ok false, and no
+// error, when another holder has the lock.
+func TryAcquire(path string) (l *Lock, ok bool, err error) {
+	f, err := openLockFile(path)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("refusing lock file %s: it is a symlink", path)
-		}
-		if errors.Is(err, fs.ErrPermission) {
-			return nil, &PermissionError{Path: path, Owner: -1, UID: geteuid(), Err: err}
-		}
-		return nil, fmt.Errorf("cannot open lock file: %w", err)
+		return nil, false, err
 	}
-	st, err := f.Stat()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("cannot lock %s: %w", path, err)
+	}
+	return &Lock{f: f, path: path}, true, nil
+}
+
+func acquire(ctx context.Context, path string, how int) (*Lock, error) {
+	f, err := openLockFile(path)
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cannot stat lock file: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("refusing lock file %s: not a regular file", path)
-	}
-	if err := checkOwner(path, st); err != nil {
-		f.Close()
 		return nil, err
 	}
 	pause := time.Millisecond
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
-			return &Lock{f: f}, nil
+			return &Lock{f: f, path: path}, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			f.Close()
@@ -94,6 +93,57 @@ func Acquire(ctx context.Context, path string) (*Lock, error) {
 			pause *= 2
 		}
 	}
+}
+
+// openLockFile opens (creating it 0600, and its directory 0700) the lock
+// file at path: never through a symlink, only a regular file of this
+// user's in a private directory.
+func openLockFile(path string) (*os.File, error) {
+	if err := ensureDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("refusing lock file %s: it is a symlink", path)
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, &PermissionError{Path: path, Owner: -1, UID: geteuid(), Err: err}
+		}
+		return nil, fmt.Errorf("cannot open lock file: %w", err)
+	}
+	if err := checkFile(path, f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// ensureDir creates the lock directory dir 0700 if needed and refuses one
+// that is not private to this user.
+func ensureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return &PermissionError{Path: dir, Owner: -1, UID: geteuid(), Err: err}
+		}
+		return fmt.Errorf("cannot create lock directory: %w", err)
+	}
+	// The directory may live in a world-writable place (/run/lock): refuse
+	// one that another user made or can write, or a symlink planted there.
+	return checkPrivate(dir, true)
+}
+
+// checkFile refuses an open file that is not a regular file of this
+// user's.
+func checkFile(path string, f *os.File) error {
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("cannot stat lock file: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("refusing lock file %s: not a regular file", path)
+	}
+	return checkOwner(path, st)
 }
 
 // checkPrivate refuses a lock directory that is a symlink, belongs to

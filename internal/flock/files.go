@@ -1,0 +1,215 @@
+package flock
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+)
+
+// Small files that processes of one machine share beside their locks:
+// what one of them publishes for the others to read (WriteFile, ReadFile),
+// and a file whose lock says its writer is alive (Create, Open). They live
+// in the lock directory, so the same rules hold: a private directory of
+// this user's, regular files 0600 of this user's, never a symlink.
+
+// tmpSeq numbers this process's temporary files.
+var tmpSeq atomic.Uint64
+
+// tempFile creates an empty temporary file in dir, 0600, for a file named
+// base: a name no other process or call uses.
+func tempFile(dir, base string) (*os.File, string, error) {
+	name := filepath.Join(dir, "."+base+".tmp-"+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(tmpSeq.Add(1), 10))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("cannot create a file in the lock directory: %w", err)
+	}
+	return f, name, nil
+}
+
+// WriteFile replaces the content of path, in the lock directory, with
+// data atomically: data goes to a temporary file that is then renamed over
+// path, so a reader sees the old content or the new, never a part of
+// either.
+func WriteFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := ensureDir(dir); err != nil {
+		return err
+	}
+	f, tmp, err := tempFile(dir, filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("cannot write %s: %w", path, werr)
+	}
+	return nil
+}
+
+// ReadFile returns the content of path, in the lock directory, up to max
+// bytes, never through a symlink and only from a regular file of this
+// user's. A missing file matches fs.ErrNotExist.
+func ReadFile(path string, max int) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := checkFile(path, f); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(f, int64(max)))
+}
+
+// Create makes the file path, in the lock directory, with data as its
+// content and an exclusive lock on it held by the returned Lock, at once:
+// nobody ever sees the file empty or unlocked while its creator lives
+// (written and locked under a temporary name, then linked to path). It
+// fails with an error matching fs.ErrExist when path exists.
+func Create(path string, data []byte) (*Lock, error) {
+	dir := filepath.Dir(path)
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	f, tmp, err := tempFile(dir, filepath.Base(path))
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cannot lock %s: %w", path, err)
+	}
+	if err := os.Link(tmp, path); err != nil {
+		f.Close()
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("%s: %w", path, fs.ErrExist)
+		}
+		return nil, fmt.Errorf("cannot create %s: %w", path, err)
+	}
+	return &Lock{f: f, path: path}, nil
+}
+
+// Rewrite replaces the content of the file of a lock made by Create, in
+// place: its readers hold it open, so it keeps its inode. A reader must
+// not read while it is rewritten (both sides hold another lock meanwhile).
+func (l *Lock) Rewrite(data []byte) error {
+	if _, err := l.f.WriteAt(data, 0); err != nil {
+		return fmt.Errorf("cannot write %s: %w", l.path, err)
+	}
+	if err := l.f.Truncate(int64(len(data))); err != nil {
+		return fmt.Errorf("cannot write %s: %w", l.path, err)
+	}
+	return nil
+}
+
+// Remove unlinks the file of a lock made by Create, then releases the lock
+// (readers that hold the file open still read it). The caller must know
+// that path is still this lock's file.
+func (l *Lock) Remove() error {
+	err := os.Remove(l.path)
+	if uerr := l.Unlock(); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// Held is a file that another process made with Create, opened to read
+// what it writes and to tell when it let go of its lock.
+type Held struct {
+	f    *os.File
+	path string
+}
+
+// Open opens path, made by Create, to read it, never through a symlink
+// and only a regular file of this user's. A missing file matches
+// fs.ErrNotExist.
+func Open(path string) (*Held, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFile(path, f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Held{f: f, path: path}, nil
+}
+
+// Read returns the file's content, up to max bytes, even once it was
+// removed.
+func (h *Held) Read(max int) ([]byte, error) {
+	buf := make([]byte, max)
+	n, err := h.f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("cannot read %s: %w", h.path, err)
+	}
+	return buf[:n], nil
+}
+
+// Released reports whether nobody holds an exclusive lock on the file any
+// more: its maker let go, or died.
+func (h *Held) Released() (bool, error) {
+	err := syscall.Flock(int(h.f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+	switch {
+	case err == nil:
+		_ = syscall.Flock(int(h.f.Fd()), syscall.LOCK_UN)
+		return true, nil
+	case errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR):
+		return false, nil
+	}
+	return false, fmt.Errorf("cannot test the lock of %s: %w", h.path, err)
+}
+
+// Same reports whether path still names the file h holds open.
+func (h *Held) Same() bool {
+	st, err := h.f.Stat()
+	if err != nil {
+		return false
+	}
+	pst, err := os.Lstat(h.path)
+	return err == nil && os.SameFile(st, pst)
+}
+
+// Close closes the file.
+func (h *Held) Close() error { return h.f.Close() }
+
+// RemoveReleased removes the file path made by Create if its maker let go
+// of it or died, and reports whether path is free now (removed, or there
+// was none). Callers serialise their makers and removers of path with
+// another lock, so path cannot change meanwhile.
+func RemoveReleased(path string) (bool, error) {
+	h, err := Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer h.Close()
+	free, err := h.Released()
+	if err != nil || !free {
+		return false, err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
+}

@@ -1,0 +1,188 @@
+package snapsvc_test
+
+// Tests of identical restarts merged across the processes of a machine
+// (merge.go, across processes), with Clients that have lock registries of their own
+// (procClient); machineproc_test.go runs them as real processes.
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// restartsOf returns the changes made by requests restarting name alone.
+func restartsOf(srv *fake.Server, name string) []string {
+	var ids []string
+	for _, r := range srv.Requests() {
+		if g, ok := sigOfRequest(r); ok && r.Made != "" && g.action == "restart" && g.names == name {
+			ids = append(ids, r.Made)
+		}
+	}
+	return ids
+}
+
+// Eight processes restart kubelet while a foreign change holds the snap:
+// one request reaches snapd once it is free, one change, and all eight
+// report it.
+func TestMachineIdenticalRestartsMerge(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
+	const n = 8
+	outs := make([]chan restartOutcome, n)
+	for i := range n {
+		// Each is under way before the next starts: it joined, or met
+		// the blocker itself.
+		logs := newLogWatch()
+		conflict := make(chan struct{})
+		var once sync.Once
+		c := procClient(t, srv, fmt.Sprintf("proc-%d", i), snapsvc.WithLogger(logs.logger()), snapsvc.WithObserver(func(ev snapsvc.Event) {
+			if ev.Kind == snapsvc.EventConflict {
+				once.Do(func() { close(conflict) })
+			}
+		}))
+		joined := logs.seen("joining an identical restart of another process")
+		outs[i] = make(chan restartOutcome, 1)
+		restartAsync(c, ctx, outs[i], "k8s.kubelet")
+		select {
+		case <-joined:
+		case <-conflict:
+		case o := <-outs[i]:
+			t.Fatalf("process %d returned before the blocker ended: %+v %v", i, o.res, o.err)
+		}
+	}
+	for i := 1; i < n; i++ {
+		if r := requestsOf(srv, fmt.Sprintf("proc-%d", i)); len(r) != 0 {
+			t.Errorf("process %d, joined, sent %d requests", i, len(r))
+		}
+	}
+	blk.Finish()
+	var id string
+	shared := 0
+	for i := range n {
+		o := <-outs[i]
+		if o.err != nil || o.res.ChangeID == "" || o.res.Status != "Done" {
+			t.Fatalf("process %d: %+v %v", i, o.res, o.err)
+		}
+		if id == "" {
+			id = o.res.ChangeID
+		}
+		if o.res.ChangeID != id {
+			t.Errorf("process %d reports change %s, process 0 %s", i, o.res.ChangeID, id)
+		}
+		if o.res.Shared {
+			shared++
+		}
+	}
+	if got := restartsOf(srv, "k8s.kubelet"); len(got) != 1 || got[0] != id || shared != n-1 {
+		t.Errorf("kubelet restarted by changes %v, %d results shared; want once, by %s, shared by %d", got, shared, id, n-1)
+	}
+}
+
+// A restart that comes once another process's identical restart was sent
+// does not join it (the restart it asked for would have begun before its
+// call): it makes its own, once the other's change is done.
+func TestMachineLateRestartDoesNotJoinASentOne(t *testing.T) {
+	checkLeaks(t)
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	ctx := ctxT(t)
+	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(procClient(t, srv, "leader"), ctx, first, "k8s.kubelet")
+	running := waitNewChange(ctx, t, srv)
+	logs := newLogWatch()
+	late := logs.seen("is being sent; waiting until it can be joined or is over")
+	restartAsync(procClient(t, srv, "late", snapsvc.WithLogger(logs.logger())), ctx, second, "k8s.kubelet")
+	<-late
+	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-first; o.err != nil || o.res.ChangeID != running {
+		t.Fatalf("leader: %+v %v", o.res, o.err)
+	}
+	own := waitNewChange(ctx, t, srv, running)
+	if err := srv.AdvanceUntilReady(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-second; o.err != nil || o.res.Shared || o.res.ChangeID != own {
+		t.Fatalf("late restart: %+v %v, want its own change %s", o.res, o.err, own)
+	}
+}
+
+// The leader's own bound ends while the blocker holds: that says nothing
+// of its joiner's, which acts itself, within its own bounds.
+func TestMachineJoinerActsWhenItsLeaderGivesUp(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	short := retry.DefaultPolicy()
+	short.MaxElapsedTime = 300 * time.Millisecond
+	leadLogs, joinLogs := newLogWatch(), newLogWatch()
+	leader := procClient(t, srv, "leader", snapsvc.WithPolicy(short), snapsvc.WithLogger(leadLogs.logger()))
+	refused := make(chan struct{}, 100)
+	joiner := procClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger()), snapsvc.WithObserver(func(ev snapsvc.Event) {
+		if ev.Kind == snapsvc.EventConflict {
+			refused <- struct{}{}
+		}
+	}))
+	observing := leadLogs.seen("observing the snap for the machine")
+	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(leader, ctx, first, "k8s.kubelet")
+	<-observing
+	joined := joinLogs.seen("joining an identical restart of another process")
+	restartAsync(joiner, ctx, second, "k8s.kubelet")
+	<-joined
+	if o := <-first; !errors.Is(o.err, snapsvc.ErrGaveUp) {
+		t.Fatalf("leader: %+v %v, want gave up", o.res, o.err)
+	}
+	<-refused // the joiner, now acting, is refused in turn
+	blk.Finish()
+	o := <-second
+	if o.err != nil || o.res.Shared || o.res.ChangeID == "" {
+		t.Fatalf("joiner: %+v %v, want its own restart", o.res, o.err)
+	}
+	if got := restartsOf(srv, "k8s.kubelet"); len(got) != 1 || got[0] != o.res.ChangeID {
+		t.Errorf("kubelet restarted by %v, want by %s alone", got, o.res.ChangeID)
+	}
+}
+
+// A leader's change that fails is its joiners' outcome too: the same
+// change, the same failure, not retryable.
+func TestMachineJoinersShareAFailedChange(t *testing.T) {
+	checkLeaks(t)
+	snap := k8sSnap(time.Millisecond)
+	snap.Apps[2].FailStart = fake.SystemctlJobFailed("k8s", "kubelet")
+	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	leadLogs, joinLogs := newLogWatch(), newLogWatch()
+	observing := leadLogs.seen("observing the snap for the machine")
+	joined := joinLogs.seen("joining an identical restart of another process")
+	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(procClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
+	<-observing
+	restartAsync(procClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger())), ctx, second, "k8s.kubelet")
+	<-joined
+	blk.Finish()
+	var ids []string
+	for _, ch := range []chan restartOutcome{first, second} {
+		o := <-ch
+		var ce *snapsvc.ChangeError
+		var oe *snapsvc.OpError
+		if !errors.As(o.err, &ce) || !errors.As(o.err, &oe) || oe.Retryable() || ce.Status != "Error" {
+			t.Fatalf("%+v %v, want the change's failure", o.res, o.err)
+		}
+		ids = append(ids, ce.ID)
+	}
+	if ids[0] != ids[1] || len(restartsOf(srv, "k8s.kubelet")) != 1 {
+		t.Errorf("failures name changes %v; kubelet restarted by %v", ids, restartsOf(srv, "k8s.kubelet"))
+	}
+}

@@ -1,0 +1,428 @@
+package snapsvc
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/snapsvc/snapsvc/internal/flock"
+	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
+)
+
+// One watcher per machine. The processes of a machine that control one
+// snap (a daemon's controllers, a hook, the CLI) each run a Client of
+// their own, and would each wait out a blocker with requests of their own:
+// snapd's load would grow with their number. They share the lock
+// directory (lock.go) already, and through it they share one watcher per
+// snap:
+//
+//   - The operation that meets a conflict takes the snap's observe lock
+//     (<snap>.observe, a file lock, without waiting) and becomes the
+//     machine's observer for the snap: it waits the blocker out as it
+//     would alone (state file, listing and notices, or the blind cadence:
+//     conflict.go) and publishes what it sees in <snap>.facts (written to a
+//     temporary file, then renamed over it): when it was refused (busy),
+//     the blockers it follows, whether snapd answers, and, once a request
+//     of its own went through, that the snap is free.
+//   - An operation of another process that meets a conflict while the
+//     observe lock is held, or that finds the facts saying the snap is
+//     busy and an observer at work before it sends anything, follows
+//     instead: it lets go of the snap's file lock and waits for the facts
+//     to say the snap is free as of a moment after it began to follow
+//     (inotify on the lock directory, which costs snapd nothing), then
+//     tries its request. It sends nothing to snapd meanwhile.
+//   - Each follower applies its own bounds (its context, its policy's time,
+//     its MaxUnreachable to the observer's view of snapd's reachability):
+//     facts shared, never bounds, as in-process shared waits do
+//     (sharedwait.go).
+//   - The observer stops observing when its operation ends. It publishes
+//     that the snap is free only when a request of its own went through
+//     (after its own change when it waited for it, before it lets go of
+//     the snap's file lock): then the followers try, one after the other
+//     behind the file lock. An observer that ends otherwise (its bound, an
+//     error), or dies (kill -9: the kernel lets go of its lock), publishes
+//     nothing; a follower finds the observe lock free within one poll
+//     interval (WithPollInterval: a local flock(2), no request), takes it,
+//     and tries its request itself, as the new observer.
+//
+// Times in the facts are the machine's monotonic clock (CLOCK_MONOTONIC,
+// one for every process of the machine and never stepped), so a follower
+// tells a fact read after it began to follow from an older one whatever
+// the wall clock does.
+//
+// Inside a strictly confined snap the lock directory is under
+// $SNAP_COMMON, where the default AppArmor template lets the snap read,
+// lock, write and link (snapd interfaces/apparmor/template.go:
+// /var/snap/{@{SNAP_NAME},@{SNAP_INSTANCE_NAME}}/** mrkix, .../common/**
+// wl): everything here needs no interface. Where the lock directory cannot
+// be watched (no inotify), a follower reads the facts every poll interval.
+//
+// A call made from a hook takes no part: a hook of the blocking change
+// must never wait behind an observer that waits for that very change
+// (waitIdle's and the conflict's wait skip it for the hook alone). Nor do
+// operations on several snaps, Clients without a lock directory
+// (WithoutFileLock), or on a clock of the caller's (WithClock).
+
+// machineFacts is what a snap's observer publishes in the lock directory.
+type machineFacts struct {
+	// Observer is the process that wrote the facts.
+	Observer int `json:"observer"`
+	// Busy is when the observer last met the snap busy (a refusal; the
+	// machine's clock, ns).
+	Busy int64 `json:"busy"`
+	// Free is when an observer last saw a request of its own go through
+	// after waiting: the snap was free then, as far as it could tell.
+	Free int64 `json:"free,omitempty"`
+	// Blockers are the changes the observer waits for, where it could
+	// list them.
+	Blockers []string `json:"blockers,omitempty"`
+	// Kind, AllSnaps and Message are the last conflict's, as snapd said
+	// it (retry.ConflictError).
+	Kind     string `json:"kind,omitempty"`
+	AllSnaps bool   `json:"all-snaps,omitempty"`
+	Message  string `json:"message,omitempty"`
+	// DownSince is when snapd became unreachable to the observer (0: it
+	// answers); DownErr and DownSocket say how.
+	DownSince  int64  `json:"down-since,omitempty"`
+	DownErr    string `json:"down-error,omitempty"`
+	DownSocket string `json:"down-socket,omitempty"`
+}
+
+// busy reports whether the facts say the snap is busy: a refusal seen
+// after the last time it was seen free.
+func (f *machineFacts) busy() bool { return f.Busy > f.Free }
+
+// conflict is the conflict the facts describe, for a follower's errors
+// and events.
+func (f *machineFacts) conflict(snap string) *retry.ConflictError {
+	ce := &retry.ConflictError{Snap: snap, ChangeKind: f.Kind, AllSnaps: f.AllSnaps, Message: f.Message}
+	if ce.Message == "" {
+		ce.Message = "snap " + snap + " is busy (seen by another process of this machine)"
+	}
+	if len(f.Blockers) > 0 {
+		ce.ChangeID = f.Blockers[0]
+	}
+	return ce
+}
+
+// unreachable returns the observer's view of snapd's reachability: since
+// when it has been unreachable (zero: it answers) and the last failure.
+func (f *machineFacts) unreachable() (time.Time, error) {
+	if f.DownSince == 0 {
+		return time.Time{}, nil
+	}
+	return machineTime(f.DownSince), &snapd.ConnectionError{Socket: f.DownSocket, Err: errors.New(f.DownErr)}
+}
+
+// maxFactsSize bounds what is read of a facts file.
+const maxFactsSize = 64 << 10
+
+// machineNow reads the machine's monotonic clock, in ns.
+func machineNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return time.Now().UnixNano() // not on Linux: never reached there
+	}
+	return ts.Nano()
+}
+
+// machineTime converts a time of the machine's monotonic clock to the
+// client's (real) clock.
+func machineTime(ns int64) time.Time { return time.Now().Add(-time.Duration(machineNow() - ns)) }
+
+// machineClock converts a time of the client's (real) clock to the
+// machine's monotonic clock.
+func machineClock(t time.Time) int64 { return machineNow() - int64(time.Since(t)) }
+
+// machine is a Client's part in what the processes of a machine share
+// through its lock directory: one watcher per snap (this file) and
+// identical restarts merged (merge.go).
+type machine struct {
+	dir   string    // the lock directory ("": nothing is shared)
+	watch *dirWatch // the lock directory's facts and flights; nil without dir
+	on    bool      // the Client takes part (see above)
+}
+
+// newMachine is the part of a Client with lock directory dir (""), built
+// in hook (""), on the real clock or not (a Client on a clock of its own
+// takes no part).
+func newMachine(dir, hook string, realClock bool) machine {
+	if dir == "" {
+		return machine{}
+	}
+	match := func(n string) bool { return strings.HasSuffix(n, factsSuffix) || strings.HasSuffix(n, flightSuffix) }
+	return machine{dir: dir, watch: newDirWatch(dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_MODIFY|unix.IN_DELETE, match),
+		on: hook == "" && realClock}
+}
+
+// shares reports whether operation o shares the machine's watcher and
+// merges: one snap's, from a Client that takes part.
+func (m machine) shares(o op) bool { return m.on && len(o.t.snaps) == 1 }
+
+// close ends the lock directory's watch (Client.Close).
+func (m machine) close() { m.watch.close() }
+
+const (
+	observeSuffix = ".observe"
+	factsSuffix   = ".facts"
+)
+
+// facts reads snap's facts; none published yet is the zero facts.
+func (m machine) facts(snap string) (machineFacts, error) {
+	var f machineFacts
+	b, err := flock.ReadFile(filepath.Join(m.dir, snap+factsSuffix), maxFactsSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return f, nil
+	}
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return machineFacts{}, nil // a file from elsewhere: no facts
+	}
+	return f, nil
+}
+
+// observer is the observe lock of a snap, held by the operation that
+// observes it for the machine, and the facts it publishes.
+type observer struct {
+	m     machine
+	snap  string
+	lock  *flock.Lock
+	facts machineFacts
+}
+
+// tryObserve takes snap's observe lock if nobody holds it.
+func (m machine) tryObserve(snap string) (*observer, bool, error) {
+	l, ok, err := flock.TryAcquire(filepath.Join(m.dir, snap+observeSuffix))
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	ob := &observer{m: m, snap: snap, lock: l}
+	// Keep when the snap was last seen free, whoever saw it: a follower
+	// that has not read it yet must still find it.
+	if f, err := m.facts(snap); err == nil {
+		ob.facts.Free = f.Free
+	}
+	ob.facts.Observer = os.Getpid()
+	return ob, true, nil
+}
+
+// publish writes the observer's facts.
+func (ob *observer) publish() error {
+	b, err := json.Marshal(&ob.facts)
+	if err != nil {
+		return err
+	}
+	return flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b)
+}
+
+// release lets go of the observe lock.
+func (ob *observer) release() { _ = ob.lock.Unlock() }
+
+// ---- the operation's side (operation.go's run loop calls these) ----
+
+// observeOrFollow decides, for an operation whose request snapd refused
+// with ce, whether it observes the snap for the machine (false: it waits
+// the conflict out itself, publishing what it sees) or follows another
+// process's observer (true: from joined, on the machine's clock).
+func (r *runner) observeOrFollow(ce *retry.ConflictError) (joined int64, follow bool) {
+	joined = machineNow() // before the observe lock is tried: a snap seen free since counts
+	if !r.c.machine.shares(r.o) {
+		return 0, false
+	}
+	if r.obs == nil {
+		ob, ok, err := r.c.machine.tryObserve(r.o.t.snaps[0])
+		switch {
+		case err != nil:
+			r.k.log.Debug("cannot share the wait with the machine's other processes", "error", err)
+			return 0, false
+		case !ok:
+			return joined, true
+		}
+		r.startObserving(ob)
+	}
+	f := &r.obs.facts
+	f.Busy, f.Blockers = machineNow(), nil
+	f.Kind, f.AllSnaps, f.Message = ce.ChangeKind, ce.AllSnaps, ce.Message
+	r.publish()
+	return 0, false
+}
+
+// startObserving makes the operation the machine's observer of its snap:
+// what its call learns of snapd's reachability is published too.
+func (r *runner) startObserving(ob *observer) {
+	r.obs = ob
+	r.k.log.Debug("observing the snap for the machine's processes", "snap", ob.snap)
+	r.k.onObserve = func() {
+		since, down := r.k.rt.unreachableSince()
+		f := &r.obs.facts
+		switch {
+		case !down && f.DownSince == 0:
+			return
+		case !down:
+			f.DownSince, f.DownErr, f.DownSocket = 0, "", ""
+		case f.DownSince != 0:
+			return // the run already published
+		default:
+			f.DownSince = machineClock(since)
+			if r.k.last != nil {
+				f.DownErr = r.k.last.Error()
+			}
+			if ce, ok := asConnectionError(r.k.last); ok {
+				f.DownSocket = ce.Socket
+			}
+		}
+		r.publish()
+	}
+}
+
+// observed publishes the blockers the observer follows.
+func (r *runner) observed(ids []string) {
+	if r.obs != nil && len(ids) > 0 {
+		r.obs.facts.Blockers = ids
+		r.publish()
+	}
+}
+
+// publish writes the observer's facts; a failure leaves the followers to
+// their bounds and to taking over, and is only logged.
+func (r *runner) publish() {
+	if err := r.obs.publish(); err != nil {
+		r.k.log.Debug("cannot publish what this process sees of the snap", "error", err)
+	}
+}
+
+// stopObserving ends the operation's observing, once it is over (before
+// it lets go of the snap's file lock): if a request of its own went
+// through, the snap is free for the followers to try theirs.
+func (r *runner) stopObserving() {
+	if r.obs == nil {
+		return
+	}
+	r.k.onObserve = nil
+	if r.res.ChangeID != "" || r.res.Status != "" || r.res.Queued {
+		r.obs.facts.Free = machineNow()
+		r.obs.facts.Blockers = nil
+		r.publish()
+	}
+	r.obs.release()
+	r.obs = nil
+}
+
+// busyElsewhere reports, before an attempt, whether another process of the
+// machine observes the snap busy, and the conflict it met: the operation
+// then follows it rather than send a request bound to be refused. Where
+// the facts say busy but nobody observes (the observer ended or died), the
+// operation becomes the observer and sends.
+func (r *runner) busyElsewhere() (ce *retry.ConflictError, joined int64, busy bool) {
+	c := r.c
+	if r.obs != nil || !c.machine.shares(r.o) {
+		return nil, 0, false
+	}
+	snap := r.o.t.snaps[0]
+	joined = machineNow() // before the facts are read: a snap seen free since counts
+	f, err := c.machine.facts(snap)
+	if err != nil || !f.busy() {
+		return nil, 0, false
+	}
+	ob, ok, err := c.machine.tryObserve(snap)
+	switch {
+	case err != nil:
+		return nil, 0, false
+	case ok:
+		r.startObserving(ob)
+		return nil, 0, false
+	}
+	return f.conflict(snap), joined, true
+}
+
+// follow waits for the machine's observer of the snap (another process)
+// to see it free as of joined (the machine's clock, when the operation
+// found the snap busy) or later, within the call's bounds and without a
+// request to snapd. It lets go of the snap's file lock meanwhile, as every
+// wait for someone else's change does (conflict.go). It returns tryFresh
+// once the snap was seen free; tryAgain when nobody observes any more (the
+// observer ended, or died) and this operation took over; or the call's
+// end.
+func (r *runner) follow(ce *retry.ConflictError, joined int64) (next, error) {
+	c, k := r.c, r.k
+	snap := r.o.t.snaps[0]
+	if r.locks != nil {
+		r.locks.releaseFiles()
+	}
+	f, _ := c.machine.facts(snap)
+	ev := k.event(EventConflict)
+	ev.Blockers, ev.Err = f.Blockers, ce
+	c.events.emit(ev)
+	k.last = ce
+	k.log.Info("conflict; another process of this machine waits it out: following what it sees", "observer", f.Observer, "changes", f.Blockers, "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+	w := c.machine.watch
+	for {
+		var mark uint64
+		watched := w.open()
+		if watched {
+			mark = w.mark()
+		}
+		f, err := c.machine.facts(snap)
+		if err != nil {
+			k.log.Debug("cannot read what the machine's observer sees", "error", err)
+		}
+		r.res.WaitedFor = appendNew(r.res.WaitedFor, f.Blockers...)
+		if f.Free >= joined {
+			k.log.Debug("the machine's observer saw the snap free; trying again", "observer", f.Observer)
+			return tryFresh, r.relockFiles()
+		}
+		// The observer's view of snapd's reachability, this call's bounds.
+		since, downErr := f.unreachable()
+		k.observeSince(downErr, since)
+		if left, ok := k.left(); ok && left <= 0 {
+			if err := k.exhausted(ce); err != nil {
+				return 0, err
+			}
+		}
+		if ob, ok, err := c.machine.tryObserve(snap); err == nil && ok {
+			r.startObserving(ob)
+			if f, err := c.machine.facts(snap); err == nil && f.Free >= joined {
+				return tryFresh, r.relockFiles()
+			}
+			k.log.Info("the process that waited the conflict out for this machine is gone; taking over", "observer", f.Observer)
+			return tryAgain, r.relockFiles()
+		}
+		if err := r.awaitFacts(w, watched, mark); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// awaitFacts waits for news in the lock directory after mark (watched:
+// the watch works), at most one poll interval (an observer that died
+// publishes nothing), within the call's bounds.
+func (r *runner) awaitFacts(w *dirWatch, watched bool, mark uint64) error {
+	k := r.k
+	d := r.c.poll
+	left, bounded := k.left()
+	if !watched {
+		return k.sleep(d)
+	}
+	if bounded && left < d {
+		d = left
+	}
+	woke, err := w.waitFrom(k.ctx, d, mark)
+	switch {
+	case k.ctx.Err() != nil:
+		return interrupted(k.ctx, k.last)
+	case err != nil:
+		return k.sleep(r.c.poll) // the watch broke (Close): poll
+	case !woke && bounded && d == left:
+		return k.exhausted(nil)
+	}
+	return nil
+}

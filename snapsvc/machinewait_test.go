@@ -1,0 +1,274 @@
+package snapsvc_test
+
+// Tests of one watcher per machine (machinewait.go): Clients with lock
+// registries of their own, as separate processes have, sharing one lock
+// directory. machineproc_test.go runs the same with real processes.
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapsvc/snapsvc/fake"
+	"github.com/snapsvc/snapsvc/retry"
+	"github.com/snapsvc/snapsvc/snapsvc"
+)
+
+// procClient builds a REST Client as another process of the machine runs
+// it: its own path to srv's socket (so a lock registry of its own), the
+// lock directory every process shares, its requests sent as ua.
+func procClient(t *testing.T, srv *fake.Server, ua string, opts ...snapsvc.Option) *snapsvc.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "snapd.socket")
+	if err := os.Symlink(srv.SocketPath(), sock); err != nil {
+		t.Fatal(err)
+	}
+	base := []snapsvc.Option{snapsvc.WithSocket(sock), snapsvc.WithMode(snapsvc.ModeREST),
+		snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".snapsvc-lock")), snapsvc.WithTransport(userAgent(ua))}
+	c, err := snapsvc.New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// requestsOf returns the requests srv got from ua.
+func requestsOf(srv *fake.Server, ua string) []fake.Request {
+	var out []fake.Request
+	for _, r := range srv.Requests() {
+		if r.UserAgent == ua {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// refusedPosts counts ua's requests to act that snapd refused.
+func refusedPosts(srv *fake.Server, ua string) int {
+	n := 0
+	for _, r := range requestsOf(srv, ua) {
+		if r.Method == "POST" && r.Status >= 400 {
+			n++
+		}
+	}
+	return n
+}
+
+// Four processes restart four services while a foreign change holds the
+// snap, on a snapd that can only be polled (2.57, no state file): one of
+// them waits the blocker out, the three others send snapd nothing until
+// it is done, then each makes its change.
+func TestMachineProcessesShareOneWatcher(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
+	services := []string{"kubelet", "containerd", "kube-proxy", "kube-apiserver"}
+	outs := make([]chan restartOutcome, len(services))
+	for i, s := range services {
+		// Each has met the snap busy (refused, or told by the facts)
+		// before the next one starts.
+		conflict := make(chan struct{})
+		var once sync.Once
+		c := procClient(t, srv, "proc-"+s, snapsvc.WithObserver(func(ev snapsvc.Event) {
+			if ev.Kind == snapsvc.EventConflict {
+				once.Do(func() { close(conflict) })
+			}
+		}))
+		outs[i] = make(chan restartOutcome, 1)
+		restartAsync(c, ctx, outs[i], "k8s."+s)
+		select {
+		case <-conflict:
+		case o := <-outs[i]:
+			t.Fatalf("%s returned before it met the blocker: %+v %v", s, o.res, o.err)
+		}
+	}
+	// The observer polls the blocker; the others are silent.
+	before, all := len(requestsOf(srv, "proc-kubelet")), len(srv.Requests())
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Requests() >= all+5 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range services[1:] {
+		if n := len(requestsOf(srv, "proc-"+s)); n != 0 {
+			t.Errorf("%s sent %d requests while another process waited the blocker out, want 0", s, n)
+		}
+	}
+	if n := len(requestsOf(srv, "proc-kubelet")); n < before+5 {
+		t.Fatalf("the observer made %d requests while waiting, want it to poll", n-before)
+	}
+	blk.Finish()
+	ids := map[string]bool{}
+	for i, s := range services {
+		o := <-outs[i]
+		if o.err != nil {
+			t.Fatalf("%s: %v", s, o.err)
+		}
+		if o.res.ChangeID == "" || ids[o.res.ChangeID] || o.res.Shared {
+			t.Errorf("%s: result %+v, want a change of its own", s, o.res)
+		}
+		ids[o.res.ChangeID] = true
+		if chg, _ := srv.ChangeByID(o.res.ChangeID); chg.Status != "Done" || bodyOf(srv, o.res.ChangeID) == "" {
+			t.Errorf("%s: change %s %+v", s, o.res.ChangeID, chg)
+		}
+		if i > 0 && (refusedPosts(srv, "proc-"+s) != 0 || o.res.Attempts != 1 || o.res.Conflicts != 1) {
+			t.Errorf("%s: %d requests refused, result %+v; want one request, accepted, after one conflict waited out", s, refusedPosts(srv, "proc-"+s), o.res)
+		}
+	}
+}
+
+// The observer's call ends (its own policy's time) while the blocker
+// holds: a follower takes over, waits the blocker out itself, and acts.
+func TestMachineFollowerTakesOverFromAnObserverThatGaveUp(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	short := retry.DefaultPolicy()
+	short.MaxElapsedTime = 300 * time.Millisecond
+	obsLogs, folLogs := newLogWatch(), newLogWatch()
+	obs := procClient(t, srv, "observer", snapsvc.WithPolicy(short), snapsvc.WithLogger(obsLogs.logger()))
+	conflicts := make(chan struct{}, 100)
+	fol := procClient(t, srv, "follower", snapsvc.WithLogger(folLogs.logger()), snapsvc.WithObserver(func(ev snapsvc.Event) {
+		if ev.Kind == snapsvc.EventConflict {
+			conflicts <- struct{}{}
+		}
+	}))
+	observing := obsLogs.seen("observing the snap for the machine")
+	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(obs, ctx, first, "k8s.kubelet")
+	<-observing
+	following, takeover := folLogs.seen("following what it sees"), folLogs.seen("taking over")
+	restartAsync(fol, ctx, second, "k8s.containerd")
+	<-following
+	if o := <-first; !errors.Is(o.err, snapsvc.ErrGaveUp) {
+		t.Fatalf("observer: %+v %v, want gave up", o.res, o.err)
+	}
+	select {
+	case <-takeover:
+	case o := <-second:
+		t.Fatalf("the follower returned instead of taking over: %+v %v", o.res, o.err)
+	}
+	// It acts: refused, it waits the blocker out as the new observer (its
+	// first conflict was the one it followed).
+	<-conflicts
+	<-conflicts
+	if refusedPosts(srv, "follower") < 1 {
+		t.Fatalf("the follower's requests: %+v", requestsOf(srv, "follower"))
+	}
+	blk.Finish()
+	o := <-second
+	if o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("follower: %+v %v", o.res, o.err)
+	}
+}
+
+// A follower keeps its own bounds: its policy's time ends while the
+// observer (a long policy) still waits, and it gives up, retryable,
+// having sent nothing.
+func TestMachineFollowerKeepsItsOwnBound(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	short := retry.DefaultPolicy()
+	short.MaxElapsedTime = 200 * time.Millisecond
+	obsLogs := newLogWatch()
+	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
+	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(short))
+	observing := obsLogs.seen("observing the snap for the machine")
+	first := make(chan restartOutcome, 1)
+	restartAsync(obs, ctx, first, "k8s.kubelet")
+	<-observing
+	start := time.Now()
+	_, err := fol.Restart(ctx, []string{"k8s.containerd"}, snapsvc.RestartOptions{})
+	took := time.Since(start)
+	var oe *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrGaveUp) || !errors.As(err, &oe) || !oe.Retryable() || oe.Attempts != 0 || !retry.IsConflict(err) {
+		t.Fatalf("follower: %v, want a retryable give-up after a conflict, with no attempt", err)
+	}
+	if n := len(requestsOf(srv, "follower")); n != 0 {
+		t.Errorf("the follower sent %d requests", n)
+	}
+	t.Logf("the follower gave up after %v (its policy: %v)", took, short.MaxElapsedTime)
+	blk.Finish()
+	if o := <-first; o.err != nil {
+		t.Fatalf("observer: %v", o.err)
+	}
+}
+
+// What the observer sees of snapd's reachability is each follower's to
+// judge by its own MaxUnreachable: snapd goes away while the observer
+// waits; a follower with a short MaxUnreachable gives up, the observer
+// (a long one) rides it out.
+func TestMachineFollowerJudgesUnreachabilityByItsOwnPolicy(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	quick := retry.DefaultPolicy()
+	quick.MaxUnreachable = 100 * time.Millisecond
+	obsLogs, folLogs := newLogWatch(), newLogWatch()
+	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
+	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(quick), snapsvc.WithLogger(folLogs.logger()))
+	observing := obsLogs.seen("observing the snap for the machine")
+	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(obs, ctx, first, "k8s.kubelet")
+	<-observing
+	following := folLogs.seen("following what it sees")
+	restartAsync(fol, ctx, second, "k8s.containerd")
+	<-following
+	srv.StopListening()
+	o := <-second
+	if !errors.Is(o.err, snapsvc.ErrGaveUp) || len(requestsOf(srv, "follower")) != 0 {
+		t.Fatalf("follower: %+v %v, want a give-up on snapd unreachable, without a request", o.res, o.err)
+	}
+	var ce *snapsvc.ConnectionError
+	if !errors.As(o.err, &ce) {
+		t.Errorf("follower's error %v does not say snapd was unreachable", o.err)
+	}
+	if err := srv.StartListening(); err != nil {
+		t.Fatal(err)
+	}
+	blk.Finish()
+	if o := <-first; o.err != nil {
+		t.Fatalf("observer: %v", o.err)
+	}
+}
+
+// A call from a hook never follows another process's observer: the
+// blocker may be its own hook's change. It waits the conflict out itself.
+func TestMachineHookNeverFollows(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	obsLogs, hookLogs := newLogWatch(), newLogWatch()
+	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
+	hook := procClient(t, srv, "hook", snapsvc.WithHook("post-refresh"), snapsvc.WithLogger(hookLogs.logger()))
+	observing := obsLogs.seen("observing the snap for the machine")
+	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(obs, ctx, first, "k8s.kubelet")
+	<-observing
+	waiting := hookLogs.seen("waiting for blocking changes")
+	restartAsync(hook, ctx, second, "k8s.containerd")
+	<-waiting
+	blk.Finish()
+	for _, ch := range []chan restartOutcome{first, second} {
+		if o := <-ch; o.err != nil {
+			t.Fatal(o.err)
+		}
+	}
+	for _, l := range hookLogs.all() {
+		if strings.Contains(l, "following what it sees") {
+			t.Errorf("the hook followed: %s", l)
+		}
+	}
+	if refusedPosts(srv, "hook") == 0 {
+		t.Error("the hook sent no request of its own while the blocker held")
+	}
+}
