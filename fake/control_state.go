@@ -30,7 +30,9 @@ func (s *Server) SetService(snap, app string, st AppState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a := s.appLocked(snap, app); a != nil {
+		before := stateOf(a)
 		a.Enabled, a.Active = st.Enabled, st.Active
+		s.noteServiceLocked(a, before)
 	}
 }
 

@@ -241,6 +241,7 @@ func (s *Server) runStepsLocked(r *svcRun) {
 
 func (s *Server) applyStepLocked(r *svcRun, st *step) string {
 	a := st.app
+	defer s.noteServiceLocked(a, stateOf(a))
 	switch st.kind {
 	case stepEnable:
 		a.Enabled = true
@@ -297,10 +298,12 @@ func (s *Server) failServiceTaskLocked(r *svcRun, msg string) {
 		ordered := orderServices(r.op.services)
 		for i := len(ordered) - 1; i >= 0; i-- {
 			a := ordered[i]
+			before := stateOf(a)
 			a.Active = false
 			if r.op.modifier == "enable" {
 				a.Enabled = false
 			}
+			s.noteServiceLocked(a, before)
 		}
 	}
 	s.failTaskLocked(r.t, msg)

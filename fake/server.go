@@ -41,6 +41,7 @@ type Server struct {
 	stateWake      chan struct{}
 	hooks          map[string]*Hook
 	requests       []Request
+	svcHistory     map[string][]ServiceStateAt // snap.app: its states (history.go)
 	counters       Counters
 	maint          *errorResult
 	latency        time.Duration
