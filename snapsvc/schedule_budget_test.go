@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -301,6 +302,26 @@ func (l *slotLog) covers(key string, client int, from, to time.Time) (covered, l
 		}
 	}
 	return false, lost
+}
+
+// describe says, for a failure's message, when each slot of key was held
+// (the real clock).
+func (l *slotLog) describe(key string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, sp := range l.spans {
+		if sp.key == key {
+			fmt.Fprintf(&b, "\n  client %d from %s", sp.client, sp.from.Format("15:04:05.000"))
+			if sp.released {
+				fmt.Fprintf(&b, " to %s", sp.to.Format("15:04:05.000"))
+			}
+			if sp.lost {
+				b.WriteString(" (lost)")
+			}
+		}
+	}
+	return b.String()
 }
 
 // isBudgetError reports whether err is a budget's failure (a *BudgetError).

@@ -1375,8 +1375,8 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 				counts.lostCovers++
 			default:
 				counts.releasedEarly++
-				return fmt.Errorf("restart budget: no slot of %s was held by client %d through change %s (%s, %v to %v): released while it ran; faults %v",
-					key, client, id, g, spawn.Format("15:04:05.000"), ready.Format("15:04:05.000"), s.faults)
+				return fmt.Errorf("restart budget: no slot of %s was held by client %d through change %s (%s, %v to %v): released while it ran; faults %v; budget %s; slots %s; calls %s",
+					key, client, id, g, spawn.Format("15:04:05.000"), ready.Format("15:04:05.000"), s.faults, s.budget.behaviour, s.slots.describe(key), s.describeCalls(g))
 			}
 		}
 	}
@@ -1516,4 +1516,17 @@ func settledLeakCounts(before leaks) leaks {
 		time.Sleep(50 * time.Millisecond) // waiting for asynchronous closes, not synchronising
 	}
 	return l
+}
+
+// describeCalls says, for a failure's message, how each call asking g
+// went (times on snapd's clock).
+func (s *schedule) describeCalls(g sig) string {
+	var b strings.Builder
+	for i, cl := range s.calls {
+		if cl.sig == g {
+			fmt.Fprintf(&b, "\n  call %d client %d timeout %v: %v to %v, result %+v, error %v", i, cl.client, cl.timeout,
+				cl.start.Format("15:04:05.000"), cl.end.Format("15:04:05.000"), cl.res, cl.err)
+		}
+	}
+	return b.String()
 }
