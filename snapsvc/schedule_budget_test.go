@@ -285,11 +285,17 @@ func (l *slotLog) lost(s *schedSlot) {
 }
 
 // covers reports whether a slot of key that client held covered from to
-// to (real clock), and whether a slot of key the client held then was
-// lost (the budget took it away: nothing is promised after that).
-func (l *slotLog) covers(key string, client int, from, to time.Time) (covered, lost bool) {
+// to (real clock), and whether a slot of key the client held when the
+// request was sent (sent) was lost before to: the budget took it away, and
+// nothing is promised after that (snapd may act on a request written
+// under a slot after the slot is gone: a handler late for its state lock).
+func (l *slotLog) covers(key string, client int, sent, from, to time.Time) (covered, lost bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	first := from
+	if sent.Before(first) {
+		first = sent
+	}
 	for _, sp := range l.spans {
 		if sp.key != key || sp.client != client {
 			continue
@@ -297,7 +303,7 @@ func (l *slotLog) covers(key string, client int, from, to time.Time) (covered, l
 		if !sp.from.After(from) && (!sp.released || !sp.to.Before(to)) {
 			return true, false
 		}
-		if sp.lost && !sp.from.After(to) && (!sp.released || !sp.to.Before(from)) {
+		if sp.lost && !sp.from.After(to) && (!sp.released || !sp.to.Before(first)) {
 			lost = true
 		}
 	}

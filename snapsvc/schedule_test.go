@@ -1354,7 +1354,7 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 		}
 		counts.budgetedChanges++
 		// snapd's clock is s.skew off the client's.
-		spawn, ready := ci.SpawnTime.Add(-s.skew), ci.ReadyTime.Add(-s.skew)
+		spawn, ready, sent := ci.SpawnTime.Add(-s.skew), ci.ReadyTime.Add(-s.skew), r.Time.Add(-s.skew)
 		var keys []string
 		for _, n := range strings.Split(g.names, ",") {
 			if n != "k8s" {
@@ -1368,7 +1368,7 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 		}
 		for _, key := range keys {
 			counts.checks++
-			covered, lost := s.slots.covers(key, client, spawn, ready)
+			covered, lost := s.slots.covers(key, client, sent, spawn, ready)
 			switch {
 			case covered:
 			case lost:
