@@ -285,10 +285,13 @@ func (l *slotLog) lost(s *schedSlot) {
 }
 
 // covers reports whether a slot of key that client held covered from to
-// to (real clock), and whether a slot of key the client held when the
-// request was sent (sent) was lost before to: the budget took it away, and
-// nothing is promised after that (snapd may act on a request written
-// under a slot after the slot is gone: a handler late for its state lock).
+// to (real clock), and whether a slot of key the client held from sent
+// (when the call that sent the request began) on was lost before to: the
+// budget took it away, and nothing is promised after that (snapd may act
+// on a request written under a slot after the slot is gone: a handler
+// late for its state lock). A slot counts as lost only if the client had
+// not given it back first (schedSlot.lose), so an early release is never
+// taken for a loss.
 func (l *slotLog) covers(key string, client int, sent, from, to time.Time) (covered, lost bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
