@@ -7,6 +7,8 @@ package snapsvc_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -184,5 +186,70 @@ func TestMachineJoinersShareAFailedChange(t *testing.T) {
 	}
 	if ids[0] != ids[1] || len(restartsOf(srv, "k8s.kubelet")) != 1 {
 		t.Errorf("failures name changes %v; kubelet restarted by %v", ids, restartsOf(srv, "k8s.kubelet"))
+	}
+}
+
+// ctlProcClient is procClient inside the snap: snapctl on the snap
+// socket, with the snap's cookie.
+func ctlProcClient(t *testing.T, srv *fake.Server, ua string, opts ...snapsvc.Option) *snapsvc.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "snapd-snap.socket")
+	if err := os.Symlink(srv.SnapSocketPath(), sock); err != nil {
+		t.Fatal(err)
+	}
+	base := []snapsvc.Option{snapsvc.WithSnapSocket(sock), snapsvc.WithMode(snapsvc.ModeSnapctl), snapsvc.WithCookie(srv.Cookie("k8s")),
+		snapsvc.WithSnap("k8s"), snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".snapsvc-lock")), snapsvc.WithTransport(userAgent(ua))}
+	c, err := snapsvc.New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A joiner's error is its leader's, as errors.Is and errors.As see it:
+// in snapctl mode a failed change comes with snapd's refusal of the
+// command (an *APIError) beside the *ChangeError, and a joiner in
+// another process must find both, as an in-process joiner does.
+func TestMachineSnapctlJoinersShareTheWholeFailure(t *testing.T) {
+	checkLeaks(t)
+	snap := k8sSnap(time.Millisecond)
+	snap.Apps[2].FailStart = fake.SystemctlJobFailed("k8s", "kubelet")
+	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	leadLogs, joinLogs := newLogWatch(), newLogWatch()
+	observing := leadLogs.seen("observing the snap for the machine")
+	joined := joinLogs.seen("joining an identical restart of another process")
+	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(ctlProcClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
+	<-observing
+	restartAsync(ctlProcClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger())), ctx, second, "k8s.kubelet")
+	<-joined
+	blk.Finish()
+	lead, join := <-first, <-second
+	if lead.err == nil || join.err == nil {
+		t.Fatalf("leader %+v %v, joiner %+v %v: want the change's failure for both", lead.res, lead.err, join.res, join.err)
+	}
+	if len(requestsOf(srv, "joiner")) != 0 {
+		t.Fatalf("the joiner sent requests: %+v", requestsOf(srv, "joiner"))
+	}
+	var lce, jce *snapsvc.ChangeError
+	if !errors.As(lead.err, &lce) || !errors.As(join.err, &jce) || *lce != *jce {
+		t.Errorf("change errors: leader %+v, joiner %+v", lce, jce)
+	}
+	var lapi, japi *snapsvc.APIError
+	la, ja := errors.As(lead.err, &lapi), errors.As(join.err, &japi)
+	if la != ja {
+		t.Errorf("errors.As(*APIError): leader %v, joiner %v", la, ja)
+	} else if la && (lapi.Message != japi.Message || lapi.StatusCode != japi.StatusCode || lapi.Kind != japi.Kind) {
+		t.Errorf("snapd's answer: leader %+v, joiner %+v", lapi, japi)
+	}
+	var loe, joe *snapsvc.OpError
+	if !errors.As(lead.err, &loe) || !errors.As(join.err, &joe) || loe.Retryable() != joe.Retryable() || loe.ChangeID != joe.ChangeID {
+		t.Errorf("op errors: leader %#v, joiner %#v", loe, joe)
+	}
+	if lead.err.Error() != join.err.Error() {
+		t.Errorf("errors differ:\nleader %v\njoiner %v", lead.err, join.err)
 	}
 }

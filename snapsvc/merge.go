@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/flock"
+	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
 // flight is a restart waiting for its snap's lock that identical requests
@@ -189,6 +190,51 @@ type flightOutcome struct {
 	Conflicts int          `json:"conflicts,omitempty"`
 	WaitedFor []string     `json:"waited-for,omitempty"`
 	Failed    *ChangeError `json:"failed,omitempty"` // the change's failure
+	// Answer is snapd's answer that reported the failure, where the
+	// leader's error holds it beside Failed (snapctl's "cannot perform
+	// the following tasks": changeFailure, matching.go), so that a
+	// joiner's error is the leader's for errors.Is and errors.As.
+	Answer *flightAnswer `json:"answer,omitempty"`
+}
+
+// flightAnswer is a *snapd.Error as a flight's file holds it.
+type flightAnswer struct {
+	Method      string             `json:"method,omitempty"`
+	Path        string             `json:"path,omitempty"`
+	StatusCode  int                `json:"status-code,omitempty"`
+	Kind        string             `json:"kind,omitempty"`
+	Value       json.RawMessage    `json:"value,omitempty"`
+	Message     string             `json:"message,omitempty"`
+	Maintenance *snapd.Maintenance `json:"maintenance,omitempty"`
+}
+
+// sharedFailure returns, for a leader's error err that is its change's
+// failure (a *ChangeError), the outcome its joiners share: the change's
+// failure, snapd's answer beside it if any, and the attempts and change
+// the leader's *OpError names.
+func sharedFailure(err error, ce *ChangeError) *flightOutcome {
+	out := &flightOutcome{Shared: true, Failed: ce, ChangeID: ce.ID}
+	var oe *OpError
+	if errors.As(err, &oe) {
+		out.Attempts, out.ChangeID = oe.Attempts, oe.ChangeID
+	}
+	var ans *snapd.Error
+	if errors.As(err, &ans) {
+		out.Answer = &flightAnswer{Method: ans.Method, Path: ans.Path, StatusCode: ans.StatusCode, Kind: ans.Kind,
+			Value: ans.Value, Message: ans.Message, Maintenance: ans.Maintenance}
+	}
+	return out
+}
+
+// failure is the cause of a joiner's error for the failure out shares,
+// as its leader's error has it: the change's failure, joined with
+// snapd's answer where the leader's holds one.
+func (out *flightOutcome) failure() error {
+	if a := out.Answer; a != nil {
+		return errors.Join(out.Failed, &snapd.Error{Method: a.Method, Path: a.Path, StatusCode: a.StatusCode, Kind: a.Kind,
+			Value: a.Value, Message: a.Message, Maintenance: a.Maintenance})
+	}
+	return out.Failed
 }
 
 // encodeFlight is a record as written: JSON, a newline, its checksum.
@@ -311,11 +357,7 @@ func (f *leadFlight) finish(res *Result, err error) {
 		out.Shared = true
 		out.ChangeID, out.Status, out.Attempts, out.Conflicts, out.WaitedFor = res.ChangeID, res.Status, res.Attempts, res.Conflicts, res.WaitedFor
 	case errors.As(err, &ce):
-		out.Shared, out.Failed, out.ChangeID = true, ce, ce.ID
-		var oe *OpError
-		if errors.As(err, &oe) {
-			out.Attempts = oe.Attempts
-		}
+		out = sharedFailure(err, ce)
 	}
 	_ = f.lock.Rewrite(encodeFlight(flightRecord{Leader: os.Getpid(), Phase: flightDone, Outcome: out}))
 	_ = f.lock.Remove()
@@ -438,7 +480,7 @@ func (k *call) flightOutcome(o op, out *flightOutcome) (*Result, error, bool) {
 	}
 	k.log.Debug("restart merged into an identical restart of another process", "change", out.ChangeID)
 	if out.Failed != nil {
-		return nil, c.opError(o, out.ChangeID, out.Attempts, out.Failed), true
+		return nil, c.opError(o, out.ChangeID, out.Attempts, out.failure()), true
 	}
 	return &Result{ChangeID: out.ChangeID, Status: out.Status, Attempts: out.Attempts, Conflicts: out.Conflicts,
 		WaitedFor: slices.Clone(out.WaitedFor), Shared: true}, nil, true
