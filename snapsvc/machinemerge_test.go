@@ -253,3 +253,77 @@ func TestMachineSnapctlJoinersShareTheWholeFailure(t *testing.T) {
 		t.Errorf("errors differ:\nleader %v\njoiner %v", lead.err, join.err)
 	}
 }
+
+// A restart of this process may join another restart of this process
+// only while that one's request, and the request of any other process's
+// restart it joins, has not been sent: here this process's first restart
+// reads another process's flight open, that flight's request is sent and
+// its change made, and only then does a second restart of this process
+// come. The change was made before the second call began: it must not
+// be reported as that call's restart.
+func TestMachineInProcessJoinerNeverTakesARestartSentBeforeItsCall(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	aLogs, bLogs := newLogWatch(), newLogWatch()
+	observing := aLogs.seen("observing the snap for the machine")
+	first := make(chan restartOutcome, 1)
+	restartAsync(procClient(t, srv, "A", snapsvc.WithLogger(aLogs.logger())), ctx, first, "k8s.kubelet")
+	<-observing // A's flight is open: its request was refused
+
+	// Process B's first restart reads A's flight open, and is held there.
+	readOpen, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	snapsvc.SetFlightReadHook(t, func(phase string) {
+		if phase == "open" {
+			once.Do(func() {
+				close(readOpen)
+				<-release
+			})
+		}
+	})
+	b := procClient(t, srv, "B", snapsvc.WithLogger(bLogs.logger()))
+	second := make(chan restartOutcome, 1)
+	restartAsync(b, ctx, second, "k8s.kubelet")
+	<-readOpen
+	// A's request goes out and makes its change, which ends.
+	blk.Finish()
+	o := <-first
+	if o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("A: %+v %v", o.res, o.err)
+	}
+	sent := o.res.ChangeID
+	// Only now does B's second restart begin.
+	decided := make(chan struct{}, 2)
+	for _, m := range []string{"joining an identical restart waiting for the snap's lock", "leading identical restarts until the snap's lock is taken"} {
+		ch := bLogs.seen(m)
+		go func() {
+			select {
+			case <-ch:
+				decided <- struct{}{}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	third := make(chan restartOutcome, 1)
+	restartAsync(b, ctx, third, "k8s.kubelet")
+	select {
+	case <-decided:
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	close(release)
+	// B's first restart began before A's request was sent: A's change,
+	// or a change of its own, is its restart.
+	if o := <-second; o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("B's first restart: %+v %v", o.res, o.err)
+	}
+	o = <-third
+	if o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("B's second restart: %+v %v", o.res, o.err)
+	}
+	if o.res.ChangeID == sent {
+		t.Fatalf("B's second restart reports change %s, requested before the call began (result %+v)", sent, o.res)
+	}
+}

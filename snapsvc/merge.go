@@ -151,7 +151,15 @@ func resultChange(r *Result) string {
 //     outcome, with the same change id; any other end of the leader's (its
 //     own bound, an unknown outcome, a leader killed: its lock let go with
 //     no outcome) says nothing of the joiner's, which acts itself;
-//   - with one under way and sent, it acts alone, as before.
+//   - with one under way and sent, it waits until it is open again (its
+//     request refused by a conflict), then joins, or until it is over,
+//     then enters anew.
+//
+// A restart joins only on a phase read open after this process's
+// identical restarts stopped joining it (its onLocked): the other
+// process's request may be sent the moment after its phase was read, and
+// a restart of this process whose call begins then must not take that
+// request's change for its own.
 //
 // Entering is serialised per snap by a short lock (<snap>.flights), held
 // while a flight is looked up, created or found abandoned and removed;
@@ -278,8 +286,8 @@ type joinedFlight struct {
 }
 
 // enterFlight leads a new flight for key on snap, or finds the one under
-// way: joined if its request is not being sent, else to join once it is
-// open again (refused by a conflict) or to enter anew once it is over.
+// way, for awaitFlight: to join while its request is not being sent, or
+// to enter anew once it is over.
 func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight, *joinedFlight, error) {
 	l, err := flock.Acquire(ctx, filepath.Join(m.dir, snap+flightsSuffix))
 	if err != nil {
@@ -295,8 +303,7 @@ func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight
 	default:
 		free, err := h.Released()
 		if err == nil && !free {
-			rec, ok := readFlight(h)
-			return nil, &joinedFlight{h: h, joined: ok && rec.Phase == flightOpen}, nil
+			return nil, &joinedFlight{h: h}, nil
 		}
 		h.Close()
 		if err != nil {
@@ -313,6 +320,11 @@ func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight
 	}
 	return &leadFlight{lock: fl, phase: flightOpen}, nil, nil
 }
+
+// testHookFlightRead is called when a restart has read the phase of
+// another process's flight it may join, before it acts on it
+// (export_test.go).
+var testHookFlightRead = func(phase string) {}
 
 // readFlight reads a flight's record, again while it meets a write
 // halfway (a rewrite takes microseconds).
@@ -410,31 +422,33 @@ func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result
 func (k *call) awaitFlight(o op, fl *joinedFlight, onLocked func()) (res *Result, err error, ended bool) {
 	c := k.c
 	defer fl.h.Close()
-	join := func() {
-		// Callers of this process that would join it from now on might
-		// join after the flight's request was sent: they lead their own.
-		fl.joined = true
-		onLocked()
-		k.log.Debug("joining an identical restart of another process, not sent yet")
-	}
-	if fl.joined {
-		join()
-	} else {
-		k.log.Debug("an identical restart of another process is being sent; waiting until it can be joined or is over")
-	}
 	w := c.machine.watch
-	for {
+	for first := true; ; first = false {
 		var mark uint64
 		watched := w.open()
 		if watched {
 			mark = w.mark()
 		}
 		rec, ok := readFlight(fl.h)
+		testHookFlightRead(rec.Phase)
+		if ok && rec.Phase == flightOpen && !fl.joined {
+			// The request may be sent the moment after its phase was
+			// read: callers of this process that joined this one since
+			// (merge.go) began after that moment. This process's flight
+			// closes first (those that come from now on lead their own),
+			// then the phase is read again: open still, the request is
+			// sent after every joiner's call began.
+			onLocked()
+			if rec, ok = readFlight(fl.h); ok && rec.Phase == flightOpen {
+				fl.joined = true
+				k.log.Debug("joining an identical restart of another process, not sent yet")
+			}
+		}
 		switch {
 		case ok && rec.Phase == flightDone && fl.joined:
 			return k.flightOutcome(o, rec.Outcome)
-		case ok && rec.Phase == flightOpen && !fl.joined:
-			join()
+		case first && !fl.joined:
+			k.log.Debug("an identical restart of another process is being sent; waiting until it can be joined or is over")
 		}
 		if free, err := fl.h.Released(); err != nil || free {
 			// Let go of: the outcome may have come just before; else its
