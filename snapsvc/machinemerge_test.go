@@ -327,3 +327,40 @@ func TestMachineInProcessJoinerNeverTakesARestartSentBeforeItsCall(t *testing.T)
 		t.Fatalf("B's second restart reports change %s, requested before the call began (result %+v)", sent, o.res)
 	}
 }
+
+// A joiner keeps its own bound, and its end says what it is: its policy's
+// time ends while its leader (a long policy) still waits the blocker out,
+// and it gives up, having sent nothing, with an error that invites a
+// retry, as a follower's in its place does (TestMachineFollowerKeepsItsOwnBound).
+func TestMachineJoinerGivesUpRetryable(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	short := retry.DefaultPolicy()
+	short.MaxElapsedTime = 200 * time.Millisecond
+	leadLogs := newLogWatch()
+	observing := leadLogs.seen("observing the snap for the machine")
+	first := make(chan restartOutcome, 1)
+	restartAsync(procClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
+	<-observing
+	joinLogs := newLogWatch()
+	joined := joinLogs.seen("joining an identical restart of another process")
+	_, err := procClient(t, srv, "joiner", snapsvc.WithPolicy(short), snapsvc.WithLogger(joinLogs.logger())).Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	select {
+	case <-joined:
+	default:
+		t.Fatalf("the joiner never joined: %v", err)
+	}
+	var oe *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrGaveUp) || !errors.As(err, &oe) || !oe.Retryable() || oe.Attempts != 0 || oe.ChangeID != "" {
+		t.Fatalf("joiner: %v, want a retryable give-up, with no attempt", err)
+	}
+	if n := len(requestsOf(srv, "joiner")); n != 0 {
+		t.Errorf("the joiner sent %d requests", n)
+	}
+	blk.Finish()
+	if o := <-first; o.err != nil {
+		t.Fatalf("leader: %v", o.err)
+	}
+}
