@@ -105,10 +105,13 @@ func (e *OpError) Retryable() bool {
 	if errors.As(e.Err, &be) {
 		return be.Retryable()
 	}
-	if errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded) {
-		// The caller's context ended before anything was done (a change
-		// made, or an unknown outcome, is answered above): a later call
-		// may well succeed.
+	if errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded) || errors.As(e.Err, new(*policyTimeError)) {
+		// The caller's context, or the policy's time (MaxElapsedTime,
+		// the call's own deadline: policyTimeError), ended before
+		// anything was done (a change made, or an unknown outcome, is
+		// answered above), while the call waited on someone else's work
+		// (an identical restart it joined, in the process or another):
+		// a later call may well succeed.
 		return true
 	}
 	return retry.IsRetryable(e.Err)

@@ -64,3 +64,10 @@ func BadHoldMoves() []string {
 	defer badMoves.Unlock()
 	return slices.Clone(badMoves.seen)
 }
+
+// SetFlightReadHook makes f run whenever a restart has read the phase of
+// another process's flight it may join (merge.go), until the test ends.
+func SetFlightReadHook(t interface{ Cleanup(func()) }, f func(phase string)) {
+	testHookFlightRead = f
+	t.Cleanup(func() { testHookFlightRead = func(string) {} })
+}

@@ -7,6 +7,8 @@ package snapsvc_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -184,5 +186,181 @@ func TestMachineJoinersShareAFailedChange(t *testing.T) {
 	}
 	if ids[0] != ids[1] || len(restartsOf(srv, "k8s.kubelet")) != 1 {
 		t.Errorf("failures name changes %v; kubelet restarted by %v", ids, restartsOf(srv, "k8s.kubelet"))
+	}
+}
+
+// ctlProcClient is procClient inside the snap: snapctl on the snap
+// socket, with the snap's cookie.
+func ctlProcClient(t *testing.T, srv *fake.Server, ua string, opts ...snapsvc.Option) *snapsvc.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "snapd-snap.socket")
+	if err := os.Symlink(srv.SnapSocketPath(), sock); err != nil {
+		t.Fatal(err)
+	}
+	base := []snapsvc.Option{snapsvc.WithSnapSocket(sock), snapsvc.WithMode(snapsvc.ModeSnapctl), snapsvc.WithCookie(srv.Cookie("k8s")),
+		snapsvc.WithSnap("k8s"), snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".snapsvc-lock")), snapsvc.WithTransport(userAgent(ua))}
+	c, err := snapsvc.New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A joiner's error is its leader's, as errors.Is and errors.As see it:
+// in snapctl mode a failed change comes with snapd's refusal of the
+// command (an *APIError) beside the *ChangeError, and a joiner in
+// another process must find both, as an in-process joiner does.
+func TestMachineSnapctlJoinersShareTheWholeFailure(t *testing.T) {
+	checkLeaks(t)
+	snap := k8sSnap(time.Millisecond)
+	snap.Apps[2].FailStart = fake.SystemctlJobFailed("k8s", "kubelet")
+	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	leadLogs, joinLogs := newLogWatch(), newLogWatch()
+	observing := leadLogs.seen("observing the snap for the machine")
+	joined := joinLogs.seen("joining an identical restart of another process")
+	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(ctlProcClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
+	<-observing
+	restartAsync(ctlProcClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger())), ctx, second, "k8s.kubelet")
+	<-joined
+	blk.Finish()
+	lead, join := <-first, <-second
+	if lead.err == nil || join.err == nil {
+		t.Fatalf("leader %+v %v, joiner %+v %v: want the change's failure for both", lead.res, lead.err, join.res, join.err)
+	}
+	if len(requestsOf(srv, "joiner")) != 0 {
+		t.Fatalf("the joiner sent requests: %+v", requestsOf(srv, "joiner"))
+	}
+	var lce, jce *snapsvc.ChangeError
+	if !errors.As(lead.err, &lce) || !errors.As(join.err, &jce) || *lce != *jce {
+		t.Errorf("change errors: leader %+v, joiner %+v", lce, jce)
+	}
+	var lapi, japi *snapsvc.APIError
+	la, ja := errors.As(lead.err, &lapi), errors.As(join.err, &japi)
+	if la != ja {
+		t.Errorf("errors.As(*APIError): leader %v, joiner %v", la, ja)
+	} else if la && (lapi.Message != japi.Message || lapi.StatusCode != japi.StatusCode || lapi.Kind != japi.Kind) {
+		t.Errorf("snapd's answer: leader %+v, joiner %+v", lapi, japi)
+	}
+	var loe, joe *snapsvc.OpError
+	if !errors.As(lead.err, &loe) || !errors.As(join.err, &joe) || loe.Retryable() != joe.Retryable() || loe.ChangeID != joe.ChangeID {
+		t.Errorf("op errors: leader %#v, joiner %#v", loe, joe)
+	}
+	if lead.err.Error() != join.err.Error() {
+		t.Errorf("errors differ:\nleader %v\njoiner %v", lead.err, join.err)
+	}
+}
+
+// A restart of this process may join another restart of this process
+// only while that one's request, and the request of any other process's
+// restart it joins, has not been sent: here this process's first restart
+// reads another process's flight open, that flight's request is sent and
+// its change made, and only then does a second restart of this process
+// come. The change was made before the second call began: it must not
+// be reported as that call's restart.
+func TestMachineInProcessJoinerNeverTakesARestartSentBeforeItsCall(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	aLogs, bLogs := newLogWatch(), newLogWatch()
+	observing := aLogs.seen("observing the snap for the machine")
+	first := make(chan restartOutcome, 1)
+	restartAsync(procClient(t, srv, "A", snapsvc.WithLogger(aLogs.logger())), ctx, first, "k8s.kubelet")
+	<-observing // A's flight is open: its request was refused
+
+	// Process B's first restart reads A's flight open, and is held there.
+	readOpen, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	snapsvc.SetFlightReadHook(t, func(phase string) {
+		if phase == "open" {
+			once.Do(func() {
+				close(readOpen)
+				<-release
+			})
+		}
+	})
+	b := procClient(t, srv, "B", snapsvc.WithLogger(bLogs.logger()))
+	second := make(chan restartOutcome, 1)
+	restartAsync(b, ctx, second, "k8s.kubelet")
+	<-readOpen
+	// A's request goes out and makes its change, which ends.
+	blk.Finish()
+	o := <-first
+	if o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("A: %+v %v", o.res, o.err)
+	}
+	sent := o.res.ChangeID
+	// Only now does B's second restart begin.
+	decided := make(chan struct{}, 2)
+	for _, m := range []string{"joining an identical restart waiting for the snap's lock", "leading identical restarts until the snap's lock is taken"} {
+		ch := bLogs.seen(m)
+		go func() {
+			select {
+			case <-ch:
+				decided <- struct{}{}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	third := make(chan restartOutcome, 1)
+	restartAsync(b, ctx, third, "k8s.kubelet")
+	select {
+	case <-decided:
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	close(release)
+	// B's first restart began before A's request was sent: A's change,
+	// or a change of its own, is its restart.
+	if o := <-second; o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("B's first restart: %+v %v", o.res, o.err)
+	}
+	o = <-third
+	if o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("B's second restart: %+v %v", o.res, o.err)
+	}
+	if o.res.ChangeID == sent {
+		t.Fatalf("B's second restart reports change %s, requested before the call began (result %+v)", sent, o.res)
+	}
+}
+
+// A joiner keeps its own bound, and its end says what it is: its policy's
+// time ends while its leader (a long policy) still waits the blocker out,
+// and it gives up, having sent nothing, with an error that invites a
+// retry, as a follower's in its place does (TestMachineFollowerKeepsItsOwnBound).
+func TestMachineJoinerGivesUpRetryable(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	short := retry.DefaultPolicy()
+	short.MaxElapsedTime = 200 * time.Millisecond
+	leadLogs := newLogWatch()
+	observing := leadLogs.seen("observing the snap for the machine")
+	first := make(chan restartOutcome, 1)
+	restartAsync(procClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
+	<-observing
+	joinLogs := newLogWatch()
+	joined := joinLogs.seen("joining an identical restart of another process")
+	_, err := procClient(t, srv, "joiner", snapsvc.WithPolicy(short), snapsvc.WithLogger(joinLogs.logger())).Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	select {
+	case <-joined:
+	default:
+		t.Fatalf("the joiner never joined: %v", err)
+	}
+	var oe *snapsvc.OpError
+	if !errors.Is(err, snapsvc.ErrGaveUp) || !errors.As(err, &oe) || !oe.Retryable() || oe.Attempts != 0 || oe.ChangeID != "" {
+		t.Fatalf("joiner: %v, want a retryable give-up, with no attempt", err)
+	}
+	if n := len(requestsOf(srv, "joiner")); n != 0 {
+		t.Errorf("the joiner sent %d requests", n)
+	}
+	blk.Finish()
+	if o := <-first; o.err != nil {
+		t.Fatalf("leader: %v", o.err)
 	}
 }

@@ -206,10 +206,13 @@ func (m machine) tryObserve(snap string) (*observer, bool, error) {
 		return nil, false, err
 	}
 	ob := &observer{m: m, snap: snap, lock: l}
-	// Keep when the snap was last seen free, whoever saw it: a follower
-	// that has not read it yet must still find it.
+	// Keep when the snap was last seen free and busy, whoever saw it: a
+	// follower that has not read it yet must still find it, and the
+	// snap is still busy as far as anyone knows. The rest (the blockers,
+	// the conflict, snapd's reachability) was the last observer's view,
+	// which ended with it: startObserving publishes the facts without it.
 	if f, err := m.facts(snap); err == nil {
-		ob.facts.Free = f.Free
+		ob.facts.Busy, ob.facts.Free = f.Busy, f.Free
 	}
 	ob.facts.Observer = os.Getpid()
 	return ob, true, nil
@@ -257,10 +260,14 @@ func (r *runner) observeOrFollow(ce *retry.ConflictError) (joined int64, follow 
 }
 
 // startObserving makes the operation the machine's observer of its snap:
-// what its call learns of snapd's reachability is published too.
+// its facts are published at once, so that none of the last observer's
+// view (its blockers, snapd unreachable since when it saw it) passes for
+// this one's while it sends and waits for its own change, and what its
+// call learns of snapd's reachability is published too.
 func (r *runner) startObserving(ob *observer) {
 	r.obs = ob
 	r.k.log.Debug("observing the snap for the machine's processes", "snap", ob.snap)
+	r.publish()
 	r.k.onObserve = func() {
 		since, down := r.k.rt.unreachableSince()
 		f := &r.obs.facts

@@ -272,3 +272,87 @@ func TestMachineHookNeverFollows(t *testing.T) {
 		t.Error("the hook sent no request of its own while the blocker held")
 	}
 }
+
+// What an observer published of snapd's reachability is that observer's.
+// One that ends while snapd is away (its own MaxUnreachable ran out)
+// leaves it in the facts; once snapd is back, the process that takes
+// over (the facts say busy, nobody observes) makes its change, and a
+// follower still following meanwhile must not judge a snapd that answers
+// by the facts of an observer that is gone. Here the follower learns
+// that snapd is away from the first observer (EventUnreachable), then
+// must learn that it answers again from the next one (EventReachable),
+// rather than give up when its MaxUnreachable ends while the next
+// observer's restart runs.
+func TestMachineStaleReachabilityIsNotANewObserversFact(t *testing.T) {
+	checkLeaks(t)
+	mc := fake.NewManualClock(stepT0)
+	snap := slowKubelet()
+	snap.Apps = append(snap.Apps, fake.App{Name: "containerd", Daemon: "simple", Enabled: true, Active: true})
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithSnaps(snap))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	quick := retry.DefaultPolicy()
+	quick.MaxUnreachable = 100 * time.Millisecond
+	obsLogs, folLogs := newLogWatch(), newLogWatch()
+	observing := obsLogs.seen("observing the snap for the machine")
+	first := make(chan restartOutcome, 1)
+	// A start, not a restart: nothing of it but its facts is left in the
+	// lock directory once it ends (no flight's file written), so that
+	// the follower wakes next when the next observer is at work.
+	obs := procClient(t, srv, "first", snapsvc.WithPolicy(quick), snapsvc.WithLogger(obsLogs.logger()))
+	go func() {
+		res, err := obs.Start(ctx, []string{"k8s.kube-proxy"}, snapsvc.StartOptions{})
+		first <- restartOutcome{res, err}
+	}()
+	<-observing
+	// The follower: a long MaxUnreachable, and a poll interval longer
+	// than the test, so that the next observer is another process.
+	patient := retry.DefaultPolicy()
+	patient.MaxUnreachable = 5 * time.Second
+	down, up := make(chan struct{}), make(chan struct{})
+	var downOnce, upOnce sync.Once
+	following := folLogs.seen("following what it sees")
+	third := make(chan restartOutcome, 1)
+	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(patient), snapsvc.WithPollInterval(time.Hour), snapsvc.WithLogger(folLogs.logger()),
+		snapsvc.WithObserver(func(ev snapsvc.Event) {
+			switch ev.Kind {
+			case snapsvc.EventUnreachable:
+				downOnce.Do(func() { close(down) })
+			case snapsvc.EventReachable:
+				upOnce.Do(func() { close(up) })
+			}
+		}))
+	restartAsync(fol, ctx, third, "k8s.containerd")
+	<-following
+	srv.StopListening()
+	<-down // the follower has it from the observer's facts
+	if o := <-first; !errors.Is(o.err, snapsvc.ErrGaveUp) {
+		t.Fatalf("first observer: %+v %v, want a give-up on snapd unreachable", o.res, o.err)
+	}
+	if err := srv.StartListening(); err != nil {
+		t.Fatal(err)
+	}
+	blk.Finish()
+
+	// The next observer: its restart runs until the test ends it.
+	takerLogs := newLogWatch()
+	taking := takerLogs.seen("observing the snap for the machine")
+	second := make(chan restartOutcome, 1)
+	restartAsync(procClient(t, srv, "taker", snapsvc.WithLogger(takerLogs.logger())), ctx, second, "k8s.kubelet")
+	<-taking
+	running := waitNewChange(ctx, t, srv)
+	select {
+	case <-up:
+	case o := <-third:
+		t.Fatalf("follower: %+v %v; want it to follow the next observer, which reaches snapd", o.res, o.err)
+	}
+	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-second; o.err != nil || o.res.ChangeID != running {
+		t.Fatalf("next observer: %+v %v", o.res, o.err)
+	}
+	if o := <-third; o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("follower: %+v %v; want its restart once the next observer's change was done", o.res, o.err)
+	}
+}

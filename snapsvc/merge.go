@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/snapsvc/snapsvc/internal/flock"
+	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
 // flight is a restart waiting for its snap's lock that identical requests
@@ -150,7 +151,15 @@ func resultChange(r *Result) string {
 //     outcome, with the same change id; any other end of the leader's (its
 //     own bound, an unknown outcome, a leader killed: its lock let go with
 //     no outcome) says nothing of the joiner's, which acts itself;
-//   - with one under way and sent, it acts alone, as before.
+//   - with one under way and sent, it waits until it is open again (its
+//     request refused by a conflict), then joins, or until it is over,
+//     then enters anew.
+//
+// A restart joins only on a phase read open after this process's
+// identical restarts stopped joining it (its onLocked): the other
+// process's request may be sent the moment after its phase was read, and
+// a restart of this process whose call begins then must not take that
+// request's change for its own.
 //
 // Entering is serialised per snap by a short lock (<snap>.flights), held
 // while a flight is looked up, created or found abandoned and removed;
@@ -189,6 +198,51 @@ type flightOutcome struct {
 	Conflicts int          `json:"conflicts,omitempty"`
 	WaitedFor []string     `json:"waited-for,omitempty"`
 	Failed    *ChangeError `json:"failed,omitempty"` // the change's failure
+	// Answer is snapd's answer that reported the failure, where the
+	// leader's error holds it beside Failed (snapctl's "cannot perform
+	// the following tasks": changeFailure, matching.go), so that a
+	// joiner's error is the leader's for errors.Is and errors.As.
+	Answer *flightAnswer `json:"answer,omitempty"`
+}
+
+// flightAnswer is a *snapd.Error as a flight's file holds it.
+type flightAnswer struct {
+	Method      string             `json:"method,omitempty"`
+	Path        string             `json:"path,omitempty"`
+	StatusCode  int                `json:"status-code,omitempty"`
+	Kind        string             `json:"kind,omitempty"`
+	Value       json.RawMessage    `json:"value,omitempty"`
+	Message     string             `json:"message,omitempty"`
+	Maintenance *snapd.Maintenance `json:"maintenance,omitempty"`
+}
+
+// sharedFailure returns, for a leader's error err that is its change's
+// failure (a *ChangeError), the outcome its joiners share: the change's
+// failure, snapd's answer beside it if any, and the attempts and change
+// the leader's *OpError names.
+func sharedFailure(err error, ce *ChangeError) *flightOutcome {
+	out := &flightOutcome{Shared: true, Failed: ce, ChangeID: ce.ID}
+	var oe *OpError
+	if errors.As(err, &oe) {
+		out.Attempts, out.ChangeID = oe.Attempts, oe.ChangeID
+	}
+	var ans *snapd.Error
+	if errors.As(err, &ans) {
+		out.Answer = &flightAnswer{Method: ans.Method, Path: ans.Path, StatusCode: ans.StatusCode, Kind: ans.Kind,
+			Value: ans.Value, Message: ans.Message, Maintenance: ans.Maintenance}
+	}
+	return out
+}
+
+// failure is the cause of a joiner's error for the failure out shares,
+// as its leader's error has it: the change's failure, joined with
+// snapd's answer where the leader's holds one.
+func (out *flightOutcome) failure() error {
+	if a := out.Answer; a != nil {
+		return errors.Join(out.Failed, &snapd.Error{Method: a.Method, Path: a.Path, StatusCode: a.StatusCode, Kind: a.Kind,
+			Value: a.Value, Message: a.Message, Maintenance: a.Maintenance})
+	}
+	return out.Failed
 }
 
 // encodeFlight is a record as written: JSON, a newline, its checksum.
@@ -232,8 +286,8 @@ type joinedFlight struct {
 }
 
 // enterFlight leads a new flight for key on snap, or finds the one under
-// way: joined if its request is not being sent, else to join once it is
-// open again (refused by a conflict) or to enter anew once it is over.
+// way, for awaitFlight: to join while its request is not being sent, or
+// to enter anew once it is over.
 func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight, *joinedFlight, error) {
 	l, err := flock.Acquire(ctx, filepath.Join(m.dir, snap+flightsSuffix))
 	if err != nil {
@@ -249,8 +303,7 @@ func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight
 	default:
 		free, err := h.Released()
 		if err == nil && !free {
-			rec, ok := readFlight(h)
-			return nil, &joinedFlight{h: h, joined: ok && rec.Phase == flightOpen}, nil
+			return nil, &joinedFlight{h: h}, nil
 		}
 		h.Close()
 		if err != nil {
@@ -267,6 +320,11 @@ func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight
 	}
 	return &leadFlight{lock: fl, phase: flightOpen}, nil, nil
 }
+
+// testHookFlightRead is called when a restart has read the phase of
+// another process's flight it may join, before it acts on it
+// (export_test.go).
+var testHookFlightRead = func(phase string) {}
 
 // readFlight reads a flight's record, again while it meets a write
 // halfway (a rewrite takes microseconds).
@@ -311,11 +369,7 @@ func (f *leadFlight) finish(res *Result, err error) {
 		out.Shared = true
 		out.ChangeID, out.Status, out.Attempts, out.Conflicts, out.WaitedFor = res.ChangeID, res.Status, res.Attempts, res.Conflicts, res.WaitedFor
 	case errors.As(err, &ce):
-		out.Shared, out.Failed, out.ChangeID = true, ce, ce.ID
-		var oe *OpError
-		if errors.As(err, &oe) {
-			out.Attempts = oe.Attempts
-		}
+		out = sharedFailure(err, ce)
 	}
 	_ = f.lock.Rewrite(encodeFlight(flightRecord{Leader: os.Getpid(), Phase: flightDone, Outcome: out}))
 	_ = f.lock.Remove()
@@ -368,31 +422,33 @@ func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result
 func (k *call) awaitFlight(o op, fl *joinedFlight, onLocked func()) (res *Result, err error, ended bool) {
 	c := k.c
 	defer fl.h.Close()
-	join := func() {
-		// Callers of this process that would join it from now on might
-		// join after the flight's request was sent: they lead their own.
-		fl.joined = true
-		onLocked()
-		k.log.Debug("joining an identical restart of another process, not sent yet")
-	}
-	if fl.joined {
-		join()
-	} else {
-		k.log.Debug("an identical restart of another process is being sent; waiting until it can be joined or is over")
-	}
 	w := c.machine.watch
-	for {
+	for first := true; ; first = false {
 		var mark uint64
 		watched := w.open()
 		if watched {
 			mark = w.mark()
 		}
 		rec, ok := readFlight(fl.h)
+		testHookFlightRead(rec.Phase)
+		if ok && rec.Phase == flightOpen && !fl.joined {
+			// The request may be sent the moment after its phase was
+			// read: callers of this process that joined this one since
+			// (merge.go) began after that moment. This process's flight
+			// closes first (those that come from now on lead their own),
+			// then the phase is read again: open still, the request is
+			// sent after every joiner's call began.
+			onLocked()
+			if rec, ok = readFlight(fl.h); ok && rec.Phase == flightOpen {
+				fl.joined = true
+				k.log.Debug("joining an identical restart of another process, not sent yet")
+			}
+		}
 		switch {
 		case ok && rec.Phase == flightDone && fl.joined:
 			return k.flightOutcome(o, rec.Outcome)
-		case ok && rec.Phase == flightOpen && !fl.joined:
-			join()
+		case first && !fl.joined:
+			k.log.Debug("an identical restart of another process is being sent; waiting until it can be joined or is over")
 		}
 		if free, err := fl.h.Released(); err != nil || free {
 			// Let go of: the outcome may have come just before; else its
@@ -438,7 +494,7 @@ func (k *call) flightOutcome(o op, out *flightOutcome) (*Result, error, bool) {
 	}
 	k.log.Debug("restart merged into an identical restart of another process", "change", out.ChangeID)
 	if out.Failed != nil {
-		return nil, c.opError(o, out.ChangeID, out.Attempts, out.Failed), true
+		return nil, c.opError(o, out.ChangeID, out.Attempts, out.failure()), true
 	}
 	return &Result{ChangeID: out.ChangeID, Status: out.Status, Attempts: out.Attempts, Conflicts: out.Conflicts,
 		WaitedFor: slices.Clone(out.WaitedFor), Shared: true}, nil, true
