@@ -312,3 +312,18 @@ func checkLeaks(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 }
+
+// conflictsSeen returns an option that observes a client's conflicts, and
+// a channel that gets a value at each (buffered; a full buffer drops
+// them, never holding the client up).
+func conflictsSeen() (snapsvc.Option, <-chan struct{}) {
+	ch := make(chan struct{}, 100)
+	return snapsvc.WithObserver(func(ev snapsvc.Event) {
+		if ev.Kind == snapsvc.EventConflict {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}), ch
+}

@@ -43,13 +43,8 @@ func TestMachineIdenticalRestartsMerge(t *testing.T) {
 		// Each is under way before the next starts: it joined, or met
 		// the blocker itself.
 		logs := newLogWatch()
-		conflict := make(chan struct{})
-		var once sync.Once
-		c := procClient(t, srv, fmt.Sprintf("proc-%d", i), snapsvc.WithLogger(logs.logger()), snapsvc.WithObserver(func(ev snapsvc.Event) {
-			if ev.Kind == snapsvc.EventConflict {
-				once.Do(func() { close(conflict) })
-			}
-		}))
+		onConflict, conflict := conflictsSeen()
+		c := procClient(t, srv, fmt.Sprintf("proc-%d", i), snapsvc.WithLogger(logs.logger()), onConflict)
 		joined := logs.seen("joining an identical restart of another process")
 		outs[i] = make(chan restartOutcome, 1)
 		restartAsync(c, ctx, outs[i], "k8s.kubelet")
@@ -129,12 +124,8 @@ func TestMachineJoinerActsWhenItsLeaderGivesUp(t *testing.T) {
 	short.MaxElapsedTime = 300 * time.Millisecond
 	leadLogs, joinLogs := newLogWatch(), newLogWatch()
 	leader := procClient(t, srv, "leader", snapsvc.WithPolicy(short), snapsvc.WithLogger(leadLogs.logger()))
-	refused := make(chan struct{}, 100)
-	joiner := procClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger()), snapsvc.WithObserver(func(ev snapsvc.Event) {
-		if ev.Kind == snapsvc.EventConflict {
-			refused <- struct{}{}
-		}
-	}))
+	onConflict, refused := conflictsSeen()
+	joiner := procClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger()), onConflict)
 	observing := leadLogs.seen("observing the snap for the machine")
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(leader, ctx, first, "k8s.kubelet")

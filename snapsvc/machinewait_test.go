@@ -73,13 +73,8 @@ func TestMachineProcessesShareOneWatcher(t *testing.T) {
 	for i, s := range services {
 		// Each has met the snap busy (refused, or told by the facts)
 		// before the next one starts.
-		conflict := make(chan struct{})
-		var once sync.Once
-		c := procClient(t, srv, "proc-"+s, snapsvc.WithObserver(func(ev snapsvc.Event) {
-			if ev.Kind == snapsvc.EventConflict {
-				once.Do(func() { close(conflict) })
-			}
-		}))
+		onConflict, conflict := conflictsSeen()
+		c := procClient(t, srv, "proc-"+s, onConflict)
 		outs[i] = make(chan restartOutcome, 1)
 		restartAsync(c, ctx, outs[i], "k8s."+s)
 		select {
@@ -132,12 +127,8 @@ func TestMachineFollowerTakesOverFromAnObserverThatGaveUp(t *testing.T) {
 	short.MaxElapsedTime = 300 * time.Millisecond
 	obsLogs, folLogs := newLogWatch(), newLogWatch()
 	obs := procClient(t, srv, "observer", snapsvc.WithPolicy(short), snapsvc.WithLogger(obsLogs.logger()))
-	conflicts := make(chan struct{}, 100)
-	fol := procClient(t, srv, "follower", snapsvc.WithLogger(folLogs.logger()), snapsvc.WithObserver(func(ev snapsvc.Event) {
-		if ev.Kind == snapsvc.EventConflict {
-			conflicts <- struct{}{}
-		}
-	}))
+	onConflict, conflicts := conflictsSeen()
+	fol := procClient(t, srv, "follower", snapsvc.WithLogger(folLogs.logger()), onConflict)
 	observing := obsLogs.seen("observing the snap for the machine")
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")

@@ -26,12 +26,8 @@ func TestCoalesceJoinerKeepsItsOwnPolicy(t *testing.T) {
 	c0 := newClient(t, srv)
 	logs := newLogWatch()
 	ca := newClient(t, srv, snapsvc.WithPolicy(short), snapsvc.WithLogger(logs.logger()))
-	refused := make(chan struct{}, 100)
-	cb := newClient(t, srv, snapsvc.WithPolicy(long), snapsvc.WithLogger(logs.logger()), snapsvc.WithObserver(func(ev snapsvc.Event) {
-		if ev.Kind == snapsvc.EventConflict {
-			refused <- struct{}{}
-		}
-	}))
+	onConflict, refused := conflictsSeen()
+	cb := newClient(t, srv, snapsvc.WithPolicy(long), snapsvc.WithLogger(logs.logger()), onConflict)
 
 	first := make(chan restartOutcome, 1)
 	restartAsync(c0, ctx, first, "k8s.kubelet") // holds the snap's lock
