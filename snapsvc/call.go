@@ -75,7 +75,7 @@ type call struct {
 	ev     Event           // the call's events' template: Op, Names
 	log    *slog.Logger
 	hold   *hold       // the restart budget's slots the operation holds (budget_lifecycle.go)
-	flight *leadFlight // the machine's identical restarts the operation leads (merge.go)
+	flight *leadFlight // the machine's identical restarts the operation leads (machinemerge.go)
 	down   bool        // EventUnreachable sent, EventReachable owed
 	last   error       // the last failure seen, for a give-up's error
 	flog   faultLog

@@ -143,7 +143,7 @@ func machineClock(t time.Time) int64 { return machineNow() - int64(time.Since(t)
 
 // machine is a Client's part in what the processes of a machine share
 // through its lock directory: one watcher per snap (this file) and
-// identical restarts merged (merge.go).
+// identical restarts merged (machinemerge.go).
 type machine struct {
 	dir   string    // the lock directory ("": nothing is shared)
 	watch *dirWatch // the lock directory's facts and flights; nil without dir

@@ -297,7 +297,7 @@ func (r *runner) try() (attempt, error) {
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
-	k.flight.set(flightSent) // merge.go: no process joins from now on
+	k.flight.set(flightSent) // machinemerge.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()

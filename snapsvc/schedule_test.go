@@ -646,7 +646,7 @@ func planSchedule(seed uint64) *schedule {
 	}
 	// The same restart from two or three clients (other processes, where
 	// they are separate): they may merge, in the process (merge.go) or
-	// through the lock directory (merge.go), and each must still
+	// through the lock directory (machinemerge.go), and each must still
 	// keep every promise. Drawn from a stream of its own, so that the rest
 	// of each seed's schedule is what it was before.
 	if dup := rand.New(rand.NewPCG(seed, seed^0xd0b1e)); s.clients > 1 && dup.IntN(3) == 0 {
