@@ -5,6 +5,7 @@ package snapsvc_test
 // (procClient); machineproc_test.go runs them as real processes.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -156,14 +157,7 @@ func TestMachineJoinersShareAFailedChange(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(snap))
 	ctx := ctxT(t)
 	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
-	leadLogs, joinLogs := newLogWatch(), newLogWatch()
-	observing := leadLogs.seen("observing the snap for the machine")
-	joined := joinLogs.seen("joining an identical restart of another process")
-	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
-	restartAsync(procClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
-	<-observing
-	restartAsync(procClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger())), ctx, second, "k8s.kubelet")
-	<-joined
+	first, second := leaderAndJoiner(t, ctx, srv, procClient, "k8s.kubelet")
 	blk.Finish()
 	var ids []string
 	for _, ch := range []chan restartOutcome{first, second} {
@@ -209,14 +203,7 @@ func TestMachineSnapctlJoinersShareTheWholeFailure(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(snap))
 	ctx := ctxT(t)
 	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
-	leadLogs, joinLogs := newLogWatch(), newLogWatch()
-	observing := leadLogs.seen("observing the snap for the machine")
-	joined := joinLogs.seen("joining an identical restart of another process")
-	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
-	restartAsync(ctlProcClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
-	<-observing
-	restartAsync(ctlProcClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger())), ctx, second, "k8s.kubelet")
-	<-joined
+	first, second := leaderAndJoiner(t, ctx, srv, ctlProcClient, "k8s.kubelet")
 	blk.Finish()
 	lead, join := <-first, <-second
 	if lead.err == nil || join.err == nil {
@@ -354,4 +341,20 @@ func TestMachineJoinerGivesUpRetryable(t *testing.T) {
 	if o := <-first; o.err != nil {
 		t.Fatalf("leader: %v", o.err)
 	}
+}
+
+// leaderAndJoiner restarts svc from a leader process, made by mk, and once
+// it observes the blocker, from a joiner process, until it joined the
+// leader's restart: their outcomes come on the channels.
+func leaderAndJoiner(t *testing.T, ctx context.Context, srv *fake.Server, mk func(*testing.T, *fake.Server, string, ...snapsvc.Option) *snapsvc.Client, svc string) (lead, join chan restartOutcome) {
+	t.Helper()
+	leadLogs, joinLogs := newLogWatch(), newLogWatch()
+	observing := leadLogs.seen("observing the snap for the machine")
+	joined := joinLogs.seen("joining an identical restart of another process")
+	lead, join = make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(mk(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, lead, svc)
+	<-observing
+	restartAsync(mk(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger())), ctx, join, svc)
+	<-joined
+	return lead, join
 }
