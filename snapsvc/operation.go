@@ -210,6 +210,12 @@ func (c *Client) run(k *call, o op, wait bool, onLocked func()) (*Result, bool, 
 			continue
 		}
 		r.expired = 0
+		if a.step == giveUp && !a.cutOff {
+			// snapd's answer is final (the request refused for good, or,
+			// from snapctl, its change failed): that the call's time ran
+			// out as it came changes nothing, and it is never retryable.
+			return r.refused(a)
+		}
 		if a.cutOff || k.ctx.Err() != nil {
 			return r.interruptedAt(a)
 		}
@@ -305,7 +311,11 @@ func (r *runner) try() (attempt, error) {
 		actx = snapd.WithSendBy(actx, k.hold.sendBy)
 	}
 	a.changeID, a.err = c.post(actx, r.o)
-	a.cutOff = actx.Err() != nil && a.err != nil
+	// Cut off: the request failed because its time ran out. An answer
+	// snapd gave (an error response) is an answer, even one that arrived
+	// as the time ran out.
+	var answer *snapd.Error
+	a.cutOff = actx.Err() != nil && a.err != nil && !errors.As(a.err, &answer)
 	cancel()
 	a.answeredAt = c.clock.Now()
 	if !a.cutOff && !errors.Is(a.err, snapd.ErrSendDeadline) { // neither says anything about snapd

@@ -3,9 +3,12 @@ package snapsvc_test
 // Tests of snapctl mode: inside a snap, in and out of hooks.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -397,5 +400,52 @@ func TestDoneRestartNotReportedQueuedIntoLaterHook(t *testing.T) {
 	}
 	if o.res.Queued || o.res.ChangeID == hook.ID() {
 		t.Errorf("restart done by snapd (change %q) reported %+v: queued into hook change %s", "1", *o.res, hook.ID())
+	}
+}
+
+// snapctl answers a start once its change is over; when the change failed
+// and that answer arrives as the call's time runs out, the answer is
+// final: the change's failure, not retryable (schedule seed 706 under
+// load: "context deadline exceeded while retrying ... [retryable]", for a
+// change made and failed). The transport holds snapd's whole answer until
+// the request's time is over, so the call meets both at once.
+func TestSnapctlFailedChangeAnsweredAtTheDeadlineIsFinal(t *testing.T) {
+	snap := k8sSnap(0)
+	for i := range snap.Apps {
+		if snap.Apps[i].Name == "kubelet" {
+			snap.Apps[i].FailStart = fake.SystemctlJobFailed("k8s", "kubelet")
+			snap.Apps[i].Active = false
+		}
+	}
+	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	lateAnswer := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err != nil || r.Method != "POST" {
+				return resp, err
+			}
+			body, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if rerr != nil {
+				return nil, rerr
+			}
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			<-r.Context().Done() // the answer comes as the time runs out
+			return resp, nil
+		})
+	}
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithTransport(lateAnswer))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.Start(ctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{})
+	var opErr *snapsvc.OpError
+	if err == nil || !errors.As(err, &opErr) || opErr.Retryable() {
+		t.Fatalf("error %v: want the change's failure, not retryable", err)
+	}
+	if !strings.Contains(err.Error(), "kubelet") || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v: want snapd's answer (the failed start), not the deadline", err)
+	}
+	if n := srv.Counters().ChangesCreated; n != 1 {
+		t.Fatalf("%d changes made, want 1", n)
 	}
 }
