@@ -118,9 +118,7 @@ func TestMachineLateRestartDoesNotJoinASentOne(t *testing.T) {
 // of its joiner's, which acts itself, within its own bounds.
 func TestMachineJoinerActsWhenItsLeaderGivesUp(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 300 * time.Millisecond
 	leadLogs, joinLogs := newLogWatch(), newLogWatch()
@@ -154,9 +152,7 @@ func TestMachineJoinersShareAFailedChange(t *testing.T) {
 	checkLeaks(t)
 	snap := k8sSnap(time.Millisecond)
 	snap.Apps[2].FailStart = fake.SystemctlJobFailed("k8s", "kubelet")
-	srv := fake.NewServer(t, fake.WithSnaps(snap))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(snap))
 	first, second := leaderAndJoiner(t, ctx, srv, procClient, "k8s.kubelet")
 	blk.Finish()
 	var ids []string
@@ -200,9 +196,7 @@ func TestMachineSnapctlJoinersShareTheWholeFailure(t *testing.T) {
 	checkLeaks(t)
 	snap := k8sSnap(time.Millisecond)
 	snap.Apps[2].FailStart = fake.SystemctlJobFailed("k8s", "kubelet")
-	srv := fake.NewServer(t, fake.WithSnaps(snap))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(snap))
 	first, second := leaderAndJoiner(t, ctx, srv, ctlProcClient, "k8s.kubelet")
 	blk.Finish()
 	lead, join := <-first, <-second
@@ -241,9 +235,7 @@ func TestMachineSnapctlJoinersShareTheWholeFailure(t *testing.T) {
 // be reported as that call's restart.
 func TestMachineInProcessJoinerNeverTakesARestartSentBeforeItsCall(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	aLogs, bLogs := newLogWatch(), newLogWatch()
 	observing := aLogs.seen("observing the snap for the machine")
 	first := make(chan restartOutcome, 1)
@@ -312,9 +304,7 @@ func TestMachineInProcessJoinerNeverTakesARestartSentBeforeItsCall(t *testing.T)
 // retry, as a follower's in its place does (TestMachineFollowerKeepsItsOwnBound).
 func TestMachineJoinerGivesUpRetryable(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 200 * time.Millisecond
 	leadLogs := newLogWatch()

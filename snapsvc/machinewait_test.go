@@ -5,6 +5,7 @@ package snapsvc_test
 // directory. machineproc_test.go runs the same with real processes.
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -120,9 +121,7 @@ func TestMachineProcessesShareOneWatcher(t *testing.T) {
 // holds: a follower takes over, waits the blocker out itself, and acts.
 func TestMachineFollowerTakesOverFromAnObserverThatGaveUp(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 300 * time.Millisecond
 	obsLogs, folLogs := newLogWatch(), newLogWatch()
@@ -163,9 +162,7 @@ func TestMachineFollowerTakesOverFromAnObserverThatGaveUp(t *testing.T) {
 // having sent nothing.
 func TestMachineFollowerKeepsItsOwnBound(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 200 * time.Millisecond
 	obsLogs := newLogWatch()
@@ -198,9 +195,7 @@ func TestMachineFollowerKeepsItsOwnBound(t *testing.T) {
 // (a long one) rides it out.
 func TestMachineFollowerJudgesUnreachabilityByItsOwnPolicy(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	quick := retry.DefaultPolicy()
 	quick.MaxUnreachable = 100 * time.Millisecond
 	obsLogs, folLogs := newLogWatch(), newLogWatch()
@@ -235,9 +230,7 @@ func TestMachineFollowerJudgesUnreachabilityByItsOwnPolicy(t *testing.T) {
 // blocker may be its own hook's change. It waits the conflict out itself.
 func TestMachineHookNeverFollows(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	obsLogs, hookLogs := newLogWatch(), newLogWatch()
 	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
 	hook := procClient(t, srv, "hook", snapsvc.WithHook("post-refresh"), snapsvc.WithLogger(hookLogs.logger()))
@@ -279,9 +272,7 @@ func TestMachineStaleReachabilityIsNotANewObserversFact(t *testing.T) {
 	mc := fake.NewManualClock(stepT0)
 	snap := slowKubelet()
 	snap.Apps = append(snap.Apps, fake.App{Name: "containerd", Daemon: "simple", Enabled: true, Active: true})
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithSnaps(snap))
-	ctx := ctxT(t)
-	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	srv, ctx, blk := blockedServer(t, fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithSnaps(snap))
 	quick := retry.DefaultPolicy()
 	quick.MaxUnreachable = 100 * time.Millisecond
 	obsLogs, folLogs := newLogWatch(), newLogWatch()
@@ -346,4 +337,12 @@ func TestMachineStaleReachabilityIsNotANewObserversFact(t *testing.T) {
 	if o := <-third; o.err != nil || o.res.ChangeID == "" {
 		t.Fatalf("follower: %+v %v; want its restart once the next observer's change was done", o.res, o.err)
 	}
+}
+
+// blockedServer is a fake snapd made with opts whose k8s snap a foreign
+// configure-snap change holds (blk), and the test's context.
+func blockedServer(t *testing.T, opts ...fake.Option) (srv *fake.Server, ctx context.Context, blk *fake.Change) {
+	t.Helper()
+	srv = fake.NewServer(t, opts...)
+	return srv, ctxT(t), srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 }
