@@ -169,6 +169,7 @@ type Budget struct {
 	refusals  atomic.Uint64
 	acquired  atomic.Uint64
 	unreached atomic.Uint64
+	detoured  atomic.Uint64
 }
 
 // Stats counts what a Budget did since New.
@@ -202,6 +203,12 @@ type Stats struct {
 	Watching int64
 	// HolderReadyProbes counts the calls of Config.HolderReady.
 	HolderReadyProbes uint64
+	// Detours counts the times requests were sent around a member that
+	// hung while another answered: through a connection to one that
+	// answered, for a few seconds (the client's balancer keeps sending a
+	// hung member its share until gRPC's keep-alive closes its
+	// connection).
+	Detours uint64
 }
 
 // Stats returns the budget's counters.
@@ -209,7 +216,7 @@ func (b *Budget) Stats() Stats {
 	return Stats{Acquired: b.acquired.Load(), FailOpenGrants: b.failOpen.Load(), Unreachable: b.unreached.Load(),
 		Refused: b.refusals.Load(), Lost: b.lost.Load(), DelayedTakeovers: b.delayed.Load(), Requests: b.requests.Load(),
 		KeepAlives: b.keepalive.Load(), QueueReads: b.reads.Load(), Watches: b.watches.Load(), Watching: b.watching.Load(),
-		HolderReadyProbes: b.probes.Load()}
+		HolderReadyProbes: b.probes.Load(), Detours: b.detoured.Load()}
 }
 
 // entry is the value of a waiter's or holder's key.
@@ -448,7 +455,7 @@ func (w *waiter) read(ctx context.Context) (queue, error) {
 	var q queue
 	err := b.call(ctx, w.out, "reading the queue of "+w.key, func(actx context.Context) error {
 		b.reads.Add(1)
-		resp, err := b.cfg.Client.Txn(actx).Then(
+		resp, err := b.kv(actx).Txn(actx).Then(
 			clientv3.OpGet(b.dir(w.key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
 			clientv3.OpGet(b.dir(w.key), clientv3.WithPrefix(), clientv3.WithLimit(int64(b.cfg.Max)),
@@ -509,7 +516,7 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 
 	// Enqueue. A retry after a lost answer finds the entry it made.
 	err = b.call(ctx, w.out, "enqueuing "+w.entry, func(actx context.Context) error {
-		resp, err := b.cfg.Client.Txn(actx).
+		resp, err := b.kv(actx).Txn(actx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", 0)).
 			Then(clientv3.OpPut(w.entry, string(val), clientv3.WithLease(w.k.id))).
 			Else(clientv3.OpGet(w.entry)).Commit()
@@ -606,7 +613,7 @@ func (w *waiter) leaseErr() error {
 // (retryable), or someone deleted it (an operator: refused).
 func (w *waiter) vanished(ctx context.Context) error {
 	err := w.b.call(ctx, w.out, "checking lease of "+w.entry, func(actx context.Context) error {
-		_, err := w.b.cfg.Client.KeepAliveOnce(actx, w.k.id)
+		_, err := w.b.leases(actx).KeepAliveOnce(actx, w.k.id)
 		return err
 	})
 	switch {
@@ -721,7 +728,7 @@ func (w *waiter) settle(ctx context.Context, orphans []*mvccpb.KeyValue) (int, e
 		}
 		n++
 		err := w.b.call(ctx, w.out, "ending the lock-delay of "+string(kv.Key), func(actx context.Context) error {
-			_, err := w.b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			_, err := w.b.kv(actx).Txn(actx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 				Then(clientv3.OpDelete(string(kv.Key))).Commit()
 			return err
 		})
@@ -755,7 +762,7 @@ func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) erro
 			}
 			if ready {
 				actx, cancel := context.WithTimeout(ctx, w.b.cfg.Attempt)
-				_, err := w.b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+				_, err := w.b.kv(actx).Txn(actx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 					Then(clientv3.OpDelete(string(kv.Key))).Commit()
 				cancel()
 				w.b.cfg.Logger.Info("vanished holder restarted after its act and ready again: lock-delay ended", "key", w.key, "holder", g.Holder)
@@ -782,7 +789,7 @@ func (w *waiter) take(ctx context.Context, q queue, progress func(budget.Wait)) 
 	var gid clientv3.LeaseID
 	if b.cfg.LockDelay > 0 {
 		err := b.call(ctx, w.out, "granting the lock-delay lease of "+w.entry, func(actx context.Context) error {
-			r, err := b.cfg.Client.Grant(actx, int64((b.cfg.TTL+b.cfg.LockDelay)/time.Second))
+			r, err := b.leases(actx).Grant(actx, int64((b.cfg.TTL+b.cfg.LockDelay)/time.Second))
 			if err == nil {
 				gid = r.ID
 			}
@@ -795,7 +802,7 @@ func (w *waiter) take(ctx context.Context, q queue, progress func(budget.Wait)) 
 		val, _ := json.Marshal(rec)
 		var ok bool
 		err = b.call(ctx, w.out, "putting the lock-delay guard of "+w.entry, func(actx context.Context) error {
-			resp, err := b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", w.rev)).
+			resp, err := b.kv(actx).Txn(actx).If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", w.rev)).
 				Then(clientv3.OpPut(b.guards(w.key)+w.name, string(val), clientv3.WithLease(gid))).Commit()
 			if err == nil {
 				ok, rev, grev = resp.Succeeded, resp.Header.Revision, resp.Header.Revision
@@ -830,7 +837,7 @@ func (b *Budget) Holders(ctx context.Context, key string) (holding, waiting []st
 	var resp *clientv3.GetResponse
 	err = b.call(ctx, &outage{bound: b.cfg.Unreachable}, "reading the queue of "+key, func(actx context.Context) error {
 		var err error
-		resp, err = b.cfg.Client.Get(actx, b.dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		resp, err = b.kv(actx).Get(actx, b.dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		return err
 	})
 	if err != nil {

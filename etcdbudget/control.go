@@ -40,7 +40,7 @@ func (b *Budget) pinKey(key string) string          { return b.cfg.Prefix + key 
 func (b *Budget) Keys(ctx context.Context) ([]string, error) {
 	var resp *clientv3.GetResponse
 	err := b.retryControl(ctx, "listing the keys under "+b.cfg.Prefix, func(actx context.Context) (err error) {
-		resp, err = b.cfg.Client.Get(actx, b.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err = b.kv(actx).Get(actx, b.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		return err
 	})
 	if err != nil {
@@ -76,15 +76,15 @@ func unavailable(what string, err error) error {
 }
 
 // controlAttempt bounds one attempt of a control request (TTL/5, within
-// 500ms..2s): a member that hangs costs one attempt, and the next goes to
-// another member (the client balances requests round-robin).
+// 500ms..2s): a member that hangs costs one attempt, and the next goes
+// around it (detour.go).
 func (b *Budget) controlAttempt() time.Duration {
 	return min(max(b.cfg.TTL/5, 500*time.Millisecond), 2*time.Second)
 }
 
 // retryControl runs the control request f, each attempt bounded by
-// Config.Attempt (a member that hangs costs one attempt; the next goes to
-// another member), until it succeeds, etcd refuses it (an error wrapping
+// Config.Attempt (a member that hangs costs one attempt; the next goes
+// around it), until it succeeds, etcd refuses it (an error wrapping
 // budget.ErrRefused), ctx ends or Config.Unreachable passed (an
 // error wrapping budget.ErrUnavailable). Errors name the endpoints
 // and why each failed. f must be safe to repeat.
@@ -178,7 +178,7 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 	sorted := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
 	var resp *clientv3.TxnResponse
 	err = b.retryControl(ctx, "reading the status of "+key, func(actx context.Context) (err error) {
-		resp, err = b.cfg.Client.Txn(actx).Then(
+		resp, err = b.kv(actx).Txn(actx).Then(
 			clientv3.OpGet(b.dir(key), sorted...),
 			clientv3.OpGet(b.lockDelayDir(key), sorted...),
 			clientv3.OpGet(b.pauseKey(key)),
@@ -289,7 +289,7 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 	pk := b.pauseKey(key)
 	var resp *clientv3.TxnResponse
 	err = b.retryControl(ctx, "pausing "+key, func(actx context.Context) (err error) {
-		resp, err = b.cfg.Client.Txn(actx).
+		resp, err = b.kv(actx).Txn(actx).
 			If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
 			Then(clientv3.OpPut(pk, string(val))).
 			Else(clientv3.OpGet(pk)).Commit()
@@ -323,7 +323,7 @@ func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 	var lifts int64 // the revision of the pause record this Resume lifts, once read
 	err = b.retryControl(ctx, "resuming "+key, func(actx context.Context) error {
 		if lifts == 0 {
-			resp, err := b.cfg.Client.Get(actx, pk, clientv3.WithKeysOnly())
+			resp, err := b.kv(actx).Get(actx, pk, clientv3.WithKeysOnly())
 			if err != nil {
 				return err
 			}
@@ -332,7 +332,7 @@ func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 			}
 			lifts = resp.Kvs[0].ModRevision
 		}
-		_, err := b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.ModRevision(pk), "=", lifts)).Then(clientv3.OpDelete(pk)).Commit()
+		_, err := b.kv(actx).Txn(actx).If(clientv3.Compare(clientv3.ModRevision(pk), "=", lifts)).Then(clientv3.OpDelete(pk)).Commit()
 		return err
 	})
 	if err != nil {
@@ -358,7 +358,7 @@ func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct
 			for i, sc := range scopes {
 				ops[i] = clientv3.OpGet(b.pauseKey(sc))
 			}
-			resp, err = b.cfg.Client.Txn(actx).Then(ops...).Commit()
+			resp, err = b.kv(actx).Txn(actx).Then(ops...).Commit()
 			return err
 		})
 		if err != nil {
@@ -554,7 +554,7 @@ func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 	what := "registering for the rollout of " + key
 	var lease *clientv3.LeaseGrantResponse
 	if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
-		lease, err = b.cfg.Client.Grant(actx, int64(b.cfg.TTL/time.Second))
+		lease, err = b.leases(actx).Grant(actx, int64(b.cfg.TTL/time.Second))
 		return err
 	}); err != nil {
 		return nil, err
@@ -564,7 +564,7 @@ func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 		// Keyed by the holder: a machine started again under the same
 		// name replaces its registration rather than counting twice
 		// until its old lease expires.
-		_, err := b.cfg.Client.Put(actx, b.participantsDir(key)+b.cfg.Holder, string(val), clientv3.WithLease(lease.ID))
+		_, err := b.kv(actx).Put(actx, b.participantsDir(key)+b.cfg.Holder, string(val), clientv3.WithLease(lease.ID))
 		return err
 	}); err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), b.controlAttempt())
@@ -654,7 +654,7 @@ func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, join
 	for {
 		var resp *clientv3.TxnResponse
 		if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
-			resp, err = b.cfg.Client.Txn(actx).Then(
+			resp, err = b.kv(actx).Txn(actx).Then(
 				clientv3.OpGet(pk),
 				clientv3.OpGet(b.participantsDir(p.key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 				clientv3.OpGet(b.dir(p.key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
@@ -695,7 +695,7 @@ func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, join
 		val, _ := json.Marshal(pin)
 		var lease *clientv3.LeaseGrantResponse
 		if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
-			lease, err = b.cfg.Client.Grant(actx, int64(b.cfg.TTL/time.Second))
+			lease, err = b.leases(actx).Grant(actx, int64(b.cfg.TTL/time.Second))
 			return err
 		}); err != nil {
 			return 0, err
@@ -704,7 +704,7 @@ func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, join
 		if err := b.retryControl(ctx, what, func(actx context.Context) (err error) {
 			// Pinned by this lease already (a retry after a lost answer)
 			// or by nobody: put; else another machine pinned it first.
-			put, err = b.cfg.Client.Txn(actx).
+			put, err = b.kv(actx).Txn(actx).
 				If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
 				Then(clientv3.OpPut(pk, string(val), clientv3.WithLease(lease.ID))).
 				Else(clientv3.OpGet(pk)).Commit()

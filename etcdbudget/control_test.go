@@ -375,8 +375,8 @@ func TestControlledMetricsLost(t *testing.T) {
 }
 
 // With one etcd member hung (SIGSTOP: a frozen machine, no RST), the
-// operator commands still answer: each attempt is bounded and the next
-// goes to another member.
+// operator commands still answer: each attempt is bounded, and one that
+// hung sends the next ones around the hung member.
 func TestControlsWithHungMember(t *testing.T) {
 	p := newCluster(t)
 	ctx := ctxT(t, time.Minute)
@@ -392,7 +392,7 @@ func TestControlsWithHungMember(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
 	var slowest time.Duration
-	for i := range 6 { // round-robin: some land on the hung member
+	for i := range 6 { // the balancer sends some to the hung member
 		start := time.Now()
 		var err error
 		switch i % 3 {

@@ -71,8 +71,12 @@
 //
 // Every request is sent in attempts bounded by Config.Attempt: a member
 // that hangs (a frozen machine, a black-holed network that never answers
-// nor resets) costs one attempt, and the next goes to another member, as
-// the client balances requests round-robin over its endpoints. Failures
+// nor resets) costs one attempt. The client's round-robin balancer would
+// keep giving the hung member its share of requests, retries included,
+// until gRPC's keep-alive drops its connection; so an attempt that hung
+// has the endpoints asked directly, and while one gives no answer and
+// another does, requests go for a few seconds through a connection of the
+// budget's own to one that answered (Stats.Detours counts these). Failures
 // are retried with jittered backoff while they look like unreachability
 // (timeouts, no leader, connection refused, too many requests) until
 // Config.Unreachable has passed since the first failure; then the call

@@ -141,9 +141,10 @@ func (o *outage) lasted() time.Duration {
 
 // call runs one etcd request f, each attempt bounded by Config.Attempt
 // so that a member that hangs (a frozen machine, a black-holed network:
-// no error ever comes back) costs one attempt, and the next attempt goes
-// to another member (the client balances requests round-robin over its
-// endpoints). It retries unreachability with jittered backoff until out
+// no error ever comes back) costs one attempt, after which the attempts
+// go around it (detour.go: the client's round-robin balancer alone may
+// send them to it again and again). f sends its requests through b.kv
+// and b.leases of the context it is given. It retries unreachability with jittered backoff until out
 // has lasted Config.Unreachable, then returns an *UnreachableError; a
 // refusal returns at once, wrapping budget.ErrRefused; a lease
 // etcd does not know returns errLeaseGone. When ctx ends it returns its
@@ -166,7 +167,7 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 			return refused(what, errors.New("the etcd client was closed"))
 		}
 		sent := time.Now()
-		err := b.attempt(ctx, out, f)
+		via, err := b.attempt(ctx, out, f)
 		b.requests.Add(1)
 		if err == nil {
 			out.ok()
@@ -198,6 +199,7 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 			return &UnreachableError{What: what, For: out.lasted(), Err: err, Endpoints: out.diag}
 		}
 		b.cfg.Logger.Debug("etcd request failed, retrying", "what", what, "error", err)
+		b.afterAttempt(ctx, via, err)
 		if err := sleep(ctx, backoff/2+rand.N(backoff/2+1)); err != nil {
 			return err
 		}
@@ -209,16 +211,19 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 // (or for an operator command), before the endpoints are asked why.
 const diagnoseAfter = 250 * time.Millisecond
 
-// attempt runs one attempt of f, bounded by Config.Attempt. When it has
+// attempt runs one attempt of f, bounded by Config.Attempt, through the
+// client's detour around a hung member if it has one (returned: nil for
+// the client's balancer; see detour.go). When it has
 // not returned after diagnoseAfter and no connection is ready (or out is
 // an operator command's), it asks every endpoint why, once per outage
 // (out.diag): a TLS failure on every endpoint ends the attempt at once
 // with a refusedEndpoints error.
-func (b *Budget) attempt(ctx context.Context, out *outage, f func(context.Context) error) error {
+func (b *Budget) attempt(ctx context.Context, out *outage, f func(context.Context) error) (*endpointConn, error) {
 	actx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
 	defer cancel()
+	actx, via := b.routed(actx)
 	if out.diag != nil || !(out.early || b.connecting()) {
-		return f(actx)
+		return via, f(actx)
 	}
 	done := make(chan error, 1)
 	go func() { done <- f(actx) }()
@@ -236,7 +241,7 @@ func (b *Budget) attempt(ctx context.Context, out *outage, f func(context.Contex
 				case <-time.After(diagnoseAfter):
 				}
 			}
-			return err
+			return via, err
 		case <-t.C:
 			diag = make(chan []EndpointError, 1)
 			go func() {
@@ -249,7 +254,7 @@ func (b *Budget) attempt(ctx context.Context, out *outage, f func(context.Contex
 			if r := tlsRefusal(d, true); r != nil {
 				cancel()
 				<-done
-				return r
+				return via, r
 			}
 		}
 	}

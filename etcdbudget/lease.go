@@ -11,8 +11,9 @@ import (
 )
 
 // keeper keeps a lease alive with one keep-alive request at a time, each
-// bounded by Config.Attempt and retried (on another member: requests are
-// balanced round-robin) until the lease's TTL has passed unanswered.
+// bounded by Config.Attempt and sent twice at once (hedge: one through the
+// detour around a hung member when there is one) until the lease's TTL
+// has passed unanswered.
 // clientv3's own KeepAlive shares one stream per client, which stays on a
 // member that hangs until gRPC's keep-alive drops the connection, longer
 // than a short TTL: every lease on it would expire although a quorum
@@ -44,7 +45,7 @@ func (b *Budget) grant(ctx context.Context, out *outage, key string) (*keeper, e
 	var sent time.Time
 	err := b.call(ctx, out, "granting a lease to wait for "+key, func(actx context.Context) error {
 		sent = time.Now()
-		r, err := b.cfg.Client.Grant(actx, int64(b.cfg.TTL/time.Second))
+		r, err := b.leases(actx).Grant(actx, int64(b.cfg.TTL/time.Second))
 		if err == nil {
 			id = r.ID
 		}
@@ -175,7 +176,7 @@ func (b *Budget) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) error {
 	b.requests.Add(1)
 	b.keepalive.Add(2)
 	return b.hedge(ctx, func(hctx context.Context) error {
-		_, err := b.cfg.Client.KeepAliveOnce(hctx, id)
+		_, err := b.leases(hctx).KeepAliveOnce(hctx, id)
 		return err
 	})
 }
@@ -206,7 +207,7 @@ func (b *Budget) revoke(ctx context.Context, what string, ids ...clientv3.LeaseI
 			out := &outage{bound: b.cfg.Unreachable}
 			err := b.call(ctx, out, fmt.Sprintf("revoking lease %x of %s", int64(id), what), func(actx context.Context) error {
 				return b.hedge(actx, func(hctx context.Context) error {
-					_, err := b.cfg.Client.Revoke(hctx, id)
+					_, err := b.leases(hctx).Revoke(hctx, id)
 					return err
 				})
 			})
@@ -219,17 +220,25 @@ func (b *Budget) revoke(ctx context.Context, what string, ids ...clientv3.LeaseI
 	return errors.Join(errs...)
 }
 
-// hedge runs the idempotent request f twice at once (the client's
-// round-robin balancer sends them to two members) and returns the first
-// success, or an error once both failed; the other request ends with
-// ctx at once.
+// hedge runs the idempotent request f twice at once and returns the
+// first success, or an error once both failed; the other request ends
+// with ctx at once. One goes through the client's balancer, the other
+// through the detour around a member that hung when there is one
+// (detour.go), else through the balancer too, which usually sends the
+// two to two members. f sends its request through b.leases (or b.kv) of
+// the context it is given.
 func (b *Budget) hedge(ctx context.Context, f func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	direct := ctx
+	if c, _ := ctx.Value(viaKey{}).(*endpointConn); c == nil {
+		direct, _ = b.routed(ctx)
+	}
+	balanced := context.WithValue(ctx, viaKey{}, (*endpointConn)(nil))
 	errs := make(chan error, 2)
 	b.requests.Add(1) // call counts one
-	for range 2 {
-		go func() { errs <- f(ctx) }()
+	for _, hctx := range []context.Context{direct, balanced} {
+		go func() { errs <- f(hctx) }()
 	}
 	var err error
 	for i := range 2 {

@@ -217,7 +217,11 @@ func TestRefusals(t *testing.T) {
 // One member hung (SIGSTOP: it keeps its connections open and answers
 // nothing), a follower, while two keep a quorum, with long-lived clients (issue 19,
 // defects 1, 2 and 7): no holder loses its slot, FailOpen grants nothing,
-// every acquire of a free key succeeds, Release returns promptly. Then
+// every acquire of a free key succeeds, Release returns promptly. The
+// client's balancer keeps sending the hung member its share of requests
+// until gRPC's keep-alive closes its connection (13 s), retries included:
+// each request that hung sends the next ones around it, so a 2 s
+// Unreachable bound is never reached with a quorum up. Then
 // every member hung: Fence cannot confirm in time, a cancelled Acquire and
 // a Release return at once.
 func TestHungMember(t *testing.T) {
@@ -227,12 +231,20 @@ func TestHungMember(t *testing.T) {
 	const ttl = 3 * time.Second
 	cli := client(t, p.Endpoints()...)
 	key := uniqueKey(t)
-	mod := func(c *etcdbudget.Config) { c.FailOpen = true; c.Unreachable = 4 * time.Second; c.LockDelay = -1 }
+	// An Unreachable bound well under the keep-alive's 13 s: a request
+	// must not wait for the hung connection to be closed.
+	mod := func(c *etcdbudget.Config) { c.FailOpen = true; c.Unreachable = 2 * time.Second; c.LockDelay = -1 }
+	var budgets []*etcdbudget.Budget
+	tracked := func(holder string, mod ...func(*etcdbudget.Config)) *etcdbudget.Budget {
+		b := newBudget(t, cli, holder, 1, mod...)
+		budgets = append(budgets, b)
+		return b
+	}
 
 	// Nine holders of nine keys, and one holder of the contended key.
 	var holders []budget.Slot
 	for i := range 10 {
-		b := newBudget(t, cli, "holder", 1, mod)
+		b := tracked("holder", mod)
 		s, err := b.Acquire(ctx, key+"-"+string(rune('a'+i)), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -263,7 +275,7 @@ func TestHungMember(t *testing.T) {
 	res := make(chan acquired, 8)
 	var waiters []*etcdbudget.Budget
 	for range 8 {
-		b := newBudget(t, cli, "waiter", 1, mod)
+		b := tracked("waiter", mod)
 		waiters = append(waiters, b)
 		wctx, cancel := context.WithTimeout(ctx, 6*time.Second)
 		defer cancel()
@@ -271,7 +283,7 @@ func TestHungMember(t *testing.T) {
 	}
 	// Ten acquires of free keys succeed meanwhile.
 	for i := range 10 {
-		b := newBudget(t, cli, "free", 1, mod)
+		b := tracked("free", mod)
 		s, err := b.Acquire(ctx, key+"-free-"+string(rune('a'+i)), nil)
 		if err != nil {
 			t.Fatalf("acquire %d of a free key with one member hung: %v", i, err)
@@ -299,6 +311,15 @@ func TestHungMember(t *testing.T) {
 			t.Errorf("%d fail-open grants with a quorum up", n)
 		}
 	}
+	var detours uint64
+	for _, b := range budgets {
+		detours += b.Stats().Detours
+	}
+	// The eight waiters and ten free acquires send dozens of requests, a
+	// third of them to the hung member while nothing goes around it.
+	if detours == 0 {
+		t.Errorf("no request went around the hung member")
+	}
 	lost := 0
 	for _, s := range holders {
 		if _, err := s.(budget.Fencer).Fence(ctx); err != nil || s.Err() != nil {
@@ -306,7 +327,7 @@ func TestHungMember(t *testing.T) {
 			t.Errorf("holder of %s: fence %v, lost %v", s.Key(), err, s.Err())
 		}
 	}
-	t.Logf("one member hung %s: %d of 8 waiters granted, %d of 10 holders lost, 10 of 10 free acquires", time.Since(hung).Round(time.Millisecond), granted, lost)
+	t.Logf("one member hung %s: %d of 8 waiters granted, %d of 10 holders lost, 10 of 10 free acquires, %d detours", time.Since(hung).Round(time.Millisecond), granted, lost, detours)
 
 	// Releases return promptly, and the key's next waiter is served.
 	for i, s := range holders[1:] {

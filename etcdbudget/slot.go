@@ -100,7 +100,7 @@ func (s *slot) watch(rev int64) {
 		for {
 			var exists bool
 			err := b.call(ctx, &outage{bound: b.cfg.Unreachable}, "checking the slot "+s.entry, func(actx context.Context) error {
-				resp, err := b.cfg.Client.Get(actx, s.entry, clientv3.WithKeysOnly())
+				resp, err := b.kv(actx).Get(actx, s.entry, clientv3.WithKeysOnly())
 				if err == nil {
 					exists = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == s.rev
 					rev = resp.Header.Revision
@@ -354,7 +354,7 @@ func (s *slot) confirm(ctx context.Context, deadline time.Time) (paused bool, er
 			els = append(els, clientv3.OpGet(s.b.pauseKey(sc), clientv3.WithKeysOnly()))
 		}
 		err = s.b.call(fctx, out, "fencing "+s.entry, func(actx context.Context) error {
-			resp, err := s.b.cfg.Client.Txn(actx).If(cmps...).Then(then...).Else(els...).Commit()
+			resp, err := s.b.kv(actx).Txn(actx).If(cmps...).Then(then...).Else(els...).Commit()
 			if err != nil {
 				return err
 			}
@@ -410,7 +410,7 @@ func (s *slot) MarkReady(ctx context.Context) error {
 	var ok bool
 	var rev int64
 	err := s.b.call(ctx, &outage{bound: s.b.cfg.Unreachable}, "recording "+s.entry+" ready", func(actx context.Context) error {
-		resp, err := s.b.cfg.Client.Txn(actx).If(clientv3.Compare(clientv3.ModRevision(s.gkey), "=", s.grev)).
+		resp, err := s.b.kv(actx).Txn(actx).If(clientv3.Compare(clientv3.ModRevision(s.gkey), "=", s.grev)).
 			Then(clientv3.OpPut(s.gkey, string(val), clientv3.WithLease(s.guard))).
 			Else(clientv3.OpGet(s.gkey)).Commit() // with its lease: not keys-only
 		if err != nil {
@@ -463,10 +463,14 @@ func (s *slot) Release(ctx context.Context) error {
 	// Both keys are this holder's own (its lease and a sequence name
 	// them): deleting them is safe to repeat.
 	err := s.b.call(ctx, &outage{bound: s.b.cfg.Unreachable}, "releasing "+s.entry, func(actx context.Context) error {
-		_, err := s.b.cfg.Client.Txn(actx).Then(del...).Commit()
+		_, err := s.b.kv(actx).Txn(actx).Then(del...).Commit()
 		return err
 	})
 	s.stop()
+	if err != nil && s.guard == 0 {
+		return fmt.Errorf("etcdbudget: releasing %s (its entry expires within %s anyway, or when Release is called again and succeeds): %w",
+			s.entry, s.b.cfg.TTL, err)
+	}
 	if err != nil {
 		return fmt.Errorf("etcdbudget: releasing %s (its entry expires within %s anyway; call Release again to delete its lock-delay guard %s, else it holds the slot back up to %s): %w",
 			s.entry, s.b.cfg.TTL, s.gkey, s.b.cfg.TTL+max(s.b.cfg.LockDelay, 0), err)
