@@ -431,7 +431,7 @@ func (w *waiter) abandon() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.b.cfg.Attempt)
 	defer cancel()
-	_, _ = w.b.cfg.Client.Revoke(ctx, w.k.id)
+	_ = w.b.revokeOnce(ctx, w.k.id)
 }
 
 // queue is what one read of the key says about a waiter.
@@ -815,7 +815,7 @@ func (w *waiter) take(ctx context.Context, q queue, progress func(budget.Wait)) 
 		if err != nil {
 			rctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
 			defer cancel()
-			_, _ = b.cfg.Client.Revoke(rctx, gid)
+			_ = b.revokeOnce(rctx, gid)
 			return nil, err
 		}
 	}

@@ -568,7 +568,7 @@ func (b *Budget) Join(ctx context.Context, key string) (*Participation, error) {
 		return err
 	}); err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), b.controlAttempt())
-		_, _ = b.cfg.Client.Revoke(rctx, lease.ID) // else it expires within TTL
+		_ = b.revokeOnce(rctx, lease.ID) // else it expires within TTL
 		rcancel()
 		return nil, err
 	}
@@ -725,7 +725,7 @@ func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, join
 		// Another machine pinned it first: use theirs. An unused lease
 		// expires within TTL.
 		rctx, cancel := context.WithTimeout(ctx, b.controlAttempt())
-		_, _ = b.cfg.Client.Revoke(rctx, lease.ID)
+		_ = b.revokeOnce(rctx, lease.ID)
 		cancel()
 	}
 }
@@ -767,15 +767,15 @@ func (p *Participation) keepPin(id clientv3.LeaseID) {
 
 // Close ends the participation: it stops the keep-alives and revokes its
 // lease (bounded by the budget's Attempt-sized timeout: if etcd does not
-// answer, the lease expires within TTL). The pin's lease is left to the
-// other participants, or to expire.
+// answer, the lease expires within TTL; one already gone is left). The
+// pin's lease is left to the other participants, or to expire.
 func (p *Participation) Close() error {
 	p.cancel()
 	<-p.done
 	ctx, cancel := context.WithTimeout(context.Background(), min(p.b.cfg.TTL, 2*time.Second))
 	defer cancel()
-	_, err := p.b.cfg.Client.Revoke(ctx, p.lease)
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	err := p.b.revokeOnce(ctx, p.lease)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !isLeaseGone(err) {
 		return unavailable("leaving the rollout of "+p.key, err)
 	}
 	return nil

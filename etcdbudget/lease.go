@@ -220,6 +220,16 @@ func (b *Budget) revoke(ctx context.Context, what string, ids ...clientv3.LeaseI
 	return errors.Join(errs...)
 }
 
+// revokeOnce revokes lease id in one attempt bounded by ctx, sent twice at
+// once (hedge), for a lease that would expire within its TTL anyway.
+func (b *Budget) revokeOnce(ctx context.Context, id clientv3.LeaseID) error {
+	b.requests.Add(1)
+	return b.hedge(ctx, func(hctx context.Context) error {
+		_, err := b.leases(hctx).Revoke(hctx, id)
+		return err
+	})
+}
+
 // hedge runs the idempotent request f twice at once and returns the
 // first success, or an error once both failed; the other request ends
 // with ctx at once. One goes through the client's balancer, the other
