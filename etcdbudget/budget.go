@@ -203,11 +203,11 @@ type Stats struct {
 	Watching int64
 	// HolderReadyProbes counts the calls of Config.HolderReady.
 	HolderReadyProbes uint64
-	// Detours counts the times requests were sent around a member that
-	// hung while another answered: through a connection to one that
-	// answered, for a few seconds (the client's balancer keeps sending a
-	// hung member its share until gRPC's keep-alive closes its
-	// connection).
+	// Detours counts the detours this budget took: after an attempt got
+	// no answer, the first member to say it has a leader, through which
+	// the requests of every budget of the client went for a few seconds
+	// (the client's balancer keeps sending a hung member its share until
+	// gRPC's keep-alive closes its connection).
 	Detours uint64
 }
 
@@ -762,6 +762,7 @@ func (w *waiter) pollReady(ctx context.Context, orphans []*mvccpb.KeyValue) erro
 			}
 			if ready {
 				actx, cancel := context.WithTimeout(ctx, w.b.cfg.Attempt)
+				actx, _ = w.b.routed(actx)
 				_, err := w.b.kv(actx).Txn(actx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 					Then(clientv3.OpDelete(string(kv.Key))).Commit()
 				cancel()

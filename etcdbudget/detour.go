@@ -16,17 +16,26 @@ package etcdbudget
 // An Unreachable bound shorter than the keep-alive then fails a call,
 // and a FailOpen budget would grant unbudgeted slots, with a quorum up.
 //
-// So an attempt that hung (its Attempt bound passed, the caller's
-// context did not) has the endpoints diagnosed (diagnose: each asked
-// directly, once a second at most for the whole budget), and when one
-// member did not answer and another did, the client's later attempts go
-// for detourFor through a connection of their own to one that answered
-// (clientv3.Client.Dial: the client's credentials, interceptors and
-// options, only that endpoint). An attempt that fails through it ends
-// the detour; one that hangs through it has the endpoints diagnosed
-// again. Only requests made through call are sent around a member;
-// keep-alives and revokes are sent twice at once (hedge), one of the two
-// through the detour while there is one.
+// So when an attempt gets no answer (its Attempt bound passed, the
+// caller's context did not), every endpoint is asked for its status at
+// once, each on a connection of its own, and the first to answer that it
+// has a leader is taken: for detourFor, the requests the client's budgets
+// send (through call and hedge) go through a connection to that member,
+// shared by every budget of the client and made with the client's
+// credentials, interceptors and options (clientv3.Client.Dial, only that
+// endpoint), each request requiring a leader (clientv3.WithRequireLeader:
+// a member cut off from the quorum fails it at once). What the detour does
+// not keep is the client's retry of a request that failed as unavailable
+// (its balancer's): such a failure ends the detour, and call retries. A
+// member that hung through the detour starts a new search, avoiding it.
+//
+// Not covered: watches stay on the client's balancer (a waiter's silent
+// watch is read again after Recheck, and gRPC's keep-alive moves it),
+// and with a user and password the client authenticates each stream it
+// opens through its balancer (go.etcd.io/etcd/client/v3
+// retry_interceptor.go, streamClientInterceptor calls getToken), so a
+// keep-alive may still wait on the hung member; a token or client
+// certificates avoid that.
 
 import (
 	"context"
@@ -46,15 +55,16 @@ import (
 // back, or the keep-alive closed its connection).
 const detourFor = 5 * time.Second
 
-// detours are one client's connections of its own to single endpoints,
-// and the one requests go through while a member hangs. Every budget of
-// a client shares them; they are closed with the client.
+// detours are one client's connections to single endpoints, and the one
+// requests go through while a member hangs. Every budget of a client
+// shares them; they are closed with the client.
 type detours struct {
-	mu     sync.Mutex
-	closed bool
-	conns  map[string]*endpointConn
-	via    *endpointConn // nil: the client's balancer
-	until  time.Time
+	mu      sync.Mutex
+	closed  bool
+	conns   map[string]*endpointConn
+	via     *endpointConn // nil: the client's balancer
+	until   time.Time
+	finding chan struct{} // closed when the search under way ends
 }
 
 // endpointConn is a connection to one endpoint and the etcd APIs on it.
@@ -68,15 +78,19 @@ type endpointConn struct {
 // clientDetours holds each client's detours until the client is closed.
 var clientDetours sync.Map // *clientv3.Client -> *detours
 
-// detoursOf returns cli's detours, made on first use.
+// detoursOf returns cli's detours, made on first use; nil once cli is
+// closed.
 func detoursOf(cli *clientv3.Client) *detours {
 	if d, ok := clientDetours.Load(cli); ok {
 		return d.(*detours)
 	}
+	if cli.Ctx().Err() != nil {
+		return nil
+	}
 	d, loaded := clientDetours.LoadOrStore(cli, &detours{conns: map[string]*endpointConn{}})
 	if !loaded {
 		context.AfterFunc(cli.Ctx(), func() {
-			clientDetours.Delete(cli)
+			clientDetours.CompareAndDelete(cli, d)
 			d.(*detours).close()
 		})
 	}
@@ -98,6 +112,9 @@ func (d *detours) close() {
 // current returns the connection requests go through now, nil for the
 // client's balancer.
 func (d *detours) current() *endpointConn {
+	if d == nil {
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.via != nil && time.Now().After(d.until) {
@@ -115,7 +132,7 @@ func (d *detours) end(c *endpointConn) {
 	d.mu.Unlock()
 }
 
-// take sends requests through a connection of cli's own to endpoint for
+// take sends requests through a connection of cli's to endpoint for
 // detourFor.
 func (d *detours) take(cli *clientv3.Client, endpoint string) error {
 	d.mu.Lock()
@@ -138,11 +155,72 @@ func (d *detours) take(cli *clientv3.Client, endpoint string) error {
 	return nil
 }
 
-// viaKey carries the endpointConn an attempt goes through in its context.
+// find searches, within ctx, for a member to go through instead of the
+// client's balancer, avoiding the endpoint avoid (one that hung through
+// the detour), and takes the first found. A search under way is joined
+// instead. It reports whether it took a detour itself.
+func (d *detours) find(ctx context.Context, cli *clientv3.Client, avoid string) bool {
+	d.mu.Lock()
+	if busy := d.finding; busy != nil {
+		d.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	busy := make(chan struct{})
+	d.finding = busy
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.finding = nil
+		d.mu.Unlock()
+		close(busy)
+	}()
+	ep := firstWithLeader(ctx, cli, avoid)
+	return ep != "" && d.take(cli, ep) == nil
+}
+
+// firstWithLeader asks every endpoint of cli but avoid for its status at
+// once and returns the first to answer that it has a leader ("" if none
+// did before ctx ended). It returns once every question has ended.
+func firstWithLeader(ctx context.Context, cli *clientv3.Client, avoid string) string {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	found := make(chan string, 1)
+	var wg sync.WaitGroup
+	for _, ep := range cli.Endpoints() {
+		if ep == avoid {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if st, err := askStatus(ctx, cli, ep); err == nil && st.Leader != 0 {
+				select {
+				case found <- ep:
+					cancel()
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case ep := <-found:
+		return ep
+	default:
+		return ""
+	}
+}
+
+// viaKey carries the endpointConn an attempt goes through in its context
+// (a nil one: the client's balancer).
 type viaKey struct{}
 
 // kv is the KV an attempt's requests go through: the client's, or the
-// detour's the attempt was given (attempt).
+// detour's the attempt was given (routed).
 func (b *Budget) kv(actx context.Context) clientv3.KV {
 	if c, _ := actx.Value(viaKey{}).(*endpointConn); c != nil {
 		return c.kv
@@ -158,14 +236,14 @@ func (b *Budget) leases(actx context.Context) clientv3.Lease {
 	return b.cfg.Client.Lease
 }
 
-// routed gives ctx the detour requests go through now, if any, and
-// returns it.
+// routed gives ctx the detour requests go through now, if any, requiring
+// a leader of the member, and returns it.
 func (b *Budget) routed(ctx context.Context) (context.Context, *endpointConn) {
 	c := detoursOf(b.cfg.Client).current()
 	if c == nil {
 		return ctx, nil
 	}
-	return context.WithValue(ctx, viaKey{}, c), c
+	return clientv3.WithRequireLeader(context.WithValue(ctx, viaKey{}, c)), c
 }
 
 // hung reports whether an attempt's error is its own Attempt bound
@@ -181,36 +259,34 @@ func hung(ctx context.Context, err error) bool {
 	return ok && s.Code() == codes.DeadlineExceeded
 }
 
-// afterAttempt updates the detour once an attempt sent through via (nil:
-// the balancer) failed with err and is to be retried: a failure through
-// a detour ends it, and an attempt that hung has the endpoints diagnosed
-// (within Attempt) to go around a member that gives no answer. A call
-// that is ending instead (its Unreachable bound reached, a refusal, an
-// answer such as a lease not found) does not wait for a diagnosis.
-func (b *Budget) afterAttempt(ctx context.Context, via *endpointConn, err error) {
+// afterAttempt updates the detour once an attempt of a call sent through
+// via (nil: the balancer) failed with err and is to be retried: a failure
+// through a detour ends it, and an attempt that got no answer searches
+// for a member to go through, unless another call took a detour
+// meanwhile. The search waits at most Attempt, and never past what is
+// left of out's Unreachable bound.
+func (b *Budget) afterAttempt(ctx context.Context, out *outage, via *endpointConn, err error) {
 	d := detoursOf(b.cfg.Client)
+	if d == nil {
+		return
+	}
 	if via != nil {
 		d.end(via)
 	}
-	if !hung(ctx, err) {
+	if !hung(ctx, err) || d.current() != nil {
 		return
 	}
-	dctx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
+	wait := min(b.cfg.Attempt, out.bound-out.lasted())
+	if wait <= 0 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	diag := b.diagnose(dctx)
-	silent := false
-	for _, e := range diag {
-		silent = silent || e.Err != nil
+	avoid := ""
+	if via != nil {
+		avoid = via.endpoint
 	}
-	if !silent {
-		return // every member answered: the request was slow, not lost
-	}
-	for _, e := range diag {
-		if e.Err == nil && (via == nil || e.Endpoint != via.endpoint) {
-			if d.take(b.cfg.Client, e.Endpoint) == nil {
-				b.detoured.Add(1)
-			}
-			return
-		}
+	if d.find(fctx, b.cfg.Client, avoid) {
+		b.detoured.Add(1)
 	}
 }

@@ -200,12 +200,7 @@ func (b *Budget) probeEndpoints(ctx context.Context) []EndpointError {
 func (b *Budget) probeEndpoint(ctx context.Context, ep string) error {
 	pctx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
 	defer cancel()
-	conn, err := b.cfg.Client.Dial(ep)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_, err = pb.NewMaintenanceClient(conn).Status(pctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
+	_, err := askStatus(pctx, b.cfg.Client, ep)
 	switch {
 	case err == nil:
 		return nil
@@ -237,6 +232,17 @@ func (b *Budget) probeEndpoint(ctx context.Context, ep string) error {
 		return errors.New(msg)
 	}
 	return rpctypes.Error(err)
+}
+
+// askStatus asks ep for its status on a connection of its own, made with
+// cli's credentials, failing fast when no connection can be made.
+func askStatus(ctx context.Context, cli *clientv3.Client, ep string) (*pb.StatusResponse, error) {
+	conn, err := cli.Dial(ep)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
 }
 
 // secure reports whether ep is served over TLS.

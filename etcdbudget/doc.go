@@ -73,10 +73,11 @@
 // that hangs (a frozen machine, a black-holed network that never answers
 // nor resets) costs one attempt. The client's round-robin balancer would
 // keep giving the hung member its share of requests, retries included,
-// until gRPC's keep-alive drops its connection; so an attempt that hung
-// has the endpoints asked directly, and while one gives no answer and
-// another does, requests go for a few seconds through a connection of the
-// budget's own to one that answered (Stats.Detours counts these). Failures
+// until gRPC's keep-alive drops its connection; so after an attempt that
+// got no answer every endpoint is asked for its status directly, and the
+// budgets of the client send their requests for a few seconds through a
+// connection to the first member that says it has a leader
+// (Stats.Detours counts these). Failures
 // are retried with jittered backoff while they look like unreachability
 // (timeouts, no leader, connection refused, too many requests) until
 // Config.Unreachable has passed since the first failure; then the call

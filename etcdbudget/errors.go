@@ -199,7 +199,7 @@ func (b *Budget) call(ctx context.Context, out *outage, what string, f func(cont
 			return &UnreachableError{What: what, For: out.lasted(), Err: err, Endpoints: out.diag}
 		}
 		b.cfg.Logger.Debug("etcd request failed, retrying", "what", what, "error", err)
-		b.afterAttempt(ctx, via, err)
+		b.afterAttempt(ctx, out, via, err)
 		if err := sleep(ctx, backoff/2+rand.N(backoff/2+1)); err != nil {
 			return err
 		}

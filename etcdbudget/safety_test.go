@@ -220,8 +220,8 @@ func TestRefusals(t *testing.T) {
 // every acquire of a free key succeeds, Release returns promptly. The
 // client's balancer keeps sending the hung member its share of requests
 // until gRPC's keep-alive closes its connection (13 s), retries included:
-// each request that hung sends the next ones around it, so a 2 s
-// Unreachable bound is never reached with a quorum up. Then
+// a request that got no answer sends the client's next ones around it, so
+// a 2 s Unreachable bound is never reached with a quorum up. Then
 // every member hung: Fence cannot confirm in time, a cancelled Acquire and
 // a Release return at once.
 func TestHungMember(t *testing.T) {
