@@ -87,7 +87,7 @@ type Config struct {
 	Unreachable time.Duration
 	// Attempt bounds each attempt of each etcd request (default TTL/5,
 	// at least 500ms, at most 2s). A member that hangs costs one attempt;
-	// the next goes to another member.
+	// the next ones go around it (see Stats.Detours).
 	Attempt time.Duration
 	// LockDelay is how long a slot taken over from a holder that
 	// vanished, rather than released it, stays unusable after the
