@@ -2,6 +2,7 @@ package snapsvc
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -90,5 +91,36 @@ func testStateWatch(t *testing.T) (*dirWatch, func()) {
 		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A wait whose context has ended returns at once, however long it was
+// asked to wait: the end of the context must not be lost to the read
+// deadline the wait sets (it was, at random, when the context ended as
+// the read began: the wait then slept its whole poll interval, and a
+// call returned up to 100 ms past its deadline).
+func TestStateWatchEndedContextIsNotLostToTheReadDeadline(t *testing.T) {
+	w, _ := testStateWatch(t)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() {
+		for range 2000 {
+			if _, err := w.waitFrom(ended, time.Hour, w.mark()); err == nil {
+				done <- errors.New("a wait on an ended context returned no error")
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		// A wait stuck on its hour-long read deadline: the goroutine is
+		// left behind with the watch (closed at cleanup ends it).
+		t.Fatal("a wait on an ended context did not return within a minute: it waits out its read deadline")
 	}
 }

@@ -187,13 +187,15 @@ func (w *dirWatch) waitFrom(ctx context.Context, d time.Duration, seen uint64) (
 }
 
 // read reads the inotify descriptor until a matching event, the deadline
-// or ctx's end.
+// or ctx's end. The deadline is set before ctx's end is watched: the
+// other way round, a ctx that ended as the read began had its past
+// deadline overwritten by the wait's own, and the read slept to it.
 func (w *dirWatch) read(ctx context.Context, deadline time.Time) (bool, error) {
-	stop := context.AfterFunc(ctx, func() { w.f.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
 	if err := w.f.SetReadDeadline(deadline); err != nil {
 		return false, err
 	}
+	stop := context.AfterFunc(ctx, func() { w.f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
 	var buf [4096]byte
 	for {
 		n, err := w.f.Read(buf[:])
