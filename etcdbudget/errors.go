@@ -144,8 +144,9 @@ func (o *outage) lasted() time.Duration {
 // no error ever comes back) costs one attempt, after which the attempts
 // go around it (detour.go: the client's round-robin balancer alone may
 // send them to it again and again). f sends its requests through b.kv
-// and b.leases of the context it is given. It retries unreachability with jittered backoff until out
-// has lasted Config.Unreachable, then returns an *UnreachableError; a
+// and b.leases of the context it is given. It retries unreachability
+// with jittered backoff until out has lasted Config.Unreachable, then
+// returns an *UnreachableError; a
 // refusal returns at once, wrapping budget.ErrRefused; a lease
 // etcd does not know returns errLeaseGone. When ctx ends it returns its
 // cause.
@@ -213,11 +214,11 @@ const diagnoseAfter = 250 * time.Millisecond
 
 // attempt runs one attempt of f, bounded by Config.Attempt, through the
 // client's detour around a hung member if it has one (returned: nil for
-// the client's balancer; see detour.go). When it has
-// not returned after diagnoseAfter and no connection is ready (or out is
-// an operator command's), it asks every endpoint why, once per outage
-// (out.diag): a TLS failure on every endpoint ends the attempt at once
-// with a refusedEndpoints error.
+// the client's balancer; see detour.go). When it has not returned after
+// diagnoseAfter and no connection is ready (or out is an operator
+// command's), it asks every endpoint why, once per outage (out.diag): a
+// TLS failure on every endpoint ends the attempt at once with a
+// refusedEndpoints error.
 func (b *Budget) attempt(ctx context.Context, out *outage, f func(context.Context) error) (*endpointConn, error) {
 	actx, cancel := context.WithTimeout(ctx, b.cfg.Attempt)
 	defer cancel()
