@@ -47,7 +47,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // detourFor is how long requests keep going around a member that hung
@@ -252,11 +251,8 @@ func hung(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	s, ok := status.FromError(err)
-	return ok && s.Code() == codes.DeadlineExceeded
+	code, _ := codeOf(err)
+	return errors.Is(err, context.DeadlineExceeded) || code == codes.DeadlineExceeded
 }
 
 // afterAttempt updates the detour once an attempt of a call sent through

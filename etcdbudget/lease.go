@@ -206,10 +206,7 @@ func (b *Budget) revoke(ctx context.Context, what string, ids ...clientv3.LeaseI
 			defer wg.Done()
 			out := &outage{bound: b.cfg.Unreachable}
 			err := b.call(ctx, out, fmt.Sprintf("revoking lease %x of %s", int64(id), what), func(actx context.Context) error {
-				return b.hedge(actx, func(hctx context.Context) error {
-					_, err := b.leases(hctx).Revoke(hctx, id)
-					return err
-				})
+				return b.hedge(actx, b.revokeRequest(id))
 			})
 			if err != nil && !errors.Is(err, errLeaseGone) {
 				errs[i] = err
@@ -224,10 +221,15 @@ func (b *Budget) revoke(ctx context.Context, what string, ids ...clientv3.LeaseI
 // once (hedge), for a lease that would expire within its TTL anyway.
 func (b *Budget) revokeOnce(ctx context.Context, id clientv3.LeaseID) error {
 	b.requests.Add(1)
-	return b.hedge(ctx, func(hctx context.Context) error {
+	return b.hedge(ctx, b.revokeRequest(id))
+}
+
+// revokeRequest is the request revoking lease id, for hedge.
+func (b *Budget) revokeRequest(id clientv3.LeaseID) func(context.Context) error {
+	return func(hctx context.Context) error {
 		_, err := b.leases(hctx).Revoke(hctx, id)
 		return err
-	})
+	}
 }
 
 // hedge runs the idempotent request f twice at once and returns the
