@@ -14,6 +14,7 @@ import (
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/testsupport/testclock"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func holdersOf(es []etcdbudget.Entry) []string {
@@ -434,5 +435,29 @@ func TestKeys(t *testing.T) {
 	keys, err := b.Keys(ctx)
 	if err != nil || !slices.Equal(keys, []string{"k8s", "k8s.kubelet"}) {
 		t.Fatalf("keys %q, %v; want [k8s k8s.kubelet]", keys, err)
+	}
+}
+
+// Closing a participation whose lease is already gone (expired, or
+// revoked by an operator) is no error: it has left the rollout.
+func TestParticipationCloseWithItsLeaseGone(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	part, err := newBudget(t, cli, "node-a", 1).Join(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := cli.Get(ctx, etcdbudget.DefaultPrefix+key+"#participants/node-a")
+	if err != nil || len(reg.Kvs) != 1 {
+		t.Fatalf("registration: %v, %v", reg, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(reg.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := part.Close(); err != nil {
+		t.Fatalf("Close with the lease gone: %v", err)
 	}
 }
