@@ -218,6 +218,17 @@ func SyncBody(result any) []byte {
 const garbled = "<html><body>502 Bad Gateway</body></html>\n"
 
 // RequestsTo returns, inside WaitFor, how many requests to route
-// ("METHOD /path" with ids as {id}, as in Counters) were answered or
-// dropped so far.
+// ("METHOD /path" with ids as {id}, as in Counters) have arrived so far.
+// A request counts as it arrives, before snapd acts on it: one that is
+// long-polling, wedged or waiting for its turn counts at once. To know
+// that snapd has acted on a request (its answer made, even if a fault
+// holds or drops it), use Handled.
 func (v View) RequestsTo(route string) int { return v.s.counters.Requests[route] }
+
+// Handled returns, inside WaitFor, how many requests to route have been
+// handled: acted on, or refused by a fault, and entered in the request
+// log (Server.Requests), whether or not their answer has reached the
+// client yet (a Fault's Hold may still hold it). A condition such as "the
+// client's listing was made before this change was added" needs Handled,
+// not RequestsTo.
+func (v View) Handled(route string) int { return v.s.handled[route] }

@@ -78,7 +78,8 @@ func (v View) Service(snap, app string) (AppState, bool) {
 	return AppState{Enabled: a.Enabled, Active: a.Active}, true
 }
 
-// Requests returns how many requests were answered so far.
+// Requests returns how many requests have been handled so far, every
+// route together (see Handled).
 func (v View) Requests() int { return len(v.s.requests) }
 
 // InFlight returns how many requests are being handled right now (e.g.

@@ -458,3 +458,50 @@ func TestFaultWedgeActsOnceReleased(t *testing.T) {
 		t.Fatalf("requests %+v", reqs)
 	}
 }
+
+// RequestsTo counts a request as it arrives; Handled once snapd has acted
+// on it. A held answer (a Fault's Hold without a Kind) is handled before
+// it is held; a wedged request is not handled until its Hold is closed.
+func TestRequestsToCountsArrivalsHandledCountsActions(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wedge, held := make(chan struct{}), make(chan struct{})
+	srv.InjectFault(fake.Fault{Kind: fake.FaultWedge, Method: "POST", Path: "/v2/apps", Times: 1, Hold: wedge})
+	srv.InjectFault(fake.Fault{Method: "GET", Path: "/v2/changes", Times: 1, Hold: held})
+	posted, listed := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, _, err := callErr(srv.SocketPath(), "POST", "/v2/apps", `{"action":"restart","names":["k8s.kubelet"]}`)
+		posted <- err
+	}()
+	go func() {
+		_, _, err := callErr(srv.SocketPath(), "GET", "/v2/changes", "")
+		listed <- err
+	}()
+	// The listing is acted on while its answer is held; the wedged request
+	// has arrived and is not acted on.
+	if err := srv.WaitFor(ctx, func(v fake.View) bool {
+		return v.RequestsTo("POST /v2/apps") == 1 && v.Handled("GET /v2/changes") == 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var handled, arrived int
+	srv.WaitFor(ctx, func(v fake.View) bool {
+		handled, arrived = v.Handled("POST /v2/apps"), v.RequestsTo("GET /v2/changes")
+		return true
+	})
+	if handled != 0 || arrived != 1 || srv.Counters().ChangesCreated != 0 {
+		t.Fatalf("wedged request handled %d times, listing arrived %d times, %d changes; want 0, 1, 0", handled, arrived, srv.Counters().ChangesCreated)
+	}
+	close(wedge)
+	close(held)
+	if err := errors.Join(<-posted, <-listed); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Handled("POST /v2/apps") == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Counters().ChangesCreated; n != 1 {
+		t.Fatalf("%d changes once the wedge ended; want 1", n)
+	}
+}

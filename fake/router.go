@@ -198,8 +198,7 @@ func (s *Server) handler(sock string) http.Handler {
 			req.Kind, req.Message = er.Kind, er.Message
 		}
 		req.Dropped = req.Dropped || fault != nil && fault.Kind == FaultDrop
-		s.requests = append(s.requests, req)
-		s.wakeLocked() // WaitFor conditions on the request log
+		s.logRequestLocked(req)
 		if rsp.stream != nil {
 			s.mu.Unlock()
 			w.Header().Set("Content-Type", "application/json-seq")
@@ -281,8 +280,7 @@ func (s *Server) answerFault(w http.ResponseWriter, req Request, f *Fault) {
 	} else {
 		req.Dropped = true
 	}
-	s.requests = append(s.requests, req)
-	s.wakeLocked() // WaitFor conditions on the request log
+	s.logRequestLocked(req)
 	s.mu.Unlock()
 	if f.Kind == FaultReject {
 		closeWithoutAnswer(w)
@@ -507,4 +505,12 @@ func commaList(vals []string) []string {
 		}
 	}
 	return out
+}
+
+// logRequestLocked enters req, handled (acted on, or refused by a fault), in the
+// request log and wakes WaitFor conditions on it.
+func (s *Server) logRequestLocked(req Request) {
+	s.requests = append(s.requests, req)
+	s.handled[routeKey(req.Method, req.Path)]++
+	s.wakeLocked()
 }

@@ -43,6 +43,7 @@ type Server struct {
 	requests       []Request
 	svcHistory     map[string][]ServiceStateAt // snap.app: its states (history.go)
 	counters       Counters
+	handled        map[string]int // requests in the log, per route (View.Handled)
 	maint          *errorResult
 	latency        time.Duration
 	faults         []*InjectedFault
@@ -85,6 +86,7 @@ func New(opts ...Option) (*Server, error) {
 		unsuccessful: map[string]unsuccessfulRule{},
 		timers:       map[int]Timer{},
 		counters:     Counters{Requests: map[string]int{}},
+		handled:      map[string]int{},
 	}
 	for _, sn := range cfg.snaps {
 		if err := s.addSnapLocked(sn); err != nil {

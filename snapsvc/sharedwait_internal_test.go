@@ -139,7 +139,7 @@ func TestSharedWaitIdleJoinerTakesOnlyFreshFacts(t *testing.T) {
 	defer inj.Remove()
 	firstDone, joinerDone := make(chan error, 1), make(chan error, 1)
 	go func() { firstDone <- c.WaitIdle(ctx, "k8s") }()
-	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.RequestsTo("GET /v2/changes") == 1 }); err != nil {
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Handled("GET /v2/changes") == 1 }); err != nil {
 		t.Fatal(err)
 	}
 	// A change spawns, then a second caller joins.
@@ -155,7 +155,7 @@ func TestSharedWaitIdleJoinerTakesOnlyFreshFacts(t *testing.T) {
 	// The joiner needs a listing of its own: it sees the change.
 	listed := make(chan error, 1)
 	go func() {
-		listed <- srv.WaitFor(ctx, func(v fake.View) bool { return v.RequestsTo("GET /v2/changes") >= 2 })
+		listed <- srv.WaitFor(ctx, func(v fake.View) bool { return v.Handled("GET /v2/changes") >= 2 })
 	}()
 	select {
 	case err := <-joinerDone:

@@ -110,9 +110,9 @@ func TestRestartWaitsForSnapSet(t *testing.T) {
 	}
 	defer c.Close()
 	busy := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"}) // someone runs `snap set`
-	// Its configure hook ends once the restart has asked snapd.
+	// Its configure hook ends once snapd has refused the restart.
 	go func() {
-		srv.WaitFor(t.Context(), func(v fake.View) bool { return v.RequestsTo("POST /v2/apps") > 0 })
+		srv.WaitFor(t.Context(), func(v fake.View) bool { return v.Handled("POST /v2/apps") > 0 })
 		busy.Finish()
 	}()
 	// Your hook or controller here: this restart waits for the snap set, then restarts kubelet.
