@@ -21,6 +21,7 @@ import (
 //	               ▲  │      │  ▲                   ▲
 //	               └──┘      └──┴── fenced again before each attempt
 //	granted, fenced, acted ──► released   nothing was done, or the change failed for good
+//	fenced ──► settling                   an earlier attempt's request may still act
 //	acted ──► kept                        a Stop under StopsAndStarts: for the Start that follows
 //	any state ──► lost                    the backend took a slot away
 //
@@ -40,6 +41,12 @@ import (
 //     background, following snapd's records until they show the change
 //     ready (or show that the request made none), then the readiness
 //     checks.
+//
+// And, whatever the verdict, never while a request written under the hold
+// may still be carried out: a request whose answer was never read (lost,
+// or cut off by the call's end) keeps the hold until snapd can no longer
+// act on it, and the changes made since are followed too (quiet, in
+// budget_settle.go).
 //
 // Nothing else ends a hold: not a wait's own error, not snapd being away
 // longer than the policy's MaxUnreachable, not a look-up snapd refused.
@@ -68,7 +75,7 @@ func (s holdState) String() string { return holdStateNames[s] }
 // kept and lost are final.
 var holdMoves = map[holdState][]holdState{
 	holdGranted:  {holdFenced, holdReleased, holdLost},
-	holdFenced:   {holdFenced, holdActed, holdReleased, holdLost},
+	holdFenced:   {holdFenced, holdActed, holdSettling, holdReleased, holdLost},
 	holdActed:    {holdFenced, holdActed, holdSettling, holdReady, holdKept, holdReleased, holdLost},
 	holdSettling: {holdReady, holdReleased, holdLost},
 	holdReady:    {holdReleased, holdLost},
@@ -89,6 +96,9 @@ type hold struct {
 
 	mu    sync.Mutex
 	state holdState
+	// unanswered: the requests to act written under h whose answer was
+	// never read; snapd may still carry them out (quiet).
+	unanswered []unansweredRequest
 }
 
 func newHold(b *budgetRunner) *hold { return &hold{b: b, stop: make(chan struct{})} }
@@ -221,6 +231,39 @@ func (h *hold) fence(ctx context.Context) error {
 // from now on snapd may have acted, and only the slot rule gives h back.
 func (h *hold) acted() { h.move(holdActed) }
 
+// unansweredRequest is a request to act whose answer was never read.
+type unansweredRequest struct {
+	o      op        // what it asked
+	sent   sent      // when it was written, and what the client had seen
+	gaveUp time.Time // when the client stopped waiting for its answer
+}
+
+// noAnswer records that request o, written at s under h, got no answer
+// the client could read by gaveUp (lost, cut, or cut off by the call's
+// end): snapd may have acted on it, or may still (quiet).
+func (h *hold) noAnswer(o op, s sent, gaveUp time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unanswered = append(h.unanswered, unansweredRequest{o: o, sent: s, gaveUp: gaveUp})
+}
+
+// takeUnanswered returns the requests of h that got no answer and forgets
+// them.
+func (h *hold) takeUnanswered() []unansweredRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	reqs := h.unanswered
+	h.unanswered = nil
+	return reqs
+}
+
+// mayStillAct reports whether a request written under h got no answer.
+func (h *hold) mayStillAct() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.unanswered) > 0
+}
+
 // ---- the exit: the slot rule ----
 
 // holdVerdict sorts an operation's outcome for the slot rule.
@@ -258,6 +301,10 @@ func holdVerdictOf(err error) holdVerdict {
 func (h *hold) end(k *call, o op, res *Result, err error) error {
 	c := h.b.c
 	switch v := holdVerdictOf(err); {
+	case (v == verdictNothingDone || v == verdictFailed) && h.mayStillAct():
+		k.log.Info("a request to act got no answer and snapd may still carry it out; the restart budget slots stay held until it cannot", "error", err)
+		h.settleInBackground(k, o, err, nil)
+		return err
 	case v == verdictNothingDone || v == verdictFailed:
 		h.release(k.ctx)
 		return err
@@ -282,6 +329,13 @@ func (h *hold) end(k *call, o op, res *Result, err error) error {
 		if rerr = h.lost(); errors.As(rerr, &be) {
 			be.ChangeDone = true
 		}
+	}
+	if rerr == nil && h.mayStillAct() {
+		// The change was found, not named by snapd's answer: it may be
+		// someone else's identical one, and the request's own may come.
+		k.log.Info("a request to act got no answer and snapd may still carry it out; the restart budget slots stay held until it cannot")
+		h.settleInBackground(k, o, nil, nil)
+		return nil
 	}
 	h.release(rk.ctx)
 	if rerr != nil {

@@ -955,3 +955,99 @@ func (s *slotTimes) progress(ev snapsvc.BudgetEvent) {
 	s.mu.Unlock()
 	s.ch <- struct{}{}
 }
+
+// A request whose answer never came may still be carried out after the
+// change its look-up found is ready: that change can be someone else's
+// identical restart, and the request's own comes later. Here the request
+// is wedged in snapd, an identical restart of someone else's is made
+// meanwhile, the call's time runs out (its look-up names the foreign
+// change), and snapd gets to the request only once the foreign change is
+// ready. Judged from snapd's records, the slot must be held through the
+// change the request itself made. Before the hold waited for unanswered
+// requests (schedule seed 442), it was given back as soon as the foreign
+// change was ready.
+func TestBudgetSlotHeldThroughTheLateChangeOfAnUnansweredRequest(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(100*time.Millisecond)))
+	b := newMemBudget(1)
+	times := newSlotTimes()
+	logs := newLogWatch()
+	quiet := logs.seen("a request that got no answer may still act")
+	c := newClient(t, srv, snapsvc.WithLogger(logs.logger()), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: times.progress}))
+	unwedge := make(chan struct{})
+	inj := srv.InjectFault(fake.Fault{Kind: fake.FaultWedge, Method: "POST", Path: "/v2/apps", Hold: unwedge, Times: 1})
+	defer inj.Remove()
+	wait := ctxT(t)
+	type outcome struct{ err error }
+	done := make(chan outcome, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	go func() {
+		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		done <- outcome{err}
+	}()
+	if err := srv.WaitFor(wait, func(v fake.View) bool { return v.RequestsTo("POST /v2/apps") == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := postApps(srv.SocketPath(), `{"action":"restart","names":["k8s.kubelet"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	var oe *snapsvc.OpError
+	if !errors.As(o.err, &oe) || oe.ChangeID != foreign || !errors.Is(o.err, snapsvc.ErrOutcomeUnknown) {
+		t.Fatalf("error %v; want the look-up to name the foreign change %s, outcome unknown", o.err, foreign)
+	}
+	if err := srv.WaitFor(wait, func(v fake.View) bool {
+		for _, chg := range v.InProgress() {
+			if chg.ID == foreign {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The foreign change is ready: the hold either gives the slot back
+	// (the defect) or waits for the unanswered request.
+	given := false
+	select {
+	case <-times.ch:
+		given = true
+	case <-quiet:
+	case <-wait.Done():
+		t.Fatal("neither given back nor held for the unanswered request")
+	}
+	close(unwedge) // snapd gets to the request at last
+	if err := srv.WaitFor(wait, func(v fake.View) bool { return v.Handled("POST /v2/apps") == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	var own string
+	for _, r := range srv.Requests() {
+		if r.Fault == "wedge" {
+			own = r.Change
+		}
+	}
+	if !given {
+		select {
+		case <-times.ch:
+		case <-wait.Done():
+			t.Fatal("the slot was never given back")
+		}
+	}
+	if err := srv.WaitFor(wait, func(v fake.View) bool { return len(v.InProgress()) == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	var ready time.Time
+	for _, chg := range srv.Changes() {
+		if chg.ID == own {
+			ready = chg.ReadyTime
+		}
+	}
+	times.mu.Lock()
+	released := times.released[0]
+	times.mu.Unlock()
+	if own == "" || ready.IsZero() || released.Before(ready) {
+		t.Fatalf("slot given back at %v; the request's own change %q was ready at %v (the foreign one was %s): the slot must be held through it", released.Format("15:04:05.000"), own, ready.Format("15:04:05.000"), foreign)
+	}
+}

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/snapsvc/snapsvc/internal/snapd"
+	"github.com/snapsvc/snapsvc/retry"
 )
 
 // Settling: a hold that outlives its operation (its change may still run,
@@ -59,6 +63,10 @@ func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
 		if err != nil {
 			seen, ferr = h.follow(bk, o, err)
 		}
+		late := false
+		if seen != settleEnded && h.lost() == nil && hctx.Err() == nil {
+			late = h.quiet(bk)
+		}
 		switch {
 		case h.lost() != nil:
 			log.Info("a restart budget slot was lost while settling", "error", h.lost())
@@ -66,7 +74,7 @@ func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
 			b.emitAll(h, BudgetEvent{Kind: BudgetHoldExpired, Err: fmt.Errorf("held for BudgetOptions.MaxHold (%s) without snapd's records showing the change ready", b.opts.MaxHold)})
 			log.Warn("restart budget slots given back at MaxHold although snapd's records did not show the change ready", "max_hold", b.opts.MaxHold)
 		case hctx.Err() != nil: // Close
-		case seen == settleRan:
+		case seen == settleRan || late:
 			rctx, rcancel := context.WithCancel(context.WithoutCancel(hctx))
 			stop := context.AfterFunc(b.base, rcancel)
 			aerr = h.ready(rctx, o)
@@ -75,7 +83,8 @@ func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
 			if aerr != nil {
 				log.Info("services not ready; giving the restart budget slots back", "error", aerr)
 			}
-		case seen == settleFailed:
+		}
+		if seen == settleFailed && aerr == nil {
 			aerr = b.c.opError(o, changeIDOf(err), 0, ferr)
 		}
 		h.release(context.WithoutCancel(hctx))
@@ -131,6 +140,14 @@ func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
 			return settleEnded, nil
 		}
 	}
+	return h.followChange(bk, id)
+}
+
+// followChange waits, on the hold call bk, until snapd's records show
+// change id ready (or gone). Only bk's end stops it: a wait's own failure
+// never ends a hold, and a change snapd refuses to show keeps it until
+// then.
+func (h *hold) followChange(bk *call, id string) (settleSeen, error) {
 	for {
 		_, werr := bk.sharedWaitChange(id)
 		var ce *ChangeError
@@ -154,6 +171,91 @@ func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
 			return settleEnded, nil
 		}
 	}
+}
+
+// quiet keeps h until no request written under it can still act. A
+// request whose answer the client never read (lost, cut, or cut off by the
+// call's end) may still be carried out: snapd's handler waits for the
+// state lock and carries on whether or not its client is still there.
+// The change the operation followed was found by a look-up, not named by
+// snapd, and may be someone else's identical change, the request's own
+// coming later. So the hold stays until interruptGrace after the last such
+// request was given up (the look-ups' own horizon, lostanswer.go), then
+// the changes are listed once more and every one made since such a
+// request that does what it asked and is not ready is followed until it
+// is. It reports whether it followed any (their services must be checked
+// again). Where snapd refuses the listing, the hold stays until bk ends,
+// as follow's does.
+func (h *hold) quiet(bk *call) bool {
+	reqs := h.takeUnanswered()
+	if len(reqs) == 0 {
+		return false
+	}
+	last := reqs[0].gaveUp
+	for _, r := range reqs[1:] {
+		if r.gaveUp.After(last) {
+			last = r.gaveUp
+		}
+	}
+	clock := bk.c.clock
+	bk.log.Debug("holding the restart budget slots while a request that got no answer may still act", "until", last.Add(interruptGrace))
+	if d := last.Add(interruptGrace).Sub(clock.Now()); d > 0 {
+		if retry.Sleep(bk.ctx, clock, d) != nil {
+			return false
+		}
+	}
+	var late []string
+	for {
+		var err error
+		if late, err = bk.lateChanges(reqs); err == nil {
+			break
+		}
+		if readRefused(err) {
+			bk.log.Info("snapd refuses to list its changes, so whether a request that got no answer acted late cannot be seen; the restart budget slots stay held", "max_hold", h.b.opts.MaxHold)
+			<-bk.ctx.Done()
+			return false
+		}
+		if bk.pause(err) != nil {
+			return false
+		}
+	}
+	for _, id := range late {
+		bk.log.Info("a change doing what an unanswered request asked is in progress; the restart budget slots stay held until it is ready", "change", id)
+		if seen, _ := h.followChange(bk, id); seen == settleEnded {
+			return false
+		}
+	}
+	return len(late) > 0
+}
+
+// lateChanges lists the changes once and returns those in progress that
+// do what one of reqs asked, made since it was sent.
+func (k *call) lateChanges(reqs []unansweredRequest) ([]string, error) {
+	chgs, err := k.listOnce(snapd.SelectAll)
+	if err != nil {
+		return nil, err
+	}
+	var late []string
+	for _, r := range reqs {
+		all, err := k.wholeSnapServices(r.o)
+		if err != nil {
+			return nil, err
+		}
+		from, sure := k.c.view.clock.snapdTime(r.sent.at), k.c.view.clock.snapdTimeLate(r.sent.at)
+		for _, id := range opCandidates(chgs, r.o, all, r.sent.seen, from, sure, time.Time{}, nil) {
+			i := slices.IndexFunc(chgs, func(c snapd.Change) bool { return c.ID == id })
+			if i >= 0 && !chgs[i].Ready && !slices.Contains(late, id) {
+				late = append(late, id)
+			}
+		}
+	}
+	slices.SortFunc(late, func(a, b string) int {
+		if lessID(a, b) {
+			return -1
+		}
+		return 1
+	})
+	return late, nil
 }
 
 // errNotListed is the pause's cause while a hold waits for snapd to list

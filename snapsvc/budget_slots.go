@@ -44,6 +44,9 @@ type sharedSlot struct {
 	// again: the slot is marked ready (BudgetReadier) only once every
 	// user is, since another user's act may still be under way.
 	ready int
+	// unanswered: the requests of the Stop that keeps the slot (stopped)
+	// that got no answer, for the Start that takes it over.
+	unanswered []unansweredRequest
 }
 
 // init completes the runner once the Client is built.
@@ -316,12 +319,16 @@ func (b *budgetRunner) keep(ctx context.Context, h *hold) {
 	h.stopWatching()
 	var extra []*sharedSlot
 	b.mu.Lock()
+	reqs := h.takeUnanswered()
 	for _, s := range h.slots {
 		if b.closed || b.stopped[s.key] != nil {
 			extra = append(extra, s) // closed, or an earlier Stop keeps it
 			continue
 		}
 		b.stopped[s.key] = s
+		// The Stop's requests that got no answer go with its slots: the
+		// Start that takes them holds them until those cannot act.
+		s.unanswered, reqs = reqs, nil
 	}
 	b.mu.Unlock()
 	h.slots = extra
@@ -340,6 +347,8 @@ func (b *budgetRunner) kept(keys []string) *hold {
 				h = newHold(b)
 			}
 			h.slots = append(h.slots, s)
+			h.unanswered = append(h.unanswered, s.unanswered...)
+			s.unanswered = nil
 		}
 	}
 	return h

@@ -323,6 +323,9 @@ func (r *runner) try() (attempt, error) {
 	}
 	if k.hold != nil && mayHaveWritten(a.err) {
 		k.hold.acted()
+		if a.err != nil && !errors.As(a.err, &answer) {
+			k.hold.noAnswer(r.o, a.sent, a.answeredAt)
+		}
 	}
 	if a.err != nil {
 		k.last, r.actErr = a.err, a.err
