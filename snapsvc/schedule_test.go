@@ -1242,6 +1242,15 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 			// began, did what the call asked (for --enable/--disable, the
 			// services' state was checked once it was done).
 			counts.foreignIdentical++
+		case g == cl.sig && (len(own) == 0 || creator[own[0]].Dropped):
+			// Another client's identical request made it, after the call
+			// began (checked above), while the call's own answer was lost:
+			// two identical changes made since the request was sent, one
+			// of them the request's own, cannot be told apart in snapd's
+			// records, and the client took the earlier (opCandidates). What
+			// it asked was done after it began; its own change, if any, is
+			// held by its budget slot too (checkSlots).
+			counts.foreignIdentical++
 		default:
 			return fail(i, "reported change %s does %s (own changes %v)", res.ChangeID, g, own)
 		}
