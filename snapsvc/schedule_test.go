@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,6 +162,9 @@ type call struct {
 	err      error
 	overtime bool
 	took     time.Duration // wall time from the call to its return
+	// stacks: the process's goroutines when the call was still running
+	// past its bound and the epsilon (what held it up, for the failure).
+	stacks atomic.Pointer[string]
 }
 
 // bound is the most the call may take: its deadline, or its client's
@@ -985,10 +989,11 @@ func (s *schedule) run(srv *fake.Server, c *snapsvc.Client, cl *call) {
 		err error
 	}
 	done := make(chan outcome, 1)
+	overdue := time.AfterFunc(cl.bound(s)+scheduleEpsilon, func() { st := goroutineStacks(); cl.stacks.Store(&st) })
 	go func() {
 		var o outcome
 		start := time.Now()
-		defer func() { cl.took = time.Since(start); done <- o }()
+		defer func() { cl.took = time.Since(start); overdue.Stop(); done <- o }()
 		switch {
 		case cl.wait:
 			o.err = c.WaitIdle(ctx, "k8s")
@@ -1106,7 +1111,7 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		// goroutine, the call's as much as the test's).
 		if cl.overshoot(s) > scheduleEpsilon+latenessSteps*late {
 			counts.overBound++
-			return fail(i, "returned after %v, %v past its bound of %v (epsilon %v; timers fired up to %v late meanwhile, allowed %d times)", cl.took, cl.overshoot(s), cl.bound(s), scheduleEpsilon, late, latenessSteps)
+			return fail(i, "returned after %v, %v past its bound of %v (epsilon %v; timers fired up to %v late meanwhile, allowed %d times)\nsnapsvc's goroutines once it was overdue:\n%s", cl.took, cl.overshoot(s), cl.bound(s), scheduleEpsilon, late, latenessSteps, cl.stackDump())
 		}
 		counts.checks++
 		if cl.wait {
@@ -1545,4 +1550,28 @@ func (s *schedule) describeCalls(g sig) string {
 		}
 	}
 	return b.String()
+}
+
+// stackDump returns the stacks taken once cl was overdue, or a note that
+// it was not (yet) when the dump was due.
+func (cl *call) stackDump() string {
+	if p := cl.stacks.Load(); p != nil {
+		return *p
+	}
+	return "(none taken: the call returned before the dump was due)"
+}
+
+// goroutineStacks returns the stacks of the goroutines running snapsvc's
+// code (the package under test, its wire client and file lock), the test's
+// own left out.
+func goroutineStacks() string {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "snapsvc/snapsvc/snapsvc.") || strings.Contains(g, "snapsvc/internal/") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
