@@ -21,7 +21,7 @@ import (
 //	               ▲  │      │  ▲                   ▲
 //	               └──┘      └──┴── fenced again before each attempt
 //	granted, fenced, acted ──► released   nothing was done, or the change failed for good
-//	fenced ──► settling                   an earlier attempt's request may still act
+//	granted, fenced ──► settling          an earlier request (or a Stop's, for its Start) may still act
 //	acted ──► kept                        a Stop under StopsAndStarts: for the Start that follows
 //	any state ──► lost                    the backend took a slot away
 //
@@ -74,7 +74,7 @@ func (s holdState) String() string { return holdStateNames[s] }
 // holdMoves is the lifecycle: the states each state may move to. Released,
 // kept and lost are final.
 var holdMoves = map[holdState][]holdState{
-	holdGranted:  {holdFenced, holdReleased, holdLost},
+	holdGranted:  {holdFenced, holdSettling, holdReleased, holdLost},
 	holdFenced:   {holdFenced, holdActed, holdSettling, holdReleased, holdLost},
 	holdActed:    {holdFenced, holdActed, holdSettling, holdReady, holdKept, holdReleased, holdLost},
 	holdSettling: {holdReady, holdReleased, holdLost},
@@ -99,6 +99,10 @@ type hold struct {
 	// unanswered: the requests to act written under h whose answer was
 	// never read; snapd may still carry them out (quiet).
 	unanswered []unansweredRequest
+	// change is the operation's change, once known; checked: its
+	// services were checked on the caller's time (end).
+	change  string
+	checked bool
 }
 
 func newHold(b *budgetRunner) *hold { return &hold{b: b, stop: make(chan struct{})} }
@@ -330,11 +334,15 @@ func (h *hold) end(k *call, o op, res *Result, err error) error {
 			be.ChangeDone = true
 		}
 	}
-	if rerr == nil && h.mayStillAct() {
+	if h.lost() == nil && h.mayStillAct() {
 		// The change was found, not named by snapd's answer: it may be
 		// someone else's identical one, and the request's own may come.
 		k.log.Info("a request to act got no answer and snapd may still carry it out; the restart budget slots stay held until it cannot")
+		h.change, h.checked = res.ChangeID, true
 		h.settleInBackground(k, o, nil, nil)
+		if rerr != nil {
+			return c.opError(o, res.ChangeID, res.Attempts, rerr)
+		}
 		return nil
 	}
 	h.release(rk.ctx)

@@ -60,8 +60,11 @@ func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
 		bk := b.c.newHoldCall(hctx, o)
 		defer bk.end()
 		seen, ferr := settleRan, error(nil)
-		if err != nil {
+		switch {
+		case err != nil:
 			seen, ferr = h.follow(bk, o, err)
+		case h.checked:
+			seen = settleChecked
 		}
 		late := false
 		if seen != settleEnded && h.lost() == nil && hctx.Err() == nil {
@@ -95,10 +98,11 @@ func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
 type settleSeen int
 
 const (
-	settleRan    settleSeen = iota // the change ran its course (Done, or gone)
-	settleFailed                   // the change failed for good: nothing of it runs
-	settleNone                     // the request made no change
-	settleEnded                    // the hold's call ended first (Close, lost, MaxHold)
+	settleRan     settleSeen = iota // the change ran its course (Done, or gone)
+	settleFailed                    // the change failed for good: nothing of it runs
+	settleNone                      // the request made no change
+	settleEnded                     // the hold's call ended first (Close, lost, MaxHold)
+	settleChecked                   // the change ran its course and its services were checked on the caller's time
 )
 
 // follow waits, on the hold call bk, until snapd's records show the change
@@ -112,6 +116,7 @@ func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
 	var oe *OpError
 	if errors.As(err, &oe) {
 		id = oe.ChangeID
+		h.change = id
 	}
 	if id == "" {
 		var ue *outcomeUnknownError
@@ -130,6 +135,7 @@ func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
 		switch {
 		case res.id != "":
 			id = res.id
+			h.change = id
 		case res.listed:
 			return settleNone, nil // snapd's records show no change made for the request
 		case bk.ctx.Err() != nil:
@@ -183,9 +189,12 @@ func (h *hold) followChange(bk *call, id string) (settleSeen, error) {
 // request was given up (the look-ups' own horizon, lostanswer.go), then
 // the changes are listed once more and every one made since such a
 // request that does what it asked and is not ready is followed until it
-// is. It reports whether it followed any (their services must be checked
-// again). Where snapd refuses the listing, the hold stays until bk ends,
-// as follow's does.
+// is. It reports whether any such change other than the operation's own
+// (h.change) was made: the services must then be checked again. Where
+// snapd refuses the listing (snapctl without snap-refresh-observe), nothing
+// more can be seen once the horizon has passed (nor where a listing fails
+// for good): it reports true, so the services are checked again before the
+// slots go.
 func (h *hold) quiet(bk *call) bool {
 	reqs := h.takeUnanswered()
 	if len(reqs) == 0 {
@@ -204,58 +213,59 @@ func (h *hold) quiet(bk *call) bool {
 			return false
 		}
 	}
-	var late []string
+	var running []string
+	var other bool
 	for {
 		var err error
-		if late, err = bk.lateChanges(reqs); err == nil {
+		if running, other, err = bk.lateChanges(reqs, h.change); err == nil {
 			break
 		}
 		if readRefused(err) {
-			bk.log.Info("snapd refuses to list its changes, so whether a request that got no answer acted late cannot be seen; the restart budget slots stay held", "max_hold", h.b.opts.MaxHold)
-			<-bk.ctx.Done()
-			return false
+			bk.log.Info("snapd refuses the listing, so whether a request that got no answer acted late cannot be seen; its horizon has passed, the services are checked once more", "error", err)
+			return true
 		}
 		if bk.pause(err) != nil {
 			return false
 		}
 	}
-	for _, id := range late {
+	for _, id := range running {
 		bk.log.Info("a change doing what an unanswered request asked is in progress; the restart budget slots stay held until it is ready", "change", id)
 		if seen, _ := h.followChange(bk, id); seen == settleEnded {
 			return false
 		}
 	}
-	return len(late) > 0
+	return other
 }
 
 // lateChanges lists the changes once and returns those in progress that
-// do what one of reqs asked, made since it was sent.
-func (k *call) lateChanges(reqs []unansweredRequest) ([]string, error) {
+// do what one of reqs asked, made since it was sent, and whether any such
+// change, ready or not, is another than own.
+func (k *call) lateChanges(reqs []unansweredRequest, own string) (running []string, other bool, err error) {
 	chgs, err := k.listOnce(snapd.SelectAll)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var late []string
 	for _, r := range reqs {
 		all, err := k.wholeSnapServices(r.o)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		from, sure := k.c.view.clock.snapdTime(r.sent.at), k.c.view.clock.snapdTimeLate(r.sent.at)
 		for _, id := range opCandidates(chgs, r.o, all, r.sent.seen, from, sure, time.Time{}, nil) {
+			other = other || id != own
 			i := slices.IndexFunc(chgs, func(c snapd.Change) bool { return c.ID == id })
-			if i >= 0 && !chgs[i].Ready && !slices.Contains(late, id) {
-				late = append(late, id)
+			if i >= 0 && !chgs[i].Ready && !slices.Contains(running, id) {
+				running = append(running, id)
 			}
 		}
 	}
-	slices.SortFunc(late, func(a, b string) int {
+	slices.SortFunc(running, func(a, b string) int {
 		if lessID(a, b) {
 			return -1
 		}
 		return 1
 	})
-	return late, nil
+	return running, other, nil
 }
 
 // errNotListed is the pause's cause while a hold waits for snapd to list

@@ -319,16 +319,21 @@ func (b *budgetRunner) keep(ctx context.Context, h *hold) {
 	h.stopWatching()
 	var extra []*sharedSlot
 	b.mu.Lock()
+	// The Stop's requests that got no answer go with each of its slots:
+	// the Start that takes any of them holds it until those cannot act.
 	reqs := h.takeUnanswered()
 	for _, s := range h.slots {
-		if b.closed || b.stopped[s.key] != nil {
-			extra = append(extra, s) // closed, or an earlier Stop keeps it
+		if b.closed {
+			extra = append(extra, s)
+			continue
+		}
+		if earlier := b.stopped[s.key]; earlier != nil {
+			extra = append(extra, s) // an earlier Stop keeps it
+			earlier.unanswered = append(earlier.unanswered, reqs...)
 			continue
 		}
 		b.stopped[s.key] = s
-		// The Stop's requests that got no answer go with its slots: the
-		// Start that takes them holds them until those cannot act.
-		s.unanswered, reqs = reqs, nil
+		s.unanswered = append(s.unanswered, reqs...)
 	}
 	b.mu.Unlock()
 	h.slots = extra

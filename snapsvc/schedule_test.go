@@ -238,6 +238,7 @@ type send struct {
 	at      time.Time
 	req     fake.Request // Method, Path and Body only
 	refused bool         // not written: its send-by had passed
+	failed  bool         // no answer came (the round trip failed)
 }
 
 // tried reports whether client tried to send a request doing g at or
@@ -272,7 +273,7 @@ func (l *sendLog) record(i int) func(http.RoundTripper) http.RoundTripper {
 			rsp, err := rt.RoundTrip(r)
 			l.mu.Lock()
 			l.sends = append(l.sends, send{client: i, at: at, req: fake.Request{Method: r.Method, Path: r.URL.Path, Body: string(body)},
-				refused: err != nil && strings.Contains(err.Error(), "send-by time had passed")})
+				refused: err != nil && strings.Contains(err.Error(), "send-by time had passed"), failed: err != nil})
 			l.mu.Unlock()
 			return rsp, err
 		})
@@ -1086,7 +1087,8 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 	// Which request made each change: snapd makes the change while it
 	// handles the POST, whatever becomes of the answer.
 	creator := map[string]fake.Request{}
-	for _, r := range srv.Requests() {
+	requests := srv.Requests()
+	for _, r := range requests {
 		if r.Method == "POST" && (r.Path == "/v2/apps" || r.Path == "/v2/snapctl") && r.Made != "" {
 			if _, ok := sigOfRequest(r); ok {
 				creator[r.Made] = r
@@ -1247,14 +1249,14 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 			// began, did what the call asked (for --enable/--disable, the
 			// services' state was checked once it was done).
 			counts.foreignIdentical++
-		case g == cl.sig && (len(own) == 0 || creator[own[0]].Dropped):
+		case g == cl.sig && s.answerLostBefore(requests, cl, chg.SpawnTime.Add(boundEpsilon)):
 			// Another client's identical request made it, after the call
-			// began (checked above), while the call's own answer was lost:
-			// two identical changes made since the request was sent, one
-			// of them the request's own, cannot be told apart in snapd's
-			// records, and the client took the earlier (opCandidates). What
-			// it asked was done after it began; its own change, if any, is
-			// held by its budget slot too (checkSlots).
+			// began (checked above) and after a request of the call's own
+			// whose answer was lost: two identical changes made since that
+			// request was sent, one of them maybe its own, cannot be told
+			// apart in snapd's records. What it asked was done after it
+			// began; its own change, if any, is held by its budget slot
+			// too (checkSlots).
 			counts.foreignIdentical++
 		default:
 			return fail(i, "reported change %s does %s (own changes %v)", res.ChangeID, g, own)
@@ -1550,6 +1552,29 @@ func (s *schedule) describeCalls(g sig) string {
 		}
 	}
 	return b.String()
+}
+
+// answerLostBefore reports whether a request of cl's own (its client,
+// its action), sent while it ran and before by, got no answer it could
+// read: the fake dropped, cut or garbled it, or the client's round trip
+// failed (it left a held or wedged request, or the connection broke).
+func (s *schedule) answerLostBefore(requests []fake.Request, cl *call, by time.Time) bool {
+	for _, r := range requests {
+		g, ok := sigOfRequest(r)
+		if ok && g == cl.sig && r.UserAgent == clientAgent(cl.client) && !r.Time.Before(cl.start) && !r.Time.After(cl.end) && r.Time.Before(by) &&
+			(r.Dropped || r.Fault == fake.FaultCut.String() || r.Fault == fake.FaultGarble.String()) {
+			return true
+		}
+	}
+	s.sends.mu.Lock()
+	defer s.sends.mu.Unlock()
+	for _, sd := range s.sends.sends {
+		g, ok := sigOfRequest(sd.req)
+		if ok && sd.client == cl.client && g == cl.sig && sd.failed && !sd.refused && !sd.at.Before(cl.start.Add(-s.skew)) && sd.at.Before(by.Add(-s.skew)) {
+			return true
+		}
+	}
+	return false
 }
 
 // stackDump returns the stacks taken once cl was overdue, or a note that
