@@ -86,17 +86,14 @@ func plan(dir string, n int, o Options) ([]MemberConfig, error) {
 	if ip == "" {
 		ip = loopbackIP()
 	}
+	ports, err := freePorts(ip, 2*n)
+	if err != nil {
+		return nil, err
+	}
 	var ms []MemberConfig
 	var cluster []string
 	for i := range n {
-		pp, err := freePort(ip)
-		if err != nil {
-			return nil, err
-		}
-		cp, err := freePort(ip)
-		if err != nil {
-			return nil, err
-		}
+		pp, cp := ports[2*i], ports[2*i+1]
 		name := fmt.Sprintf("m%d", i)
 		m := MemberConfig{Name: name, Dir: filepath.Join(dir, name),
 			PeerURL: fmt.Sprintf("http://%s:%d", ip, pp), ClientURL: fmt.Sprintf("http://%s:%d", ip, cp)}
@@ -113,13 +110,21 @@ func plan(dir string, n int, o Options) ([]MemberConfig, error) {
 	return ms, nil
 }
 
-func freePort(ip string) (int, error) {
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		return 0, fmt.Errorf("etcdtest: no free port on %s: %w", ip, err)
+// freePorts returns n distinct free ports on ip: every listener stays open
+// until all are picked, so the kernel cannot hand one port out twice (a
+// listener closed at once may get the next bind(":0") the same port, and
+// two members of one cluster would then fight for it).
+func freePorts(ip string, n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", ip+":0")
+		if err != nil {
+			return nil, fmt.Errorf("etcdtest: no free port on %s: %w", ip, err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // Embedded is a cluster started by StartEmbedded. Its members run in
@@ -245,6 +250,16 @@ func (p *Processes) start(i int) error {
 		cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The member's own output, for WaitServing to quote should it exit.
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(p.logPath(i))
+	if err != nil {
+		return fmt.Errorf("etcdtest: member %s log: %w", p.cfgs[i].Name, err)
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("etcdtest: start member %s: %w", p.cfgs[i].Name, err)
 	}
@@ -291,8 +306,34 @@ func (p *Processes) Restart(i int) error {
 	return p.start(i)
 }
 
-// WaitServing waits until member i answers a status request.
+// logPath is where member i's standard output and error go (etcd's own
+// log, at level error, is <name>.log beside it: etcdmember).
+func (p *Processes) logPath(i int) string {
+	return filepath.Join(p.dir, p.cfgs[i].Name+".out")
+}
+
+// exitedError says that member i exited before it served, with the end of
+// its output and of etcd's log.
+func (p *Processes) exitedError(i int, state *os.ProcessState) error {
+	tail := func(path string) string {
+		b, _ := os.ReadFile(path)
+		const most = 2000
+		if len(b) > most {
+			b = b[len(b)-most:]
+		}
+		return string(b)
+	}
+	name := p.cfgs[i].Name
+	return fmt.Errorf("etcdtest: member %s exited (%v) before it served; its last output:\n%s\netcd's log:\n%s",
+		name, state, tail(p.logPath(i)), tail(filepath.Join(p.dir, name+".log")))
+}
+
+// WaitServing waits until member i answers a status request; it fails at
+// once, quoting the member's output, should the member exit first.
 func (p *Processes) WaitServing(ctx context.Context, i int) error {
+	p.mu.Lock()
+	cmd, done := p.cmds[i], p.done[i]
+	p.mu.Unlock()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.cfgs[i].ClientURL}, DialTimeout: 5 * time.Second, TLS: p.tls, Logger: zap.NewNop()})
 	if err != nil {
 		return err
@@ -308,6 +349,8 @@ func (p *Processes) WaitServing(ctx context.Context, i int) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("etcdtest: member %s not serving: %w", p.cfgs[i].Name, err)
+		case <-done:
+			return p.exitedError(i, cmd.ProcessState)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
