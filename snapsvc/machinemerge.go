@@ -177,10 +177,44 @@ type joinedFlight struct {
 	joined bool // its request had not been sent when it was read
 }
 
-// enterFlight leads a new flight for key on snap, or finds the one under
+// enterFlight is enterFlightNow bounded by ctx: the files it creates and
+// removes in the lock directory wait for the file system's journal, tens
+// of milliseconds on a disk busy with fsyncs, and the call must not wait
+// past its bound for them. Should ctx end first, the flight entered late
+// is let go of (a lead flight removed, a joined one closed) once the file
+// system is done.
+func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight, *joinedFlight, error) {
+	type entered struct {
+		lead *leadFlight
+		join *joinedFlight
+		err  error
+	}
+	done := make(chan entered, 1)
+	go func() {
+		lead, join, err := m.enterFlightNow(ctx, snap, key)
+		done <- entered{lead, join, err}
+	}()
+	select {
+	case e := <-done:
+		return e.lead, e.join, e.err
+	case <-ctx.Done():
+		go func() {
+			e := <-done
+			switch {
+			case e.lead != nil:
+				_ = e.lead.lock.Remove()
+			case e.join != nil:
+				e.join.h.Close()
+			}
+		}()
+		return nil, nil, ctx.Err()
+	}
+}
+
+// enterFlightNow leads a new flight for key on snap, or finds the one under
 // way, for awaitFlight: to join while its request is not being sent, or
 // to enter anew once it is over.
-func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight, *joinedFlight, error) {
+func (m machine) enterFlightNow(ctx context.Context, snap, key string) (*leadFlight, *joinedFlight, error) {
 	l, err := flock.Acquire(ctx, filepath.Join(m.dir, snap+flightsSuffix))
 	if err != nil {
 		return nil, nil, err
@@ -249,8 +283,11 @@ func (f *leadFlight) set(phase string) {
 }
 
 // finish publishes the leader's outcome, then removes the flight and lets
-// go of its lock.
-func (f *leadFlight) finish(res *Result, err error) {
+// go of its lock, in the background (bg): the call has its outcome, and a
+// rewrite or an unlink may wait for the file system's journal. Its joiners
+// wait for the outcome on their own bounds. Where bg refuses (the Client is
+// closing) it is done in place.
+func (f *leadFlight) finish(bg *background, res *Result, err error) {
 	if f.gone {
 		return
 	}
@@ -263,8 +300,14 @@ func (f *leadFlight) finish(res *Result, err error) {
 	case errors.As(err, &ce):
 		out = sharedFailure(err, ce)
 	}
-	_ = f.lock.Rewrite(encodeFlight(flightRecord{Leader: os.Getpid(), Phase: flightDone, Outcome: out}))
-	_ = f.lock.Remove()
+	record := encodeFlight(flightRecord{Leader: os.Getpid(), Phase: flightDone, Outcome: out})
+	work := func(context.Context) {
+		_ = f.lock.Rewrite(record)
+		_ = f.lock.Remove()
+	}
+	if !bg.do(interruptGrace, work) {
+		work(context.Background())
+	}
 }
 
 // ---- the operation's side ----
@@ -297,7 +340,7 @@ func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result
 			k.flight = lead
 			res, _, err := c.run(k, o, true, onLocked)
 			k.flight = nil
-			lead.finish(res, err)
+			lead.finish(c.bg, res, err)
 			return res, err
 		}
 		res, _, err := c.run(k, o, true, onLocked)

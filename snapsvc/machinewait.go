@@ -1,12 +1,15 @@
 package snapsvc
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -197,6 +200,10 @@ type observer struct {
 	snap  string
 	lock  *flock.Lock
 	facts machineFacts
+	seq   uint64 // facts published so far (the operation's goroutine)
+
+	wmu     sync.Mutex // one write at a time, in the background
+	written uint64     // the latest seq written, or let go of
 }
 
 // tryObserve takes snap's observe lock if nobody holds it.
@@ -218,17 +225,46 @@ func (m machine) tryObserve(snap string) (*observer, bool, error) {
 	return ob, true, nil
 }
 
-// publish writes the observer's facts.
-func (ob *observer) publish() error {
-	b, err := json.Marshal(&ob.facts)
-	if err != nil {
-		return err
+// publish writes the observer's facts as they are now, in the background
+// (bg), and, when last is set, then lets go of the observe lock: the
+// operation never waits for the lock directory's file system. A rename
+// waits for the file system's journal, tens of milliseconds on a disk busy
+// with fsyncs, which would hold a call past its bound (a schedule test's
+// call returned 140 ms past it, in renameat). Writes run one at a time and
+// a write older than one already made is skipped, so the file always ends
+// with the latest facts; once the lock is let go, no older write lands.
+// Where bg refuses (the Client is closing) the work is done in place.
+func (ob *observer) publish(bg *background, log *slog.Logger, write, last bool) {
+	var b []byte
+	if write {
+		var err error
+		if b, err = json.Marshal(&ob.facts); err != nil {
+			log.Debug("cannot publish what this process sees of the snap", "error", err)
+			b = nil
+		}
 	}
-	return flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b)
+	ob.seq++
+	seq := ob.seq
+	work := func(context.Context) {
+		ob.wmu.Lock()
+		defer ob.wmu.Unlock()
+		if seq <= ob.written {
+			return // a later write, or the lock's release, came first
+		}
+		ob.written = seq
+		if b != nil {
+			if err := flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b); err != nil {
+				log.Debug("cannot publish what this process sees of the snap", "error", err)
+			}
+		}
+		if last {
+			_ = ob.lock.Unlock()
+		}
+	}
+	if !bg.do(interruptGrace, work) {
+		work(context.Background())
+	}
 }
-
-// release lets go of the observe lock.
-func (ob *observer) release() { _ = ob.lock.Unlock() }
 
 // ---- the operation's side (operation.go's run loop calls these) ----
 
@@ -299,13 +335,10 @@ func (r *runner) observed(ids []string) {
 	}
 }
 
-// publish writes the observer's facts; a failure leaves the followers to
-// their bounds and to taking over, and is only logged.
-func (r *runner) publish() {
-	if err := r.obs.publish(); err != nil {
-		r.k.log.Debug("cannot publish what this process sees of the snap", "error", err)
-	}
-}
+// publish writes the observer's facts, in the background; a failure
+// leaves the followers to their bounds and to taking over, and is only
+// logged.
+func (r *runner) publish() { r.obs.publish(r.c.bg, r.k.log, true, false) }
 
 // stopObserving ends the operation's observing, once it is over (before
 // it lets go of the snap's file lock): if a request of its own went
@@ -315,12 +348,12 @@ func (r *runner) stopObserving() {
 		return
 	}
 	r.k.onObserve = nil
-	if r.res.ChangeID != "" || r.res.Status != "" || r.res.Queued {
+	free := r.res.ChangeID != "" || r.res.Status != "" || r.res.Queued
+	if free {
 		r.obs.facts.Free = machineNow()
 		r.obs.facts.Blockers = nil
-		r.publish()
 	}
-	r.obs.release()
+	r.obs.publish(r.c.bg, r.k.log, free, true)
 	r.obs = nil
 }
 

@@ -1274,7 +1274,7 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 	if err := s.checkSlots(&counts, changes, creator); err != nil {
 		return counts, err
 	}
-	if err := s.checkGrants(&counts, creator); err != nil {
+	if err := s.checkGrants(&counts, changes, creator); err != nil {
 		return counts, err
 	}
 	counts.worstBlindWindow = s.blindWindow(srv)
@@ -1285,15 +1285,29 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 }
 
 // mergedFailure reports whether cl failed with the failure of a change
-// that another client's identical request made: it merged into it.
-func mergedFailure(creator map[string]fake.Request, cl *call) bool {
+// that another client's identical request made: it merged into it. Where
+// the failure names no change (snapctl without snap-refresh-observe
+// cannot), such a change must have failed while cl ran.
+func mergedFailure(creator map[string]fake.Request, changes map[string]fake.ChangeInfo, cl *call) bool {
 	var ce *snapsvc.ChangeError
 	if !errors.As(cl.err, &ce) {
 		return false
 	}
-	r, ok := creator[ce.ID]
-	g, _ := sigOfRequest(r)
-	return ok && g == cl.sig && r.UserAgent != foreignAgent && r.UserAgent != clientAgent(cl.client)
+	other := func(r fake.Request) bool {
+		g, ok := sigOfRequest(r)
+		return ok && g == cl.sig && r.UserAgent != foreignAgent && r.UserAgent != clientAgent(cl.client)
+	}
+	if ce.ID != "" {
+		r, ok := creator[ce.ID]
+		return ok && other(r)
+	}
+	for id, r := range creator {
+		chg := changes[id]
+		if other(r) && chg.Ready && chg.Status != "Done" && !chg.SpawnTime.Before(cl.start) && !chg.SpawnTime.After(cl.end) {
+			return true
+		}
+	}
+	return false
 }
 
 // identicalDone returns a change done that another client's request
@@ -1416,7 +1430,7 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 // coordination service that never sent its request: its fence's
 // confirmation overflowed and every write was refused, 17,000 attempts
 // that snapd never saw.
-func (s *schedule) checkGrants(counts *scheduleCounts, creator map[string]fake.Request) error {
+func (s *schedule) checkGrants(counts *scheduleCounts, changes map[string]fake.ChangeInfo, creator map[string]fake.Request) error {
 	if s.budget == nil {
 		return nil
 	}
@@ -1441,7 +1455,7 @@ func (s *schedule) checkGrants(counts *scheduleCounts, creator map[string]fake.R
 		case s.sends.tried(cl.client, cl.sig, g.at):
 		case isBudgetError(cl.err):
 		case cl.res != nil && cl.res.Shared:
-		case mergedFailure(creator, cl):
+		case mergedFailure(creator, changes, cl):
 		case cl.err != nil && !cl.triedAny(s):
 			// The call's bound ended before its first attempt.
 		default:

@@ -98,11 +98,22 @@ func acquire(ctx context.Context, path string, how int) (*Lock, error) {
 // openLockFile opens (creating it 0600, and its directory 0700) the lock
 // file at path: never through a symlink, only a regular file of this
 // user's in a private directory.
+//
+// An existing file is opened without O_CREAT first: an open that may
+// create takes the directory's lock in the kernel, which a rename or an
+// unlink in the same directory holds while it waits for the file system's
+// journal, and on a disk busy with fsyncs that is tens of milliseconds
+// (a schedule test's call returned 140 ms past its bound, its goroutines
+// in openat and renameat). A plain open of an existing file walks the
+// directory without that lock.
 func openLockFile(path string) (*os.File, error) {
 	if err := ensureDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	}
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, fmt.Errorf("refusing lock file %s: it is a symlink", path)
