@@ -234,7 +234,10 @@ func (m machine) tryObserve(snap string) (*observer, bool, error) {
 // a write older than one already made is skipped, so the file always ends
 // with the latest facts; once the lock is let go, no older write lands.
 // Where bg refuses (the Client is closing) the work is done in place.
-func (ob *observer) publish(bg *background, log *slog.Logger, write, last bool) {
+//
+// note, when set, is logged (debug) once the write is made: "observing"
+// is said when what a follower needs to follow is in the file.
+func (ob *observer) publish(bg *background, log *slog.Logger, write, last bool, note string) {
 	var b []byte
 	if write {
 		var err error
@@ -255,6 +258,8 @@ func (ob *observer) publish(bg *background, log *slog.Logger, write, last bool) 
 		if b != nil {
 			if err := flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b); err != nil {
 				log.Debug("cannot publish what this process sees of the snap", "error", err)
+			} else if note != "" {
+				log.Debug(note, "snap", ob.snap)
 			}
 		}
 		if last {
@@ -277,7 +282,8 @@ func (r *runner) observeOrFollow(ce *retry.ConflictError) (joined int64, follow 
 	if !r.c.machine.shares(r.o) {
 		return 0, false
 	}
-	if r.obs == nil {
+	started := r.obs == nil
+	if started {
 		ob, ok, err := r.c.machine.tryObserve(r.o.t.snaps[0])
 		switch {
 		case err != nil:
@@ -291,19 +297,21 @@ func (r *runner) observeOrFollow(ce *retry.ConflictError) (joined int64, follow 
 	f := &r.obs.facts
 	f.Busy, f.Blockers = machineNow(), nil
 	f.Kind, f.AllSnaps, f.Message = ce.ChangeKind, ce.AllSnaps, ce.Message
-	r.publish()
+	if started {
+		r.announce()
+	} else {
+		r.publish()
+	}
 	return 0, false
 }
 
-// startObserving makes the operation the machine's observer of its snap:
-// its facts are published at once, so that none of the last observer's
-// view (its blockers, snapd unreachable since when it saw it) passes for
-// this one's while it sends and waits for its own change, and what its
-// call learns of snapd's reachability is published too.
+// startObserving makes the operation the machine's observer of its snap;
+// its caller publishes its facts at once (announce), so that none of the
+// last observer's view (its blockers, snapd unreachable since when it saw
+// it) passes for this one's while it sends and waits for its own change.
+// What its call learns of snapd's reachability is published too.
 func (r *runner) startObserving(ob *observer) {
 	r.obs = ob
-	r.k.log.Debug("observing the snap for the machine's processes", "snap", ob.snap)
-	r.publish()
 	r.k.onObserve = func() {
 		since, down := r.k.rt.unreachableSince()
 		f := &r.obs.facts
@@ -338,7 +346,14 @@ func (r *runner) observed(ids []string) {
 // publish writes the observer's facts, in the background; a failure
 // leaves the followers to their bounds and to taking over, and is only
 // logged.
-func (r *runner) publish() { r.obs.publish(r.c.bg, r.k.log, true, false) }
+func (r *runner) publish() { r.obs.publish(r.c.bg, r.k.log, true, false, "") }
+
+// observingNote is logged once an observer's first facts are written.
+const observingNote = "observing the snap for the machine's processes"
+
+// announce publishes the facts of an observer that just began, and says
+// so once they are written.
+func (r *runner) announce() { r.obs.publish(r.c.bg, r.k.log, true, false, observingNote) }
 
 // stopObserving ends the operation's observing, once it is over (before
 // it lets go of the snap's file lock): if a request of its own went
@@ -353,7 +368,7 @@ func (r *runner) stopObserving() {
 		r.obs.facts.Free = machineNow()
 		r.obs.facts.Blockers = nil
 	}
-	r.obs.publish(r.c.bg, r.k.log, free, true)
+	r.obs.publish(r.c.bg, r.k.log, free, true, "")
 	r.obs = nil
 }
 
@@ -379,6 +394,7 @@ func (r *runner) busyElsewhere() (ce *retry.ConflictError, joined int64, busy bo
 		return nil, 0, false
 	case ok:
 		r.startObserving(ob)
+		r.announce()
 		return nil, 0, false
 	}
 	return f.conflict(snap), joined, true
@@ -430,6 +446,7 @@ func (r *runner) follow(ce *retry.ConflictError, joined int64) (next, error) {
 		}
 		if ob, ok, err := c.machine.tryObserve(snap); err == nil && ok {
 			r.startObserving(ob)
+			r.announce()
 			if f, err := c.machine.facts(snap); err == nil && f.Free >= joined {
 				return tryFresh, r.relockFiles()
 			}
