@@ -31,7 +31,9 @@ import (
 //     machine's observer for the snap: it waits the blocker out as it
 //     would alone (state file, listing and notices, or the blind cadence:
 //     conflict.go) and publishes what it sees in <snap>.facts (written to a
-//     temporary file, then renamed over it): when it was refused (busy),
+//     temporary file, then renamed over it, in the background: a rename
+//     may wait for the file system's journal, and the call must not wait
+//     past its bound for it): when it was refused (busy),
 //     the blockers it follows, whether snapd answers, and, once a request
 //     of its own went through, that the snap is free.
 //   - An operation of another process that meets a conflict while the
