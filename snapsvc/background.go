@@ -48,3 +48,19 @@ func (b *background) close() {
 	b.cancel()
 	b.wg.Wait()
 }
+
+// doAwaited runs f as do does and waits for it until ctx ends: work that
+// a call should see done when it can (a lock let go of, a record written)
+// but must not wait for past its bound (a write the file system holds up).
+// Where the Client is closing, f runs in place.
+func (b *background) doAwaited(ctx context.Context, d time.Duration, f func(ctx context.Context)) {
+	done := make(chan struct{})
+	if !b.do(d, func(ctx context.Context) { defer close(done); f(ctx) }) {
+		f(context.Background())
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

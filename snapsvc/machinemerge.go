@@ -283,11 +283,11 @@ func (f *leadFlight) set(phase string) {
 }
 
 // finish publishes the leader's outcome, then removes the flight and lets
-// go of its lock, in the background (bg): the call has its outcome, and a
-// rewrite or an unlink may wait for the file system's journal. Its joiners
-// wait for the outcome on their own bounds. Where bg refuses (the Client is
-// closing) it is done in place.
-func (f *leadFlight) finish(bg *background, res *Result, err error) {
+// go of its lock, waiting for that only until ctx ends (the rest happens in
+// the background, bg): the call has its outcome, and a rewrite or an unlink
+// may wait for the file system's journal. Its joiners wait for the outcome
+// on their own bounds.
+func (f *leadFlight) finish(ctx context.Context, bg *background, res *Result, err error) {
 	if f.gone {
 		return
 	}
@@ -305,9 +305,7 @@ func (f *leadFlight) finish(bg *background, res *Result, err error) {
 		_ = f.lock.Rewrite(record)
 		_ = f.lock.Remove()
 	}
-	if !bg.do(interruptGrace, work) {
-		work(context.Background())
-	}
+	bg.doAwaited(ctx, interruptGrace, work)
 }
 
 // ---- the operation's side ----
@@ -340,7 +338,7 @@ func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result
 			k.flight = lead
 			res, _, err := c.run(k, o, true, onLocked)
 			k.flight = nil
-			lead.finish(c.bg, res, err)
+			lead.finish(k.ctx, c.bg, res, err)
 			return res, err
 		}
 		res, _, err := c.run(k, o, true, onLocked)

@@ -205,7 +205,8 @@ type observer struct {
 	seq   uint64 // facts published so far (the operation's goroutine)
 
 	wmu     sync.Mutex // one write at a time, in the background
-	written uint64     // the latest seq written, or let go of
+	written uint64     // the latest seq written
+	ended   bool       // the observer ended: no write starts
 }
 
 // tryObserve takes snap's observe lock if nobody holds it.
@@ -228,49 +229,73 @@ func (m machine) tryObserve(snap string) (*observer, bool, error) {
 }
 
 // publish writes the observer's facts as they are now, in the background
-// (bg), and, when last is set, then lets go of the observe lock: the
-// operation never waits for the lock directory's file system. A rename
-// waits for the file system's journal, tens of milliseconds on a disk busy
-// with fsyncs, which would hold a call past its bound (a schedule test's
-// call returned 140 ms past it, in renameat). Writes run one at a time and
-// a write older than one already made is skipped, so the file always ends
-// with the latest facts; once the lock is let go, no older write lands.
-// Where bg refuses (the Client is closing) the work is done in place.
+// (bg): the operation never waits for the lock directory's file system. A
+// rename waits for the file system's journal, tens of milliseconds on a
+// disk busy with fsyncs, which would hold a call past its bound (a
+// schedule test's call returned 140 ms past it, in renameat). Writes run
+// one at a time and a write older than one already made is skipped, so the
+// file ends with the latest facts; none starts once the observer ended.
 //
 // note, when set, is logged (debug) once the write is made: "observing"
 // is said when what a follower needs to follow is in the file.
-func (ob *observer) publish(bg *background, log *slog.Logger, write, last bool, note string) {
-	var b []byte
-	if write {
-		var err error
-		if b, err = json.Marshal(&ob.facts); err != nil {
-			log.Debug("cannot publish what this process sees of the snap", "error", err)
-			b = nil
-		}
+func (ob *observer) publish(bg *background, log *slog.Logger, note string) {
+	b, err := json.Marshal(&ob.facts)
+	if err != nil {
+		log.Debug("cannot publish what this process sees of the snap", "error", err)
+		return
 	}
 	ob.seq++
 	seq := ob.seq
 	work := func(context.Context) {
 		ob.wmu.Lock()
 		defer ob.wmu.Unlock()
-		if seq <= ob.written {
-			return // a later write, or the lock's release, came first
+		if seq <= ob.written || ob.ended {
+			return // a later write came first, or the observer ended
 		}
 		ob.written = seq
-		if b != nil {
-			if err := flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b); err != nil {
-				log.Debug("cannot publish what this process sees of the snap", "error", err)
-			} else if note != "" {
-				log.Debug(note, "snap", ob.snap)
-			}
-		}
-		if last {
-			_ = ob.lock.Unlock()
-		}
+		ob.write(b, log, note)
 	}
 	if !bg.do(interruptGrace, work) {
 		work(context.Background())
 	}
+}
+
+// write writes the facts b.
+func (ob *observer) write(b []byte, log *slog.Logger, note string) {
+	if err := flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b); err != nil {
+		log.Debug("cannot publish what this process sees of the snap", "error", err)
+	} else if note != "" {
+		log.Debug(note, "snap", ob.snap)
+	}
+}
+
+// end ends the observer: no write starts from now on; with free, the
+// facts (saying the snap is free) are written first, the call waiting for
+// that until ctx ends (the rest in the background, bg). The observe lock
+// is let go of before end returns, so the next operation of this process
+// finds it free. A write the file system holds up may land after that: it
+// can only be older than what a next observer writes when it begins, or
+// say free, which a follower checks by trying its request.
+func (ob *observer) end(ctx context.Context, bg *background, log *slog.Logger, free bool) {
+	var b []byte
+	if free {
+		var err error
+		if b, err = json.Marshal(&ob.facts); err != nil {
+			log.Debug("cannot publish what this process sees of the snap", "error", err)
+			b = nil
+		}
+	}
+	ob.wmu.Lock()
+	ob.ended = true
+	ob.wmu.Unlock()
+	if b != nil {
+		bg.doAwaited(ctx, interruptGrace, func(context.Context) {
+			ob.wmu.Lock()
+			defer ob.wmu.Unlock()
+			ob.write(b, log, "")
+		})
+	}
+	_ = ob.lock.Unlock()
 }
 
 // ---- the operation's side (operation.go's run loop calls these) ----
@@ -348,14 +373,14 @@ func (r *runner) observed(ids []string) {
 // publish writes the observer's facts, in the background; a failure
 // leaves the followers to their bounds and to taking over, and is only
 // logged.
-func (r *runner) publish() { r.obs.publish(r.c.bg, r.k.log, true, false, "") }
+func (r *runner) publish() { r.obs.publish(r.c.bg, r.k.log, "") }
 
 // observingNote is logged once an observer's first facts are written.
 const observingNote = "observing the snap for the machine's processes"
 
 // announce publishes the facts of an observer that just began, and says
 // so once they are written.
-func (r *runner) announce() { r.obs.publish(r.c.bg, r.k.log, true, false, observingNote) }
+func (r *runner) announce() { r.obs.publish(r.c.bg, r.k.log, observingNote) }
 
 // stopObserving ends the operation's observing, once it is over (before
 // it lets go of the snap's file lock): if a request of its own went
@@ -370,7 +395,7 @@ func (r *runner) stopObserving() {
 		r.obs.facts.Free = machineNow()
 		r.obs.facts.Blockers = nil
 	}
-	r.obs.publish(r.c.bg, r.k.log, free, true, "")
+	r.obs.end(r.k.ctx, r.c.bg, r.k.log, free)
 	r.obs = nil
 }
 
