@@ -71,3 +71,10 @@ func SetFlightReadHook(t interface{ Cleanup(func()) }, f func(phase string)) {
 	testHookFlightRead = f
 	t.Cleanup(func() { testHookFlightRead = func(string) {} })
 }
+
+// SetFactsWriteHook makes f run before each write of a machine observer's
+// facts (machinewait.go), until the test ends.
+func SetFactsWriteHook(t interface{ Cleanup(func()) }, f func()) {
+	testHookFactsWrite = f
+	t.Cleanup(func() { testHookFactsWrite = func() {} })
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -204,9 +205,9 @@ type observer struct {
 	facts machineFacts
 	seq   uint64 // facts published so far (the operation's goroutine)
 
-	wmu     sync.Mutex // one write at a time, in the background
-	written uint64     // the latest seq written
-	ended   bool       // the observer ended: no write starts
+	wmu     sync.Mutex  // one write at a time, in the background
+	written uint64      // the latest seq written
+	ended   atomic.Bool // the observer ended: no write starts (set without wmu: a write may be stalled)
 }
 
 // tryObserve takes snap's observe lock if nobody holds it.
@@ -249,7 +250,7 @@ func (ob *observer) publish(bg *background, log *slog.Logger, note string) {
 	work := func(context.Context) {
 		ob.wmu.Lock()
 		defer ob.wmu.Unlock()
-		if seq <= ob.written || ob.ended {
+		if seq <= ob.written || ob.ended.Load() {
 			return // a later write came first, or the observer ended
 		}
 		ob.written = seq
@@ -260,8 +261,13 @@ func (ob *observer) publish(bg *background, log *slog.Logger, note string) {
 	}
 }
 
+// testHookFactsWrite is called before each write of an observer's facts
+// (export_test.go: a file system that stalls).
+var testHookFactsWrite = func() {}
+
 // write writes the facts b.
 func (ob *observer) write(b []byte, log *slog.Logger, note string) {
+	testHookFactsWrite()
 	if err := flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b); err != nil {
 		log.Debug("cannot publish what this process sees of the snap", "error", err)
 	} else if note != "" {
@@ -285,9 +291,7 @@ func (ob *observer) end(ctx context.Context, bg *background, log *slog.Logger, f
 			b = nil
 		}
 	}
-	ob.wmu.Lock()
-	ob.ended = true
-	ob.wmu.Unlock()
+	ob.ended.Store(true)
 	if b != nil {
 		bg.doAwaited(ctx, interruptGrace, func(context.Context) {
 			ob.wmu.Lock()

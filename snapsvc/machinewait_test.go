@@ -346,3 +346,35 @@ func blockedServer(t *testing.T, opts ...fake.Option) (srv *fake.Server, ctx con
 	srv = fake.NewServer(t, opts...)
 	return srv, ctxT(t), srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 }
+
+// A file system that stalls (a rename waiting for a journal busy with
+// fsyncs) never holds a call past its bound: the observer's facts are
+// written beside the call. Here every write stalls until the test ends;
+// the observer's call still returns at its deadline (a schedule run's
+// call returned 140 ms past an 8 ms bound, in renameat, before).
+func TestMachineStalledFactsWriteDoesNotHoldTheCall(t *testing.T) {
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	stall := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(stall) }) }
+	defer release()
+	snapsvc.SetFactsWriteHook(t, func() { <-stall })
+	obs := procClient(t, srv, "observer")
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := obs.Restart(cctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) || !retry.IsConflict(err) {
+			t.Fatalf("%v, want the deadline while a conflict held the snap", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the call waited for a stalled write of the machine's facts")
+	}
+	release()
+	blk.Finish()
+}
