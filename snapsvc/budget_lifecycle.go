@@ -144,13 +144,13 @@ func (b *budgetRunner) takeAll(ctx context.Context, keys []string) (*hold, error
 		}
 		h.slots = append(h.slots, s)
 	}
-	h.watch()
+	h.listenLost()
 	return h, nil
 }
 
-// watch tells the caller at once (a "lost" event) when a slot is lost
+// listenLost tells the caller at once (a "lost" event) when a slot is lost
 // mid-operation.
-func (h *hold) watch() {
+func (h *hold) listenLost() {
 	for _, s := range h.slots {
 		h.wg.Add(1)
 		go func() {
@@ -193,7 +193,7 @@ func (h *hold) onLost(f func()) (stop func()) {
 // ("lost") and stops the operation (ErrSlotLost, not retryable); a fence
 // that cannot tell stops it too ("fence-failed"). h.sendBy becomes the time
 // the earliest of the confirmations runs out, counted from before each
-// Fence was called: the request is written only before it (runner.try,
+// Fence was called: the request is written only before it (operation.try,
 // snapd.WithSendBy), so a holder held up between its fence and its write
 // (a stop signal, a slow machine) never acts on a confirmation that ran
 // out. An unbounded confirmation (a slot granted without the coordination
@@ -237,7 +237,7 @@ func (h *hold) acted() { h.move(holdActed) }
 
 // unansweredRequest is a request to act whose answer was never read.
 type unansweredRequest struct {
-	o      op        // what it asked
+	o      request   // what it asked
 	sent   sent      // when it was written, and what the client had seen
 	gaveUp time.Time // when the client stopped waiting for its answer
 }
@@ -245,7 +245,7 @@ type unansweredRequest struct {
 // noAnswer records that request o, written at s under h, got no answer
 // the client could read by gaveUp (lost, cut, or cut off by the call's
 // end): snapd may have acted on it, or may still (quiet).
-func (h *hold) noAnswer(o op, s sent, gaveUp time.Time) {
+func (h *hold) noAnswer(o request, s sent, gaveUp time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.unanswered = append(h.unanswered, unansweredRequest{o: o, sent: s, gaveUp: gaveUp})
@@ -302,7 +302,7 @@ func holdVerdictOf(err error) holdVerdict {
 // joined with what the readiness checks met. The caller's time bounds only
 // the wait for readiness here (Policy.ChangeWait's call); past it, and for
 // an outcome that is not final, h settles in the background.
-func (h *hold) end(k *call, o op, res *Result, err error) error {
+func (h *hold) end(k *call, o request, res *Result, err error) error {
 	c := h.b.c
 	switch v := holdVerdictOf(err); {
 	case (v == verdictNothingDone || v == verdictFailed) && h.mayStillAct():
@@ -380,7 +380,7 @@ var errChangeRunning = errors.New("the change may still run")
 // ready waits until the services o names pass their checks, then settles.
 // Each slot of the hold counts its readiness once, however often ready
 // runs (again in the background when the call ended while settling).
-func (h *hold) ready(ctx context.Context, o op) error {
+func (h *hold) ready(ctx context.Context, o request) error {
 	b := h.b
 	names := slices.Clone(o.t.names)
 	slices.Sort(names)
@@ -454,8 +454,8 @@ func (h *hold) lost() error {
 
 // ---- released ----
 
-// stopWatching ends the watch for lost slots.
-func (h *hold) stopWatching() {
+// stopListening ends the watch for lost slots.
+func (h *hold) stopListening() {
 	select {
 	case <-h.stop:
 	default:
@@ -475,7 +475,7 @@ func (h *hold) release(ctx context.Context) {
 	default:
 		h.move(holdReleased)
 	}
-	h.stopWatching()
+	h.stopListening()
 	h.b.mu.Lock()
 	for _, s := range h.readied {
 		s.ready--

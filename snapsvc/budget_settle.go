@@ -24,7 +24,7 @@ import (
 // hold call (newHoldCall), which never gives up on its own; Close, a lost
 // slot and BudgetOptions.MaxHold end it. a, when set, learns the end (an
 // asynchronous operation's Wait).
-func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
+func (h *hold) settleInBackground(k *call, o request, err error, a *asyncHold) {
 	b := h.b
 	log := k.log
 	if err != nil {
@@ -62,7 +62,7 @@ func (h *hold) settleInBackground(k *call, o op, err error, a *asyncHold) {
 		seen, ferr := settleRan, error(nil)
 		switch {
 		case err != nil:
-			seen, ferr = h.follow(bk, o, err)
+			seen, ferr = h.awaitOutcome(bk, o, err)
 		case h.checked:
 			seen = settleChecked
 		}
@@ -105,13 +105,13 @@ const (
 	settleChecked                   // the change ran its course and its services were checked on the caller's time
 )
 
-// follow waits, on the hold call bk, until snapd's records show the change
+// awaitOutcome waits, on the hold call bk, until snapd's records show the change
 // of operation o, which ended with err (verdictRunning or verdictUnknown),
 // ready: the change err names, or the one a look-up finds. Where the
 // records cannot be read (snapd refuses this client its changes, or is
 // away), it keeps the hold until bk ends: a refused look-up is not "no
 // change was made".
-func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
+func (h *hold) awaitOutcome(bk *call, o request, err error) (settleSeen, error) {
 	id := ""
 	var oe *OpError
 	if errors.As(err, &oe) {
@@ -130,7 +130,7 @@ func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
 			if bk.pause(errNotListed) != nil {
 				break
 			}
-			res = bk.lookOnce(o, ue)
+			res = lookOnce(bk, o, ue)
 		}
 		switch {
 		case res.id != "":
@@ -146,16 +146,16 @@ func (h *hold) follow(bk *call, o op, err error) (settleSeen, error) {
 			return settleEnded, nil
 		}
 	}
-	return h.followChange(bk, id)
+	return h.awaitReady(bk, id)
 }
 
-// followChange waits, on the hold call bk, until snapd's records show
+// awaitReady waits, on the hold call bk, until snapd's records show
 // change id ready (or gone). Only bk's end stops it: a wait's own failure
 // never ends a hold, and a change snapd refuses to show keeps it until
 // then.
-func (h *hold) followChange(bk *call, id string) (settleSeen, error) {
+func (h *hold) awaitReady(bk *call, id string) (settleSeen, error) {
 	for {
-		_, werr := bk.sharedWaitChange(id)
+		_, werr := processWaits.change(bk, id)
 		var ce *ChangeError
 		switch {
 		case werr == nil:
@@ -217,7 +217,7 @@ func (h *hold) quiet(bk *call) bool {
 	var other bool
 	for {
 		var err error
-		if running, other, err = bk.lateChanges(reqs, h.change); err == nil {
+		if running, other, err = lateChanges(bk, reqs, h.change); err == nil {
 			break
 		}
 		if readRefused(err) {
@@ -230,7 +230,7 @@ func (h *hold) quiet(bk *call) bool {
 	}
 	for _, id := range running {
 		bk.log.Info("a change doing what an unanswered request asked is in progress; the restart budget slots stay held until it is ready", "change", id)
-		if seen, _ := h.followChange(bk, id); seen == settleEnded {
+		if seen, _ := h.awaitReady(bk, id); seen == settleEnded {
 			return false
 		}
 	}
@@ -240,13 +240,13 @@ func (h *hold) quiet(bk *call) bool {
 // lateChanges lists the changes once and returns those in progress that
 // do what one of reqs asked, made since it was sent, and whether any such
 // change, ready or not, is another than own.
-func (k *call) lateChanges(reqs []unansweredRequest, own string) (running []string, other bool, err error) {
+func lateChanges(k *call, reqs []unansweredRequest, own string) (running []string, other bool, err error) {
 	chgs, err := k.listOnce(snapd.SelectAll)
 	if err != nil {
 		return nil, false, err
 	}
 	for _, r := range reqs {
-		all, err := k.wholeSnapServices(r.o)
+		all, err := wholeSnapServices(k, r.o)
 		if err != nil {
 			return nil, false, err
 		}
@@ -276,7 +276,7 @@ var errNotListed = errors.New("snapd could not list its changes yet")
 // the background look-up begun when the call ended, or one of its own,
 // interruptGrace long, on bk. Without a request to look for, nothing can
 // be found (refused).
-func (e *outcomeUnknownError) lookedUp(bk *call, o op) lookupResult {
+func (e *outcomeUnknownError) lookedUp(bk *call, o request) lookupResult {
 	switch {
 	case e.found != nil:
 		select {
@@ -293,14 +293,14 @@ func (e *outcomeUnknownError) lookedUp(bk *call, o op) lookupResult {
 		defer cancel()
 		lk := bk.c.newHoldCall(lctx, o)
 		defer lk.end()
-		return lk.lookFor(o, e.sent, e.known)
+		return lookFor(lk, o, e.sent, e.known)
 	}
 	return lookupResult{refused: true}
 }
 
 // lookOnce is one look-up, on k, for the change of e's request.
-func (k *call) lookOnce(o op, e *outcomeUnknownError) lookupResult {
-	id, err := k.findOpChange(o, e.sent, time.Time{}, e.known)
+func lookOnce(k *call, o request, e *outcomeUnknownError) lookupResult {
+	id, err := findOpChange(k, o, e.sent, time.Time{}, e.known)
 	switch {
 	case err == nil:
 		return lookupResult{id: id, listed: true}

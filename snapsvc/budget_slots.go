@@ -316,7 +316,7 @@ func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <
 // given back.
 func (b *budgetRunner) keep(ctx context.Context, h *hold) {
 	h.move(holdKept)
-	h.stopWatching()
+	h.stopListening()
 	var extra []*sharedSlot
 	b.mu.Lock()
 	// The Stop's requests that got no answer go with each of its slots:

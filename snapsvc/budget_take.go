@@ -15,8 +15,8 @@ import (
 // restart of "k8s" on one machine and of "k8s.kube-apiserver" on another
 // take the same slot. A snap without services keeps its own name's key.
 // It reads snapd only when a whole-snap name is given and svcs is nil.
-func (k *call) budgetKeys(names []string, svcs []Service) ([]string, error) {
-	c := k.c
+func (op *operation) budgetKeys(names []string, svcs []Service) ([]string, error) {
+	c, k := op.c, op.k
 	var snaps []string
 	for _, n := range names {
 		if !strings.Contains(n, ".") && !slices.Contains(snaps, n) {
@@ -49,7 +49,7 @@ func (k *call) budgetKeys(names []string, svcs []Service) ([]string, error) {
 }
 
 // applies reports whether o takes slots.
-func (b *budgetRunner) applies(o op) bool {
+func (b *budgetRunner) applies(o request) bool {
 	if b.c.queuesInHook() {
 		return false
 	}
@@ -63,54 +63,56 @@ func (b *budgetRunner) applies(o op) bool {
 }
 
 // takeBudget is the budget phase of an operation: it takes (or, for a
-// Start, finds) the slots o needs. A nil hold means o runs unbudgeted. A
-// restart paced by WithMinRestartInterval waits out its interval first, so
-// no slot is held while pacing.
-func (c *Client) takeBudget(k *call, o op) (*hold, error) {
+// Start, finds) the slots it needs; it takes none where it runs
+// unbudgeted. A restart paced by WithMinRestartInterval waits out its
+// interval first, so no slot is held while pacing.
+func (op *operation) takeBudget() error {
+	c, k, o := op.c, op.k, op.o
 	b := c.budget
 	if b == nil || !b.applies(o) {
-		return nil, nil
+		return nil
 	}
 	if o.action == "start" {
-		keys, err := k.budgetKeys(o.t.names, nil)
+		keys, err := op.budgetKeys(o.t.names, nil)
 		if err != nil {
-			return nil, c.opError(o, "", 0, err)
+			return c.opError(o, "", 0, err)
 		}
-		h := b.kept(keys)
-		if h != nil {
-			h.watch()
+		if op.hold = b.kept(keys); op.hold != nil {
+			op.hold.listenLost()
 		}
-		return h, nil
+		return nil
 	}
 	names := o.t.names
 	var svcs []Service
 	if o.action == "stop" {
-		running, all, err := k.running(o)
+		running, all, err := op.running()
 		if err != nil {
-			return nil, c.opError(o, "", 0, err)
+			return c.opError(o, "", 0, err)
 		}
 		names, svcs = running, all
 	}
-	keys, err := k.budgetKeys(names, svcs)
+	keys, err := op.budgetKeys(names, svcs)
 	if err != nil {
-		return nil, c.opError(o, "", 0, err)
+		return c.opError(o, "", 0, err)
 	}
 	if len(keys) == 0 {
-		return nil, nil
+		return nil
 	}
-	if err := k.keepInterval(o); err != nil { // a no-op unless a restart must be paced
-		return nil, c.opError(o, "", 0, err)
+	if err := op.pace(); err != nil { // a no-op unless a restart must be paced
+		return c.opError(o, "", 0, err)
 	}
 	h, err := b.takeAll(k.ctx, keys)
 	if err != nil {
-		return nil, c.opError(o, "", 0, err)
+		return c.opError(o, "", 0, err)
 	}
-	return h, nil
+	op.hold = h
+	return nil
 }
 
-// running returns the names of o that name a running service (or a snap
+// running returns the names of the operation that name a running service (or a snap
 // with one), and the services it read.
-func (k *call) running(o op) ([]string, []Service, error) {
+func (op *operation) running() ([]string, []Service, error) {
+	k, o := op.k, op.o
 	svcs, err := k.services(o.t.names)
 	if err != nil {
 		return nil, nil, err

@@ -33,13 +33,13 @@ import (
 //
 // Every request the call sends takes its context from it (ctx, or actCtx
 // for a request to act), every pause goes through sleep or pause, which
-// never run past the call's give-up instant, and observe is the one place
+// never run past the call's give-up instant, and note is the one place
 // where the call learns whether snapd can be reached. Nothing else
 // computes a bound: the mechanisms an operation goes through (waiting out
 // a blocker, finding a change whose answer was lost, waiting for its own
 // change, reading the services' state) all run on the operation's call,
 // and a wait shared with other callers (sharedwait.go) shares what it
-// observes, never a bound.
+// sees, never a bound.
 //
 // The policy's time is enforced as a deadline on every request, not
 // only between attempts, so a snapd that accepts connections and never
@@ -80,9 +80,9 @@ type call struct {
 	last   error       // the last failure seen, for a give-up's error
 	flog   faultLog
 	// A shared wait's watcher (sharedwait.go) sends no events: it publishes
-	// what it observes (onObserve), and each caller reports its own view.
-	quiet     bool
-	onObserve func()
+	// what it sees (onNote), and each caller reports its own view.
+	quiet  bool
+	onNote func()
 }
 
 // newCall begins a call of kind on behalf of the caller's ctx. end must
@@ -103,7 +103,7 @@ func (c *Client) newCall(ctx context.Context, kind callKind, op string, names []
 // MaxElapsedTime, MaxUnreachable or attempts) and ends only with ctx
 // (Close, a lost slot, BudgetOptions.MaxHold). It paces its retries with
 // the policy's intervals.
-func (c *Client) newHoldCall(ctx context.Context, o op) *call {
+func (c *Client) newHoldCall(ctx context.Context, o request) *call {
 	p := c.policy
 	p.MaxElapsedTime, p.MaxUnreachable, p.MaxAttempts = -1, -1, 0
 	return &call{c: c, kind: callWait, rt: newRetrier(p), ev: Event{Op: o.action, Names: o.t.names}, log: c.log(ctx), ctx: ctx, cancel: func() {}, parent: ctx}
@@ -160,21 +160,21 @@ func (k *call) actCtx() (context.Context, context.CancelFunc) {
 	return reserveLookup(k.ctx)
 }
 
-// observe records what a request to snapd met (err nil: an answer). It is
+// note records what a request to snapd met (err nil: an answer). It is
 // the call's one view of whether snapd can be reached: a connection
 // failure starts or continues a run of unreachability (EventUnreachable
 // at its start), an answer ends it (EventReachable). A request that failed
 // because the call's context ended says nothing about snapd.
-func (k *call) observe(err error) {
+func (k *call) note(err error) {
 	if err != nil && k.ctx.Err() != nil {
 		return
 	}
 	if err != nil {
 		k.last = err
 	}
-	began := k.rt.observe(err)
-	if k.onObserve != nil {
-		k.onObserve()
+	began := k.rt.note(err)
+	if k.onNote != nil {
+		k.onNote()
 	}
 	if k.quiet {
 		return
@@ -186,17 +186,17 @@ func (k *call) observe(err error) {
 	k.reachable()
 }
 
-// observeSince is observe for what a shared wait's watcher observed:
+// noteSince is note for what a shared wait's watcher saw:
 // snapd unreachable since since (zero: it answers), err its last failure.
 // The run of unreachability counts for this call from since, or from the
 // call's start if it began later.
-func (k *call) observeSince(err error, since time.Time) {
+func (k *call) noteSince(err error, since time.Time) {
 	if since.IsZero() {
-		k.rt.observe(nil)
+		k.rt.note(nil)
 		k.reachable()
 		return
 	}
-	if k.rt.observeSince(err, since) {
+	if k.rt.noteSince(err, since) {
 		k.last = err
 		k.unreachable(err)
 	}
@@ -371,7 +371,7 @@ func (k *call) request(what string, kind requestKind, f func(ctx context.Context
 			k.rt.attempt()
 		}
 		err := f(k.ctx)
-		k.observe(err)
+		k.note(err)
 		if err == nil {
 			return nil
 		}

@@ -9,8 +9,8 @@ import (
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
-func (k *call) waitChange(id string, wo waitOpts) (*snapd.Change, error) {
-	chgs, err := k.waitChanges([]string{id}, wo)
+func waitChange(k *call, id string, wo waitOpts) (*snapd.Change, error) {
+	chgs, err := waitChanges(k, []string{id}, wo)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ type waitOpts struct {
 // (snapd away or restarting, a garbled answer) is asked again within the
 // call's bounds (call.go); one the retry rule calls final ends the wait.
 // Every pause and idle ends at the call's give-up instant.
-func (k *call) waitChanges(ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
+func waitChanges(k *call, ids []string, wo waitOpts) (map[string]*snapd.Change, error) {
 	w := &changeWait{c: k.c, k: k, wo: wo, ids: ids, remaining: slices.Clone(ids), done: map[string]*snapd.Change{}, started: k.c.clock.Now()}
 	if !wo.since.IsZero() {
 		w.started = wo.since
@@ -163,7 +163,7 @@ func (w *changeWait) read(toRead []string) (failed error, err error) {
 			w.wo.cadence.note(c.clock.Now())
 		}
 		chg, rerr := c.main.Change(k.ctx, id)
-		k.observe(rerr)
+		k.note(rerr)
 		if rerr != nil {
 			if errors.Is(rerr, snapd.ErrNotFound) {
 				w.done[id] = nil

@@ -27,7 +27,7 @@ type EnsureResult struct {
 // daemon start. Oneshot services that have exited count as inactive and
 // are started again.
 func (c *Client) EnsureRunning(ctx context.Context, names []string) (*EnsureResult, error) {
-	return c.ensure(ctx, "start", names, func(s Service) bool { return !s.Active || !s.Enabled }, func(o *op) { o.enable = true })
+	return c.ensure(ctx, "start", names, func(s Service) bool { return !s.Active || !s.Enabled }, func(o *request) { o.enable = true })
 }
 
 // EnsureStopped makes the named services inactive, acting only on the
@@ -35,12 +35,12 @@ func (c *Client) EnsureRunning(ctx context.Context, names []string) (*EnsureResu
 // opts.Disable also disables the enabled ones (active or not). When
 // nothing differs it sends no request to act.
 func (c *Client) EnsureStopped(ctx context.Context, names []string, opts StopOptions) (*EnsureResult, error) {
-	return c.ensure(ctx, "stop", names, func(s Service) bool { return s.Active || (opts.Disable && s.Enabled) }, func(o *op) { o.disable = opts.Disable })
+	return c.ensure(ctx, "stop", names, func(s Service) bool { return s.Active || (opts.Disable && s.Enabled) }, func(o *request) { o.disable = opts.Disable })
 }
 
 // ensure is one call: the read of the services' state and the operation
 // on those that differ share its bounds.
-func (c *Client) ensure(ctx context.Context, action string, names []string, differs func(Service) bool, set func(*op)) (*EnsureResult, error) {
+func (c *Client) ensure(ctx context.Context, action string, names []string, differs func(Service) bool, set func(*request)) (*EnsureResult, error) {
 	if len(names) == 0 {
 		return nil, &OpError{Op: "ensure " + action, Err: ErrNoNames}
 	}
@@ -73,9 +73,7 @@ func (c *Client) ensure(ctx context.Context, action string, names []string, diff
 		return nil, err
 	}
 	started := c.events.opStarted(action, out.Changed)
-	k.ev.Names = o.t.names
-	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
-	res, err := c.operate(k, o)
+	res, err := c.operationOn(k, o).run()
 	c.events.opEnded(action, out.Changed, started, res, err)
 	if err != nil {
 		return nil, err

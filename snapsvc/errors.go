@@ -187,22 +187,22 @@ type outcomeUnknownError struct {
 func (e *outcomeUnknownError) Error() string   { return e.reason + ": " + e.last.Error() }
 func (e *outcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.last} }
 
-// inFlightError is an operation whose time ran out while snapd's answer
+// cutOffChangeError is an operation whose time ran out while snapd's answer
 // was pending, with a change found that does what the request asked,
 // spawned since it was sent: most likely the request's own (the action is
 // under way, so retrying would do it twice), though an identical request
 // of someone else's cannot be told from it. It matches the context's
 // error (or ErrGaveUp) and ErrOutcomeUnknown.
-type inFlightError struct {
+type cutOffChangeError struct {
 	id  string
 	ctx error
 }
 
-func (e *inFlightError) Error() string {
+func (e *cutOffChangeError) Error() string {
 	return fmt.Sprintf("%v while snapd's answer was pending; change %s, made since the request was sent, does what it asked (most likely the request's own; not waited for: do not retry, it would act twice)", e.ctx, e.id)
 }
 
-func (e *inFlightError) Unwrap() []error { return []error{e.ctx, ErrOutcomeUnknown} }
+func (e *cutOffChangeError) Unwrap() []error { return []error{e.ctx, ErrOutcomeUnknown} }
 
 // adoptedError is a wait, for a change found after the request's answer
 // was lost, that ended before the change was ready. The change does what

@@ -23,7 +23,7 @@ func init() {
 
 // awaitSubscribers blocks until n callers wait on key's shared wait, or
 // ctx ends.
-func (s *sharedWaits) awaitSubscribers(ctx context.Context, key string, n int) error {
+func (s *waitRegistry) awaitSubscribers(ctx context.Context, key string, n int) error {
 	for {
 		s.mu.Lock()
 		refs := 0

@@ -76,7 +76,7 @@ func FuzzChangeMatching(f *testing.F) {
 		if err != nil {
 			return
 		}
-		o := op{action: action, enable: enable, disable: disable, reload: reload, t: t0}
+		o := request{action: action, enable: enable, disable: disable, reload: reload, t: t0}
 		sentAt := time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)
 		for i := range chgs {
 			if i%2 == 0 {

@@ -47,7 +47,7 @@ func (p processSnaps) of(snap string) *snapLock { return lockFor(p.instance, sna
 
 // addPending records a change of this process that the next operation on
 // o's snaps must wait for.
-func (p processSnaps) addPending(o op, id string) {
+func (p processSnaps) addPending(o request, id string) {
 	for _, s := range o.t.snaps {
 		p.of(s).addPending(id)
 	}
@@ -143,56 +143,54 @@ func (l *snapLocks) release() {
 // configure hook: such a call cannot collide with our other operations,
 // and making it wait for them could deadlock the hook), then waits for the
 // changes earlier asynchronous operations of this process left running.
-// A restart that must keep its distance from the last one (keepInterval) waits
+// A restart that must keep its distance from the last one (pace) waits
 // with the locks released, so it holds up no other operation; a restart of
 // the same service may go ahead meanwhile, hence the loop.
-func (r *runner) lock() error {
-	c := r.c
+func (op *operation) lock() error {
+	c := op.c
 	for {
 		if !c.queuesInHook() {
-			h, err := c.snaps.lock(r.k.ctx, r.o.t.snaps, c.lockDir)
+			h, err := c.snaps.lock(op.k.ctx, op.o.t.snaps, c.lockDir)
 			if err != nil {
 				return err
 			}
-			r.locks = h
+			op.locks = h
 		}
-		if !c.interval.must(r.o) {
+		if !c.interval.must(op.o) {
 			break
 		}
-		r.unlock()
-		if err := r.k.keepInterval(r.o); err != nil {
+		op.unlock()
+		if err := op.pace(); err != nil {
 			return err
 		}
 	}
-	if r.onLocked != nil {
-		r.onLocked()
-	}
-	if err := r.waitPending(); err != nil {
-		r.unlock()
+	op.closeFlight() // merge.go: no identical restart of this process joins from now on
+	if err := op.waitPending(); err != nil {
+		op.unlock()
 		return err
 	}
 	if c.hook != "" {
-		r.skip = r.k.ownHookChange(r.o.t.snaps)
+		op.skip = ownHookChange(op.k, op.o.t.snaps)
 	}
 	return nil
 }
 
 // waitPending waits for the changes earlier asynchronous operations of
 // this process left running on the snaps.
-func (r *runner) waitPending() error {
-	if r.locks == nil {
+func (op *operation) waitPending() error {
+	if op.locks == nil {
 		return nil
 	}
 	var pending []string
-	for _, l := range r.locks.mem {
+	for _, l := range op.locks.mem {
 		pending = append(pending, l.takePending()...)
 	}
 	if len(pending) == 0 {
 		return nil
 	}
-	r.k.log.Debug("waiting for this process's earlier changes", "changes", pending)
-	if _, err := r.k.waitChanges(pending, waitOpts{}); err != nil {
-		for _, l := range r.locks.mem {
+	op.k.log.Debug("waiting for this process's earlier changes", "changes", pending)
+	if _, err := waitChanges(op.k, pending, waitOpts{}); err != nil {
+		for _, l := range op.locks.mem {
 			for _, id := range pending {
 				l.addPending(id)
 			}
@@ -202,19 +200,19 @@ func (r *runner) waitPending() error {
 	return nil
 }
 
-func (r *runner) unlock() {
-	if r.locks != nil {
-		r.locks.release()
-		r.locks = nil
+func (op *operation) unlock() {
+	if op.locks != nil {
+		op.locks.release()
+		op.locks = nil
 	}
 }
 
 // relockFiles takes back the cross-process locks let go while waiting.
-func (r *runner) relockFiles() error {
-	if r.locks == nil {
+func (op *operation) relockFiles() error {
+	if op.locks == nil {
 		return nil
 	}
-	return r.locks.lockFiles(r.k.ctx, r.o.t.snaps)
+	return op.locks.lockFiles(op.k.ctx, op.o.t.snaps)
 }
 
 // instanceKey identifies a snapd by the directory of its sockets: both
@@ -245,12 +243,13 @@ func defaultLockDir(socket string, env func(string) string) string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("snapsvc-%d", os.Geteuid()))
 }
 
-// keepInterval waits until every service o restarts was last restarted by
-// this process at least the minimum restart interval ago
-// (WithMinRestartInterval), so bursts of restarts cannot trip systemd's
-// start limit. A whole-snap restart counts for each of its services and
-// the other way round.
-func (k *call) keepInterval(o op) error {
+// pace is the pace phase: it waits until every service the operation
+// restarts was last restarted by this process at least the minimum
+// restart interval ago (WithMinRestartInterval), so bursts of restarts
+// cannot trip systemd's start limit. A whole-snap restart counts for each
+// of its services and the other way round.
+func (op *operation) pace() error {
+	k, o := op.k, op.o
 	for k.c.interval.must(o) {
 		wait := k.c.interval.left(o)
 		if wait <= 0 {
@@ -275,12 +274,12 @@ type restartInterval struct {
 }
 
 // must reports whether o is a restart that must still wait.
-func (ri restartInterval) must(o op) bool {
+func (ri restartInterval) must(o request) bool {
 	return o.action == "restart" && ri.min > 0 && ri.left(o) > 0
 }
 
 // left returns how long o must still wait.
-func (ri restartInterval) left(o op) time.Duration {
+func (ri restartInterval) left(o request) time.Duration {
 	now := ri.clock.Now()
 	var wait time.Duration
 	for _, s := range o.t.snaps {
@@ -301,7 +300,7 @@ func (ri restartInterval) left(o op) time.Duration {
 // record notes that snapd accepted a restart of o's services now. Every
 // Client records its restarts, with WithMinRestartInterval or not: the
 // interval counts every restart made through the process.
-func (ri restartInterval) record(o op) {
+func (ri restartInterval) record(o request) {
 	if o.action != "restart" {
 		return
 	}

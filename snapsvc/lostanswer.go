@@ -13,47 +13,47 @@ import (
 // lost handles a request whose answer was lost: it adopts the change the
 // request made, settles the outcome from the services' state, or reports
 // (tryPaused) that the request made no change and may be sent again.
-func (r *runner) lost(a attempt, wait bool) (*Result, bool, next, error) {
-	c, k := r.c, r.k
+func (op *operation) lost(a attempt, wait bool) (*Result, bool, next, error) {
+	c, k := op.c, op.k
 	ev := k.event(EventAnswerLost)
 	ev.Err = a.err
 	c.events.emit(ev)
-	id, settled, err := r.resolveLost(a.sent)
+	id, settled, err := op.resolveLost(a.sent)
 	switch {
 	case err != nil:
-		res, done, err := r.fail("", err)
+		res, done, err := op.fail("", err)
 		return res, done, 0, err
 	case settled:
-		k.log.Info("outcome unknown; the services reached the state asked for", "attempt", r.res.Attempts)
-		r.res.Status = snapd.StatusDone
-		return r.res, true, 0, nil
+		k.log.Info("outcome unknown; the services reached the state asked for", "attempt", op.res.Attempts)
+		op.res.Status = snapd.StatusDone
+		return op.res, true, 0, nil
 	case id == "":
-		k.log.Info("the request made no change; sending it again", "attempt", r.res.Attempts, "error", k.last)
+		k.log.Info("the request made no change; sending it again", "attempt", op.res.Attempts, "error", k.last)
 		return nil, false, tryPaused, nil
 	}
-	k.log.Info("request's answer was lost; adopting the change it made", "change", id, "attempt", r.res.Attempts)
-	if r.o.enable || r.o.disable {
+	k.log.Info("request's answer was lost; adopting the change it made", "change", id, "attempt", op.res.Attempts)
+	if op.o.enable || op.o.disable {
 		// Enable and disable leave no trace in the change: a foreign plain
 		// start looks exactly like our start --enable. Only the services'
 		// state after the change tells them apart.
-		ok, svcs, err := r.adoptedMatches(id)
+		ok, svcs, err := op.adoptedMatches(id)
 		if err != nil {
-			res, done, err := r.fail(id, err)
+			res, done, err := op.fail(id, err)
 			return res, done, 0, err
 		}
 		if !ok {
-			k.log.Info("the change found was not this request's (the services are not "+map[bool]string{true: "enabled", false: "disabled"}[r.o.enable]+"); sending it again", "change", id, "services", svcs)
-			c.snaps.unclaim(r.o, id)
-			r.known[id] = true
+			k.log.Info("the change found was not this request's (the services are not "+map[bool]string{true: "enabled", false: "disabled"}[op.o.enable]+"); sending it again", "change", id, "services", svcs)
+			c.snaps.unclaim(op.o, id)
+			op.known[id] = true
 			return nil, false, tryPaused, nil
 		}
-		c.interval.record(r.o)
-		r.res.ChangeID, r.res.Status = id, snapd.StatusDone
-		return r.res, true, 0, nil
+		c.interval.record(op.o)
+		op.res.ChangeID, op.res.Status = id, snapd.StatusDone
+		return op.res, true, 0, nil
 	}
-	c.interval.record(r.o)
-	r.res.ChangeID = id
-	res, done, err := r.adopted(id, wait)
+	c.interval.record(op.o)
+	op.res.ChangeID = id
+	res, done, err := op.adopted(id, wait)
 	return res, done, 0, err
 }
 
@@ -69,13 +69,13 @@ func (r *runner) lost(a attempt, wait bool) (*Result, bool, next, error) {
 // interface); a restart cannot be told from the state, so it ends with
 // ErrOutcomeUnknown rather than run twice. Any other way it ends before it
 // knows is ErrOutcomeUnknown too, never a retryable error.
-func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
-	k := r.k
-	unknown := func(reason string, err error) error { return r.unknownOutcome(reason, err, st) }
+func (op *operation) resolveLost(st sent) (id string, settled bool, err error) {
+	k := op.k
+	unknown := func(reason string, err error) error { return op.unknownOutcome(reason, err, st) }
 	const what = "looking for the change of a request whose answer was lost"
 	confirming := false
 	for {
-		id, err := k.findOpChange(r.o, st, time.Time{}, r.known)
+		id, err := findOpChange(k, op.o, st, time.Time{}, op.known)
 		switch {
 		case err == nil && (id != "" || confirming):
 			return id, false, nil
@@ -91,12 +91,12 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 			}
 			continue
 		case isForbidden(err):
-			if r.o.action == "restart" {
-				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: r.lastAct(), sent: st, known: maps.Clone(r.known)}
+			if op.o.action == "restart" {
+				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: op.lastAct(), sent: st, known: maps.Clone(op.known)}
 			}
-			return "", true, r.awaitState()
+			return "", true, op.awaitState()
 		case k.ctx.Err() == nil && readRefused(err):
-			return "", false, &outcomeUnknownError{reason: "cannot look up the change of a request whose answer was lost (" + err.Error() + ")", last: r.lastAct(), sent: st, known: maps.Clone(r.known)}
+			return "", false, &outcomeUnknownError{reason: "cannot look up the change of a request whose answer was lost (" + err.Error() + ")", last: op.lastAct(), sent: st, known: maps.Clone(op.known)}
 		default:
 			k.log.Debug("cannot look for the change of a request whose answer was lost", "error", err)
 		}
@@ -113,30 +113,30 @@ func (r *runner) resolveLost(st sent) (id string, settled bool, err error) {
 // context), while it was finding out what its request to act did (what):
 // ErrOutcomeUnknown, with the request's last failure, and st, when set,
 // the request whose outcome is unknown.
-func (r *runner) unknownOutcome(what string, err error, st sent) error {
+func (op *operation) unknownOutcome(what string, err error, st sent) error {
 	if g := (*gaveUpError)(nil); errors.As(err, &g) {
-		return &outcomeUnknownError{reason: g.reason + " " + what, last: r.lastAct(), sent: st, known: maps.Clone(r.known)}
+		return &outcomeUnknownError{reason: g.reason + " " + what, last: op.lastAct(), sent: st, known: maps.Clone(op.known)}
 	}
-	return &outcomeUnknownError{reason: "interrupted " + what, last: interrupted(r.k.ctx, r.lastAct()), sent: st}
+	return &outcomeUnknownError{reason: "interrupted " + what, last: interrupted(op.k.ctx, op.lastAct()), sent: st}
 }
 
 // lastAct is the failure of the last request to act (the reads since
 // then, the look-ups, have failures of their own).
-func (r *runner) lastAct() error {
-	if r.actErr != nil {
-		return r.actErr
+func (op *operation) lastAct() error {
+	if op.actErr != nil {
+		return op.actErr
 	}
 	return ErrOutcomeUnknown
 }
 
 // awaitState waits, within the call's bounds, until the services the
 // operation names are in the state it asks for.
-func (r *runner) awaitState() error {
-	k := r.k
+func (op *operation) awaitState() error {
+	k := op.k
 	const what = "waiting for the services to reach the state asked for"
 	for {
-		svcs, err := k.services(r.o.t.names)
-		if err == nil && r.o.reached(svcs) {
+		svcs, err := k.services(op.o.t.names)
+		if err == nil && op.o.reached(svcs) {
 			return nil
 		}
 		if err != nil {
@@ -146,7 +146,7 @@ func (r *runner) awaitState() error {
 			k.log.Debug("cannot read service state", "error", err)
 		}
 		if perr := k.sleep(k.rt.conflictPause()); perr != nil {
-			return r.unknownOutcome(what, perr, sent{})
+			return op.unknownOutcome(what, perr, sent{})
 		}
 	}
 }
@@ -157,29 +157,30 @@ func (r *runner) awaitState() error {
 // or another change has touched the snap since, so the state cannot tell.
 // Only the startup is read: whether they run is the change's own outcome,
 // and a foreign change (a restart, say) may be moving them at this moment.
-func (r *runner) adoptedMatches(id string) (bool, []Service, error) {
-	chg, err := r.k.waitChange(id, waitOpts{})
+func (op *operation) adoptedMatches(id string) (bool, []Service, error) {
+	chg, err := waitChange(op.k, id, waitOpts{})
 	if err != nil {
 		return false, nil, adoptedWaitError(id, err)
 	}
-	svcs, err := r.k.services(r.o.t.names)
+	svcs, err := op.k.services(op.o.t.names)
 	if err != nil {
 		return false, nil, &outcomeUnknownError{reason: fmt.Sprintf("change %s is done but the services' state cannot be read to tell whether it was this request's", id), last: err}
 	}
-	if r.o.flagsApplied(svcs) {
+	if op.o.flagsApplied(svcs) {
 		return true, svcs, nil
 	}
 	// Not enabled (disabled) as asked: the change was not ours — unless
 	// another change touched the snap since, which may have changed the
 	// startup again; then the state says nothing and the change found
 	// stands.
-	later, err := r.k.touchedSince(r.o.t.snaps, chg)
+	later, err := op.touchedSince(chg)
 	return later || err != nil, svcs, nil
 }
 
 // touchedSince reports whether a change other than chg, spawned after it,
-// touches one of snaps.
-func (k *call) touchedSince(snaps []string, chg *snapd.Change) (bool, error) {
+// touches one of the operation's snaps.
+func (op *operation) touchedSince(chg *snapd.Change) (bool, error) {
+	k, snaps := op.k, op.o.t.snaps
 	chgs, err := k.listOnce(snapd.SelectAll)
 	if err != nil {
 		return false, err
@@ -207,28 +208,28 @@ func (k *call) touchedSince(snaps []string, chg *snapd.Change) (bool, error) {
 // it; otherwise the outcome is unknown (ErrOutcomeUnknown) and the look-up
 // goes on in the background, bounded by interruptGrace and ended by Close,
 // never on the caller's time.
-func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
-	c, k, o := r.c, r.k, r.o
+func (op *operation) interruptedAt(a attempt) (*Result, bool, error) {
+	c, k, o := op.c, op.k, op.o
 	cause := &interruptedError{ctx: deadlineCause(k.ctx), last: a.err}
 	if a.step != lookUp {
-		return r.fail("", cause)
+		return op.fail("", cause)
 	}
 	if k.ctx.Err() == nil {
-		id, err := k.findOpChange(o, a.sent, time.Time{}, r.known)
+		id, err := findOpChange(k, o, a.sent, time.Time{}, op.known)
 		if err == nil && id != "" {
 			c.interval.record(o)
 			c.snaps.addPending(o, id)
 			k.log.Info("the call's time ran out while snapd's answer was pending; the request made a change", "change", id)
-			return r.fail(id, &inFlightError{id: id, ctx: cause.ctx})
+			return op.fail(id, &cutOffChangeError{id: id, ctx: cause.ctx})
 		}
 	}
-	known, log := maps.Clone(r.known), k.log
+	known, log := maps.Clone(op.known), k.log
 	found := make(chan lookupResult, 1)
 	started := c.bg.do(interruptGrace, func(bctx context.Context) {
 		defer close(found)
 		bk := c.newCall(bctx, callWait, o.action, o.t.names)
 		defer bk.end()
-		res := bk.lookFor(o, a.sent, known)
+		res := lookFor(bk, o, a.sent, known)
 		if res.id != "" {
 			c.interval.record(o)
 			c.snaps.addPending(o, res.id)
@@ -241,7 +242,7 @@ func (r *runner) interruptedAt(a attempt) (*Result, bool, error) {
 	if !started {
 		close(found)
 	}
-	return r.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause, sent: a.sent, known: known, found: found})
+	return op.fail("", &outcomeUnknownError{reason: "ended while snapd's answer was pending; snapd may have acted on the request, or may still act on it", last: cause, sent: a.sent, known: known, found: found})
 }
 
 // lookupResult is what a look-up for the change of a request whose answer
@@ -260,10 +261,10 @@ type lookupResult struct {
 // background), for the change of request o sent at st: snapd carries on
 // with a request whose client left, and a handler stuck behind its state
 // lock may make the change late.
-func (k *call) lookFor(o op, st sent, known map[string]bool) lookupResult {
+func lookFor(k *call, o request, st sent, known map[string]bool) lookupResult {
 	var res lookupResult
 	for {
-		id, err := k.findOpChange(o, st, time.Time{}, known)
+		id, err := findOpChange(k, o, st, time.Time{}, known)
 		switch {
 		case err == nil && id != "":
 			return lookupResult{id: id, listed: true}
@@ -282,15 +283,15 @@ func (k *call) lookFor(o op, st sent, known map[string]bool) lookupResult {
 
 // adopted finishes an operation whose change was found after its answer
 // was lost.
-func (r *runner) adopted(id string, wait bool) (*Result, bool, error) {
+func (op *operation) adopted(id string, wait bool) (*Result, bool, error) {
 	wo := waitOpts{found: true}
-	if r.c.mode == ModeSnapctl {
-		chg, err := r.k.ownChange().waitChange(id, wo)
+	if op.c.mode == ModeSnapctl {
+		chg, err := waitChange(op.k.ownChange(), id, wo)
 		if err != nil {
-			return r.fail(id, adoptedWaitError(id, err))
+			return op.fail(id, adoptedWaitError(id, err))
 		}
-		r.res.Status = chg.Status
-		return r.res, true, nil
+		op.res.Status = chg.Status
+		return op.res, true, nil
 	}
-	return r.c.finish(r.k, r.o, r.res, wait, wo)
+	return op.c.finish(op.k, op.o, op.res, wait, wo)
 }

@@ -222,7 +222,7 @@ func TestMachineObserverKilled(t *testing.T) {
 			Names: []string{"k8s." + service}, MaxElapsed: bound, Poll: poll}
 	}
 	a := startWorker(t, "a", spec("worker-a", "kubelet", 0))
-	a.await(t, ctx, "observing the snap for the machine")
+	a.await(t, ctx, "watching the snap for the machine")
 	b := startWorker(t, "b", spec("worker-b", "containerd", 0))
 	c := startWorker(t, "c", spec("worker-c", "kube-proxy", 1500*time.Millisecond))
 	b.await(t, ctx, "following what it sees")
@@ -280,7 +280,7 @@ func TestMachineEightProcessesRestartOnce(t *testing.T) {
 			Agent: fmt.Sprintf("worker-%d", i), Names: []string{"k8s.kubelet"}})
 		want := "joining an identical restart of another process"
 		if i == 0 {
-			want = "observing the snap for the machine"
+			want = "watching the snap for the machine"
 		}
 		w.await(t, ctx, want)
 		ws = append(ws, w)
@@ -331,7 +331,7 @@ func TestMachineFlightLeaderKilled(t *testing.T) {
 			Agent: fmt.Sprintf("worker-%d", i), Names: []string{"k8s.kubelet"}}
 	}
 	leader := startWorker(t, "leader", spec(0))
-	leader.await(t, ctx, "observing the snap for the machine")
+	leader.await(t, ctx, "watching the snap for the machine")
 	var ws []*worker
 	for i := 1; i <= 3; i++ {
 		w := startWorker(t, fmt.Sprint(i), spec(i))
@@ -391,7 +391,7 @@ func TestMachineSnapctlProcessesShare(t *testing.T) {
 	for i, s := range services {
 		w := startWorker(t, s, spec("worker-"+s, s))
 		if i == 0 {
-			w.await(t, ctx, "observing the snap for the machine")
+			w.await(t, ctx, "watching the snap for the machine")
 		} else {
 			w.await(t, ctx, "following what it sees")
 		}
@@ -424,7 +424,7 @@ func TestMachineSnapctlProcessesShare(t *testing.T) {
 	for i := range 4 {
 		w := startWorker(t, fmt.Sprint(i), spec(fmt.Sprintf("merge-%d", i), "kubelet"))
 		if i == 0 {
-			w.await(t, ctx, "observing the snap for the machine")
+			w.await(t, ctx, "watching the snap for the machine")
 		} else {
 			w.await(t, ctx, "joining an identical restart of another process")
 		}

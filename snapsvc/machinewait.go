@@ -27,9 +27,9 @@ import (
 // directory (lock.go) already, and through it they share one watcher per
 // snap:
 //
-//   - The operation that meets a conflict takes the snap's observe lock
+//   - The operation that meets a conflict takes the snap's watch lock
 //     (<snap>.observe, a file lock, without waiting) and becomes the
-//     machine's observer for the snap: it waits the blocker out as it
+//     machine's watcher for the snap: it waits the blocker out as it
 //     would alone (state file, listing and notices, or the blind cadence:
 //     conflict.go) and publishes what it sees in <snap>.facts (written to a
 //     temporary file, then renamed over it, in the background: a rename
@@ -38,25 +38,25 @@ import (
 //     the blockers it follows, whether snapd answers, and, once a request
 //     of its own went through, that the snap is free.
 //   - An operation of another process that meets a conflict while the
-//     observe lock is held, or that finds the facts saying the snap is
-//     busy and an observer at work before it sends anything, follows
+//     watch lock is held, or that finds the facts saying the snap is
+//     busy and an watcher at work before it sends anything, follows
 //     instead: it lets go of the snap's file lock and waits for the facts
 //     to say the snap is free as of a moment after it began to follow
 //     (inotify on the lock directory, which costs snapd nothing), then
 //     tries its request. It sends nothing to snapd meanwhile.
 //   - Each follower applies its own bounds (its context, its policy's time,
-//     its MaxUnreachable to the observer's view of snapd's reachability):
+//     its MaxUnreachable to the watcher's view of snapd's reachability):
 //     facts shared, never bounds, as in-process shared waits do
 //     (sharedwait.go).
-//   - The observer stops observing when its operation ends. It publishes
+//   - The watcher stops watching when its operation ends. It publishes
 //     that the snap is free only when a request of its own went through
 //     (after its own change when it waited for it, before it lets go of
 //     the snap's file lock): then the followers try, one after the other
-//     behind the file lock. An observer that ends otherwise (its bound, an
+//     behind the file lock. An watcher that ends otherwise (its bound, an
 //     error), or dies (kill -9: the kernel lets go of its lock), publishes
-//     nothing; a follower finds the observe lock free within one poll
+//     nothing; a follower finds the watch lock free within one poll
 //     interval (WithPollInterval: a local flock(2), no request), takes it,
-//     and tries its request itself, as the new observer.
+//     and tries its request itself, as the new watcher.
 //
 // Times in the facts are the machine's monotonic clock (CLOCK_MONOTONIC,
 // one for every process of the machine and never stepped), so a follower
@@ -71,22 +71,22 @@ import (
 // be watched (no inotify), a follower reads the facts every poll interval.
 //
 // A call made from a hook takes no part: a hook of the blocking change
-// must never wait behind an observer that waits for that very change
+// must never wait behind an watcher that waits for that very change
 // (waitIdle's and the conflict's wait skip it for the hook alone). Nor do
 // operations on several snaps, Clients without a lock directory
 // (WithoutFileLock), or on a clock of the caller's (WithClock).
 
-// machineFacts is what a snap's observer publishes in the lock directory.
+// machineFacts is what a snap's watcher publishes in the lock directory.
 type machineFacts struct {
-	// Observer is the process that wrote the facts.
-	Observer int `json:"observer"`
-	// Busy is when the observer last met the snap busy (a refusal; the
+	// Watcher is the process that wrote the facts.
+	Watcher int `json:"watcher"`
+	// Busy is when the watcher last met the snap busy (a refusal; the
 	// machine's clock, ns).
 	Busy int64 `json:"busy"`
-	// Free is when an observer last saw a request of its own go through
+	// Free is when an watcher last saw a request of its own go through
 	// after waiting: the snap was free then, as far as it could tell.
 	Free int64 `json:"free,omitempty"`
-	// Blockers are the changes the observer waits for, where it could
+	// Blockers are the changes the watcher waits for, where it could
 	// list them.
 	Blockers []string `json:"blockers,omitempty"`
 	// Kind, AllSnaps and Message are the last conflict's, as snapd said
@@ -94,7 +94,7 @@ type machineFacts struct {
 	Kind     string `json:"kind,omitempty"`
 	AllSnaps bool   `json:"all-snaps,omitempty"`
 	Message  string `json:"message,omitempty"`
-	// DownSince is when snapd became unreachable to the observer (0: it
+	// DownSince is when snapd became unreachable to the watcher (0: it
 	// answers); DownErr and DownSocket say how.
 	DownSince  int64  `json:"down-since,omitempty"`
 	DownErr    string `json:"down-error,omitempty"`
@@ -118,7 +118,7 @@ func (f *machineFacts) conflict(snap string) *retry.ConflictError {
 	return ce
 }
 
-// unreachable returns the observer's view of snapd's reachability: since
+// unreachable returns the watcher's view of snapd's reachability: since
 // when it has been unreachable (zero: it answers) and the last failure.
 func (f *machineFacts) unreachable() (time.Time, error) {
 	if f.DownSince == 0 {
@@ -170,7 +170,7 @@ func newMachine(dir, hook string, realClock bool) machine {
 
 // shares reports whether operation o shares the machine's watcher and
 // merges: one snap's, from a Client that takes part.
-func (m machine) shares(o op) bool { return m.on && len(o.t.snaps) == 1 }
+func (m machine) shares(o request) bool { return m.on && len(o.t.snaps) == 1 }
 
 // close ends the lock directory's watch (Client.Close).
 func (m machine) close() { m.watch.close() }
@@ -196,9 +196,9 @@ func (m machine) facts(snap string) (machineFacts, error) {
 	return f, nil
 }
 
-// observer is the observe lock of a snap, held by the operation that
-// observes it for the machine, and the facts it publishes.
-type observer struct {
+// machineWatcher is the watch lock of a snap, held by the operation that
+// watches it for the machine, and the facts it publishes.
+type machineWatcher struct {
 	m     machine
 	snap  string
 	lock  *flock.Lock
@@ -207,39 +207,39 @@ type observer struct {
 
 	wmu     sync.Mutex  // one write at a time, in the background
 	written uint64      // the latest seq written
-	ended   atomic.Bool // the observer ended: no write starts (set without wmu: a write may be stalled)
+	ended   atomic.Bool // the watcher ended: no write starts (set without wmu: a write may be stalled)
 }
 
-// tryObserve takes snap's observe lock if nobody holds it.
-func (m machine) tryObserve(snap string) (*observer, bool, error) {
+// tryWatch takes snap's watch lock if nobody holds it.
+func (m machine) tryWatch(snap string) (*machineWatcher, bool, error) {
 	l, ok, err := flock.TryAcquire(filepath.Join(m.dir, snap+observeSuffix))
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	ob := &observer{m: m, snap: snap, lock: l}
+	ob := &machineWatcher{m: m, snap: snap, lock: l}
 	// Keep when the snap was last seen free and busy, whoever saw it: a
 	// follower that has not read it yet must still find it, and the
 	// snap is still busy as far as anyone knows. The rest (the blockers,
-	// the conflict, snapd's reachability) was the last observer's view,
-	// which ended with it: startObserving publishes the facts without it.
+	// the conflict, snapd's reachability) was the last watcher's view,
+	// which ended with it: startWatching publishes the facts without it.
 	if f, err := m.facts(snap); err == nil {
 		ob.facts.Busy, ob.facts.Free = f.Busy, f.Free
 	}
-	ob.facts.Observer = os.Getpid()
+	ob.facts.Watcher = os.Getpid()
 	return ob, true, nil
 }
 
-// publish writes the observer's facts as they are now, in the background
+// publish writes the watcher's facts as they are now, in the background
 // (bg): the operation never waits for the lock directory's file system. A
 // rename waits for the file system's journal, tens of milliseconds on a
 // disk busy with fsyncs, which would hold a call past its bound (a
 // schedule test's call returned 140 ms past it, in renameat). Writes run
 // one at a time and a write older than one already made is skipped, so the
-// file ends with the latest facts; none starts once the observer ended.
+// file ends with the latest facts; none starts once the watcher ended.
 //
-// note, when set, is logged (debug) once the write is made: "observing"
+// note, when set, is logged (debug) once the write is made: "watching"
 // is said when what a follower needs to follow is in the file.
-func (ob *observer) publish(bg *background, log *slog.Logger, note string) {
+func (ob *machineWatcher) publish(bg *background, log *slog.Logger, note string) {
 	b, err := json.Marshal(&ob.facts)
 	if err != nil {
 		log.Debug("cannot publish what this process sees of the snap", "error", err)
@@ -251,7 +251,7 @@ func (ob *observer) publish(bg *background, log *slog.Logger, note string) {
 		ob.wmu.Lock()
 		defer ob.wmu.Unlock()
 		if seq <= ob.written || ob.ended.Load() {
-			return // a later write came first, or the observer ended
+			return // a later write came first, or the watcher ended
 		}
 		ob.written = seq
 		ob.write(b, log, note)
@@ -261,12 +261,12 @@ func (ob *observer) publish(bg *background, log *slog.Logger, note string) {
 	}
 }
 
-// testHookFactsWrite is called before each write of an observer's facts
+// testHookFactsWrite is called before each write of an watcher's facts
 // (export_test.go: a file system that stalls).
 var testHookFactsWrite = func() {}
 
 // write writes the facts b.
-func (ob *observer) write(b []byte, log *slog.Logger, note string) {
+func (ob *machineWatcher) write(b []byte, log *slog.Logger, note string) {
 	testHookFactsWrite()
 	if err := flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b); err != nil {
 		log.Debug("cannot publish what this process sees of the snap", "error", err)
@@ -275,14 +275,14 @@ func (ob *observer) write(b []byte, log *slog.Logger, note string) {
 	}
 }
 
-// end ends the observer: no write starts from now on; with free, the
+// end ends the watcher: no write starts from now on; with free, the
 // facts (saying the snap is free) are written first, the call waiting for
-// that until ctx ends (the rest in the background, bg). The observe lock
+// that until ctx ends (the rest in the background, bg). The watch lock
 // is let go of before end returns, so the next operation of this process
 // finds it free. A write the file system holds up may land after that: it
-// can only be older than what a next observer writes when it begins, or
+// can only be older than what a next watcher writes when it begins, or
 // say free, which a follower checks by trying its request.
-func (ob *observer) end(ctx context.Context, bg *background, log *slog.Logger, free bool) {
+func (ob *machineWatcher) end(ctx context.Context, bg *background, log *slog.Logger, free bool) {
 	var b []byte
 	if free {
 		var err error
@@ -304,48 +304,48 @@ func (ob *observer) end(ctx context.Context, bg *background, log *slog.Logger, f
 
 // ---- the operation's side (operation.go's run loop calls these) ----
 
-// observeOrFollow decides, for an operation whose request snapd refused
-// with ce, whether it observes the snap for the machine (false: it waits
+// watchOrFollow decides, for an operation whose request snapd refused
+// with ce, whether it watches the snap for the machine (false: it waits
 // the conflict out itself, publishing what it sees) or follows another
-// process's observer (true: from joined, on the machine's clock).
-func (r *runner) observeOrFollow(ce *retry.ConflictError) (joined int64, follow bool) {
-	joined = machineNow() // before the observe lock is tried: a snap seen free since counts
-	if !r.c.machine.shares(r.o) {
+// process's watcher (true: from joined, on the machine's clock).
+func (op *operation) watchOrFollow(ce *retry.ConflictError) (joined int64, follow bool) {
+	joined = machineNow() // before the watch lock is tried: a snap seen free since counts
+	if !op.c.machine.shares(op.o) {
 		return 0, false
 	}
-	started := r.obs == nil
+	started := op.watcher == nil
 	if started {
-		ob, ok, err := r.c.machine.tryObserve(r.o.t.snaps[0])
+		ob, ok, err := op.c.machine.tryWatch(op.o.t.snaps[0])
 		switch {
 		case err != nil:
-			r.k.log.Debug("cannot share the wait with the machine's other processes", "error", err)
+			op.k.log.Debug("cannot share the wait with the machine's other processes", "error", err)
 			return 0, false
 		case !ok:
 			return joined, true
 		}
-		r.startObserving(ob)
+		op.startWatching(ob)
 	}
-	f := &r.obs.facts
+	f := &op.watcher.facts
 	f.Busy, f.Blockers = machineNow(), nil
 	f.Kind, f.AllSnaps, f.Message = ce.ChangeKind, ce.AllSnaps, ce.Message
 	if started {
-		r.announce()
+		op.announce()
 	} else {
-		r.publish()
+		op.publish()
 	}
 	return 0, false
 }
 
-// startObserving makes the operation the machine's observer of its snap;
+// startWatching makes the operation the machine's watcher of its snap;
 // its caller publishes its facts at once (announce), so that none of the
-// last observer's view (its blockers, snapd unreachable since when it saw
+// last watcher's view (its blockers, snapd unreachable since when it saw
 // it) passes for this one's while it sends and waits for its own change.
 // What its call learns of snapd's reachability is published too.
-func (r *runner) startObserving(ob *observer) {
-	r.obs = ob
-	r.k.onObserve = func() {
-		since, down := r.k.rt.unreachableSince()
-		f := &r.obs.facts
+func (op *operation) startWatching(ob *machineWatcher) {
+	op.watcher = ob
+	op.k.onNote = func() {
+		since, down := op.k.rt.unreachableSince()
+		f := &op.watcher.facts
 		switch {
 		case !down && f.DownSince == 0:
 			return
@@ -355,102 +355,102 @@ func (r *runner) startObserving(ob *observer) {
 			return // the run already published
 		default:
 			f.DownSince = machineClock(since)
-			if r.k.last != nil {
-				f.DownErr = r.k.last.Error()
+			if op.k.last != nil {
+				f.DownErr = op.k.last.Error()
 			}
-			if ce, ok := asConnectionError(r.k.last); ok {
+			if ce, ok := asConnectionError(op.k.last); ok {
 				f.DownSocket = ce.Socket
 			}
 		}
-		r.publish()
+		op.publish()
 	}
 }
 
-// observed publishes the blockers the observer follows.
-func (r *runner) observed(ids []string) {
-	if r.obs != nil && len(ids) > 0 {
-		r.obs.facts.Blockers = ids
-		r.publish()
+// publishBlockers publishes the blockers the watcher follows.
+func (op *operation) publishBlockers(ids []string) {
+	if op.watcher != nil && len(ids) > 0 {
+		op.watcher.facts.Blockers = ids
+		op.publish()
 	}
 }
 
-// publish writes the observer's facts, in the background; a failure
+// publish writes the watcher's facts, in the background; a failure
 // leaves the followers to their bounds and to taking over, and is only
 // logged.
-func (r *runner) publish() { r.obs.publish(r.c.bg, r.k.log, "") }
+func (op *operation) publish() { op.watcher.publish(op.c.bg, op.k.log, "") }
 
-// observingNote is logged once an observer's first facts are written.
-const observingNote = "observing the snap for the machine's processes"
+// watchingNote is logged once an watcher's first facts are written.
+const watchingNote = "watching the snap for the machine's processes"
 
-// announce publishes the facts of an observer that just began, and says
+// announce publishes the facts of an watcher that just began, and says
 // so once they are written.
-func (r *runner) announce() { r.obs.publish(r.c.bg, r.k.log, observingNote) }
+func (op *operation) announce() { op.watcher.publish(op.c.bg, op.k.log, watchingNote) }
 
-// stopObserving ends the operation's observing, once it is over (before
+// stopWatching ends the operation's watching, once it is over (before
 // it lets go of the snap's file lock): if a request of its own went
 // through, the snap is free for the followers to try theirs.
-func (r *runner) stopObserving() {
-	if r.obs == nil {
+func (op *operation) stopWatching() {
+	if op.watcher == nil {
 		return
 	}
-	r.k.onObserve = nil
-	free := r.res.ChangeID != "" || r.res.Status != "" || r.res.Queued
+	op.k.onNote = nil
+	free := op.res.ChangeID != "" || op.res.Status != "" || op.res.Queued
 	if free {
-		r.obs.facts.Free = machineNow()
-		r.obs.facts.Blockers = nil
+		op.watcher.facts.Free = machineNow()
+		op.watcher.facts.Blockers = nil
 	}
-	r.obs.end(r.k.ctx, r.c.bg, r.k.log, free)
-	r.obs = nil
+	op.watcher.end(op.k.ctx, op.c.bg, op.k.log, free)
+	op.watcher = nil
 }
 
 // busyElsewhere reports, before an attempt, whether another process of the
-// machine observes the snap busy, and the conflict it met: the operation
+// machine watches the snap busy, and the conflict it met: the operation
 // then follows it rather than send a request bound to be refused. Where
-// the facts say busy but nobody observes (the observer ended or died), the
-// operation becomes the observer and sends.
-func (r *runner) busyElsewhere() (ce *retry.ConflictError, joined int64, busy bool) {
-	c := r.c
-	if r.obs != nil || !c.machine.shares(r.o) {
+// the facts say busy but nobody watches (the watcher ended or died), the
+// operation becomes the watcher and sends.
+func (op *operation) busyElsewhere() (ce *retry.ConflictError, joined int64, busy bool) {
+	c := op.c
+	if op.watcher != nil || !c.machine.shares(op.o) {
 		return nil, 0, false
 	}
-	snap := r.o.t.snaps[0]
+	snap := op.o.t.snaps[0]
 	joined = machineNow() // before the facts are read: a snap seen free since counts
 	f, err := c.machine.facts(snap)
 	if err != nil || !f.busy() {
 		return nil, 0, false
 	}
-	ob, ok, err := c.machine.tryObserve(snap)
+	ob, ok, err := c.machine.tryWatch(snap)
 	switch {
 	case err != nil:
 		return nil, 0, false
 	case ok:
-		r.startObserving(ob)
-		r.announce()
+		op.startWatching(ob)
+		op.announce()
 		return nil, 0, false
 	}
 	return f.conflict(snap), joined, true
 }
 
-// follow waits for the machine's observer of the snap (another process)
+// follow waits for the machine's watcher of the snap (another process)
 // to see it free as of joined (the machine's clock, when the operation
 // found the snap busy) or later, within the call's bounds and without a
 // request to snapd. It lets go of the snap's file lock meanwhile, as every
 // wait for someone else's change does (conflict.go). It returns tryFresh
-// once the snap was seen free; tryAgain when nobody observes any more (the
-// observer ended, or died) and this operation took over; or the call's
+// once the snap was seen free; tryAgain when nobody watches any more (the
+// watcher ended, or died) and this operation took over; or the call's
 // end.
-func (r *runner) follow(ce *retry.ConflictError, joined int64) (next, error) {
-	c, k := r.c, r.k
-	snap := r.o.t.snaps[0]
-	if r.locks != nil {
-		r.locks.releaseFiles()
+func (op *operation) follow(ce *retry.ConflictError, joined int64) (next, error) {
+	c, k := op.c, op.k
+	snap := op.o.t.snaps[0]
+	if op.locks != nil {
+		op.locks.releaseFiles()
 	}
 	f, _ := c.machine.facts(snap)
 	ev := k.event(EventConflict)
 	ev.Blockers, ev.Err = f.Blockers, ce
 	c.events.emit(ev)
 	k.last = ce
-	k.log.Info("conflict; another process of this machine waits it out: following what it sees", "observer", f.Observer, "changes", f.Blockers, "kind", ce.ChangeKind, "attempt", r.res.Attempts)
+	k.log.Info("conflict; another process of this machine waits it out: following what it sees", "watcher", f.Watcher, "changes", f.Blockers, "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 	w := c.machine.watch
 	for {
 		var mark uint64
@@ -460,42 +460,42 @@ func (r *runner) follow(ce *retry.ConflictError, joined int64) (next, error) {
 		}
 		f, err := c.machine.facts(snap)
 		if err != nil {
-			k.log.Debug("cannot read what the machine's observer sees", "error", err)
+			k.log.Debug("cannot read what the machine's watcher sees", "error", err)
 		}
-		r.res.WaitedFor = appendNew(r.res.WaitedFor, f.Blockers...)
+		op.res.WaitedFor = appendNew(op.res.WaitedFor, f.Blockers...)
 		if f.Free >= joined {
-			k.log.Debug("the machine's observer saw the snap free; trying again", "observer", f.Observer)
-			return tryFresh, r.relockFiles()
+			k.log.Debug("the machine's watcher saw the snap free; trying again", "watcher", f.Watcher)
+			return tryFresh, op.relockFiles()
 		}
-		// The observer's view of snapd's reachability, this call's bounds.
+		// The watcher's view of snapd's reachability, this call's bounds.
 		since, downErr := f.unreachable()
-		k.observeSince(downErr, since)
+		k.noteSince(downErr, since)
 		if left, ok := k.left(); ok && left <= 0 {
 			if err := k.exhausted(ce); err != nil {
 				return 0, err
 			}
 		}
-		if ob, ok, err := c.machine.tryObserve(snap); err == nil && ok {
-			r.startObserving(ob)
-			r.announce()
+		if ob, ok, err := c.machine.tryWatch(snap); err == nil && ok {
+			op.startWatching(ob)
+			op.announce()
 			if f, err := c.machine.facts(snap); err == nil && f.Free >= joined {
-				return tryFresh, r.relockFiles()
+				return tryFresh, op.relockFiles()
 			}
-			k.log.Info("the process that waited the conflict out for this machine is gone; taking over", "observer", f.Observer)
-			return tryAgain, r.relockFiles()
+			k.log.Info("the process that waited the conflict out for this machine is gone; taking over", "watcher", f.Watcher)
+			return tryAgain, op.relockFiles()
 		}
-		if err := r.awaitFacts(w, watched, mark); err != nil {
+		if err := op.awaitFacts(w, watched, mark); err != nil {
 			return 0, err
 		}
 	}
 }
 
 // awaitFacts waits for news in the lock directory after mark (watched:
-// the watch works), at most one poll interval (an observer that died
+// the watch works), at most one poll interval (an watcher that died
 // publishes nothing), within the call's bounds.
-func (r *runner) awaitFacts(w *dirWatch, watched bool, mark uint64) error {
-	k := r.k
-	d := r.c.poll
+func (op *operation) awaitFacts(w *dirWatch, watched bool, mark uint64) error {
+	k := op.k
+	d := op.c.poll
 	left, bounded := k.left()
 	if !watched {
 		return k.sleep(d)
@@ -508,7 +508,7 @@ func (r *runner) awaitFacts(w *dirWatch, watched bool, mark uint64) error {
 	case k.ctx.Err() != nil:
 		return interrupted(k.ctx, k.last)
 	case err != nil:
-		return k.sleep(r.c.poll) // the watch broke (Close): poll
+		return k.sleep(op.c.poll) // the watch broke (Close): poll
 	case !woke && bounded && d == left:
 		return k.exhausted(nil)
 	}

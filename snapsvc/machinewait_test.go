@@ -128,7 +128,7 @@ func TestMachineFollowerTakesOverFromAnObserverThatGaveUp(t *testing.T) {
 	obs := procClient(t, srv, "observer", snapsvc.WithPolicy(short), snapsvc.WithLogger(obsLogs.logger()))
 	onConflict, conflicts := conflictsSeen()
 	fol := procClient(t, srv, "follower", snapsvc.WithLogger(folLogs.logger()), onConflict)
-	observing := obsLogs.seen("observing the snap for the machine")
+	observing := obsLogs.seen("watching the snap for the machine")
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")
 	<-observing
@@ -168,7 +168,7 @@ func TestMachineFollowerKeepsItsOwnBound(t *testing.T) {
 	obsLogs := newLogWatch()
 	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
 	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(short))
-	observing := obsLogs.seen("observing the snap for the machine")
+	observing := obsLogs.seen("watching the snap for the machine")
 	first := make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")
 	<-observing
@@ -201,7 +201,7 @@ func TestMachineFollowerJudgesUnreachabilityByItsOwnPolicy(t *testing.T) {
 	obsLogs, folLogs := newLogWatch(), newLogWatch()
 	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
 	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(quick), snapsvc.WithLogger(folLogs.logger()))
-	observing := obsLogs.seen("observing the snap for the machine")
+	observing := obsLogs.seen("watching the snap for the machine")
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")
 	<-observing
@@ -234,7 +234,7 @@ func TestMachineHookNeverFollows(t *testing.T) {
 	obsLogs, hookLogs := newLogWatch(), newLogWatch()
 	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
 	hook := procClient(t, srv, "hook", snapsvc.WithHook("post-refresh"), snapsvc.WithLogger(hookLogs.logger()))
-	observing := obsLogs.seen("observing the snap for the machine")
+	observing := obsLogs.seen("watching the snap for the machine")
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")
 	<-observing
@@ -276,7 +276,7 @@ func TestMachineStaleReachabilityIsNotANewObserversFact(t *testing.T) {
 	quick := retry.DefaultPolicy()
 	quick.MaxUnreachable = 100 * time.Millisecond
 	obsLogs, folLogs := newLogWatch(), newLogWatch()
-	observing := obsLogs.seen("observing the snap for the machine")
+	observing := obsLogs.seen("watching the snap for the machine")
 	first := make(chan restartOutcome, 1)
 	// A start, not a restart: nothing of it but its facts is left in the
 	// lock directory once it ends (no flight's file written), so that
@@ -318,7 +318,7 @@ func TestMachineStaleReachabilityIsNotANewObserversFact(t *testing.T) {
 
 	// The next observer: its restart runs until the test ends it.
 	takerLogs := newLogWatch()
-	taking := takerLogs.seen("observing the snap for the machine")
+	taking := takerLogs.seen("watching the snap for the machine")
 	second := make(chan restartOutcome, 1)
 	restartAsync(procClient(t, srv, "taker", snapsvc.WithLogger(takerLogs.logger())), ctx, second, "k8s.kubelet")
 	<-taking

@@ -24,7 +24,7 @@ const recentOwn = 256
 // false, and records nothing, when another operation of this process
 // already claimed it. Claims are taken under every snap's registry lock
 // in order, so two operations can never both claim one change.
-func (p processSnaps) claim(o op, id string) bool {
+func (p processSnaps) claim(o request, id string) bool {
 	ls := make([]*snapLock, len(o.t.snaps))
 	for i, s := range o.t.snaps {
 		ls[i] = p.of(s)
@@ -49,8 +49,8 @@ func (p processSnaps) claim(o op, id string) bool {
 	return true
 }
 
-// unclaim forgets a claim that turned out wrong (see runner.adoptedMatches).
-func (p processSnaps) unclaim(o op, id string) {
+// unclaim forgets a claim that turned out wrong (see operation.adoptedMatches).
+func (p processSnaps) unclaim(o request, id string) {
 	for _, s := range o.t.snaps {
 		l := p.of(s)
 		l.mu.Lock()
@@ -87,13 +87,13 @@ type sent struct {
 // client's first own change). Enable and disable leave no trace in a
 // change (the task summary is the same), so for a start --enable or a
 // stop --disable the caller checks the services' state once the change is
-// done (runner.adoptedMatches).
+// done (operation.adoptedMatches).
 //
 // until, when not zero, also leaves out changes spawned after it: snapd
 // makes a request's change before it answers, so for a request that was
 // answered (snapctl's "taking too long", say) nothing later is its.
-func (k *call) findOpChange(o op, s sent, until time.Time, skip map[string]bool) (string, error) {
-	all, err := k.wholeSnapServices(o)
+func findOpChange(k *call, o request, s sent, until time.Time, skip map[string]bool) (string, error) {
+	all, err := wholeSnapServices(k, o)
 	if err != nil {
 		return "", err
 	}
@@ -101,13 +101,13 @@ func (k *call) findOpChange(o op, s sent, until time.Time, skip map[string]bool)
 	if err != nil {
 		return "", err
 	}
-	return k.claimOpChange(chgs, o, all, s, until, skip), nil
+	return claimOpChange(k, chgs, o, all, s, until, skip), nil
 }
 
 // claimOpChange is findOpChange on a listing, with all from
 // wholeSnapServices; a non-zero answeredAt also leaves out changes
 // spawned after snapd answered the request.
-func (k *call) claimOpChange(chgs []snapd.Change, o op, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
+func claimOpChange(k *call, chgs []snapd.Change, o request, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
 	c := k.c
 	from, sure, to := c.view.clock.snapdTime(s.at), c.view.clock.snapdTimeLate(s.at), time.Time{}
 	if !answeredAt.IsZero() {
@@ -127,7 +127,7 @@ func (k *call) claimOpChange(chgs []snapd.Change, o op, all map[string][]string,
 // with them can a change be told to be o's. A foreign start of one
 // service of the snap must not pass for a start of all of them. It
 // returns nil when o needs none.
-func (k *call) wholeSnapServices(o op) (map[string][]string, error) {
+func wholeSnapServices(k *call, o request) (map[string][]string, error) {
 	var snaps []string
 	for _, snap := range o.t.snaps {
 		if o.action != "restart" && namesWholeOnly(o, snap) {
@@ -154,7 +154,7 @@ func (k *call) wholeSnapServices(o op) (map[string][]string, error) {
 
 // namesWholeOnly reports whether o names snap as a whole and none of its
 // services explicitly.
-func namesWholeOnly(o op, snap string) bool {
+func namesWholeOnly(o request, snap string) bool {
 	whole := false
 	for _, n := range o.t.names {
 		s, app, _ := strings.Cut(n, ".")
@@ -176,7 +176,8 @@ func namesWholeOnly(o op, snap string) bool {
 // exactly what o asks, ready, and whose run fits between the send and the
 // answer. It returns "" when the client had not listed the changes before
 // sending, or none fits.
-func (k *call) claimBySequence(chgs []snapd.Change, o op, all map[string][]string, a attempt, skip map[string]bool) string {
+func (op *operation) claimBySequence(chgs []snapd.Change, all map[string][]string, a attempt) string {
+	o, skip := op.o, op.known
 	if !a.sent.counted {
 		return ""
 	}
@@ -200,7 +201,7 @@ func (k *call) claimBySequence(chgs []snapd.Change, o op, all map[string][]strin
 		return 1
 	})
 	for _, id := range ids {
-		if k.c.snaps.claim(o, id) {
+		if op.c.snaps.claim(o, id) {
 			return id
 		}
 	}
@@ -218,7 +219,7 @@ func (k *call) claimBySequence(chgs []snapd.Change, o op, all map[string][]strin
 // someone else's made just before the request has the lower id, and one
 // made after it, while the request's own was running, would have
 // conflicted.
-func opCandidates(chgs []snapd.Change, o op, all map[string][]string, seen int64, from, sure, to time.Time, skip map[string]bool) []string {
+func opCandidates(chgs []snapd.Change, o request, all map[string][]string, seen int64, from, sure, to time.Time, skip map[string]bool) []string {
 	var after, unsure []string
 	for i := range chgs {
 		chg := &chgs[i]
@@ -259,7 +260,7 @@ func opCandidates(chgs []snapd.Change, o op, all map[string][]string, seen int64
 // ctlcmd queueCommand adds the tasks to the hook's change, to run after
 // the hook), or "". The hook's change must predate snapd's answer and the
 // queued task must have been added while the request was handled.
-func queuedIn(chgs []snapd.Change, o op, all map[string][]string, sentAt, answeredAt time.Time) string {
+func queuedIn(chgs []snapd.Change, o request, all map[string][]string, sentAt, answeredAt time.Time) string {
 	for i := range chgs {
 		chg := &chgs[i]
 		if chg.Ready || chg.SpawnTime.After(answeredAt) {
@@ -290,7 +291,7 @@ func queuedIn(chgs []snapd.Change, o op, all map[string][]string, sentAt, answer
 // (sorted), or every service of a snap named as a whole (all, from
 // wholeSnapServices), except that a whole-snap restart says `... for
 // running services of snap "k8s"`.
-func matchesOp(chg *snapd.Change, o op, all map[string][]string) bool {
+func matchesOp(chg *snapd.Change, o request, all map[string][]string) bool {
 	for _, snap := range o.t.snaps {
 		want := expectedSummary(o, snap, all[snap])
 		if !slices.ContainsFunc(chg.Tasks, func(t snapd.Task) bool { return t.Kind == "service-control" && t.Summary == want }) {
@@ -302,7 +303,7 @@ func matchesOp(chg *snapd.Change, o op, all map[string][]string) bool {
 
 // expectedSummary returns the summary snapd gives o's task on snap; all
 // lists the snap's services, for a start or stop of the whole snap.
-func expectedSummary(o op, snap string, all []string) string {
+func expectedSummary(o request, snap string, all []string) string {
 	action := o.action
 	if o.reload {
 		action = "reload-or-restart"
@@ -330,8 +331,8 @@ func expectedSummary(o op, snap string, all []string) string {
 // perform the following tasks: ...") in *errp, turns it into a
 // *ChangeError (keeping snapd's error in the chain) and returns the
 // change's id when it can be found.
-func (k *call) changeFailure(o op, sentAt time.Time, errp *error) string {
-	c := k.c
+func (op *operation) changeFailure(sentAt time.Time, errp *error) string {
+	c, k, o := op.c, op.k, op.o
 	var apiErr *snapd.Error
 	if c.mode != ModeSnapctl || !errors.As(*errp, &apiErr) {
 		return ""
@@ -343,7 +344,7 @@ func (k *call) changeFailure(o op, sentAt time.Time, errp *error) string {
 	if !strings.HasPrefix(msg, "cannot perform the following tasks") {
 		return ""
 	}
-	id, _ := k.findOpChange(o, sent{at: sentAt}, c.clock.Now(), nil) // snapctl answered: the change predates the answer
+	id, _ := findOpChange(k, o, sent{at: sentAt}, c.clock.Now(), nil) // snapctl answered: the change predates the answer
 	*errp = errors.Join(&ChangeError{ID: id, Kind: "service-control", Status: snapd.StatusError, Err: msg}, *errp)
 	return id
 }
@@ -352,7 +353,7 @@ func (k *call) changeFailure(o op, sentAt time.Time, errp *error) string {
 // run-hook task for one of snaps is Doing), or "". snapd leaves that
 // change out of the conflict check (hookstate Context.ChangeID), and
 // waiting for it from inside the hook would never end.
-func (k *call) ownHookChange(snaps []string) string {
+func ownHookChange(k *call, snaps []string) string {
 	c := k.c
 	if c.view.listingRefused() {
 		return "" // snapd refuses this client its changes (cadence.go)
@@ -380,7 +381,7 @@ func (k *call) ownHookChange(snaps []string) string {
 // findBlockers lists the in-progress changes that hold any of snaps (or,
 // for a conflict with an exclusive change, every change of that kind).
 // skip is a change to ignore (the caller's own).
-func (k *call) findBlockers(snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
+func findBlockers(k *call, snaps []string, ce *retry.ConflictError, skip string) ([]string, error) {
 	c := k.c
 	if c.view.notices() == noticesNo {
 		// Watch the state file from before the listing: a wait for the

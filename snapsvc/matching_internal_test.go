@@ -19,7 +19,7 @@ func TestOpCandidatesPreferTheRequestsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := op{action: "stop", t: tgt}
+	o := request{action: "stop", t: tgt}
 	summary := expectedSummary(o, "k8s", nil)
 	sent := time.Date(2026, 12, 4, 20, 0, 0, 0, time.UTC)
 	chg := func(id string, spawn time.Duration) snapd.Change {

@@ -11,61 +11,105 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// The life of one operation (Start, Stop, Restart), top to bottom. Every
-// step runs on the operation's call (call.go), which holds all of its
-// bounds; each phase is a function, and the detours and mechanisms have
-// files of their own:
+// The life of one operation (Start, Stop, Restart), phase by phase. An
+// operation (below) holds everything one Start, Stop or Restart takes
+// while it runs: its call (call.go: every bound of it), the restart
+// budget's slots, the snaps' locks, the identical restarts it leads, the
+// snap's blocker it watches for the machine's processes, and its result.
+// runSync and runAsync are its phase table; each phase is a method of
+// operation, in the file that says how it works:
 //
-//	bound    newOpCall: the call's deadline, MaxUnreachable, MaxAttempts
+//	bound    newOperation: the call's deadline, MaxUnreachable, MaxAttempts
 //	budget   takeBudget: the restart budget's slots (budget_take.go)
-//	pace     call.keepInterval: WithMinRestartInterval (lock.go)
-//	lock     runner.lock: the snaps' locks, in and across processes; an
-//	         identical restart not sent yet may merge (lock.go, merge.go)
-//	send     runner.try: fence the slots, then one request to act
-//	conflict runner.conflict: someone else's change (conflict.go)
-//	find     runner.lost: the change of a request whose answer was lost
+//	merge    merge: identical restarts not sent yet, in the process and
+//	         across the machine's processes, share one (merge.go,
+//	         machinemerge.go)
+//	pace     lock: WithMinRestartInterval (lock.go)
+//	lock     lock: the snaps' locks, in and across processes (lock.go)
+//	send     try: fence the slots, then one request to act
+//	conflict conflict: someone else's change (conflict.go)
+//	find     lost: the change of a request whose answer was lost
 //	         (lostanswer.go, matching.go)
 //	wait     finish: the operation's own change (changewait.go)
-//	verdict  runner.accepted, runner.refused: what the change did
+//	verdict  accepted, refused: what the change did
 //	release  hold.end: the slots, given back only once the outcome is
 //	         final and the services are ready (budget_lifecycle.go)
 //
-// run covers lock to verdict: it sends until snapd accepts the request
+// act covers lock to verdict: it sends until snapd accepts the request
 // (waiting out conflicts, finding the change of a lost answer, pausing
 // while snapd is away), then waits for the change.
 
-// runSync is the life of one synchronous operation: bound, pace and
-// budget, lock to verdict (identical restarts merged), release; its
-// events (EventStarted, then EventDone or EventFailed) around it.
-func (c *Client) runSync(ctx context.Context, action string, names []string, set func(*op)) (*Result, error) {
+// operation is one Start, Stop or Restart while it runs. Operation (the
+// exported type) is the handle an asynchronous one returns.
+type operation struct {
+	c   *Client
+	k   *call   // its bounds (call.go)
+	o   request // what it asks (request.go)
+	res *Result // what it did so far
+
+	// What it holds, each let go of by the phase that took it.
+	hold    *hold           // the restart budget's slots (budget_lifecycle.go)
+	locks   *snapLocks      // the snaps' locks; nil while not held (lock.go)
+	flight  *flight         // the process's identical restarts it leads until it holds the locks (merge.go)
+	lead    *leadFlight     // the machine's identical restarts it leads (machinemerge.go)
+	watcher *machineWatcher // while it watches its snap for the machine (machinewait.go)
+
+	// What it learned on the way.
+	skip       string          // the running hook's own change, never a blocker
+	known      map[string]bool // changes it waited out or ruled out: never its own
+	cad        *cadence        // blind waits (cadence.go), made at the first: see cadence
+	unseen     int             // conflicts in a row whose blocker was not seen
+	fresh      bool            // an attempt is owed right after waiting out a blocker
+	optimistic bool            // the last conflict was retried at a state rewrite
+	expired    int             // fences in a row whose confirmation ran out before the write
+	actErr     error           // the failure of the last request to act
+}
+
+// newOperation is the bound phase: it validates the request and begins
+// its call. end must be called once it returns.
+func (c *Client) newOperation(ctx context.Context, action string, names []string, set func(*request)) (*operation, error) {
+	o, err := c.prepare(action, names, set)
+	if err != nil {
+		return nil, err
+	}
+	return c.operationOn(c.newCall(ctx, callOp, o.action, o.t.names), o), nil
+}
+
+// operationOn is the operation of request o on call k (EnsureRunning's
+// read and operation share one call), its log lines naming it.
+func (c *Client) operationOn(k *call, o request) *operation {
+	k.ev.Names = o.t.names
+	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
+	return &operation{c: c, k: k, o: o, res: &Result{}, known: map[string]bool{}}
+}
+
+// end ends the operation's call.
+func (op *operation) end() { op.k.end() }
+
+// runSync is the life of one synchronous operation, its events
+// (EventStarted, then EventDone or EventFailed) around it.
+func (c *Client) runSync(ctx context.Context, action string, names []string, set func(*request)) (*Result, error) {
 	started := c.events.opStarted(action, names)
 	res, err := func() (*Result, error) {
-		o, err := c.prepare(action, names, set)
+		op, err := c.newOperation(ctx, action, names, set)
 		if err != nil {
 			return nil, err
 		}
-		k := c.newOpCall(ctx, o)
-		defer k.end()
-		return c.operate(k, o)
+		defer op.end()
+		return op.run()
 	}()
 	c.events.opEnded(action, names, started, res, err)
 	return res, err
 }
 
-// operate is budget, lock to verdict, and release of operation o on its
-// call k.
-func (c *Client) operate(k *call, o op) (*Result, error) {
-	var h *hold
-	if c.budget != nil {
-		var err error
-		if h, err = c.takeBudget(k, o); err != nil {
-			return nil, err
-		}
+// run is the phase table of a synchronous operation.
+func (op *operation) run() (*Result, error) {
+	if err := op.takeBudget(); err != nil {
+		return nil, err
 	}
-	k.hold = h
-	res, err := c.coalesce(k, o)
-	if h != nil {
-		err = h.end(k, o, res, err)
+	res, err := op.merge()
+	if op.hold != nil {
+		err = op.hold.end(op.k, op.o, res, err)
 	}
 	if err != nil {
 		return nil, err
@@ -77,84 +121,51 @@ func (c *Client) operate(k *call, o op) (*Result, error) {
 // of the budget's slots, go on in the background (budget_lifecycle.go,
 // hold.endAsync). EventDone or EventFailed comes from the first
 // Operation.Wait that sees the end, or now if snapd did not accept.
-func (c *Client) runAsync(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
+func (c *Client) runAsync(ctx context.Context, action string, names []string, set func(*request)) (*Operation, error) {
 	started := c.events.opStarted(action, names)
-	op, err := c.accept(ctx, action, names, set)
+	handle, err := c.accept(ctx, action, names, set)
 	if err != nil {
 		c.events.opEnded(action, names, started, nil, err)
 		return nil, err
 	}
-	op.mu.Lock()
-	op.obs.started = started
-	op.mu.Unlock()
-	return op, nil
+	handle.mu.Lock()
+	handle.obs.started = started
+	handle.mu.Unlock()
+	return handle, nil
 }
 
-// accept is runAsync without its events.
-func (c *Client) accept(ctx context.Context, action string, names []string, set func(*op)) (*Operation, error) {
-	o, err := c.prepare(action, names, set)
+// accept is the phase table of an asynchronous operation, up to snapd's
+// acceptance.
+func (c *Client) accept(ctx context.Context, action string, names []string, set func(*request)) (*Operation, error) {
+	op, err := c.newOperation(ctx, action, names, set)
 	if err != nil {
 		return nil, err
 	}
-	k := c.newOpCall(ctx, o)
-	defer k.end()
-	var h *hold
-	if c.budget != nil {
-		if h, err = c.takeBudget(k, o); err != nil {
-			return nil, err
-		}
+	defer op.end()
+	if err := op.takeBudget(); err != nil {
+		return nil, err
 	}
-	k.hold = h
-	res, done, err := c.run(k, o, false, nil)
+	res, done, err := op.act(false)
 	if err != nil {
-		if h != nil {
-			err = h.end(k, o, nil, err)
+		if op.hold != nil {
+			err = op.hold.end(op.k, op.o, nil, err)
 		}
 		return nil, err
 	}
-	op := &Operation{c: c, op: o, result: *res, done: done}
-	if h != nil {
-		h.endAsync(k, op, done)
+	handle := &Operation{c: c, op: op.o, result: *res, done: done}
+	if op.hold != nil {
+		op.hold.endAsync(op.k, handle, done)
 	}
-	return op, nil
-}
-
-// newOpCall begins the call of operation o, its log lines naming it.
-func (c *Client) newOpCall(ctx context.Context, o op) *call {
-	k := c.newCall(ctx, callOp, o.action, o.t.names)
-	k.log = k.log.With("snap", strings.Join(o.t.snaps, ","), "action", o.action, "names", o.t.String())
-	return k
-}
-
-// runner is the state of one operation while it runs.
-type runner struct {
-	c     *Client
-	k     *call
-	o     op
-	locks *snapLocks // nil while the locks are not held
-	res   *Result
-	skip  string // the running hook's own change, never a blocker
-	known map[string]bool
-	cad   *cadence  // blind waits (cadence.go), made at the first: see cadence
-	obs   *observer // while it observes its snap for the machine (machinewait.go)
-	// onLocked, when set, is called once the operation holds its snaps'
-	// locks (merge.go: identical restarts may join it until then).
-	onLocked func()
-
-	unseen     int   // conflicts in a row whose blocker was not seen
-	fresh      bool  // an attempt is owed right after waiting out a blocker
-	optimistic bool  // the last conflict was retried at a state rewrite
-	expired    int   // fences in a row whose confirmation ran out before the write
-	actErr     error // the failure of the last request to act
+	return handle, nil
 }
 
 // cadence is the operation's blind wait (cadence.go), made at its first
 // use: most operations never wait blind.
-func (r *runner) cadence() *cadence {
-	if r.cad == nil {
-		r.cad = newCadence(r.c.clock, r.k.rt.policy().MaxConflictInterval)
+func (op *operation) cadence() *cadence {
+	if op.cad == nil {
+		op.cad = newCadence(op.c.clock, op.k.rt.policy().MaxConflictInterval)
 	}
-	return r.cad
+	return op.cad
 }
 
 // next says what an operation does after an attempt that did not end it.
@@ -166,99 +177,99 @@ const (
 	tryPaused             // after the policy's pause
 )
 
-// run carries out one operation on its call: lock, send until snapd
-// accepts, wait for the change, judge it. done reports whether the outcome
-// is final.
-func (c *Client) run(k *call, o op, wait bool, onLocked func()) (*Result, bool, error) {
-	r := &runner{c: c, k: k, o: o, res: &Result{}, known: map[string]bool{}, onLocked: onLocked}
-	if err := r.lock(); err != nil {
-		return r.fail("", err)
+// act carries out the operation from lock to verdict: lock, send until
+// snapd accepts, wait for the change (wait) or leave it pending, judge
+// it. done reports whether the outcome is final.
+func (op *operation) act(wait bool) (*Result, bool, error) {
+	k := op.k
+	if err := op.lock(); err != nil {
+		return op.fail("", err)
 	}
-	defer r.unlock()
-	defer r.stopObserving() // machinewait.go: before the snap's file lock goes
+	defer op.unlock()
+	defer op.stopWatching() // machinewait.go: before the snap's file lock goes
 	for {
-		if err := r.mayTry(); err != nil {
-			return r.fail("", err)
+		if err := op.mayTry(); err != nil {
+			return op.fail("", err)
 		}
-		if ce, joined, busy := r.busyElsewhere(); busy {
+		if ce, joined, busy := op.busyElsewhere(); busy {
 			// Another process of the machine waits the snap's blocker out:
 			// follow what it sees instead of asking snapd (machinewait.go).
-			r.res.Conflicts++
-			then, err := r.follow(ce, joined)
+			op.res.Conflicts++
+			then, err := op.follow(ce, joined)
 			if err != nil {
-				return r.fail("", err)
+				return op.fail("", err)
 			}
-			r.fresh = then == tryFresh
+			op.fresh = then == tryFresh
 			continue
 		}
-		a, err := r.try()
+		a, err := op.try()
 		if err != nil {
-			return r.fail("", err)
+			return op.fail("", err)
 		}
 		if a.err == nil {
-			return r.accepted(a, wait)
+			return op.accepted(a, wait)
 		}
 		if errors.Is(a.err, snapd.ErrSendDeadline) {
 			// The fence's confirmation ran out before the request's first
 			// byte was written: snapd saw nothing. Fence again, a few
 			// times: a budget whose confirmations always run out first
 			// must not spin.
-			if r.expired++; r.expired >= maxExpiredFences {
-				return r.fail("", &BudgetError{Key: k.hold.keys(), Err: fmt.Errorf("%w: %d fences in a row confirmed the slot for less time than it took to write the request (nothing was sent)", ErrBudgetUnavailable, r.expired)})
+			if op.expired++; op.expired >= maxExpiredFences {
+				return op.fail("", &BudgetError{Key: op.hold.keys(), Err: fmt.Errorf("%w: %d fences in a row confirmed the slot for less time than it took to write the request (nothing was sent)", ErrBudgetUnavailable, op.expired)})
 			}
-			k.log.Info("the restart budget's confirmation ran out before the request was written; fencing again", "attempt", r.res.Attempts)
+			k.log.Info("the restart budget's confirmation ran out before the request was written; fencing again", "attempt", op.res.Attempts)
 			continue
 		}
-		r.expired = 0
+		op.expired = 0
 		if a.step == giveUp && !a.cutOff {
 			// snapd's answer is final (the request refused for good, or,
 			// from snapctl, its change failed): that the call's time ran
 			// out as it came changes nothing, and it is never retryable.
-			return r.refused(a)
+			return op.refused(a)
 		}
 		if a.cutOff || k.ctx.Err() != nil {
-			return r.interruptedAt(a)
+			return op.interruptedAt(a)
 		}
 		// The retry rule (retryrule.go) says what the failure calls for.
 		var then next
 		switch a.step {
 		case giveUp:
-			return r.refused(a)
+			return op.refused(a)
 		case waitOut:
-			if r.k.rt.outOfAttempts() {
+			if op.k.rt.outOfAttempts() {
 				// No attempt may follow: waiting the blocker out would only
 				// end in giving up (MaxAttempts 1 means one attempt).
 				ce, _ := retry.AsConflict(a.err)
-				r.res.Conflicts++
-				return r.fail("", r.k.exhausted(ce))
+				op.res.Conflicts++
+				return op.fail("", op.k.exhausted(ce))
 			}
-			then, err = r.conflict(a)
+			then, err = op.conflict(a)
 		case lookUp:
 			var res *Result
 			var done bool
-			res, done, then, err = r.lost(a, wait)
+			res, done, then, err = op.lost(a, wait)
 			if res != nil || err != nil {
 				return res, done, err
 			}
 		case askAgain:
-			r.k.flog.log(r.k.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", r.res.Attempts, "error", a.err)
+			op.k.flog.log(op.k.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", op.res.Attempts, "error", a.err)
 			then = tryPaused
 		}
 		if err != nil {
-			return r.fail("", err)
+			return op.fail("", err)
 		}
-		r.fresh = then == tryFresh
+		op.fresh = then == tryFresh
 		if then == tryPaused {
-			if err := r.k.pause(a.err); err != nil {
-				return r.fail("", err)
+			if err := op.k.pause(a.err); err != nil {
+				return op.fail("", err)
 			}
 		}
 	}
 }
 
-func (r *runner) fail(changeID string, err error) (*Result, bool, error) {
-	r.k.flog.gaveUp(r.k.log)
-	return nil, false, r.c.opError(r.o, changeID, r.res.Attempts, err)
+func (op *operation) fail(changeID string, err error) (*Result, bool, error) {
+	op.k.flog.gaveUp(op.k.log)
+	return nil, false, op.c.opError(op.o, changeID, op.res.Attempts, err)
 }
 
 // attempt is what one request to act met.
@@ -278,39 +289,39 @@ type attempt struct {
 // its attempts or time ran out. Right after a blocker is done one attempt
 // is owed even if the call's time ran out while waiting for it; its
 // attempt count still holds.
-func (r *runner) mayTry() error {
-	if r.k.rt.attempts() == 0 || (r.fresh && !r.k.rt.outOfAttempts()) {
+func (op *operation) mayTry() error {
+	if op.k.rt.attempts() == 0 || (op.fresh && !op.k.rt.outOfAttempts()) {
 		return nil
 	}
-	return r.k.exhausted(r.k.last)
+	return op.k.exhausted(op.k.last)
 }
 
 // try makes one attempt: under a restart budget it first confirms the
 // slots are still held (budget.go, fence), then sends the request to act,
 // leaving the last of the call's time to look up its change.
-func (r *runner) try() (attempt, error) {
-	c, k := r.c, r.k
-	if k.hold != nil {
-		if err := k.hold.fence(k.ctx); err != nil {
+func (op *operation) try() (attempt, error) {
+	c, k := op.c, op.k
+	if op.hold != nil {
+		if err := op.hold.fence(k.ctx); err != nil {
 			return attempt{}, err
 		}
 	}
-	r.fresh = false
-	r.res.Attempts = k.rt.attempt()
+	op.fresh = false
+	op.res.Attempts = k.rt.attempt()
 	var a attempt
 	// Marked before the request, the state watch cannot miss the end of
 	// a change that refuses it.
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
-	k.flight.set(flightSent) // machinemerge.go: no process joins from now on
+	op.lead.set(flightSent) // machinemerge.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()
-	if k.hold != nil && !k.hold.sendBy.IsZero() {
-		actx = snapd.WithSendBy(actx, k.hold.sendBy)
+	if op.hold != nil && !op.hold.sendBy.IsZero() {
+		actx = snapd.WithSendBy(actx, op.hold.sendBy)
 	}
-	a.changeID, a.err = c.post(actx, r.o)
+	a.changeID, a.err = c.post(actx, op.o)
 	// Cut off: the request failed because its time ran out. An answer
 	// snapd gave (an error response) is an answer, even one that arrived
 	// as the time ran out.
@@ -319,19 +330,19 @@ func (r *runner) try() (attempt, error) {
 	cancel()
 	a.answeredAt = c.clock.Now()
 	if !a.cutOff && !errors.Is(a.err, snapd.ErrSendDeadline) { // neither says anything about snapd
-		k.observe(a.err)
+		k.note(a.err)
 	}
-	if k.hold != nil && mayHaveWritten(a.err) {
-		k.hold.acted()
+	if op.hold != nil && mayHaveWritten(a.err) {
+		op.hold.acted()
 		if a.err != nil && !errors.As(a.err, &answer) {
-			k.hold.noAnswer(r.o, a.sent, a.answeredAt)
+			op.hold.noAnswer(op.o, a.sent, a.answeredAt)
 		}
 	}
 	if a.err != nil {
-		k.last, r.actErr = a.err, a.err
+		k.last, op.actErr = a.err, a.err
 		a.step = nextStep(acting, a.err)
 		if a.step == waitOut || !mayHaveWritten(a.err) {
-			k.flight.set(flightOpen) // it did nothing: other processes may join again
+			op.lead.set(flightOpen) // it did nothing: other processes may join again
 		}
 	}
 	return a, nil
@@ -355,7 +366,7 @@ func mayHaveWritten(err error) bool {
 }
 
 // post makes one request to act.
-func (c *Client) post(ctx context.Context, o op) (string, error) {
+func (c *Client) post(ctx context.Context, o request) (string, error) {
 	if c.mode == ModeSnapctl {
 		_, err := c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: o.snapctlArgs()})
 		return "", err
@@ -366,26 +377,26 @@ func (c *Client) post(ctx context.Context, o op) (string, error) {
 // accepted handles snapd's acceptance of the request: the change is
 // queued (a configure hook), done already (snapctl answers once its change
 // is ready), or waited for (REST).
-func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
-	c, k := r.c, r.k
+func (op *operation) accepted(a attempt, wait bool) (*Result, bool, error) {
+	c, k := op.c, op.k
 	k.flog.end(k.log)
-	c.interval.record(r.o)
+	c.interval.record(op.o)
 	if c.queuesInHook() {
-		k.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", r.res.Attempts)
-		r.res.Queued = true
-		return r.res, true, nil
+		k.log.Info("queued by snapd until the hook ends", "hook", c.hook, "attempt", op.res.Attempts)
+		op.res.Queued = true
+		return op.res, true, nil
 	}
 	if c.mode == ModeSnapctl {
-		return r.snapctlDone(a)
+		return op.snapctlDone(a)
 	}
-	r.res.ChangeID = a.changeID
+	op.res.ChangeID = a.changeID
 	c.view.saw(a.changeID)
-	c.snaps.claim(r.o, a.changeID)
+	c.snaps.claim(op.o, a.changeID)
 	ev := k.event(EventAccepted)
 	ev.ChangeID = a.changeID
 	c.events.emit(ev)
-	k.log.Info("change created", "change", a.changeID, "attempt", r.res.Attempts)
-	return c.finish(k, r.o, r.res, wait, waitOpts{fresh: true, kind: r.o.key(), sentAt: a.sentAt, answeredAt: a.answeredAt})
+	k.log.Info("change created", "change", a.changeID, "attempt", op.res.Attempts)
+	return c.finish(k, op.o, op.res, wait, waitOpts{fresh: true, kind: op.o.key(), sentAt: a.sentAt, answeredAt: a.answeredAt})
 }
 
 // snapctlDone handles snapctl's answer to a service command: outside
@@ -393,36 +404,36 @@ func (r *runner) accepted(a attempt, wait bool) (*Result, bool, error) {
 // (ctlcmd runServiceCommand waits for chg.Ready and returns chg.Err).
 // Where snapd lets us list changes, it finds the change, and notices a
 // command queued by a hook snapsvc could not identify.
-func (r *runner) snapctlDone(a attempt) (*Result, bool, error) {
-	c, k := r.c, r.k
-	all, err := k.wholeSnapServices(r.o)
+func (op *operation) snapctlDone(a attempt) (*Result, bool, error) {
+	c, k := op.c, op.k
+	all, err := wholeSnapServices(k, op.o)
 	var chgs []snapd.Change
 	if err == nil && !c.view.listingRefused() {
 		chgs, err = k.listOnce(snapd.SelectAll)
 		c.view.noteListing(err, c.mode)
 	}
 	if err == nil {
-		if id := queuedIn(chgs, r.o, all, c.view.clock.snapdTime(a.sentAt), c.view.clock.snapdTimeLate(a.answeredAt)); id != "" {
-			k.log.Info("queued by snapd until the hook ends", "change", id, "attempt", r.res.Attempts)
-			r.res.Queued, r.res.ChangeID = true, id
-			return r.res, true, nil
+		if id := queuedIn(chgs, op.o, all, c.view.clock.snapdTime(a.sentAt), c.view.clock.snapdTimeLate(a.answeredAt)); id != "" {
+			k.log.Info("queued by snapd until the hook ends", "change", id, "attempt", op.res.Attempts)
+			op.res.Queued, op.res.ChangeID = true, id
+			return op.res, true, nil
 		}
-		r.res.ChangeID = r.k.claimOpChange(chgs, r.o, all, a.sent, a.answeredAt, r.known)
-		if r.res.ChangeID == "" {
+		op.res.ChangeID = claimOpChange(op.k, chgs, op.o, all, a.sent, a.answeredAt, op.known)
+		if op.res.ChangeID == "" {
 			// snapd's clock may not read the client's (it has not been
 			// learned in this mode yet): find the change by snapd's
 			// counter instead, where the client had listed the changes
 			// before sending (any earlier operation's listing here did).
-			r.res.ChangeID = r.k.claimBySequence(chgs, r.o, all, a, r.known)
+			op.res.ChangeID = op.claimBySequence(chgs, all, a)
 		}
-		c.learnClock(chgs, r.res.ChangeID, a)
+		c.learnClock(chgs, op.res.ChangeID, a)
 	}
-	r.res.Status = snapd.StatusDone
+	op.res.Status = snapd.StatusDone
 	ev := k.event(EventAccepted)
-	ev.ChangeID = r.res.ChangeID
+	ev.ChangeID = op.res.ChangeID
 	c.events.emit(ev)
-	k.log.Info("done", "change", r.res.ChangeID, "attempt", r.res.Attempts)
-	return r.res, true, nil
+	k.log.Info("done", "change", op.res.ChangeID, "attempt", op.res.Attempts)
+	return op.res, true, nil
 }
 
 // learnClock narrows what the Client knows of snapd's clock with change
@@ -445,12 +456,12 @@ func (c *Client) learnClock(chgs []snapd.Change, id string, a attempt) {
 
 // finish waits for the operation's change (wait) or records it as pending
 // for the next operation on these snaps (async).
-func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Result, bool, error) {
+func (c *Client) finish(k *call, o request, res *Result, wait bool, wo waitOpts) (*Result, bool, error) {
 	if !wait {
 		c.snaps.addPending(o, res.ChangeID)
 		return res, false, nil
 	}
-	chg, err := k.ownChange().waitChange(res.ChangeID, wo)
+	chg, err := waitChange(k.ownChange(), res.ChangeID, wo)
 	if err != nil {
 		var ce *ChangeError
 		if !errors.As(err, &ce) {
@@ -470,9 +481,9 @@ func (c *Client) finish(k *call, o op, res *Result, wait bool, wo waitOpts) (*Re
 
 // refused ends an operation snapd refused for good (an unknown service, a
 // failed change reported by snapctl).
-func (r *runner) refused(a attempt) (*Result, bool, error) {
-	r.k.log.Info("failed", "attempt", r.res.Attempts, "error", a.err)
+func (op *operation) refused(a attempt) (*Result, bool, error) {
+	op.k.log.Info("failed", "attempt", op.res.Attempts, "error", a.err)
 	err := a.err
-	id := r.k.changeFailure(r.o, a.sentAt, &err)
-	return r.fail(id, err)
+	id := op.changeFailure(a.sentAt, &err)
+	return op.fail(id, err)
 }

@@ -54,40 +54,40 @@ type Result struct {
 // waits until snapd's change is ready. Conflicts with other changes are
 // waited out and retried; the result reports the change snapd made.
 func (c *Client) Start(ctx context.Context, names []string, opts StartOptions) (*Result, error) {
-	return c.runSync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
+	return c.runSync(ctx, "start", names, func(o *request) { o.enable = opts.Enable })
 }
 
 // Stop stops services and waits until snapd's change is ready.
 func (c *Client) Stop(ctx context.Context, names []string, opts StopOptions) (*Result, error) {
-	return c.runSync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
+	return c.runSync(ctx, "stop", names, func(o *request) { o.disable = opts.Disable })
 }
 
 // Restart restarts services and waits until snapd's change is ready.
 func (c *Client) Restart(ctx context.Context, names []string, opts RestartOptions) (*Result, error) {
-	return c.runSync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
+	return c.runSync(ctx, "restart", names, func(o *request) { o.reload = opts.Reload })
 }
 
 // StartAsync asks snapd to start services and returns as soon as snapd has
 // accepted the request (after waiting out any conflict). Wait on the
 // returned Operation for the outcome.
 func (c *Client) StartAsync(ctx context.Context, names []string, opts StartOptions) (*Operation, error) {
-	return c.runAsync(ctx, "start", names, func(o *op) { o.enable = opts.Enable })
+	return c.runAsync(ctx, "start", names, func(o *request) { o.enable = opts.Enable })
 }
 
 // StopAsync is the asynchronous form of Stop.
 func (c *Client) StopAsync(ctx context.Context, names []string, opts StopOptions) (*Operation, error) {
-	return c.runAsync(ctx, "stop", names, func(o *op) { o.disable = opts.Disable })
+	return c.runAsync(ctx, "stop", names, func(o *request) { o.disable = opts.Disable })
 }
 
 // RestartAsync is the asynchronous form of Restart.
 func (c *Client) RestartAsync(ctx context.Context, names []string, opts RestartOptions) (*Operation, error) {
-	return c.runAsync(ctx, "restart", names, func(o *op) { o.reload = opts.Reload })
+	return c.runAsync(ctx, "restart", names, func(o *request) { o.reload = opts.Reload })
 }
 
 // Operation is an accepted request whose change may still be running.
 type Operation struct {
 	c  *Client
-	op op
+	op request
 
 	mu     sync.Mutex
 	result Result
@@ -122,7 +122,7 @@ func (o *Operation) wait(ctx context.Context) (*Result, error) {
 	}
 	var chg *snapd.Change
 	err := o.c.callOf(ctx, callWait, o.op.action, o.op.t.names, func(k *call) (err error) {
-		chg, err = k.sharedWaitChange(res.ChangeID)
+		chg, err = processWaits.change(k, res.ChangeID)
 		return err
 	})
 	if err != nil {

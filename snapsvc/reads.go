@@ -53,7 +53,7 @@ func (k *call) readChanges(sel, snap string) (chgs []snapd.Change, err error) {
 func (k *call) listOnce(sel string) ([]snapd.Change, error) {
 	c := k.c
 	chgs, err := c.main.Changes(k.ctx, sel, "")
-	k.observe(err)
+	k.note(err)
 	c.view.sawChanges(chgs...)
 	return chgs, err
 }

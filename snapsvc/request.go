@@ -8,8 +8,8 @@ import (
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
-// op is one validated request.
-type op struct {
+// request is one validated request.
+type request struct {
 	action  string
 	enable  bool
 	disable bool
@@ -17,11 +17,11 @@ type op struct {
 	t       target
 }
 
-func (o op) instruction() snapd.AppInstruction {
+func (o request) instruction() snapd.AppInstruction {
 	return snapd.AppInstruction{Action: o.action, Names: o.t.names, Enable: o.enable, Disable: o.disable, Reload: o.reload}
 }
 
-func (o op) snapctlArgs() []string {
+func (o request) snapctlArgs() []string {
 	args := []string{o.action}
 	switch {
 	case o.enable:
@@ -35,14 +35,14 @@ func (o op) snapctlArgs() []string {
 }
 
 // key identifies identical requests (for coalescing).
-func (o op) key() string {
+func (o request) key() string {
 	names := slices.Clone(o.t.names)
 	slices.Sort(names)
 	return fmt.Sprintf("%s|%t|%t|%t|%s", o.action, o.enable, o.disable, o.reload, strings.Join(names, ","))
 }
 
-func (c *Client) prepare(action string, names []string, set func(*op)) (op, error) {
-	o := op{action: action}
+func (c *Client) prepare(action string, names []string, set func(*request)) (request, error) {
+	o := request{action: action}
 	set(&o)
 	t, err := parseTarget(names)
 	if err != nil {
@@ -60,7 +60,7 @@ func (c *Client) prepare(action string, names []string, set func(*op)) (op, erro
 	return o, nil
 }
 
-func (c *Client) opError(o op, changeID string, attempts int, err error) error {
+func (c *Client) opError(o request, changeID string, attempts int, err error) error {
 	return &OpError{Op: o.action, Snap: strings.Join(o.t.snaps, ","), Names: o.t.names, ChangeID: changeID, Attempts: attempts, Err: err}
 }
 
@@ -74,7 +74,7 @@ func appendNew(list []string, ids ...string) []string {
 }
 
 // flagsApplied reports whether svcs are enabled or disabled as o asks.
-func (o op) flagsApplied(svcs []Service) bool {
+func (o request) flagsApplied(svcs []Service) bool {
 	if len(svcs) == 0 {
 		return false
 	}
@@ -87,7 +87,7 @@ func (o op) flagsApplied(svcs []Service) bool {
 }
 
 // reached reports whether svcs are in the state o asks for.
-func (o op) reached(svcs []Service) bool {
+func (o request) reached(svcs []Service) bool {
 	if len(svcs) == 0 {
 		return false
 	}

@@ -87,11 +87,11 @@ func (r *retrier) exhausted() string {
 	return ""
 }
 
-// observe records the outcome of an attempt or a read: a failure to
+// note records the outcome of an attempt or a read: a failure to
 // connect to snapd (see IsUnreachable) starts or continues a run of
 // unreachability, anything else (an answer, even an error one) ends it.
 // It returns true when err starts a new run.
-func (r *retrier) observe(err error) (began bool) {
+func (r *retrier) note(err error) (began bool) {
 	if !retry.IsUnreachable(err) {
 		r.downSince = time.Time{}
 		return false
@@ -103,12 +103,12 @@ func (r *retrier) observe(err error) (began bool) {
 	return false
 }
 
-// observeSince records a failure to reach snapd (see IsUnreachable) that
-// someone else observed, in a run of unreachability that began at since;
+// noteSince records a failure to reach snapd (see IsUnreachable) that
+// someone else saw, in a run of unreachability that began at since;
 // for this run it counts from since or from the run's own start, whichever
 // is later. A nil or other err ends the run. It returns true when it
 // starts a new run.
-func (r *retrier) observeSince(err error, since time.Time) (began bool) {
+func (r *retrier) noteSince(err error, since time.Time) (began bool) {
 	if err != nil && !retry.IsUnreachable(err) {
 		r.downSince = time.Time{}
 		return false
@@ -134,7 +134,7 @@ func (r *retrier) unreachableSince() (time.Time, bool) {
 }
 
 // unreachable returns how long snapd has been unreachable, and false when
-// the last observed outcome was an answer.
+// the last outcome seen was an answer.
 func (r *retrier) unreachable() (time.Duration, bool) {
 	if r.downSince.IsZero() {
 		return 0, false

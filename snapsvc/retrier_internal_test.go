@@ -95,7 +95,7 @@ func TestRetrierUnreachableIsBoundedAndRedialledQuickly(t *testing.T) {
 	answered := &snapd.Error{StatusCode: 503, Message: "busy"}
 	ctx := context.Background()
 
-	if !rt.observe(absent) || rt.observe(absent) {
+	if !rt.note(absent) || rt.note(absent) {
 		t.Fatal("Observe must report the start of a run of unreachability once")
 	}
 	if at, ok := rt.unreachableDeadline(); !ok || !at.Equal(time.Unix(1, 0)) {
@@ -115,7 +115,7 @@ func TestRetrierUnreachableIsBoundedAndRedialledQuickly(t *testing.T) {
 		t.Fatal("exhausted before MaxUnreachable")
 	}
 	// An answer (even an error one) ends the run: the backoff applies again.
-	rt.observe(answered)
+	rt.note(answered)
 	if _, ok := rt.unreachable(); ok {
 		t.Fatal("still unreachable after an answer")
 	}
@@ -123,7 +123,7 @@ func TestRetrierUnreachableIsBoundedAndRedialledQuickly(t *testing.T) {
 	if rt.exhausted() != "" {
 		t.Fatal("exhausted by an unreachability that ended")
 	}
-	rt.observe(absent)
+	rt.note(absent)
 	clock.now = clock.now.Add(time.Second)
 	if reason := rt.exhausted(); !strings.Contains(reason, "snapd unreachable for 1s") {
 		t.Fatalf("exhausted %q", reason)

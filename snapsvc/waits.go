@@ -15,7 +15,7 @@ import (
 func (c *Client) WaitChange(ctx context.Context, id string) (*Change, error) {
 	var chg *snapd.Change
 	err := c.callOf(ctx, callWait, "wait", nil, func(k *call) (err error) {
-		chg, err = k.sharedWaitChange(id)
+		chg, err = processWaits.change(k, id)
 		return err
 	})
 	return changeOf(chg), err
@@ -29,23 +29,23 @@ func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 		return fmt.Errorf("snapsvc: waiting for snap to be idle: %w %q: %v", ErrInvalidName, snap, err)
 	}
 	return c.callOf(ctx, callWait, "wait", []string{snap}, func(k *call) error {
-		return k.sharedWaitIdle(snap)
+		return processWaits.idle(k, snap)
 	})
 }
 
 // waitIdle is WaitIdle on call k, not shared (sharedwait.go). read, when not
 // nil, is told when each listing was sent: the last one said the snap is
 // idle.
-func (k *call) waitIdle(snap string, read func(time.Time)) error {
+func waitIdle(k *call, snap string, read func(time.Time)) error {
 	c := k.c
 	skip := ""
 	if c.hook != "" {
 		// From inside a hook, the hook's own change cannot end first.
-		skip = k.ownHookChange([]string{snap})
+		skip = ownHookChange(k, []string{snap})
 	}
 	for {
 		at := c.clock.Now()
-		ids, err := k.findBlockers([]string{snap}, nil, skip)
+		ids, err := findBlockers(k, []string{snap}, nil, skip)
 		if err != nil {
 			if nextStep(reading, err) == askAgain && k.ctx.Err() == nil {
 				if perr := k.pause(err); perr != nil {
@@ -62,7 +62,7 @@ func (k *call) waitIdle(snap string, read func(time.Time)) error {
 			return nil
 		}
 		k.log.Debug("waiting for changes on snap", "snap", snap, "changes", ids)
-		if _, err := k.waitChanges(ids, waitOpts{}); err != nil {
+		if _, err := waitChanges(k, ids, waitOpts{}); err != nil {
 			return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)
 		}
 	}

@@ -185,7 +185,7 @@ func (n *noticeWaker) poll(w *changeWait) (news map[string]int, misbehaved bool,
 	}
 	asked := c.clock.Now()
 	ns, err := c.main.Notices(ctx, opts)
-	w.k.observe(err)
+	w.k.note(err)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:

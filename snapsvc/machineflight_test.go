@@ -125,7 +125,7 @@ func TestMachineJoinerActsWhenItsLeaderGivesUp(t *testing.T) {
 	leader := procClient(t, srv, "leader", snapsvc.WithPolicy(short), snapsvc.WithLogger(leadLogs.logger()))
 	onConflict, refused := conflictsSeen()
 	joiner := procClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger()), onConflict)
-	observing := leadLogs.seen("observing the snap for the machine")
+	observing := leadLogs.seen("watching the snap for the machine")
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(leader, ctx, first, "k8s.kubelet")
 	<-observing
@@ -237,7 +237,7 @@ func TestMachineInProcessJoinerNeverTakesARestartSentBeforeItsCall(t *testing.T)
 	checkLeaks(t)
 	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	aLogs, bLogs := newLogWatch(), newLogWatch()
-	observing := aLogs.seen("observing the snap for the machine")
+	observing := aLogs.seen("watching the snap for the machine")
 	first := make(chan restartOutcome, 1)
 	restartAsync(procClient(t, srv, "A", snapsvc.WithLogger(aLogs.logger())), ctx, first, "k8s.kubelet")
 	<-observing // A's flight is open: its request was refused
@@ -308,7 +308,7 @@ func TestMachineJoinerGivesUpRetryable(t *testing.T) {
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 200 * time.Millisecond
 	leadLogs := newLogWatch()
-	observing := leadLogs.seen("observing the snap for the machine")
+	observing := leadLogs.seen("watching the snap for the machine")
 	first := make(chan restartOutcome, 1)
 	restartAsync(procClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
 	<-observing
@@ -339,7 +339,7 @@ func TestMachineJoinerGivesUpRetryable(t *testing.T) {
 func leaderAndJoiner(t *testing.T, ctx context.Context, srv *fake.Server, mk func(*testing.T, *fake.Server, string, ...snapsvc.Option) *snapsvc.Client, svc string) (lead, join chan restartOutcome) {
 	t.Helper()
 	leadLogs, joinLogs := newLogWatch(), newLogWatch()
-	observing := leadLogs.seen("observing the snap for the machine")
+	observing := leadLogs.seen("watching the snap for the machine")
 	joined := joinLogs.seen("joining an identical restart of another process")
 	lead, join = make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(mk(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, lead, svc)

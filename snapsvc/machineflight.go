@@ -48,7 +48,7 @@ import (
 //     then enters anew.
 //
 // A restart joins only on a phase read open after this process's
-// identical restarts stopped joining it (its onLocked): the other
+// identical restarts stopped joining it (closeFlight): the other
 // process's request may be sent the moment after its phase was read, and
 // a restart of this process whose call begins then must not take that
 // request's change for its own.
@@ -310,13 +310,13 @@ func (f *leadFlight) finish(ctx context.Context, bg *background, res *Result, er
 
 // ---- the operation's side ----
 
-// runLeading runs the restart o that leads its process's identical
-// restarts (merge.go; onLocked closes that in-process flight), merged with
-// the machine's: it joins another process's flight, or leads a flight of
-// its own.
-func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result, error) {
+// mergeMachine is the merge phase of a restart that leads its process's
+// identical restarts (merge.go), merged with the machine's: it joins
+// another process's flight, or leads a flight of its own.
+func (op *operation) mergeMachine(key string) (*Result, error) {
+	c, k, o := op.c, op.k, op.o
 	if !c.machine.shares(o) {
-		res, _, err := c.run(k, o, true, onLocked)
+		res, _, err := op.act(true)
 		return res, err
 	}
 	snap := o.t.snaps[0]
@@ -328,32 +328,32 @@ func (c *Client) runLeading(k *call, o op, key string, onLocked func()) (*Result
 		case err != nil:
 			k.log.Debug("cannot merge with the machine's identical restarts", "error", err)
 		case fl != nil:
-			res, err, ended := k.awaitFlight(o, fl, onLocked)
+			res, err, ended := op.awaitFlight(fl)
 			if ended {
 				return res, err
 			}
 			continue // enter anew: lead, or join another
 		case lead != nil:
 			k.log.Debug("leading the machine's identical restarts until the request is sent")
-			k.flight = lead
-			res, _, err := c.run(k, o, true, onLocked)
-			k.flight = nil
+			op.lead = lead
+			res, _, err := op.act(true)
+			op.lead = nil
 			lead.finish(k.ctx, c.bg, res, err)
 			return res, err
 		}
-		res, _, err := c.run(k, o, true, onLocked)
+		res, _, err := op.act(true)
 		return res, err
 	}
 }
 
-// awaitFlight follows another process's flight for the restart o, within
+// awaitFlight follows another process's flight for the restart, within
 // the call's bounds, sending nothing: it joins the flight while its
 // request is not being sent, and takes the outcome of a flight it joined
 // when that is the change's (Done, or failed). ended is false when the
 // restart must enter anew: the flight ended before it could join, its
 // leader ended without its change's outcome, or died.
-func (k *call) awaitFlight(o op, fl *joinedFlight, onLocked func()) (res *Result, err error, ended bool) {
-	c := k.c
+func (op *operation) awaitFlight(fl *joinedFlight) (res *Result, err error, ended bool) {
+	c, k, o := op.c, op.k, op.o
 	defer fl.h.Close()
 	w := c.machine.watch
 	for first := true; ; first = false {
@@ -371,7 +371,7 @@ func (k *call) awaitFlight(o op, fl *joinedFlight, onLocked func()) (res *Result
 			// closes first (those that come from now on lead their own),
 			// then the phase is read again: open still, the request is
 			// sent after every joiner's call began.
-			onLocked()
+			op.closeFlight()
 			if rec, ok = readFlight(fl.h); ok && rec.Phase == flightOpen {
 				fl.joined = true
 				k.log.Debug("joining an identical restart of another process, not sent yet")
@@ -379,7 +379,7 @@ func (k *call) awaitFlight(o op, fl *joinedFlight, onLocked func()) (res *Result
 		}
 		switch {
 		case ok && rec.Phase == flightDone && fl.joined:
-			return k.flightOutcome(o, rec.Outcome)
+			return op.flightOutcome(rec.Outcome)
 		case first && !fl.joined:
 			k.log.Debug("an identical restart of another process is being sent; waiting until it can be joined or is over")
 		}
@@ -387,12 +387,12 @@ func (k *call) awaitFlight(o op, fl *joinedFlight, onLocked func()) (res *Result
 			// Let go of: the outcome may have come just before; else its
 			// leader died, or it was over before this one could join.
 			if rec, ok = readFlight(fl.h); ok && rec.Phase == flightDone && fl.joined {
-				return k.flightOutcome(o, rec.Outcome)
+				return op.flightOutcome(rec.Outcome)
 			}
 			k.log.Debug("the identical restart of another process is over without an outcome for this one; entering anew")
 			return nil, nil, false
 		}
-		if err := k.awaitFlightNews(w, watched, mark); err != nil {
+		if err := op.awaitFlightNews(w, watched, mark); err != nil {
 			return nil, c.opError(o, "", 0, ctxErr(k.ctx, "waiting for an identical restart of another process")), true
 		}
 	}
@@ -400,8 +400,8 @@ func (k *call) awaitFlight(o op, fl *joinedFlight, onLocked func()) (res *Result
 
 // awaitFlightNews waits for an event in the lock directory after mark, at
 // most one poll interval, or the call's end (its error).
-func (k *call) awaitFlightNews(w *dirWatch, watched bool, mark uint64) error {
-	c := k.c
+func (op *operation) awaitFlightNews(w *dirWatch, watched bool, mark uint64) error {
+	c, k := op.c, op.k
 	var err error
 	if watched {
 		_, err = w.waitFrom(k.ctx, c.poll, mark)
@@ -419,8 +419,8 @@ func (k *call) awaitFlightNews(w *dirWatch, watched bool, mark uint64) error {
 
 // flightOutcome turns a flight's outcome into the joiner's result, when
 // the outcome is the change's (ended); else the joiner must act.
-func (k *call) flightOutcome(o op, out *flightOutcome) (*Result, error, bool) {
-	c := k.c
+func (op *operation) flightOutcome(out *flightOutcome) (*Result, error, bool) {
+	c, k, o := op.c, op.k, op.o
 	if out == nil || !out.Shared {
 		k.log.Debug("the identical restart of another process ended without its change's outcome; entering anew")
 		return nil, nil, false

@@ -13,7 +13,7 @@ import (
 
 // Shared waits: the callers of one process that wait for the same thing
 // on the same snapd share one watcher, so snapd's load does not grow with
-// their number. They share what it observes, never a bound.
+// their number. They share what it sees, never a bound.
 //
 // Operations need nothing more: those on one snap hold the snap's lock in
 // turn (lock.go), so however many callers of a process restart services
@@ -43,13 +43,13 @@ import (
 // requests: the same snapd (instance), socket, mode, hook and poll
 // interval, on the real clock (a Client built WithClock shares only with
 // itself).
-type sharedWaits struct {
+type waitRegistry struct {
 	mu    sync.Mutex
-	waits map[string]*watcher
+	waits map[string]*processWait
 }
 
-// watcher is one shared wait and the facts it publishes.
-type watcher struct {
+// processWait is one shared wait and the facts it publishes.
+type processWait struct {
 	joins   map[uint64]time.Time // when each caller still waiting joined (client clock)
 	nextID  uint64
 	cancel  func()        // stops the watcher
@@ -68,14 +68,14 @@ type outcome struct {
 }
 
 // processWaits holds the shared waits of the process.
-var processWaits = sharedWaits{waits: map[string]*watcher{}}
+var processWaits = waitRegistry{waits: map[string]*processWait{}}
 
 // testHookSubscriptions is called, with the shared waits' lock held, at
 // every subscription change (export_test.go sets it).
 var testHookSubscriptions = func() {}
 
 // newsLocked wakes the callers of w: a fact changed.
-func (w *watcher) newsLocked() {
+func (w *processWait) newsLocked() {
 	close(w.news)
 	w.news = make(chan struct{})
 }
@@ -96,7 +96,7 @@ type watchFunc func(wk *call, read func(time.Time)) (any, error)
 // joined, running f on a watcher or joining the one under way for key. It
 // reports whether the error, if any, is the outcome's (true) or the end of
 // k's own bounds (false).
-func (s *sharedWaits) share(k *call, key string, f watchFunc) (any, error, bool) {
+func (s *waitRegistry) share(k *call, key string, f watchFunc) (any, error, bool) {
 	if err := k.ctx.Err(); err != nil {
 		return nil, err, false
 	}
@@ -122,7 +122,7 @@ func (s *sharedWaits) share(k *call, key string, f watchFunc) (any, error, bool)
 		}
 		// The caller's own view of snapd's reachability, and its own
 		// bound on it.
-		k.observeSince(downErr, downSince)
+		k.noteSince(downErr, downSince)
 		if err := k.exhausted(downErr); err != nil {
 			return nil, err, false
 		}
@@ -134,10 +134,10 @@ func (s *sharedWaits) share(k *call, key string, f watchFunc) (any, error, bool)
 
 // start begins a watcher for key on behalf of k, its first caller (s.mu
 // held).
-func (s *sharedWaits) start(k *call, key string, f watchFunc) *watcher {
+func (s *waitRegistry) start(k *call, key string, f watchFunc) *processWait {
 	c := k.c
 	wctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
-	w := &watcher{cancel: cancel, news: make(chan struct{}), joins: map[uint64]time.Time{}}
+	w := &processWait{cancel: cancel, news: make(chan struct{}), joins: map[uint64]time.Time{}}
 	s.waits[key] = w
 	// The watcher's call never gives up: its callers do, each on its own
 	// bounds. It paces its retries with the policy's intervals, but
@@ -150,7 +150,7 @@ func (s *sharedWaits) start(k *call, key string, f watchFunc) *watcher {
 	p.MaxElapsedTime, p.MaxUnreachable, p.MaxAttempts = -1, -1, 0
 	p.RedialInterval = min(p.RedialInterval, retry.DefaultPolicy().RedialInterval)
 	wk := &call{c: c, kind: callWait, rt: newRetrier(p), ev: k.ev, log: k.log, ctx: wctx, cancel: cancel, quiet: true}
-	wk.onObserve = func() {
+	wk.onNote = func() {
 		since, down := wk.rt.unreachableSince()
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -206,7 +206,7 @@ func (s *sharedWaits) start(k *call, key string, f watchFunc) *watcher {
 }
 
 // leave ends a caller's subscription; the last one stops the watcher.
-func (s *sharedWaits) leave(key string, w *watcher, id uint64) {
+func (s *waitRegistry) leave(key string, w *processWait, id uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(w.joins, id)
@@ -219,12 +219,12 @@ func (s *sharedWaits) leave(key string, w *watcher, id uint64) {
 	testHookSubscriptions()
 }
 
-// sharedWaitChange is waitChange for change id on k's bounds, shared with
+// change is waitChange for change id on k's bounds, shared with
 // the process's other callers waiting for it.
-func (k *call) sharedWaitChange(id string) (*snapd.Change, error) {
+func (s *waitRegistry) change(k *call, id string) (*snapd.Change, error) {
 	c := k.c
-	val, err, outcome := processWaits.share(k, c.waitKey("change "+id), func(wk *call, read func(time.Time)) (any, error) {
-		return wk.waitChange(id, waitOpts{read: read})
+	val, err, outcome := s.share(k, c.waitKey("change "+id), func(wk *call, read func(time.Time)) (any, error) {
+		return waitChange(wk, id, waitOpts{read: read})
 	})
 	chg, _ := val.(*snapd.Change)
 	if err != nil && !outcome {
@@ -233,12 +233,12 @@ func (k *call) sharedWaitChange(id string) (*snapd.Change, error) {
 	return chg, err
 }
 
-// sharedWaitIdle is waitIdle for snap on k's bounds, shared with the
+// idle is waitIdle for snap on k's bounds, shared with the
 // process's other callers waiting for snap to be idle.
-func (k *call) sharedWaitIdle(snap string) error {
+func (s *waitRegistry) idle(k *call, snap string) error {
 	c := k.c
-	_, err, outcome := processWaits.share(k, c.waitKey("idle "+snap), func(wk *call, read func(time.Time)) (any, error) {
-		return nil, wk.waitIdle(snap, read)
+	_, err, outcome := s.share(k, c.waitKey("idle "+snap), func(wk *call, read func(time.Time)) (any, error) {
+		return nil, waitIdle(wk, snap, read)
 	})
 	if err != nil && !outcome {
 		return fmt.Errorf("snapsvc: waiting for snap %q to be idle: %w", snap, err)

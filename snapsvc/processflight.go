@@ -9,6 +9,8 @@ import (
 // flight is a restart waiting for its snap's lock that identical requests
 // may join.
 type flight struct {
+	l       *snapLock // the snap's entry, where it waits (l.waiting)
+	key     string
 	done    chan struct{}
 	res     *Result
 	err     error
@@ -19,21 +21,23 @@ type flight struct {
 // it acted (its caller gave up), so they must act themselves.
 var errLeaderGone = errors.New("coalesced request ended before acting")
 
-// coalesce merges identical restarts of one snap that wait behind its
-// lock: the first becomes the leader, later identical ones share its
-// result. A request never joins one that already holds the lock (whose
-// change may already be running), so every caller's restart happens after
-// the call was made. A joiner shares only the change's outcome (done, or
-// failed): when the leader ends otherwise (its own policy or deadline ran
-// out, or its outcome is unknown) the joiner acts itself, within its own
-// bounds, so joining never shortens or lengthens a caller's bound. The
-// leader in turn merges with the identical restarts of the machine's
-// other processes (runLeading, machinemerge.go), where a request not being
-// sent yet is told by the flight's file rather than by the lock.
-func (c *Client) coalesce(k *call, o op) (*Result, error) {
+// merge is the merge phase of an operation: a restart of one snap joins
+// an identical restart waiting for the snap's lock, or leads one, and its
+// later identical ones share its result. A request never joins one that
+// already holds the lock (whose change may already be running), so every
+// caller's restart happens after the call was made. A joiner shares only
+// the change's outcome (done, or failed): when the leader ends otherwise
+// (its own policy or deadline ran out, or its outcome is unknown) the
+// joiner acts itself, within its own bounds, so joining never shortens or
+// lengthens a caller's bound. The leader in turn merges with the
+// identical restarts of the machine's other processes (mergeMachine,
+// machinemerge.go), where a request not being sent yet is told by the
+// flight's file rather than by the lock. Anything else acts at once.
+func (op *operation) merge() (*Result, error) {
+	c, k, o := op.c, op.k, op.o
 	ctx := k.ctx
 	if o.action != "restart" || len(o.t.snaps) != 1 || c.queuesInHook() {
-		res, _, err := c.run(k, o, true, nil)
+		res, _, err := op.act(true)
 		return res, err
 	}
 	l := c.snaps.of(o.t.snaps[0])
@@ -70,19 +74,13 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 		res.Shared = true
 		return &res, nil
 	}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), l: l, key: key}
 	l.waiting[key] = f
 	l.mu.Unlock()
 	k.log.Debug("leading identical restarts until the snap's lock is taken")
-
-	res, err := c.runLeading(k, o, key, func() {
-		l.mu.Lock()
-		if l.waiting[key] == f {
-			delete(l.waiting, key)
-		}
-		f.started = true
-		l.mu.Unlock()
-	})
+	op.flight = f
+	res, err := op.mergeMachine(key)
+	op.flight = nil
 	l.mu.Lock()
 	if l.waiting[key] == f {
 		delete(l.waiting, key)
@@ -95,6 +93,22 @@ func (c *Client) coalesce(k *call, o op) (*Result, error) {
 	}
 	close(f.done)
 	return res, err
+}
+
+// closeFlight closes the flight of this process's identical restarts the
+// operation leads, if any: it holds the snaps' locks now (or joins another
+// process's restart), so those that come from now on lead their own.
+func (op *operation) closeFlight() {
+	f := op.flight
+	if f == nil {
+		return
+	}
+	f.l.mu.Lock()
+	if f.l.waiting[f.key] == f {
+		delete(f.l.waiting, f.key)
+	}
+	f.started = true
+	f.l.mu.Unlock()
 }
 
 // sharedOutcome reports whether a leader's error is its change's own
