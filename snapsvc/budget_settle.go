@@ -31,7 +31,7 @@ func (h *hold) settleInBackground(k *call, o request, err error, a *asyncHold) {
 		h.move(holdSettling)
 		b.emitAll(h, BudgetEvent{Kind: BudgetSettling, Err: err})
 	}
-	b.goBackground(func() {
+	b.c.bg.run(func() {
 		var aerr error
 		if a != nil {
 			defer func() { a.err = aerr; close(a.done) }()

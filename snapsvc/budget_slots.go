@@ -21,8 +21,6 @@ type budgetRunner struct {
 	slots   map[string]*sharedSlot // key -> slot held or being taken
 	stopped map[string]*sharedSlot // kept by a budgeted Stop until a Start
 	closed  bool
-	running int           // background goroutines (releases, async holds)
-	idle    chan struct{} // closed while running is 0; a new one once it is not
 
 	base       context.Context // ends when the Client is closed
 	cancelBase context.CancelFunc
@@ -56,8 +54,6 @@ func (b *budgetRunner) init(c *Client) {
 	b.stopped = map[string]*sharedSlot{}
 	b.base, b.cancelBase = context.WithCancel(context.Background())
 	b.bg, b.cancelBg = context.WithCancel(context.Background())
-	b.idle = make(chan struct{})
-	close(b.idle)
 	if b.opts.Probe.Clock == nil {
 		b.opts.Probe.Clock = c.clock
 	}
@@ -99,26 +95,6 @@ func (b *budgetRunner) keysOf(names []string) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// goBackground runs f on a goroutine that Close waits for (bounded).
-func (b *budgetRunner) goBackground(f func()) {
-	b.mu.Lock()
-	if b.running == 0 {
-		b.idle = make(chan struct{})
-	}
-	b.running++
-	b.mu.Unlock()
-	go func() {
-		defer func() {
-			b.mu.Lock()
-			if b.running--; b.running == 0 {
-				close(b.idle)
-			}
-			b.mu.Unlock()
-		}()
-		f()
-	}()
 }
 
 // take gets the Client's slot of key: it joins one the Client already
@@ -270,7 +246,7 @@ func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <
 	c := b.c
 	log := c.log(ctx)
 	first := make(chan struct{})
-	b.goBackground(func() {
+	c.bg.run(func() {
 		firstDone := sync.OnceFunc(func() { close(first) })
 		defer firstDone()
 		<-s.done // Acquire returns promptly once its context ends (or Close)
@@ -379,15 +355,7 @@ func (b *budgetRunner) close() {
 	}
 	// Every Close waits for the background work under way, a release
 	// begun after an earlier Close (by a call that raced it) included.
-	b.mu.Lock()
-	idle := b.idle
-	b.mu.Unlock()
-	t := time.NewTimer(b.opts.ReleaseTimeout)
-	select {
-	case <-idle:
-	case <-t.C:
-	}
-	t.Stop()
+	b.c.bg.awaitIdle(b.opts.ReleaseTimeout)
 	if first {
 		b.cancelBg()
 	}

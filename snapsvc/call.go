@@ -38,14 +38,14 @@ import (
 // computes a bound: the mechanisms an operation goes through (waiting out
 // a blocker, finding a change whose answer was lost, waiting for its own
 // change, reading the services' state) all run on the operation's call,
-// and a wait shared with other callers (sharedwait.go) shares what it
+// and a wait shared with other callers (processwait.go) shares what it
 // sees, never a bound.
 //
 // The policy's time is enforced as a deadline on every request, not
 // only between attempts, so a snapd that accepts connections and never
 // answers cannot hold a call. Nothing the call does is sent after its
 // bound; what must still happen (looking up the change of a request cut
-// off in flight, so the next operation waits for it) runs in the
+// off before its answer, so the next operation waits for it) runs in the
 // background, owned by the Client and ended by Close.
 
 // callKind selects the bounds that apply to a call.
@@ -74,12 +74,10 @@ type call struct {
 	rt     *retrier        // attempts, backoff, the run of unreachability
 	ev     Event           // the call's events' template: Op, Names
 	log    *slog.Logger
-	hold   *hold       // the restart budget's slots the operation holds (budget_lifecycle.go)
-	flight *leadFlight // the machine's identical restarts the operation leads (machinemerge.go)
-	down   bool        // EventUnreachable sent, EventReachable owed
-	last   error       // the last failure seen, for a give-up's error
+	down   bool  // EventUnreachable sent, EventReachable owed
+	last   error // the last failure seen, for a give-up's error
 	flog   faultLog
-	// A shared wait's watcher (sharedwait.go) sends no events: it publishes
+	// A shared wait's watcher (processwait.go) sends no events: it publishes
 	// what it sees (onNote), and each caller reports its own view.
 	quiet  bool
 	onNote func()
@@ -135,7 +133,7 @@ func (k *call) ownChange() *call {
 	if cw > 0 {
 		p.MaxElapsedTime = cw
 	}
-	nk := &call{c: k.c, kind: callWait, rt: newRetrier(p), ev: k.ev, log: k.log, parent: k.parent, hold: k.hold}
+	nk := &call{c: k.c, kind: callWait, rt: newRetrier(p), ev: k.ev, log: k.log, parent: k.parent}
 	nk.ctx, nk.cancel = boundBy(k.parent, k.c.clock, p.MaxElapsedTime)
 	k.own = nk
 	return nk

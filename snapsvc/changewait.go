@@ -64,7 +64,7 @@ type waitOpts struct {
 	// to its request budget.
 	cadence *cadence
 	// read, when not nil, is told when each round of reads of the changes
-	// is sent (a shared wait: sharedwait.go).
+	// is sent (a shared wait: processwait.go).
 	read func(time.Time)
 }
 

@@ -69,7 +69,7 @@ type Client struct {
 	budget    *budgetRunner   // WithRestartBudget; nil: none
 	timings   ownTimings      // owntiming.go
 	view      snapdView       // what snapd has told the Client (snapdview.go)
-	clockKey  string          // sharedwait.go: "real", or unique to a Client built WithClock
+	clockKey  string          // processwait.go: "real", or unique to a Client built WithClock
 	bg        *background     // work owed after calls returned; ended by Close
 }
 
@@ -211,6 +211,7 @@ func (c *Client) Hook() string { return c.hook }
 // concurrently with every call: a call racing it, or made after it, still
 // works, but keeps no connection or watch open once it returns.
 func (c *Client) Close() error {
+	c.bg.stop() // the background look-ups end at once; budget holds and releases, below
 	if c.budget != nil {
 		c.budget.close()
 	}

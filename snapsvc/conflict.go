@@ -8,39 +8,111 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// conflict waits out the change that refused the attempt: at the state
-// file's next rewrite for a first conflict (most blockers are service
-// changes that end within milliseconds), blind where the blocker's end
-// cannot be seen (cadence.go), else by finding the blockers and waiting
-// for them.
+// The conflict phase: someone else's change refused the attempt, and the
+// operation waits it out. There are four ways to wait for a blocker, and
+// the phase picks one as a change wait picks its waker (wakers.go), each
+// able to hand over to the next when what it relies on fails:
+//
+//   - following: another process of the machine watches the snap; follow
+//     what it sees, sending nothing (machinewait.go);
+//   - rewrite: a first conflict where snapd's state file is watched; try
+//     again at its next rewrite, without a request in between (most
+//     blockers are service changes that end within milliseconds); not
+//     woken within stateSafety, it hands over to one of the next two;
+//   - blind: the blocker's end cannot be seen (the notices and the state
+//     file unavailable, or the listing refused); retry on the blind
+//     cadence (cadence.go);
+//   - listed: list the blockers and wait for them (changewait.go); a
+//     listing refused hands over to blind.
+//
+// Every one of them waits with the snaps' cross-process locks let go of
+// (withoutFileLocks, lock.go).
+
+// blockerWait is one way of waiting out a blocker (above).
+type blockerWait int
+
+const (
+	waitFollowing blockerWait = iota
+	waitRewrite
+	waitBlind
+	waitListed
+)
+
+// blockerWait picks the way attempt a's conflict ce is waited out; joined
+// is set for waitFollowing (machinewait.go: when the operation began to
+// follow, on the machine's clock).
+func (op *operation) blockerWait(a attempt, ce *retry.ConflictError) (w blockerWait, joined int64) {
+	switch joined, follow := op.watchOrFollow(ce); {
+	case follow:
+		return waitFollowing, joined
+	case a.watched && !op.optimistic:
+		return waitRewrite, 0
+	case op.blind():
+		return waitBlind, 0
+	}
+	return waitListed, 0
+}
+
+// conflict is the conflict phase (above): it waits out the change that
+// refused attempt a and says what the operation does next.
 func (op *operation) conflict(a attempt) (next, error) {
-	c, k := op.c, op.k
 	op.res.Conflicts++
 	ce, _ := retry.AsConflict(a.err)
-	k.last = ce
-	if joined, follow := op.watchOrFollow(ce); follow {
-		// Another process of the machine watches the snap: follow it
-		// (machinewait.go).
+	op.k.last = ce
+	w, joined := op.blockerWait(a, ce)
+	if w == waitFollowing {
 		return op.follow(ce, joined)
 	}
-	if a.watched && !op.optimistic {
-		op.optimistic = true
-		ev := k.event(EventConflict)
-		ev.Err = ce
-		c.events.emit(ev)
-		k.log.Info("conflict; trying again when snapd's state changes", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
-		woke, err := op.awaitRewrite(a.mark)
-		if err != nil {
-			return 0, err
+	if w == waitRewrite {
+		woke, err := op.awaitRewrite(a, ce)
+		if err != nil || woke {
+			return tryFresh, err
 		}
-		if woke {
-			return tryFresh, nil
+		if w = waitListed; op.blind() {
+			w = waitBlind
 		}
 	}
 	op.optimistic = false
-	if op.blind() {
+	if w == waitBlind {
 		return tryAgain, op.retryBlind(ce, a.sentAt)
 	}
+	return op.waitListed(a, ce)
+}
+
+// awaitRewrite is the rewrite wait: it reports the conflict, then waits,
+// for at most stateSafety and within the call's bounds, for snapd's state
+// file to be rewritten after the attempt's mark. It reports whether a
+// rewrite came.
+func (op *operation) awaitRewrite(a attempt, ce *retry.ConflictError) (bool, error) {
+	c, k := op.c, op.k
+	op.optimistic = true
+	ev := k.event(EventConflict)
+	ev.Err = ce
+	c.events.emit(ev)
+	k.log.Info("conflict; trying again when snapd's state changes", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
+	var woke bool
+	err := op.withoutFileLocks(func() error {
+		d := stateSafety
+		if left, ok := k.left(); ok {
+			d = min(d, left)
+		}
+		var err error
+		woke, err = c.state.waitFrom(k.ctx, d, a.mark)
+		if k.ctx.Err() != nil {
+			return interrupted(k.ctx, k.last)
+		}
+		woke = woke && err == nil // a broken watch: handle the conflict by listing
+		return nil
+	})
+	return woke, err
+}
+
+// waitListed is the listed wait: it finds the blockers and waits for them;
+// a listing refused hands over to the blind wait, and a blocker it cannot
+// see is retried at once the first time (it may have ended between the
+// refusal and the listing), after a pause later.
+func (op *operation) waitListed(a attempt, ce *retry.ConflictError) (next, error) {
+	c, k := op.c, op.k
 	// Where notices are absent (or not known yet) the wait may poll: the
 	// state watch is marked before the listing, so the wait can take the
 	// listing for its first read.
@@ -111,36 +183,15 @@ func (op *operation) holdToCadence(refusedSentAt time.Time) (time.Time, error) {
 	return now, nil
 }
 
-// awaitRewrite waits, for at most stateSafety and within the call's
-// bounds, for snapd's state file to be rewritten after mark. Like waitOut,
-// it lets go of the cross-process locks meanwhile.
-func (op *operation) awaitRewrite(mark uint64) (bool, error) {
-	if op.locks != nil {
-		op.locks.releaseFiles()
-	}
-	d := stateSafety
-	if left, ok := op.k.left(); ok {
-		d = min(d, left)
-	}
-	woke, err := op.c.state.waitFrom(op.k.ctx, d, mark)
-	if op.k.ctx.Err() != nil {
-		return false, interrupted(op.k.ctx, op.k.last)
-	}
-	if err != nil {
-		woke = false // the watch broke: handle the conflict by listing
-	}
-	return woke, op.relockFiles()
+// waitOut waits for blocking changes of others, within the call's bounds
+// (without the cross-process locks). A blocker that sits in Wait (for a
+// reboot) cannot be waited out.
+func (op *operation) waitOut(ids []string, ce *retry.ConflictError, watched bool, mark uint64) error {
+	return op.withoutFileLocks(func() error { return op.waitBlockers(ids, ce, watched, mark) })
 }
 
-// waitOut waits for blocking changes of others, within the call's bounds.
-// It lets go of the cross-process locks meanwhile (a hook the blocker
-// runs, a separate process, may need them) but keeps this process's own,
-// so identical requests queued behind it can still merge. A blocker that
-// sits in Wait (for a reboot) cannot be waited out.
-func (op *operation) waitOut(ids []string, ce *retry.ConflictError, watched bool, mark uint64) error {
-	if op.locks != nil {
-		op.locks.releaseFiles()
-	}
+// waitBlockers is waitOut's wait.
+func (op *operation) waitBlockers(ids []string, ce *retry.ConflictError, watched bool, mark uint64) error {
 	wo := waitOpts{stallOnWait: true, listed: true, listedWatched: watched, listedMark: mark}
 	if since, ok := op.cadence().begun(); ok { // a blind wait turned to listing: poll at its pace
 		wo.since, wo.cadence = since, op.cad
@@ -156,10 +207,8 @@ func (op *operation) waitOut(ids []string, ce *retry.ConflictError, watched bool
 		return interrupted(op.k.ctx, ce)
 	case errors.As(err, &gaveUp):
 		return &gaveUpError{reason: gaveUp.reason, last: ce}
-	case err != nil:
-		return err
 	}
-	return op.relockFiles()
+	return err
 }
 
 // blind reports whether a conflict must be waited out blind (see above):
@@ -181,10 +230,8 @@ func (op *operation) blind() bool {
 }
 
 // retryBlind waits out a conflict blind: it reports the conflict and
-// pauses until the cadence's next retry, within the call's bounds. Like
-// waitOut, it lets go of the cross-process locks meanwhile (a hook of the
-// blocking change, another process, may need them), keeping this
-// process's own. Its error is final for the operation.
+// pauses until the cadence's next retry, within the call's bounds
+// (without the cross-process locks). Its error is final for the operation.
 func (op *operation) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
 	c, k := op.c, op.k
 	first := op.cadence().n == 0
@@ -197,14 +244,13 @@ func (op *operation) retryBlind(ce *retry.ConflictError, sentAt time.Time) error
 		k.log.Debug("conflict; retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 	}
 	d := op.cadence().next(sentAt)
-	if op.locks != nil {
-		op.locks.releaseFiles()
-	}
-	if err := k.sleep(d); err != nil {
-		if errors.As(err, new(*gaveUpError)) {
-			return err
+	return op.withoutFileLocks(func() error {
+		if err := k.sleep(d); err != nil {
+			if errors.As(err, new(*gaveUpError)) {
+				return err
+			}
+			return interrupted(k.ctx, ce)
 		}
-		return interrupted(k.ctx, ce)
-	}
-	return op.relockFiles()
+		return nil
+	})
 }

@@ -21,7 +21,7 @@
 //	pace      WithMinRestartInterval keeps restarts of a service apart
 //	lock      the snap's lock, in and across processes (lock.go); an
 //	          identical restart not sent yet may merge, in the process
-//	          (merge.go) or across the machine's (machinemerge.go)
+//	          (processflight.go) or across the machine's (machineflight.go)
 //	send      one request to act: POST /v2/apps, or snapctl
 //	conflict  someone else's change: wait for it, then send again
 //	find      a lost answer: look for the change the request may have made
@@ -84,7 +84,7 @@
 // # Shared waits
 //
 // Callers of one process that wait for the same change, or for the same snap
-// to be idle, share one watcher (sharedwait.go), so snapd's load does not
+// to be idle, share one watcher (processwait.go), so snapd's load does not
 // grow with their number. They share facts (outcomes, with the time their
 // reads were sent, and snapd's reachability), never bounds: each caller
 // applies its own context and policy, and takes only an answer read after it
@@ -95,7 +95,7 @@
 // have one observer among them, whose facts the others follow without
 // asking snapd anything, and take over within one poll interval should it
 // end or die (machinewait.go); a restart joins another process's identical
-// restart while that one's request is not being sent (machinemerge.go).
+// restart while that one's request is not being sent (machineflight.go).
 // Calls from hooks take no part: the blocker may be their own hook's change.
 //
 // # Restart budget

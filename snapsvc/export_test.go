@@ -66,7 +66,7 @@ func BadHoldMoves() []string {
 }
 
 // SetFlightReadHook makes f run whenever a restart has read the phase of
-// another process's flight it may join (machinemerge.go), until the test ends.
+// another process's flight it may join (machineflight.go), until the test ends.
 func SetFlightReadHook(t interface{ Cleanup(func()) }, f func(phase string)) {
 	testHookFlightRead = f
 	t.Cleanup(func() { testHookFlightRead = func(string) {} })

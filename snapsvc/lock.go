@@ -164,7 +164,7 @@ func (op *operation) lock() error {
 			return err
 		}
 	}
-	op.closeFlight() // merge.go: no identical restart of this process joins from now on
+	op.closeFlight() // processflight.go: no identical restart of this process joins from now on
 	if err := op.waitPending(); err != nil {
 		op.unlock()
 		return err
@@ -205,6 +205,22 @@ func (op *operation) unlock() {
 		op.locks.release()
 		op.locks = nil
 	}
+}
+
+// withoutFileLocks runs wait, a wait for someone else's change, with the
+// snaps' cross-process locks let go of: a hook that change runs, or
+// another process, may need them. This process's own locks stay held, so
+// identical restarts queued behind the operation can still merge. The
+// file locks are taken back once wait returned nil; an error ends the
+// operation, which lets go of everything.
+func (op *operation) withoutFileLocks(wait func() error) error {
+	if op.locks != nil {
+		op.locks.releaseFiles()
+	}
+	if err := wait(); err != nil {
+		return err
+	}
+	return op.relockFiles()
 }
 
 // relockFiles takes back the cross-process locks let go while waiting.

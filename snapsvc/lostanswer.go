@@ -233,9 +233,9 @@ func (op *operation) interruptedAt(a attempt) (*Result, bool, error) {
 		if res.id != "" {
 			c.interval.record(o)
 			c.snaps.addPending(o, res.id)
-			log.Info("a request cut off in flight made a change; the next operation waits for it", "change", res.id)
+			log.Info("a request cut off before its answer made a change; the next operation waits for it", "change", res.id)
 		} else {
-			log.Debug("no change found for a request cut off in flight", "within", interruptGrace, "listed", res.listed, "refused", res.refused)
+			log.Debug("no change found for a request cut off before its answer", "within", interruptGrace, "listed", res.listed, "refused", res.refused)
 		}
 		found <- res
 	})

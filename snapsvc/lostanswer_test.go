@@ -452,7 +452,7 @@ func TestLostAnswerUnderClockSkewNeverActsTwice(t *testing.T) {
 	}
 }
 
-// A call cut off in flight looks its change up in the background, so the
+// A call cut off before its answer looks its change up in the background, so the
 // next operation on the snap waits for it instead of running into it.
 func TestInFlightChangeFoundInBackground(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
@@ -471,7 +471,7 @@ func TestInFlightChangeFoundInBackground(t *testing.T) {
 	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Requests() > 0 }); err != nil {
 		t.Fatal(err)
 	}
-	found := logs.seen("a request cut off in flight made a change")
+	found := logs.seen("a request cut off before its answer made a change")
 	cancel()
 	err := <-errc
 	var opErr *snapsvc.OpError

@@ -13,19 +13,18 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/snapsvc/snapsvc/internal/flock"
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
 // Identical restarts merged across the processes of a machine. In a
-// process, identical restarts waiting for a snap's lock merge (merge.go);
+// process, identical restarts waiting for a snap's lock merge (processflight.go);
 // across processes they merge through the lock directory, by one rule: a
 // restart joins another's only while that one's request has not been
 // sent, so the restart still happens after the joiner's call began.
 //
-// The in-process leader of a restart (merge.go) enters the machine's
+// The in-process leader of a restart (processflight.go) enters the machine's
 // flight for its request (<snap>.<hash of mode, cookie and request>.flight)
 // before it waits for the snap's lock:
 //
@@ -180,33 +179,35 @@ type joinedFlight struct {
 // enterFlight is enterFlightNow bounded by ctx: the files it creates and
 // removes in the lock directory wait for the file system's journal, tens
 // of milliseconds on a disk busy with fsyncs, and the call must not wait
-// past its bound for them. Should ctx end first, the flight entered late
-// is let go of (a lead flight removed, a joined one closed) once the file
-// system is done.
-func (m machine) enterFlight(ctx context.Context, snap, key string) (*leadFlight, *joinedFlight, error) {
+// past its bound for them. It runs in the background (bg); should ctx end
+// first, the flight entered late is let go of there (a lead flight
+// removed, a joined one closed) once the file system is done.
+func (m machine) enterFlight(ctx context.Context, bg *background, snap, key string) (*leadFlight, *joinedFlight, error) {
 	type entered struct {
 		lead *leadFlight
 		join *joinedFlight
 		err  error
 	}
-	done := make(chan entered, 1)
-	go func() {
+	done := make(chan entered) // unbuffered: handed over, or cleaned up once abandoned
+	abandoned := make(chan struct{})
+	bg.run(func() {
 		lead, join, err := m.enterFlightNow(ctx, snap, key)
-		done <- entered{lead, join, err}
-	}()
+		select {
+		case done <- entered{lead, join, err}:
+		case <-abandoned:
+			switch {
+			case lead != nil:
+				_ = lead.lock.Remove()
+			case join != nil:
+				join.h.Close()
+			}
+		}
+	})
 	select {
 	case e := <-done:
 		return e.lead, e.join, e.err
 	case <-ctx.Done():
-		go func() {
-			e := <-done
-			switch {
-			case e.lead != nil:
-				_ = e.lead.lock.Remove()
-			case e.join != nil:
-				e.join.h.Close()
-			}
-		}()
+		close(abandoned)
 		return nil, nil, ctx.Err()
 	}
 }
@@ -311,7 +312,7 @@ func (f *leadFlight) finish(ctx context.Context, bg *background, res *Result, er
 // ---- the operation's side ----
 
 // mergeMachine is the merge phase of a restart that leads its process's
-// identical restarts (merge.go), merged with the machine's: it joins
+// identical restarts (processflight.go), merged with the machine's: it joins
 // another process's flight, or leads a flight of its own.
 func (op *operation) mergeMachine(key string) (*Result, error) {
 	c, k, o := op.c, op.k, op.o
@@ -321,7 +322,7 @@ func (op *operation) mergeMachine(key string) (*Result, error) {
 	}
 	snap := o.t.snaps[0]
 	for {
-		lead, fl, err := c.machine.enterFlight(k.ctx, snap, key)
+		lead, fl, err := c.machine.enterFlight(k.ctx, c.bg, snap, key)
 		switch {
 		case err != nil && k.ctx.Err() != nil:
 			return nil, c.opError(o, "", 0, ctxErr(k.ctx, "waiting for the machine's identical restarts"))
@@ -367,7 +368,7 @@ func (op *operation) awaitFlight(fl *joinedFlight) (res *Result, err error, ende
 		if ok && rec.Phase == flightOpen && !fl.joined {
 			// The request may be sent the moment after its phase was
 			// read: callers of this process that joined this one since
-			// (merge.go) began after that moment. This process's flight
+			// (processflight.go) began after that moment. This process's flight
 			// closes first (those that come from now on lead their own),
 			// then the phase is read again: open still, the request is
 			// sent after every joiner's call began.
@@ -392,29 +393,10 @@ func (op *operation) awaitFlight(fl *joinedFlight) (res *Result, err error, ende
 			k.log.Debug("the identical restart of another process is over without an outcome for this one; entering anew")
 			return nil, nil, false
 		}
-		if err := op.awaitFlightNews(w, watched, mark); err != nil {
+		if err := op.awaitLockDir(watched, mark, false); err != nil {
 			return nil, c.opError(o, "", 0, ctxErr(k.ctx, "waiting for an identical restart of another process")), true
 		}
 	}
-}
-
-// awaitFlightNews waits for an event in the lock directory after mark, at
-// most one poll interval, or the call's end (its error).
-func (op *operation) awaitFlightNews(w *dirWatch, watched bool, mark uint64) error {
-	c, k := op.c, op.k
-	var err error
-	if watched {
-		_, err = w.waitFrom(k.ctx, c.poll, mark)
-	}
-	if !watched || (err != nil && k.ctx.Err() == nil) {
-		t := time.NewTimer(c.poll)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-k.ctx.Done():
-		}
-	}
-	return k.ctx.Err()
 }
 
 // flightOutcome turns a flight's outcome into the joiner's result, when

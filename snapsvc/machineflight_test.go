@@ -1,7 +1,7 @@
 package snapsvc_test
 
 // Tests of identical restarts merged across the processes of a machine
-// (machinemerge.go), with Clients that have lock registries of their own
+// (machineflight.go), with Clients that have lock registries of their own
 // (procClient); machineproc_test.go runs them as real processes.
 
 import (

@@ -1,7 +1,7 @@
 package snapsvc_test
 
 // What the processes of one machine share (machinewait.go,
-// machinemerge.go), with real processes: the test binary started again as
+// machineflight.go), with real processes: the test binary started again as
 // workers, each one Client and one call, on the test's fake snapd.
 
 import (

@@ -47,7 +47,7 @@ import (
 //   - Each follower applies its own bounds (its context, its policy's time,
 //     its MaxUnreachable to the watcher's view of snapd's reachability):
 //     facts shared, never bounds, as in-process shared waits do
-//     (sharedwait.go).
+//     (processwait.go).
 //   - The watcher stops watching when its operation ends. It publishes
 //     that the snap is free only when a request of its own went through
 //     (after its own change when it waited for it, before it lets go of
@@ -149,7 +149,7 @@ func machineClock(t time.Time) int64 { return machineNow() - int64(time.Since(t)
 
 // machine is a Client's part in what the processes of a machine share
 // through its lock directory: one watcher per snap (this file) and
-// identical restarts merged (machinemerge.go).
+// identical restarts merged (machineflight.go).
 type machine struct {
 	dir   string    // the lock directory ("": nothing is shared)
 	watch *dirWatch // the lock directory's facts and flights; nil without dir
@@ -434,17 +434,24 @@ func (op *operation) busyElsewhere() (ce *retry.ConflictError, joined int64, bus
 // follow waits for the machine's watcher of the snap (another process)
 // to see it free as of joined (the machine's clock, when the operation
 // found the snap busy) or later, within the call's bounds and without a
-// request to snapd. It lets go of the snap's file lock meanwhile, as every
-// wait for someone else's change does (conflict.go). It returns tryFresh
+// request to snapd, without the snap's file lock (withoutFileLocks, as
+// every wait for someone else's change). It returns tryFresh
 // once the snap was seen free; tryAgain when nobody watches any more (the
 // watcher ended, or died) and this operation took over; or the call's
 // end.
 func (op *operation) follow(ce *retry.ConflictError, joined int64) (next, error) {
+	var then next
+	err := op.withoutFileLocks(func() (err error) {
+		then, err = op.followFacts(ce, joined)
+		return err
+	})
+	return then, err
+}
+
+// followFacts is follow's wait.
+func (op *operation) followFacts(ce *retry.ConflictError, joined int64) (next, error) {
 	c, k := op.c, op.k
 	snap := op.o.t.snaps[0]
-	if op.locks != nil {
-		op.locks.releaseFiles()
-	}
 	f, _ := c.machine.facts(snap)
 	ev := k.event(EventConflict)
 	ev.Blockers, ev.Err = f.Blockers, ce
@@ -465,7 +472,7 @@ func (op *operation) follow(ce *retry.ConflictError, joined int64) (next, error)
 		op.res.WaitedFor = appendNew(op.res.WaitedFor, f.Blockers...)
 		if f.Free >= joined {
 			k.log.Debug("the machine's watcher saw the snap free; trying again", "watcher", f.Watcher)
-			return tryFresh, op.relockFiles()
+			return tryFresh, nil
 		}
 		// The watcher's view of snapd's reachability, this call's bounds.
 		since, downErr := f.unreachable()
@@ -479,38 +486,13 @@ func (op *operation) follow(ce *retry.ConflictError, joined int64) (next, error)
 			op.startWatching(ob)
 			op.announce()
 			if f, err := c.machine.facts(snap); err == nil && f.Free >= joined {
-				return tryFresh, op.relockFiles()
+				return tryFresh, nil
 			}
 			k.log.Info("the process that waited the conflict out for this machine is gone; taking over", "watcher", f.Watcher)
-			return tryAgain, op.relockFiles()
+			return tryAgain, nil
 		}
-		if err := op.awaitFacts(w, watched, mark); err != nil {
+		if err := op.awaitLockDir(watched, mark, true); err != nil {
 			return 0, err
 		}
 	}
-}
-
-// awaitFacts waits for news in the lock directory after mark (watched:
-// the watch works), at most one poll interval (an watcher that died
-// publishes nothing), within the call's bounds.
-func (op *operation) awaitFacts(w *dirWatch, watched bool, mark uint64) error {
-	k := op.k
-	d := op.c.poll
-	left, bounded := k.left()
-	if !watched {
-		return k.sleep(d)
-	}
-	if bounded && left < d {
-		d = left
-	}
-	woke, err := w.waitFrom(k.ctx, d, mark)
-	switch {
-	case k.ctx.Err() != nil:
-		return interrupted(k.ctx, k.last)
-	case err != nil:
-		return k.sleep(op.c.poll) // the watch broke (Close): poll
-	case !woke && bounded && d == left:
-		return k.exhausted(nil)
-	}
-	return nil
 }

@@ -22,8 +22,8 @@ import (
 //	bound    newOperation: the call's deadline, MaxUnreachable, MaxAttempts
 //	budget   takeBudget: the restart budget's slots (budget_take.go)
 //	merge    merge: identical restarts not sent yet, in the process and
-//	         across the machine's processes, share one (merge.go,
-//	         machinemerge.go)
+//	         across the machine's processes, share one (processflight.go,
+//	         machineflight.go)
 //	pace     lock: WithMinRestartInterval (lock.go)
 //	lock     lock: the snaps' locks, in and across processes (lock.go)
 //	send     try: fence the slots, then one request to act
@@ -50,8 +50,8 @@ type operation struct {
 	// What it holds, each let go of by the phase that took it.
 	hold    *hold           // the restart budget's slots (budget_lifecycle.go)
 	locks   *snapLocks      // the snaps' locks; nil while not held (lock.go)
-	flight  *flight         // the process's identical restarts it leads until it holds the locks (merge.go)
-	lead    *leadFlight     // the machine's identical restarts it leads (machinemerge.go)
+	flight  *flight         // the process's identical restarts it leads until it holds the locks (processflight.go)
+	lead    *leadFlight     // the machine's identical restarts it leads (machineflight.go)
 	watcher *machineWatcher // while it watches its snap for the machine (machinewait.go)
 
 	// What it learned on the way.
@@ -314,7 +314,7 @@ func (op *operation) try() (attempt, error) {
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
-	op.lead.set(flightSent) // machinemerge.go: no process joins from now on
+	op.lead.set(flightSent) // machineflight.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()

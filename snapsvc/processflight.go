@@ -6,6 +6,11 @@ import (
 	"slices"
 )
 
+// Flights in process scope (share.go says the rule): a restart waiting
+// for its snap's lock leads the identical restarts of the process that
+// come while it waits; once it holds the lock (closeFlight), those that
+// come lead their own.
+
 // flight is a restart waiting for its snap's lock that identical requests
 // may join.
 type flight struct {
@@ -19,20 +24,14 @@ type flight struct {
 
 // errLeaderGone tells joiners that the request they joined ended before
 // it acted (its caller gave up), so they must act themselves.
-var errLeaderGone = errors.New("coalesced request ended before acting")
+var errLeaderGone = errors.New("the identical restart joined ended before acting")
 
 // merge is the merge phase of an operation: a restart of one snap joins
-// an identical restart waiting for the snap's lock, or leads one, and its
-// later identical ones share its result. A request never joins one that
-// already holds the lock (whose change may already be running), so every
-// caller's restart happens after the call was made. A joiner shares only
-// the change's outcome (done, or failed): when the leader ends otherwise
-// (its own policy or deadline ran out, or its outcome is unknown) the
-// joiner acts itself, within its own bounds, so joining never shortens or
-// lengthens a caller's bound. The leader in turn merges with the
-// identical restarts of the machine's other processes (mergeMachine,
-// machinemerge.go), where a request not being sent yet is told by the
-// flight's file rather than by the lock. Anything else acts at once.
+// an identical restart of the process waiting for the snap's lock, or
+// leads one; a leader in turn merges with the identical restarts of the
+// machine's other processes (mergeMachine, machineflight.go). A joiner
+// waits on its own bounds, so joining never shortens or lengthens a
+// caller's bound. Anything else acts at once.
 func (op *operation) merge() (*Result, error) {
 	c, k, o := op.c, op.k, op.o
 	ctx := k.ctx

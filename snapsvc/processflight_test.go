@@ -1,6 +1,6 @@
 package snapsvc_test
 
-// Tests of identical restarts merging behind a snap's lock (merge.go).
+// Tests of identical restarts merging behind a snap's lock (processflight.go).
 
 import (
 	"context"

@@ -11,35 +11,16 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// Shared waits: the callers of one process that wait for the same thing
-// on the same snapd share one watcher, so snapd's load does not grow with
-// their number. They share what it sees, never a bound.
+// Waits in process scope (share.go says the rule): WaitChange and
+// Operation.Wait on one change, and WaitIdle on one snap, the waits that
+// take no lock. The first follower starts the watcher, a goroutine that
+// waits on a call of its own that never gives up (detached from that
+// follower's context, keeping its values, such as a logger); it publishes
+// outcomes with the time their round of reads was sent, and since when
+// snapd has been unreachable. It stops once its last follower left (or
+// when no follower still needs a later round).
 //
-// Operations need nothing more: those on one snap hold the snap's lock in
-// turn (lock.go), so however many callers of a process restart services
-// of a snap behind a blocker, one of them at a time waits it out, and
-// identical restarts merge (merge.go). What is shared here are the
-// waits that take no lock: WaitChange and Operation.Wait on one change,
-// and WaitIdle on one snap.
-//
-// The first caller starts a watcher: the wait itself, on a call of its own
-// that never gives up (detached from that caller's context, keeping its
-// values, such as a logger). The watcher publishes facts:
-//
-//   - outcomes: what a round of reads found (the change ready, or failed;
-//     the snap idle), with the time that round's reads were sent;
-//   - reachability: since when snapd has been unreachable, and the last
-//     connection failure.
-//
-// Each caller applies its own call's bounds to those facts: its context,
-// its policy's MaxUnreachable (counted from when the run of unreachability
-// began, or from when it joined, whichever is later), its own events
-// (EventUnreachable with its own GiveUpAt, EventReachable). A caller
-// accepts only an outcome read after it joined: a snap seen idle before a
-// caller's call says nothing about a change spawned since, so the watcher
-// reads again for it. The watcher stops once the last caller has left.
-//
-// Callers share a watcher only through Clients that would make the same
+// Followers share a watcher only through Clients that would make the same
 // requests: the same snapd (instance), socket, mode, hook and poll
 // interval, on the real clock (a Client built WithClock shares only with
 // itself).
@@ -48,9 +29,10 @@ type waitRegistry struct {
 	waits map[string]*processWait
 }
 
-// processWait is one shared wait and the facts it publishes.
+// processWait is one shared wait: its followers, and the facts its
+// watcher publishes.
 type processWait struct {
-	joins   map[uint64]time.Time // when each caller still waiting joined (client clock)
+	joins   map[uint64]time.Time // when each follower still waiting joined (client clock)
 	nextID  uint64
 	cancel  func()        // stops the watcher
 	news    chan struct{} // closed and replaced whenever a fact changes

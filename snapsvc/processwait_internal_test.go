@@ -1,6 +1,6 @@
 package snapsvc
 
-// Tests of shared waits (sharedwait.go): callers share facts, never bounds.
+// Tests of shared waits (processwait.go): callers share facts, never bounds.
 
 import (
 	"context"

@@ -650,8 +650,8 @@ func planSchedule(seed uint64) *schedule {
 		s.calls = append(s.calls, cl)
 	}
 	// The same restart from two or three clients (other processes, where
-	// they are separate): they may merge, in the process (merge.go) or
-	// through the lock directory (machinemerge.go), and each must still
+	// they are separate): they may merge, in the process (processflight.go) or
+	// through the lock directory (machineflight.go), and each must still
 	// keep every promise. Drawn from a stream of its own, so that the rest
 	// of each seed's schedule is what it was before.
 	if dup := rand.New(rand.NewPCG(seed, seed^0xd0b1e)); s.clients > 1 && dup.IntN(3) == 0 {

@@ -210,7 +210,7 @@ func TestSnapctlBadInputFailsFast(t *testing.T) {
 
 // Four processes restart the same snap's services ten times each, at the
 // same time. The file lock serialises them: snapd answers no conflict.
-// Identical restarts of two processes may merge (machinemerge.go): every
+// Identical restarts of two processes may merge (machineflight.go): every
 // restart is a request of its own or merged into another's.
 func TestMultiProcessRestartsNeverConflict(t *testing.T) {
 	if testing.Short() {

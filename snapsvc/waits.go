@@ -33,7 +33,7 @@ func (c *Client) WaitIdle(ctx context.Context, snap string) error {
 	})
 }
 
-// waitIdle is WaitIdle on call k, not shared (sharedwait.go). read, when not
+// waitIdle is WaitIdle on call k, not shared (processwait.go). read, when not
 // nil, is told when each listing was sent: the last one said the snap is
 // idle.
 func waitIdle(k *call, snap string, read func(time.Time)) error {
