@@ -184,6 +184,62 @@ func TestCloseRacingFirstCall(t *testing.T) {
 	}
 }
 
+// A Client closing never holds up a call: the kernel takes milliseconds
+// (tens under load) to close an inotify instance, and Close did it with
+// the watch's lock held, which every call takes to open the watch (a stop
+// with a 19 ms bound returned 134.6 ms past it). Here closing the state
+// file's watch stalls until the test ends; a call made meanwhile still
+// returns within its bound.
+func TestCloseNeverHoldsACallOnTheKernel(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithStateFile())
+	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithStateFile(srv.StateFile()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err) // the state file's watch is open from now on
+	}
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	snapsvc.SetWatchCloseHook(t, func() {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	})
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		c.Close()
+	}()
+	defer func() {
+		once.Do(func() { close(release) })
+		<-closed
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("Close never closed the state file's watch")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 19*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Stop(cctx, []string{"k8s.kube-proxy"}, snapsvc.StopOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Logf("the call made while Close stalled returned: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call with a 19 ms bound waited for Close's inotify close (5 s and counting)")
+	}
+	once.Do(func() { close(release) })
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  *strings.Builder

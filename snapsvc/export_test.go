@@ -78,3 +78,10 @@ func SetFactsWriteHook(t interface{ Cleanup(func()) }, f func()) {
 	testHookFactsWrite = f
 	t.Cleanup(func() { testHookFactsWrite = func() {} })
 }
+
+// SetWatchCloseHook makes f run as a Client's directory watch closes its
+// inotify instance (watch.go), until the test ends.
+func SetWatchCloseHook(t interface{ Cleanup(func()) }, f func()) {
+	testHookWatchClose = f
+	t.Cleanup(func() { testHookWatchClose = func() {} })
+}
