@@ -64,8 +64,8 @@ func (b *budgetRunner) applies(o request) bool {
 
 // takeBudget is the budget phase of an operation: it takes (or, for a
 // Start, finds) the slots it needs; it takes none where it runs
-// unbudgeted. A restart paced by WithMinRestartInterval waits out its
-// interval first, so no slot is held while pacing.
+// unbudgeted. It comes after the pace phase, so no slot is held while a
+// restart waits out WithMinRestartInterval.
 func (op *operation) takeBudget() error {
 	c, k, o := op.c, op.k, op.o
 	b := c.budget
@@ -97,9 +97,6 @@ func (op *operation) takeBudget() error {
 	}
 	if len(keys) == 0 {
 		return nil
-	}
-	if err := op.pace(); err != nil { // a no-op unless a restart must be paced
-		return c.opError(o, "", 0, err)
 	}
 	h, err := b.takeAll(k.ctx, keys)
 	if err != nil {

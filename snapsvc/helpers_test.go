@@ -327,3 +327,17 @@ func conflictsSeen() (snapsvc.Option, <-chan struct{}) {
 		}
 	}), ch
 }
+
+// awaitT waits for ch, or fails the test, naming what it waited for, once
+// ctx ends: every wait of a test is bounded.
+func awaitT[T any](t testing.TB, ctx context.Context, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		t.Fatalf("waited in vain for %s: %v", what, ctx.Err())
+	}
+	var zero T
+	return zero
+}

@@ -408,6 +408,9 @@ func (op *operation) flightOutcome(out *flightOutcome) (*Result, error, bool) {
 		return nil, nil, false
 	}
 	k.log.Debug("restart merged into an identical restart of another process", "change", out.ChangeID)
+	// The change restarted the services for this process's callers too:
+	// its next restart of them keeps its distance (WithMinRestartInterval).
+	c.interval.record(o)
 	if out.Failed != nil {
 		return nil, c.opError(o, out.ChangeID, out.Attempts, out.failure()), true
 	}

@@ -348,3 +348,58 @@ func leaderAndJoiner(t *testing.T, ctx context.Context, srv *fake.Server, mk fun
 	<-joined
 	return lead, join
 }
+
+// A restart merged into another process's restart counts for the
+// joiner's WithMinRestartInterval: the joiner's next restart of the
+// service keeps its distance from the change it shared (kubelet restarted
+// twice 4-8 ms apart for a process set to 2 s). And a restart paces before
+// it merges: the one it joins must come no sooner than its interval.
+func TestMachineJoinedRestartIsPaced(t *testing.T) {
+	checkLeaks(t)
+	const gap = 300 * time.Millisecond
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	leadLogs, joinLogs := newLogWatch(), newLogWatch()
+	watching := leadLogs.seen("watching the snap for the machine")
+	joined := joinLogs.seen("joining an identical restart of another process")
+	leader := procClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger()))
+	joiner := procClient(t, srv, "joiner", snapsvc.WithMinRestartInterval(gap), snapsvc.WithLogger(joinLogs.logger()))
+	lead, join := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
+	restartAsync(leader, ctx, lead, "k8s.kubelet")
+	awaitT(t, ctx, watching, "the leader to watch the blocker")
+	restartAsync(joiner, ctx, join, "k8s.kubelet")
+	awaitT(t, ctx, joined, "the joiner to join the leader's restart")
+	blk.Finish()
+	l, j := <-lead, <-join
+	if l.err != nil || j.err != nil || !j.res.Shared || j.res.ChangeID != l.res.ChangeID {
+		t.Fatalf("leader %+v %v, joiner %+v %v: want one change, shared", l.res, l.err, j.res, j.err)
+	}
+	res, err := joiner.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := srv.ChangeByID(l.res.ChangeID)
+	second, _ := srv.ChangeByID(res.ChangeID)
+	if d := second.SpawnTime.Sub(first.SpawnTime); d < gap {
+		t.Errorf("the joiner's next restart came %v after the one it shared, want at least its interval, %v", d, gap)
+	}
+
+	// Another process's restart is open for joining now; the joiner,
+	// whose last restart was just now, paces before it joins.
+	blk = srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	leadLogs2 := newLogWatch()
+	watching = leadLogs2.seen("watching the snap for the machine")
+	lead2 := make(chan restartOutcome, 1)
+	restartAsync(procClient(t, srv, "leader2", snapsvc.WithLogger(leadLogs2.logger())), ctx, lead2, "k8s.kubelet")
+	awaitT(t, ctx, watching, "the second leader to watch the blocker")
+	join2 := make(chan restartOutcome, 1)
+	restartAsync(joiner, ctx, join2, "k8s.kubelet")
+	blk.Finish()
+	l2, j2 := <-lead2, <-join2
+	if l2.err != nil || j2.err != nil {
+		t.Fatalf("second leader %+v %v, joiner %+v %v", l2.res, l2.err, j2.res, j2.err)
+	}
+	third, _ := srv.ChangeByID(j2.res.ChangeID)
+	if d := third.SpawnTime.Sub(second.SpawnTime); d < gap {
+		t.Errorf("the joiner's restart (change %s, shared %v) came %v after its last, want at least %v", j2.res.ChangeID, j2.res.Shared, d, gap)
+	}
+}

@@ -20,12 +20,13 @@ import (
 // operation, in the file that says how it works:
 //
 //	bound    newOperation: the call's deadline, MaxUnreachable, MaxAttempts
+//	pace     pace: WithMinRestartInterval, before anything is held (lock.go)
 //	budget   takeBudget: the restart budget's slots (budget_take.go)
 //	merge    merge: identical restarts not sent yet, in the process and
 //	         across the machine's processes, share one (processflight.go,
 //	         machineflight.go)
-//	pace     lock: WithMinRestartInterval (lock.go)
-//	lock     lock: the snaps' locks, in and across processes (lock.go)
+//	lock     lock: the snaps' locks, in and across processes; paced again
+//	         should a restart have gone ahead meanwhile (lock.go)
 //	send     try: fence the slots, then one request to act
 //	conflict conflict: someone else's change (conflict.go)
 //	find     lost: the change of a request whose answer was lost
@@ -104,6 +105,9 @@ func (c *Client) runSync(ctx context.Context, action string, names []string, set
 
 // run is the phase table of a synchronous operation.
 func (op *operation) run() (*Result, error) {
+	if err := op.pace(); err != nil {
+		return nil, op.c.opError(op.o, "", 0, err)
+	}
 	if err := op.takeBudget(); err != nil {
 		return nil, err
 	}
@@ -142,6 +146,9 @@ func (c *Client) accept(ctx context.Context, action string, names []string, set 
 		return nil, err
 	}
 	defer op.end()
+	if err := op.pace(); err != nil {
+		return nil, op.c.opError(op.o, "", 0, err)
+	}
 	if err := op.takeBudget(); err != nil {
 		return nil, err
 	}
