@@ -59,8 +59,8 @@ type Client struct {
 	policy    retry.Policy
 	clock     retry.Clock
 	poll      time.Duration
-	lockDir   string          // "" disables the cross-process lock
-	machine   machine         // what the machine's processes share in lockDir (machinewait.go)
+	lockDirs  *lockDirs       // where each snap's lock directory is (lockdir.go); none: no cross-process lock
+	machine   machine         // what the machine's processes share there (machinewait.go)
 	instance  string          // identifies the snapd (for the lock registry)
 	snaps     processSnaps    // this process's registry of the snapd's snaps (lock.go)
 	interval  restartInterval // WithMinRestartInterval (lock.go)
@@ -182,12 +182,13 @@ func New(opts ...Option) (*Client, error) {
 	c.events = events{observer: s.observer, clock: c.clock}
 	switch {
 	case s.noFileLock:
+		c.lockDirs = &lockDirs{}
 	case s.lockDirSet:
-		c.lockDir = s.lockDir
+		c.lockDirs = &lockDirs{fixed: s.lockDir}
 	default:
-		c.lockDir = defaultLockDir(c.actingSocket(), s.env)
+		c.lockDirs = defaultLockDirs(c.actingSocket(), s.env)
 	}
-	c.machine = newMachine(c.lockDir, c.hook, c.clockKey == "real")
+	c.machine = newMachine(c.lockDirs, c.hook, c.clockKey == "real")
 	return c, nil
 }
 

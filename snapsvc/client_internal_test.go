@@ -2,6 +2,7 @@ package snapsvc
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -20,7 +21,7 @@ func TestModeAndHookDetection(t *testing.T) {
 		ownSnap  string
 		queueing bool
 	}{
-		{name: "outside a snap", env: nil, mode: ModeREST, lockDir: defaultLockDir("/run/snapd.socket", envOf(nil))},
+		{name: "outside a snap", env: nil, mode: ModeREST, lockDir: defaultLockDirs("/run/snapd.socket", envOf(nil)).of("k8s")},
 		{name: "daemon in a snap", env: map[string]string{"SNAP_COOKIE": "c", "SNAP_NAME": "k8s", "SNAP_INSTANCE_NAME": "k8s", "SNAP_COMMON": "/var/snap/k8s/common"},
 			mode: ModeSnapctl, ownSnap: "k8s", lockDir: "/var/snap/k8s/common/.snapsvc-lock"},
 		{name: "configure hook by argv", env: map[string]string{"SNAP_COOKIE": "h", "SNAP_CONTEXT": "h", "SNAP_NAME": "k8s"},
@@ -48,8 +49,8 @@ func TestModeAndHookDetection(t *testing.T) {
 				t.Errorf("mode %v hook %q queueing %v", c.Mode(), c.Hook(), c.queuesInHook())
 			}
 			if tc.lockDir != "" || tc.name == "no file lock" {
-				if c.lockDir != tc.lockDir {
-					t.Errorf("lock dir %q, want %q", c.lockDir, tc.lockDir)
+				if got := c.lockDirs.of("k8s"); got != tc.lockDir {
+					t.Errorf("lock dir %q, want %q", got, tc.lockDir)
 				}
 			}
 			if tc.ownSnap != "" && c.ownSnap != tc.ownSnap {
@@ -99,11 +100,52 @@ func TestParseServicesTable(t *testing.T) {
 }
 
 func TestDefaultLockDirIsNotWorldWritable(t *testing.T) {
-	dir := defaultLockDir("/run/snapd.socket", envOf(nil))
+	snapDataDir = t.TempDir() // no snap is installed
+	defer func() { snapDataDir = "/var/snap" }()
+	dir := defaultLockDirs("/run/snapd.socket", envOf(nil)).of("k8s")
 	if os.Geteuid() == 0 && dir != "/run/snapsvc" {
 		t.Errorf("root's lock dir %s, want /run/snapsvc (not under world-writable /run/lock)", dir)
 	}
 	if strings.HasPrefix(dir, "/run/lock") {
 		t.Errorf("lock dir %s under /run/lock, where any user can create it first", dir)
+	}
+}
+
+// An operator's CLI on the host and the snap's own processes find the
+// same lock directory for the snap, when both run as root: the snap's
+// $SNAP_COMMON/.snapsvc-lock (the CLI used /run/snapsvc, and shared
+// nothing with k8sd's controllers). A snap that is not installed has
+// root's /run/snapsvc; another user, a directory of its own.
+func TestLockDirOfASnapIsSharedByTheHostAndTheSnap(t *testing.T) {
+	data := t.TempDir()
+	snapDataDir = data
+	defer func() { snapDataDir = "/var/snap" }()
+	common := filepath.Join(data, "k8s", "common")
+	if err := os.MkdirAll(common, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(common, ".snapsvc-lock")
+	asRoot := func(f func()) {
+		lockDirEuid = func() int { return 0 }
+		defer func() { lockDirEuid = os.Geteuid }()
+		f()
+	}
+	asRoot(func() {
+		host := defaultLockDirs("/run/snapd.socket", envOf(nil))
+		daemon := defaultLockDirs("/run/snapd.socket", envOf(map[string]string{"SNAP_INSTANCE_NAME": "k8s", "SNAP_NAME": "k8s", "SNAP_COMMON": common}))
+		hook := defaultLockDirs("/run/snapd-snap.socket", envOf(map[string]string{"SNAP_NAME": "k8s", "SNAP_COMMON": common}))
+		for name, d := range map[string]*lockDirs{"the host's CLI": host, "k8sd": daemon, "a hook": hook} {
+			if got := d.of("k8s"); got != want {
+				t.Errorf("%s: lock directory of k8s %s, want %s", name, got, want)
+			}
+		}
+		if got := host.of("absent"); got != "/run/snapsvc" {
+			t.Errorf("the host's CLI: lock directory of a snap not installed %s, want /run/snapsvc", got)
+		}
+	})
+	lockDirEuid = func() int { return 1000 }
+	defer func() { lockDirEuid = os.Geteuid }()
+	if got := defaultLockDirs("/run/snapd.socket", envOf(nil)).of("k8s"); got != filepath.Join(os.TempDir(), "snapsvc-1000") {
+		t.Errorf("another user's lock directory of k8s: %s", got)
 	}
 }

@@ -2,9 +2,13 @@ package snapsvc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Test hooks: what the package's own tests need to see inside it, kept
@@ -84,4 +88,73 @@ func SetFactsWriteHook(t interface{ Cleanup(func()) }, f func()) {
 func SetWatchCloseHook(t interface{ Cleanup(func()) }, f func()) {
 	testHookWatchClose = f
 	t.Cleanup(func() { testHookWatchClose = func() {} })
+}
+
+// Watching reports whether a process watches snap for the machine in the
+// lock directory dir: its wait record is held, and says the snap busy.
+func Watching(dir, snap string) bool {
+	p, err := openPeer(filepath.Join(dir, snap+waitSuffix))
+	if err != nil {
+		return false
+	}
+	defer p.close()
+	fr, ok, st := p.look()
+	f := factsOf(fr, ok)
+	return st != peerGone && f.busy()
+}
+
+// AwaitLockDir blocks until cond holds of the lock directory dir, looked
+// at again at every change of a record there, or until ctx ends.
+func AwaitLockDir(ctx context.Context, dir string, cond func() bool) error {
+	for {
+		w := newDirWatch(dir, lockDirEvents, isRecord)
+		watched := w.open()
+		var mark uint64
+		if watched {
+			mark = w.mark()
+		}
+		if cond() {
+			w.close()
+			return nil
+		}
+		var err error
+		if watched {
+			_, err = w.waitFrom(ctx, time.Second, mark)
+		} else {
+			// The directory is not made yet: it is, at the first lock.
+			t := time.NewTimer(10 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		w.close()
+		if ctx.Err() != nil {
+			return fmt.Errorf("the lock directory %s never got there: %w", dir, ctx.Err())
+		}
+		if err != nil && ctx.Err() == nil {
+			continue
+		}
+	}
+}
+
+// SetBootID makes id this boot's id (records.go), until the test ends.
+func SetBootID(t interface{ Cleanup(func()) }, id string) {
+	testBootID = func() string { return id }
+	t.Cleanup(func() { testBootID = nil })
+}
+
+// WritePreviousBoot writes, in the lock directory dir, snap's wait record
+// as a process of an earlier boot left it: held by nobody, of another
+// boot, its times those of a boot that ran for days (the monotonic clock
+// restarts near zero at each boot), saying the snap was free last.
+func WritePreviousBoot(dir, snap string) error {
+	now := machineNow()
+	days := int64(3 * 24 * time.Hour)
+	body, _ := json.Marshal(machineFacts{Busy: now + days, Free: now + days + int64(time.Second)})
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, snap+waitSuffix), encodeFrame(recordFrame{Boot: "an-earlier-boot", PID: 1, ID: 1, Beat: 7, Body: body}), 0o600)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -340,4 +341,17 @@ func awaitT[T any](t testing.TB, ctx context.Context, ch <-chan T, what string) 
 	}
 	var zero T
 	return zero
+}
+
+// lockDirOf is the lock directory procClient's Clients share on srv.
+func lockDirOf(srv *fake.Server) string { return filepath.Join(srv.Dir(), ".snapsvc-lock") }
+
+// awaitWatcher waits until a process watches snap for the machine in
+// srv's lock directory: its wait record held, saying the snap is busy.
+func awaitWatcher(t testing.TB, ctx context.Context, srv *fake.Server, snap string) {
+	t.Helper()
+	dir := lockDirOf(srv)
+	if err := snapsvc.AwaitLockDir(ctx, dir, func() bool { return snapsvc.Watching(dir, snap) }); err != nil {
+		t.Fatalf("waiting for a watcher of %s: %v", snap, err)
+	}
 }

@@ -3,7 +3,6 @@ package snapsvc
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,8 +10,6 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/snapsvc/snapsvc/internal/flock"
-	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/retry"
 )
 
@@ -81,16 +78,17 @@ func (l *snapLock) takePending() []string {
 
 // snapLocks is the set of locks one operation holds.
 type snapLocks struct {
-	dir   string // of the cross-process lock files ("": none)
+	dirs  *lockDirs // of the cross-process locks (none: none)
+	what  string    // what the operation does, in its locks' records
 	mem   []*snapLock
-	files []*flock.Lock
+	files []*heldRecord
 }
 
 // lock takes the in-process lock of every snap (sorted, so two
-// multi-snap operations cannot deadlock), then the cross-process file
-// locks in dir ("": none). Waiting honours ctx.
-func (p processSnaps) lock(ctx context.Context, snaps []string, dir string) (*snapLocks, error) {
-	h := &snapLocks{dir: dir}
+// multi-snap operations cannot deadlock), then the cross-process locks
+// in their lock directories (lockdir.go), for what. Waiting honours ctx.
+func (p processSnaps) lock(ctx context.Context, snaps []string, dirs *lockDirs, what string) (*snapLocks, error) {
+	h := &snapLocks{dirs: dirs, what: what}
 	for _, s := range snaps {
 		l := p.of(s)
 		if err := l.sem.Acquire(ctx, 1); err != nil {
@@ -110,18 +108,18 @@ func (p processSnaps) lock(ctx context.Context, snaps []string, dir string) (*sn
 // for someone else's change: a hook run by that change may need them.
 func (l *snapLocks) releaseFiles() {
 	for i := len(l.files) - 1; i >= 0; i-- {
-		_ = l.files[i].Unlock()
+		l.files[i].end(nil, "", nil, false)
 	}
 	l.files = nil
 }
 
 // lockFiles takes the cross-process file locks of snaps.
 func (l *snapLocks) lockFiles(ctx context.Context, snaps []string) error {
-	if l.dir == "" {
+	if l.dirs.none() {
 		return nil
 	}
 	for _, s := range snaps {
-		fl, err := flock.Acquire(ctx, filepath.Join(l.dir, s+".lock"))
+		fl, err := l.dirs.lockSnap(ctx, s, l.what)
 		if err != nil {
 			l.releaseFiles()
 			return fmt.Errorf("cross-process lock of snap %q: %w", s, err)
@@ -150,7 +148,7 @@ func (op *operation) lock() error {
 	c := op.c
 	for {
 		if !c.queuesInHook() {
-			h, err := c.snaps.lock(op.k.ctx, op.o.t.snaps, c.lockDir)
+			h, err := c.snaps.lock(op.k.ctx, op.o.t.snaps, c.lockDirs, op.o.action+" "+op.o.t.String())
 			if err != nil {
 				return err
 			}
@@ -241,22 +239,6 @@ func instanceKey(socket string) string {
 		abs = socket
 	}
 	return filepath.Dir(abs)
-}
-
-func defaultLockDir(socket string, env func(string) string) string {
-	if socket != snapd.DefaultSocket && socket != snapd.DefaultSnapSocket {
-		return filepath.Join(instanceKey(socket), ".snapsvc-lock")
-	}
-	if common := env("SNAP_COMMON"); common != "" && env("SNAP_NAME") != "" {
-		return filepath.Join(common, ".snapsvc-lock")
-	}
-	// Not /run/lock: any user may create entries there (mode 1777), and
-	// one who made /run/lock/snapsvc first could lock root out of every
-	// operation. /run is root's alone.
-	if os.Geteuid() == 0 {
-		return "/run/snapsvc"
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("snapsvc-%d", os.Geteuid()))
 }
 
 // pace is the pace phase: it waits until every service the operation

@@ -21,7 +21,7 @@ func BenchmarkLock(b *testing.B) {
 		return c
 	}
 	lockOnce := func(b *testing.B, c *Client) {
-		h, err := c.snaps.lock(ctx, []string{"k8s"}, c.lockDir)
+		h, err := c.snaps.lock(ctx, []string{"k8s"}, c.lockDirs, "bench")
 		if err != nil {
 			b.Fatal(err)
 		}

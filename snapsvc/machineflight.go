@@ -6,43 +6,29 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"hash/crc32"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 
-	"github.com/snapsvc/snapsvc/internal/flock"
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
-// Identical restarts merged across the processes of a machine. In a
-// process, identical restarts waiting for a snap's lock merge (processflight.go);
-// across processes they merge through the lock directory, by one rule: a
-// restart joins another's only while that one's request has not been
-// sent, so the restart still happens after the joiner's call began.
+// Flights in machine scope (share.go says the rule; records.go, what a
+// record is). The leader of a process's identical restarts
+// (processflight.go) enters the machine's flight for its request before it
+// waits for the snap's lock: the record SNAP.HASH.flight (HASH: of the
+// mode, cookie, hook and request).
 //
-// The in-process leader of a restart (processflight.go) enters the machine's
-// flight for its request (<snap>.<hash of mode, cookie and request>.flight)
-// before it waits for the snap's lock:
-//
-//   - with none under way, it creates the flight, its file made with the
-//     leader's lock held from the start (flock.Create), and leads it: its
-//     file says "open" until the request is about to be sent, "sent" from
-//     right before each attempt, "open" again after an attempt that
+//   - With none under way, it makes the record and leads the flight: the
+//     record says "open" until the request is about to be sent, "sent"
+//     from right before each attempt, "open" again after an attempt that
 //     provably did nothing (refused by a conflict, or never written), and
-//     at last the outcome, before the leader removes the file and lets go
-//     of its lock;
-//   - with one under way and open, it joins: it sends nothing, and waits
-//     for the outcome (inotify on the lock directory, and every poll
-//     interval whether the leader let go of its lock, within its own
-//     call's bounds). A change Done, or a *ChangeError, is every joiner's
-//     outcome, with the same change id; any other end of the leader's (its
-//     own bound, an unknown outcome, a leader killed: its lock let go with
-//     no outcome) says nothing of the joiner's, which acts itself;
-//   - with one under way and sent, it waits until it is open again (its
+//     at last the outcome, before the leader lets go of it.
+//   - With one under way and open, it joins: it sends nothing, and waits
+//     for the outcome within its own bounds. A change Done, or a
+//     *ChangeError, is every joiner's outcome, with the same change id;
+//     any other end of the leader's (its own bound, an unknown outcome, a
+//     leader killed or stopped) says nothing of the joiner's, which enters
+//     anew and acts itself.
+//   - With one under way and sent, it waits until it is open again (its
 //     request refused by a conflict), then joins, or until it is over,
 //     then enters anew.
 //
@@ -51,18 +37,6 @@ import (
 // process's request may be sent the moment after its phase was read, and
 // a restart of this process whose call begins then must not take that
 // request's change for its own.
-//
-// Entering is serialised per snap by a short lock (<snap>.flights), held
-// while a flight is looked up, created or found abandoned and removed;
-// the leader rewrites its file in place without it, and a reader checks
-// what it read (a checksum) and reads again if it met a write halfway.
-// Restarts from a hook, of several snaps, without a lock directory or on a
-// caller's clock take no part, as in machinewait.go.
-
-const (
-	flightSuffix  = ".flight"
-	flightsSuffix = ".flights"
-)
 
 // Phases of a machine flight.
 const (
@@ -71,9 +45,8 @@ const (
 	flightDone = "done" // the outcome is in
 )
 
-// flightRecord is the content of a flight's file.
+// flightRecord is the body of a flight's record.
 type flightRecord struct {
-	Leader  int            `json:"leader"` // the leader's process
 	Phase   string         `json:"phase"`
 	Outcome *flightOutcome `json:"outcome,omitempty"`
 }
@@ -136,116 +109,43 @@ func (out *flightOutcome) failure() error {
 	return out.Failed
 }
 
-// encodeFlight is a record as written: JSON, a newline, its checksum.
-func encodeFlight(rec flightRecord) []byte {
-	b, _ := json.Marshal(rec)
-	return fmt.Appendf(b, "\n%08x", crc32.ChecksumIEEE(b))
-}
-
-// decodeFlight reads a record written by encodeFlight; false for one read
-// halfway through a write (or not a record at all).
-func decodeFlight(b []byte) (flightRecord, bool) {
-	var rec flightRecord
-	i := strings.LastIndexByte(string(b), '\n')
-	if i < 0 || fmt.Sprintf("%08x", crc32.ChecksumIEEE(b[:i])) != string(b[i+1:]) || json.Unmarshal(b[:i], &rec) != nil {
-		return rec, false
-	}
-	return rec, true
-}
-
-// maxFlightSize bounds what is read of a flight's file.
-const maxFlightSize = 64 << 10
-
-// flightPath is the file of the flight of restarts made with key on snap.
+// flightPath is the record of the flight of restarts made with key on
+// snap.
 func (m machine) flightPath(snap, key string) string {
 	sum := sha256.Sum256([]byte(key)) // the key holds the snap's cookie: never in clear
-	return filepath.Join(m.dir, snap+"."+hex.EncodeToString(sum[:8])+flightSuffix)
+	return m.dirs.path(snap, "."+hex.EncodeToString(sum[:8])+flightSuffix)
 }
 
 // leadFlight is a flight this operation leads.
 type leadFlight struct {
-	lock  *flock.Lock
+	rec   *heldRecord
+	peers string // the snap's peers lock
 	phase string
-	gone  bool // abandoned: its joiners act themselves
+	gone  bool // abandoned (or its leader deposed): its joiners act themselves
 }
 
 // joinedFlight is another process's flight this operation joined, or
 // waits to join.
 type joinedFlight struct {
-	h      *flock.Held
+	p      *peerRecord
 	joined bool // its request had not been sent when it was read
 }
 
-// enterFlight is enterFlightNow bounded by ctx: the files it creates and
-// removes in the lock directory wait for the file system's journal, tens
-// of milliseconds on a disk busy with fsyncs, and the call must not wait
-// past its bound for them. It runs in the background (bg); should ctx end
-// first, the flight entered late is let go of there (a lead flight
-// removed, a joined one closed) once the file system is done.
-func (m machine) enterFlight(ctx context.Context, bg *background, snap, key string) (*leadFlight, *joinedFlight, error) {
-	type entered struct {
-		lead *leadFlight
-		join *joinedFlight
-		err  error
-	}
-	done := make(chan entered) // unbuffered: handed over, or cleaned up once abandoned
-	abandoned := make(chan struct{})
-	bg.run(func() {
-		lead, join, err := m.enterFlightNow(ctx, snap, key)
-		select {
-		case done <- entered{lead, join, err}:
-		case <-abandoned:
-			switch {
-			case lead != nil:
-				_ = lead.lock.Remove()
-			case join != nil:
-				join.h.Close()
-			}
-		}
-	})
-	select {
-	case e := <-done:
-		return e.lead, e.join, e.err
-	case <-ctx.Done():
-		close(abandoned)
-		return nil, nil, ctx.Err()
-	}
-}
-
-// enterFlightNow leads a new flight for key on snap, or finds the one under
+// enterFlight leads a new flight for key on snap, or finds the one under
 // way, for awaitFlight: to join while its request is not being sent, or
-// to enter anew once it is over.
-func (m machine) enterFlightNow(ctx context.Context, snap, key string) (*leadFlight, *joinedFlight, error) {
-	l, err := flock.Acquire(ctx, filepath.Join(m.dir, snap+flightsSuffix))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer l.Unlock()
-	path := m.flightPath(snap, key)
-	h, err := flock.Open(path)
+// to enter anew once it is over (enterRecord: in the background, bounded
+// by ctx).
+func (m machine) enterFlight(ctx context.Context, bg *background, snap, key string) (*leadFlight, *joinedFlight, error) {
+	own, peer, err := m.enterRecord(ctx, bg, snap, m.flightPath(snap, key), func(recordFrame, bool) any {
+		return flightRecord{Phase: flightOpen}
+	})
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return nil, nil, err
-	default:
-		free, err := h.Released()
-		if err == nil && !free {
-			return nil, &joinedFlight{h: h}, nil
-		}
-		h.Close()
-		if err != nil {
-			return nil, nil, err
-		}
-		// Its leader let go without removing it: killed, say.
-		if _, err := flock.RemoveReleased(path); err != nil {
-			return nil, nil, err
-		}
+	case peer != nil:
+		return nil, &joinedFlight{p: peer}, nil
 	}
-	fl, err := flock.Create(path, encodeFlight(flightRecord{Leader: os.Getpid(), Phase: flightOpen}))
-	if err != nil {
-		return nil, nil, err
-	}
-	return &leadFlight{lock: fl, phase: flightOpen}, nil, nil
+	return &leadFlight{rec: own, peers: m.dirs.path(snap, peersSuffix), phase: flightOpen}, nil, nil
 }
 
 // testHookFlightRead is called when a restart has read the phase of
@@ -253,42 +153,34 @@ func (m machine) enterFlightNow(ctx context.Context, snap, key string) (*leadFli
 // (export_test.go).
 var testHookFlightRead = func(phase string) {}
 
-// readFlight reads a flight's record, again while it meets a write
-// halfway (a rewrite takes microseconds).
-func readFlight(h *flock.Held) (flightRecord, bool) {
-	for range 100 {
-		b, err := h.Read(maxFlightSize)
-		if err != nil {
-			return flightRecord{}, false
-		}
-		if rec, ok := decodeFlight(b); ok {
-			return rec, true
-		}
-	}
-	return flightRecord{}, false
+// read reads a flight's record: its body (ok false: none readable,
+// or of another boot) and what the reader makes of its leader.
+func (fl *joinedFlight) read() (rec flightRecord, ok bool, st peerState) {
+	fr, fok, st := fl.p.look()
+	ok = fok && fr.body(&rec)
+	return rec, ok, st
 }
 
-// set writes the flight's phase, if it changes. Should that fail, the
-// flight is abandoned (its lock let go of, its file left to whoever comes
-// next): a joiner must never believe unsent a request that was sent.
-func (f *leadFlight) set(phase string) {
+// set writes the flight's phase, if it changes. Should that fail (or its
+// leader have been deposed), the flight is abandoned (its record let go
+// of, and left to whoever comes next): a joiner must never believe unsent
+// a request that was sent.
+func (f *leadFlight) set(bg *background, phase string) {
 	if f == nil || f.gone || f.phase == phase {
 		return
 	}
-	if err := f.lock.Rewrite(encodeFlight(flightRecord{Leader: os.Getpid(), Phase: phase})); err != nil {
+	if err := f.rec.publish(flightRecord{Phase: phase}); err != nil {
 		f.gone = true
-		_ = f.lock.Unlock()
+		f.rec.end(bg, f.peers, nil, false)
 		return
 	}
 	f.phase = phase
 }
 
-// finish publishes the leader's outcome, then removes the flight and lets
-// go of its lock, waiting for that only until ctx ends (the rest happens in
-// the background, bg): the call has its outcome, and a rewrite or an unlink
-// may wait for the file system's journal. Its joiners wait for the outcome
-// on their own bounds.
-func (f *leadFlight) finish(ctx context.Context, bg *background, res *Result, err error) {
+// finish publishes the leader's outcome and lets go of the flight's
+// record (removed in the background, bg): its joiners read the outcome on
+// their own bounds.
+func (f *leadFlight) finish(bg *background, res *Result, err error) {
 	if f.gone {
 		return
 	}
@@ -301,12 +193,7 @@ func (f *leadFlight) finish(ctx context.Context, bg *background, res *Result, er
 	case errors.As(err, &ce):
 		out = sharedFailure(err, ce)
 	}
-	record := encodeFlight(flightRecord{Leader: os.Getpid(), Phase: flightDone, Outcome: out})
-	work := func(context.Context) {
-		_ = f.lock.Rewrite(record)
-		_ = f.lock.Remove()
-	}
-	bg.doAwaited(ctx, interruptGrace, work)
+	f.rec.end(bg, f.peers, flightRecord{Phase: flightDone, Outcome: out}, true)
 }
 
 // ---- the operation's side ----
@@ -339,7 +226,7 @@ func (op *operation) mergeMachine(key string) (*Result, error) {
 			op.lead = lead
 			res, _, err := op.act(true)
 			op.lead = nil
-			lead.finish(k.ctx, c.bg, res, err)
+			lead.finish(c.bg, res, err)
 			return res, err
 		}
 		res, _, err := op.act(true)
@@ -355,25 +242,26 @@ func (op *operation) mergeMachine(key string) (*Result, error) {
 // leader ended without its change's outcome, or died.
 func (op *operation) awaitFlight(fl *joinedFlight) (res *Result, err error, ended bool) {
 	c, k, o := op.c, op.k, op.o
-	defer fl.h.Close()
-	w := c.machine.watch
+	defer fl.p.close()
+	snap := o.t.snaps[0]
+	w := c.machine.dirs.watch(snap)
 	for first := true; ; first = false {
 		var mark uint64
 		watched := w.open()
 		if watched {
 			mark = w.mark()
 		}
-		rec, ok := readFlight(fl.h)
+		rec, ok, st := fl.read()
 		testHookFlightRead(rec.Phase)
-		if ok && rec.Phase == flightOpen && !fl.joined {
+		if ok && rec.Phase == flightOpen && !fl.joined && st == peerLive {
 			// The request may be sent the moment after its phase was
 			// read: callers of this process that joined this one since
-			// (processflight.go) began after that moment. This process's flight
-			// closes first (those that come from now on lead their own),
-			// then the phase is read again: open still, the request is
-			// sent after every joiner's call began.
+			// (processflight.go) began after that moment. This process's
+			// flight closes first (those that come from now on lead their
+			// own), then the phase is read again: open still, the request
+			// is sent after every joiner's call began.
 			op.closeFlight()
-			if rec, ok = readFlight(fl.h); ok && rec.Phase == flightOpen {
+			if rec, ok, st = fl.read(); ok && rec.Phase == flightOpen && st == peerLive {
 				fl.joined = true
 				k.log.Debug("joining an identical restart of another process, not sent yet")
 			}
@@ -381,17 +269,19 @@ func (op *operation) awaitFlight(fl *joinedFlight) (res *Result, err error, ende
 		switch {
 		case ok && rec.Phase == flightDone && fl.joined:
 			return op.flightOutcome(rec.Outcome)
-		case first && !fl.joined:
-			k.log.Debug("an identical restart of another process is being sent; waiting until it can be joined or is over")
-		}
-		if free, err := fl.h.Released(); err != nil || free {
-			// Let go of: the outcome may have come just before; else its
-			// leader died, or it was over before this one could join.
-			if rec, ok = readFlight(fl.h); ok && rec.Phase == flightDone && fl.joined {
-				return op.flightOutcome(rec.Outcome)
-			}
+		case st == peerGone:
+			// Its leader let go without an outcome for this one (it gave
+			// up, or died), or it was over before this one could join.
 			k.log.Debug("the identical restart of another process is over without an outcome for this one; entering anew")
 			return nil, nil, false
+		case st == peerSilent:
+			k.log.Info("the process that leads an identical restart has stopped (no beat for " + peerSilence.String() + "); entering anew")
+			if _, err := fl.p.depose(k.ctx, c.machine.dirs.path(snap, peersSuffix)); err != nil && k.ctx.Err() == nil {
+				k.log.Debug("cannot take the place of a stopped leader", "error", err)
+			}
+			return nil, nil, false
+		case first && !fl.joined:
+			k.log.Debug("an identical restart of another process is being sent; waiting until it can be joined or is over")
 		}
 		if err := op.awaitLockDir(watched, mark, false); err != nil {
 			return nil, c.opError(o, "", 0, ctxErr(k.ctx, "waiting for an identical restart of another process")), true

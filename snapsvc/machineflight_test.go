@@ -172,7 +172,7 @@ func TestMachineJoinersShareAFailedChange(t *testing.T) {
 
 // ctlProcClient is procClient inside the snap: snapctl on the snap
 // socket, with the snap's cookie.
-func ctlProcClient(t *testing.T, srv *fake.Server, ua string, opts ...snapsvc.Option) *snapsvc.Client {
+func ctlProcClient(t testing.TB, srv *fake.Server, ua string, opts ...snapsvc.Option) *snapsvc.Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "snapd-snap.socket")
 	if err := os.Symlink(srv.SnapSocketPath(), sock); err != nil {
@@ -336,7 +336,7 @@ func TestMachineJoinerGivesUpRetryable(t *testing.T) {
 // leaderAndJoiner restarts svc from a leader process, made by mk, and once
 // it observes the blocker, from a joiner process, until it joined the
 // leader's restart: their outcomes come on the channels.
-func leaderAndJoiner(t *testing.T, ctx context.Context, srv *fake.Server, mk func(*testing.T, *fake.Server, string, ...snapsvc.Option) *snapsvc.Client, svc string) (lead, join chan restartOutcome) {
+func leaderAndJoiner(t *testing.T, ctx context.Context, srv *fake.Server, mk func(testing.TB, *fake.Server, string, ...snapsvc.Option) *snapsvc.Client, svc string) (lead, join chan restartOutcome) {
 	t.Helper()
 	leadLogs, joinLogs := newLogWatch(), newLogWatch()
 	observing := leadLogs.seen("watching the snap for the machine")

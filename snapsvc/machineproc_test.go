@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -438,5 +439,85 @@ func TestMachineSnapctlProcessesShare(t *testing.T) {
 	}
 	if got := restartsOf(srv, "k8s.kubelet"); len(got) != 2 {
 		t.Errorf("kubelet restarted by changes %v, want twice in all (once per part)", got)
+	}
+}
+
+// A watcher that is stopped (SIGSTOP: Ctrl-Z, a debugger, a frozen
+// cgroup) still holds its record's lock, and its facts still say busy:
+// a process that came once snapd had finished the blocker sent nothing and
+// gave up at its 2 s bound naming a change that had finished before it
+// began. A stopped watcher beats no more: the newcomer deposes it once it
+// has seen its beat stand still for peerSilence, makes its change, and the
+// watcher, let go on, finds its place taken and makes its own.
+func TestMachineStoppedWatcherIsDeposed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	ctx := ctxT(t)
+	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	spec := func(agent, service string, bound time.Duration) workerSpec {
+		return workerSpec{Socket: srv.SocketPath(), LockDir: lockDirOf(srv), Agent: agent, Names: []string{"k8s." + service}, MaxElapsed: bound}
+	}
+	a := startWorker(t, "a", spec("worker-a", "kubelet", 0))
+	awaitWatcher(t, ctx, srv, "k8s")
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer a.cmd.Process.Signal(syscall.SIGCONT)
+	blk.Finish()
+	const bound = 3 * time.Second
+	b := startWorker(t, "b", spec("worker-b", "containerd", bound))
+	rb := b.result(t)
+	if rb.Err != "" || rb.Change == "" {
+		t.Fatalf("worker b, with worker a stopped: %+v; want its restart within its %v bound; its log:\n%s", rb, bound, b.logText())
+	}
+	t.Logf("worker b made change %s %v after its call began", rb.Change, rb.End.Sub(rb.Start))
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if ra := a.result(t); ra.Err != "" || ra.Change == "" || ra.Change == rb.Change {
+		t.Fatalf("worker a, let go on: %+v; want a change of its own; its log:\n%s", ra, a.logText())
+	}
+}
+
+// The snap's lock, held by a process that was then stopped while its own
+// change runs: the others waited for the lock until their bound. A holder
+// that beats no more is deposed like a watcher: the newcomer takes the
+// lock, meets the stopped process's change as a conflict (snapd's own
+// record of it), waits it out and makes its change.
+func TestMachineStoppedLockHolderIsDeposed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	mc := fake.NewManualClock(stepT0)
+	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	ctx := ctxT(t)
+	spec := func(agent, service string, bound time.Duration) workerSpec {
+		return workerSpec{Socket: srv.SocketPath(), LockDir: lockDirOf(srv), Agent: agent, Names: []string{"k8s." + service}, MaxElapsed: bound}
+	}
+	a := startWorker(t, "a", spec("worker-a", "kubelet", 0))
+	running := waitNewChange(ctx, t, srv) // a holds the snap's lock while its change runs
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer a.cmd.Process.Signal(syscall.SIGCONT)
+	const bound = 5 * time.Second
+	b := startWorker(t, "b", spec("worker-b", "kube-proxy", bound))
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Conflicts() > 0 }); err != nil { // b refused: it holds the lock now
+		t.Fatalf("worker b never met worker a's change: %v; its log:\n%s", err, b.logText())
+	}
+	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	rb := b.result(t)
+	if rb.Err != "" || rb.Change == "" || rb.Change == running {
+		t.Fatalf("worker b, with worker a stopped holding the snap's lock: %+v; its log:\n%s", rb, b.logText())
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if ra := a.result(t); ra.Err != "" || ra.Change != running {
+		t.Fatalf("worker a, let go on: %+v; want its change %s; its log:\n%s", ra, running, a.logText())
 	}
 }

@@ -2,89 +2,38 @@ package snapsvc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/snapsvc/snapsvc/internal/flock"
 	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// One watcher per machine. The processes of a machine that control one
-// snap (a daemon's controllers, a hook, the CLI) each run a Client of
-// their own, and would each wait out a blocker with requests of their own:
-// snapd's load would grow with their number. They share the lock
-// directory (lock.go) already, and through it they share one watcher per
-// snap:
-//
-//   - The operation that meets a conflict takes the snap's watch lock
-//     (<snap>.observe, a file lock, without waiting) and becomes the
-//     machine's watcher for the snap: it waits the blocker out as it
-//     would alone (state file, listing and notices, or the blind cadence:
-//     conflict.go) and publishes what it sees in <snap>.facts (written to a
-//     temporary file, then renamed over it, in the background: a rename
-//     may wait for the file system's journal, and the call must not wait
-//     past its bound for it): when it was refused (busy),
-//     the blockers it follows, whether snapd answers, and, once a request
-//     of its own went through, that the snap is free.
-//   - An operation of another process that meets a conflict while the
-//     watch lock is held, or that finds the facts saying the snap is
-//     busy and an watcher at work before it sends anything, follows
-//     instead: it lets go of the snap's file lock and waits for the facts
-//     to say the snap is free as of a moment after it began to follow
-//     (inotify on the lock directory, which costs snapd nothing), then
-//     tries its request. It sends nothing to snapd meanwhile.
-//   - Each follower applies its own bounds (its context, its policy's time,
-//     its MaxUnreachable to the watcher's view of snapd's reachability):
-//     facts shared, never bounds, as in-process shared waits do
-//     (processwait.go).
-//   - The watcher stops watching when its operation ends. It publishes
-//     that the snap is free only when a request of its own went through
-//     (after its own change when it waited for it, before it lets go of
-//     the snap's file lock): then the followers try, one after the other
-//     behind the file lock. An watcher that ends otherwise (its bound, an
-//     error), or dies (kill -9: the kernel lets go of its lock), publishes
-//     nothing; a follower finds the watch lock free within one poll
-//     interval (WithPollInterval: a local flock(2), no request), takes it,
-//     and tries its request itself, as the new watcher.
-//
-// Times in the facts are the machine's monotonic clock (CLOCK_MONOTONIC,
-// one for every process of the machine and never stepped), so a follower
-// tells a fact read after it began to follow from an older one whatever
-// the wall clock does.
-//
-// Inside a strictly confined snap the lock directory is under
-// $SNAP_COMMON, where the default AppArmor template lets the snap read,
-// lock, write and link (snapd interfaces/apparmor/template.go:
-// /var/snap/{@{SNAP_NAME},@{SNAP_INSTANCE_NAME}}/** mrkix, .../common/**
-// wl): everything here needs no interface. Where the lock directory cannot
-// be watched (no inotify), a follower reads the facts every poll interval.
-//
-// A call made from a hook takes no part: a hook of the blocking change
-// must never wait behind an watcher that waits for that very change
-// (waitIdle's and the conflict's wait skip it for the hook alone). Nor do
-// operations on several snaps, Clients without a lock directory
-// (WithoutFileLock), or on a clock of the caller's (WithClock).
+// The machine's wait (share.go says the rule; records.go, what a record
+// is). The operation that meets a conflict on a snap first makes the
+// snap's wait record (SNAP.wait) before it lets go of the snap's lock, and
+// waits the blocker out as it would alone (conflict.go), publishing there
+// what it sees: when it was refused (Busy), the blockers it follows,
+// snapd's reachability, and, once a request of its own went through, that
+// the snap is free (Free). The operations of the machine's other
+// processes find it before they send anything (busyElsewhere), or on
+// their own refusal (blockerWait), and follow it until it says the snap
+// was free after they began to follow. The record goes when its
+// operation ends; a follower takes over when it is gone without saying so
+// (its operation gave up, or it died) or when its holder stopped beating.
 
-// machineFacts is what a snap's watcher publishes in the lock directory.
+// machineFacts is what a snap's watcher publishes, times on the machine's
+// monotonic clock of the boot its record says.
 type machineFacts struct {
-	// Watcher is the process that wrote the facts.
-	Watcher int `json:"watcher"`
-	// Busy is when the watcher last met the snap busy (a refusal; the
-	// machine's clock, ns).
+	// Busy is when the watcher last met the snap busy (a refusal).
 	Busy int64 `json:"busy"`
-	// Free is when an watcher last saw a request of its own go through
-	// after waiting: the snap was free then, as far as it could tell.
+	// Free is when the watcher saw a request of its own go through after
+	// waiting: the snap was free then, as far as it could tell.
 	Free int64 `json:"free,omitempty"`
 	// Blockers are the changes the watcher waits for, where it could
 	// list them.
@@ -104,6 +53,13 @@ type machineFacts struct {
 // busy reports whether the facts say the snap is busy: a refusal seen
 // after the last time it was seen free.
 func (f *machineFacts) busy() bool { return f.Busy > f.Free }
+
+// freeSince reports whether the facts say the snap was free at joined or
+// later (the machine's clock). A time ahead of the machine's clock cannot
+// be this boot's, and says nothing.
+func (f *machineFacts) freeSince(joined int64) bool {
+	return f.Free >= joined && f.Free <= machineNow()
+}
 
 // conflict is the conflict the facts describe, for a follower's errors
 // and events.
@@ -127,81 +83,114 @@ func (f *machineFacts) unreachable() (time.Time, error) {
 	return machineTime(f.DownSince), &snapd.ConnectionError{Socket: f.DownSocket, Err: errors.New(f.DownErr)}
 }
 
-// maxFactsSize bounds what is read of a facts file.
-const maxFactsSize = 64 << 10
-
-// machineNow reads the machine's monotonic clock, in ns.
-func machineNow() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return time.Now().UnixNano() // not on Linux: never reached there
+// factsOf returns the facts of a wait record's frame; none (ok false)
+// where it has none.
+func factsOf(fr recordFrame, ok bool) (f machineFacts) {
+	if ok {
+		fr.body(&f)
 	}
-	return ts.Nano()
+	return f
 }
-
-// machineTime converts a time of the machine's monotonic clock to the
-// client's (real) clock.
-func machineTime(ns int64) time.Time { return time.Now().Add(-time.Duration(machineNow() - ns)) }
-
-// machineClock converts a time of the client's (real) clock to the
-// machine's monotonic clock.
-func machineClock(t time.Time) int64 { return machineNow() - int64(time.Since(t)) }
 
 // machine is a Client's part in what the processes of a machine share
-// through its lock directory: one watcher per snap (this file) and
-// identical restarts merged (machineflight.go).
+// through the lock directories: the snaps' locks (lockdir.go), one
+// watcher per snap (this file) and identical restarts merged
+// (machineflight.go).
 type machine struct {
-	dir   string    // the lock directory ("": nothing is shared)
-	watch *dirWatch // the lock directory's facts and flights; nil without dir
-	on    bool      // the Client takes part (see above)
+	dirs *lockDirs
+	on   bool // the Client takes part in the waits and flights (share.go)
 }
 
-// newMachine is the part of a Client with lock directory dir (""), built
-// in hook (""), on the real clock or not (a Client on a clock of its own
+// newMachine is the part of a Client with lock directories dirs, built in
+// hook (""), on the real clock or not (a Client on a clock of its own
 // takes no part).
-func newMachine(dir, hook string, realClock bool) machine {
-	if dir == "" {
-		return machine{}
-	}
-	match := func(n string) bool { return strings.HasSuffix(n, factsSuffix) || strings.HasSuffix(n, flightSuffix) }
-	return machine{dir: dir, watch: newDirWatch(dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_MODIFY|unix.IN_DELETE, match),
-		on: hook == "" && realClock}
+func newMachine(dirs *lockDirs, hook string, realClock bool) machine {
+	return machine{dirs: dirs, on: !dirs.none() && hook == "" && realClock}
 }
 
-// shares reports whether operation o shares the machine's watcher and
-// merges: one snap's, from a Client that takes part.
+// shares reports whether operation o shares the machine's waits and
+// flights: one snap's, from a Client that takes part.
 func (m machine) shares(o request) bool { return m.on && len(o.t.snaps) == 1 }
 
-// close ends the lock directory's watch (Client.Close).
-func (m machine) close() { m.watch.close() }
+// close ends the lock directories' watches (Client.Close).
+func (m machine) close() { m.dirs.close() }
 
-const (
-	observeSuffix = ".observe"
-	factsSuffix   = ".facts"
-)
-
-// facts reads snap's facts; none published yet is the zero facts.
-func (m machine) facts(snap string) (machineFacts, error) {
-	var f machineFacts
-	b, err := flock.ReadFile(filepath.Join(m.dir, snap+factsSuffix), maxFactsSize)
-	if errors.Is(err, fs.ErrNotExist) {
-		return f, nil
+// enterRecord makes the record at path (snap's) this process's, or finds
+// the one a peer holds, under the snap's peers lock: with no record there,
+// or one let go of (its holder ended or died) or of another boot, it makes
+// its own, its first body from body (given the predecessor's frame, if any
+// of this boot); with one held, it opens it (whether its holder still
+// beats is its reader's to judge, over time). It runs in the background
+// (bg), bounded by ctx: the files it makes and removes wait for the file
+// system's journal, tens of milliseconds on a disk busy with fsyncs, and
+// the call must not wait past its bound for them. Should ctx end first,
+// what it entered late is let go of there.
+func (m machine) enterRecord(ctx context.Context, bg *background, snap, path string, body func(prev recordFrame, ok bool) any) (*heldRecord, *peerRecord, error) {
+	type entered struct {
+		own  *heldRecord
+		peer *peerRecord
+		err  error
 	}
-	if err != nil {
-		return f, err
+	peers := m.dirs.path(snap, peersSuffix)
+	done := make(chan entered) // unbuffered: handed over, or let go of once abandoned
+	abandoned := make(chan struct{})
+	bg.run(func() {
+		own, peer, err := m.enterRecordNow(ctx, peers, path, body)
+		select {
+		case done <- entered{own, peer, err}:
+		case <-abandoned:
+			switch {
+			case own != nil:
+				own.end(bg, peers, nil, true)
+			case peer != nil:
+				peer.close()
+			}
+		}
+	})
+	select {
+	case e := <-done:
+		return e.own, e.peer, e.err
+	case <-ctx.Done():
+		close(abandoned)
+		return nil, nil, ctx.Err()
 	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		return machineFacts{}, nil // a file from elsewhere: no facts
-	}
-	return f, nil
 }
 
-// machineWatcher is the watch lock of a snap, held by the operation that
-// watches it for the machine, and the facts it publishes.
+// enterRecordNow is enterRecord's work, peers the snap's peers lock.
+func (m machine) enterRecordNow(ctx context.Context, peers, path string, body func(prev recordFrame, ok bool) any) (*heldRecord, *peerRecord, error) {
+	l, err := flock.Acquire(ctx, peers)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.Unlock()
+	var prev recordFrame
+	var prevOK bool
+	p, err := openPeer(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, nil, err
+	default:
+		f, ok, st := p.look()
+		if st != peerGone {
+			return nil, p, nil
+		}
+		prev, prevOK = f, ok
+		_, err := flock.RemoveIfSame(path, p.h)
+		p.close()
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	own, err := createRecord(path, body(prev, prevOK))
+	return own, nil, err
+}
+
+// machineWatcher is the snap's wait record, held by the operation that
+// watches the snap for the machine, and the facts it publishes.
 type machineWatcher struct {
-	m     machine
-	snap  string
-	lock  *flock.Lock
+	rec   *heldRecord
+	peers string // the snap's peers lock
 	facts machineFacts
 	seq   uint64 // facts published so far (the operation's goroutine)
 
@@ -210,139 +199,129 @@ type machineWatcher struct {
 	ended   atomic.Bool // the watcher ended: no write starts (set without wmu: a write may be stalled)
 }
 
-// tryWatch takes snap's watch lock if nobody holds it.
-func (m machine) tryWatch(snap string) (*machineWatcher, bool, error) {
-	l, ok, err := flock.TryAcquire(filepath.Join(m.dir, snap+observeSuffix))
-	if err != nil || !ok {
-		return nil, false, err
-	}
-	ob := &machineWatcher{m: m, snap: snap, lock: l}
-	// Keep when the snap was last seen free and busy, whoever saw it: a
-	// follower that has not read it yet must still find it, and the
-	// snap is still busy as far as anyone knows. The rest (the blockers,
-	// the conflict, snapd's reachability) was the last watcher's view,
-	// which ended with it: startWatching publishes the facts without it.
-	if f, err := m.facts(snap); err == nil {
-		ob.facts.Busy, ob.facts.Free = f.Busy, f.Free
-	}
-	ob.facts.Watcher = os.Getpid()
-	return ob, true, nil
-}
+// testHookFactsWrite is called before each write of a watcher's facts
+// (export_test.go: a file system that stalls).
+var testHookFactsWrite = func() {}
 
 // publish writes the watcher's facts as they are now, in the background
-// (bg): the operation never waits for the lock directory's file system. A
-// rename waits for the file system's journal, tens of milliseconds on a
-// disk busy with fsyncs, which would hold a call past its bound (a
-// schedule test's call returned 140 ms past it, in renameat). Writes run
-// one at a time and a write older than one already made is skipped, so the
-// file ends with the latest facts; none starts once the watcher ended.
-//
-// note, when set, is logged (debug) once the write is made: "watching"
-// is said when what a follower needs to follow is in the file.
-func (ob *machineWatcher) publish(bg *background, log *slog.Logger, note string) {
-	b, err := json.Marshal(&ob.facts)
-	if err != nil {
-		log.Debug("cannot publish what this process sees of the snap", "error", err)
-		return
-	}
-	ob.seq++
-	seq := ob.seq
+// (bg): a write may wait for the file system, and the operation must not
+// wait past its bound for it. Writes run one at a time and a write older
+// than one already made is skipped, so the record ends with the latest
+// facts; none starts once the watcher ended.
+func (w *machineWatcher) publish(bg *background, log *slog.Logger) {
+	w.seq++
+	seq, facts := w.seq, w.facts
+	facts.Blockers = append([]string(nil), facts.Blockers...)
 	work := func(context.Context) {
-		ob.wmu.Lock()
-		defer ob.wmu.Unlock()
-		if seq <= ob.written || ob.ended.Load() {
+		w.wmu.Lock()
+		defer w.wmu.Unlock()
+		if seq <= w.written || w.ended.Load() {
 			return // a later write came first, or the watcher ended
 		}
-		ob.written = seq
-		ob.write(b, log, note)
+		w.written = seq
+		testHookFactsWrite()
+		if err := w.rec.publish(facts); err != nil {
+			log.Debug("cannot publish what this process sees of the snap", "error", err)
+		}
 	}
 	if !bg.do(interruptGrace, work) {
 		work(context.Background())
 	}
 }
 
-// testHookFactsWrite is called before each write of an watcher's facts
-// (export_test.go: a file system that stalls).
-var testHookFactsWrite = func() {}
-
-// write writes the facts b.
-func (ob *machineWatcher) write(b []byte, log *slog.Logger, note string) {
-	testHookFactsWrite()
-	if err := flock.WriteFile(filepath.Join(ob.m.dir, ob.snap+factsSuffix), b); err != nil {
-		log.Debug("cannot publish what this process sees of the snap", "error", err)
-	} else if note != "" {
-		log.Debug(note, "snap", ob.snap)
+// end ends the watcher and lets go of its record: at once where it has
+// nothing more to say (so that the next operation of this process finds it
+// gone); with free (its own request went through), once its last facts,
+// saying the snap is free, are written, the call waiting for that until
+// ctx ends (the rest in the background, bg: a write may wait for the file
+// system).
+func (w *machineWatcher) end(ctx context.Context, bg *background, free bool) {
+	w.ended.Store(true)
+	if !free {
+		w.rec.end(bg, w.peers, nil, true)
+		return
 	}
+	final := w.facts
+	bg.doAwaited(ctx, interruptGrace, func(context.Context) {
+		w.wmu.Lock()
+		defer w.wmu.Unlock()
+		testHookFactsWrite()
+		w.rec.end(bg, w.peers, final, true)
+	})
 }
 
-// end ends the watcher: no write starts from now on; with free, the
-// facts (saying the snap is free) are written first, the call waiting for
-// that until ctx ends (the rest in the background, bg). The watch lock
-// is let go of before end returns, so the next operation of this process
-// finds it free. A write the file system holds up may land after that: it
-// can only be older than what a next watcher writes when it begins, or
-// say free, which a follower checks by trying its request.
-func (ob *machineWatcher) end(ctx context.Context, bg *background, log *slog.Logger, free bool) {
-	var b []byte
-	if free {
-		var err error
-		if b, err = json.Marshal(&ob.facts); err != nil {
-			log.Debug("cannot publish what this process sees of the snap", "error", err)
-			b = nil
-		}
-	}
-	ob.ended.Store(true)
-	if b != nil {
-		bg.doAwaited(ctx, interruptGrace, func(context.Context) {
-			ob.wmu.Lock()
-			defer ob.wmu.Unlock()
-			ob.write(b, log, "")
-		})
-	}
-	_ = ob.lock.Unlock()
-}
+// deposed reports whether another process took the watcher's place.
+func (w *machineWatcher) deposed() bool { return w.rec.isDeposed() }
 
-// ---- the operation's side (operation.go's run loop calls these) ----
+// ---- the operation's side (operation.go's act loop and conflict.go's
+// blockerWait call these) ----
 
 // watchOrFollow decides, for an operation whose request snapd refused
 // with ce, whether it watches the snap for the machine (false: it waits
 // the conflict out itself, publishing what it sees) or follows another
 // process's watcher (true: from joined, on the machine's clock).
 func (op *operation) watchOrFollow(ce *retry.ConflictError) (joined int64, follow bool) {
-	joined = machineNow() // before the watch lock is tried: a snap seen free since counts
+	joined = machineNow() // before the record is read: a snap seen free since counts
 	if !op.c.machine.shares(op.o) {
 		return 0, false
 	}
-	started := op.watcher == nil
-	if started {
-		ob, ok, err := op.c.machine.tryWatch(op.o.t.snaps[0])
-		switch {
-		case err != nil:
-			op.k.log.Debug("cannot share the wait with the machine's other processes", "error", err)
-			return 0, false
-		case !ok:
-			return joined, true
-		}
-		op.startWatching(ob)
+	if op.watcher != nil && op.watcher.deposed() {
+		op.stopWatching() // another process took its place: follow it
 	}
-	f := &op.watcher.facts
-	f.Busy, f.Blockers = machineNow(), nil
-	f.Kind, f.AllSnaps, f.Message = ce.ChangeKind, ce.AllSnaps, ce.Message
-	if started {
-		op.announce()
-	} else {
+	busy := func(f *machineFacts) {
+		f.Busy, f.Blockers = machineNow(), nil
+		f.Kind, f.AllSnaps, f.Message = ce.ChangeKind, ce.AllSnaps, ce.Message
+	}
+	if op.watcher != nil {
+		busy(&op.watcher.facts)
 		op.publish()
+		return 0, false
+	}
+	// The record says busy before the snap's lock is let go of: an
+	// operation of another process that takes it next finds it, and
+	// follows rather than send a request bound to be refused.
+	if op.enterWait(func(f *machineFacts) { busy(f) }) {
+		return joined, true
 	}
 	return 0, false
 }
 
-// startWatching makes the operation the machine's watcher of its snap;
-// its caller publishes its facts at once (announce), so that none of the
-// last watcher's view (its blockers, snapd unreachable since when it saw
-// it) passes for this one's while it sends and waits for its own change.
+// enterWait makes the operation the machine's watcher of its snap, its
+// first facts set by init (those of a predecessor of this boot kept: Busy
+// and Free), or finds the watcher another process is; it reports true,
+// with op.followed set, for the latter. Where the lock directory fails it
+// (or the call ends first) the operation waits on its own: false.
+func (op *operation) enterWait(init func(*machineFacts)) (follow bool) {
+	c, k := op.c, op.k
+	snap := op.o.t.snaps[0]
+	var facts machineFacts
+	own, peer, err := c.machine.enterRecord(k.ctx, c.bg, snap, c.machine.dirs.path(snap, waitSuffix), func(prev recordFrame, ok bool) any {
+		f := factsOf(prev, ok)
+		facts = machineFacts{Busy: f.Busy, Free: f.Free}
+		init(&facts)
+		return facts
+	})
+	switch {
+	case err != nil:
+		k.log.Debug("cannot share the wait with the machine's other processes", "error", err)
+		return false
+	case peer != nil:
+		op.followed = peer
+		return true
+	}
+	op.startWatching(&machineWatcher{rec: own, peers: c.machine.dirs.path(snap, peersSuffix), facts: facts})
+	k.log.Debug(watchingNote, "snap", snap)
+	return false
+}
+
+// watchingNote is logged once an operation became the machine's watcher
+// of its snap, its first facts written.
+const watchingNote = "watching the snap for the machine's processes"
+
+// startWatching makes the operation the machine's watcher of its snap.
 // What its call learns of snapd's reachability is published too.
-func (op *operation) startWatching(ob *machineWatcher) {
-	op.watcher = ob
+func (op *operation) startWatching(w *machineWatcher) {
+	op.watcher = w
 	op.k.onNote = func() {
 		since, down := op.k.rt.unreachableSince()
 		f := &op.watcher.facts
@@ -377,19 +356,16 @@ func (op *operation) publishBlockers(ids []string) {
 // publish writes the watcher's facts, in the background; a failure
 // leaves the followers to their bounds and to taking over, and is only
 // logged.
-func (op *operation) publish() { op.watcher.publish(op.c.bg, op.k.log, "") }
+func (op *operation) publish() { op.watcher.publish(op.c.bg, op.k.log) }
 
-// watchingNote is logged once an watcher's first facts are written.
-const watchingNote = "watching the snap for the machine's processes"
-
-// announce publishes the facts of an watcher that just began, and says
-// so once they are written.
-func (op *operation) announce() { op.watcher.publish(op.c.bg, op.k.log, watchingNote) }
-
-// stopWatching ends the operation's watching, once it is over (before
-// it lets go of the snap's file lock): if a request of its own went
-// through, the snap is free for the followers to try theirs.
+// stopWatching ends the operation's watching, once it is over (before it
+// lets go of the snap's file lock): if a request of its own went through,
+// the snap is free for the followers to try theirs.
 func (op *operation) stopWatching() {
+	if op.followed != nil {
+		op.followed.close()
+		op.followed = nil
+	}
 	if op.watcher == nil {
 		return
 	}
@@ -399,45 +375,55 @@ func (op *operation) stopWatching() {
 		op.watcher.facts.Free = machineNow()
 		op.watcher.facts.Blockers = nil
 	}
-	op.watcher.end(op.k.ctx, op.c.bg, op.k.log, free)
+	op.watcher.end(op.k.ctx, op.c.bg, free)
 	op.watcher = nil
 }
 
 // busyElsewhere reports, before an attempt, whether another process of the
 // machine watches the snap busy, and the conflict it met: the operation
-// then follows it rather than send a request bound to be refused. Where
-// the facts say busy but nobody watches (the watcher ended or died), the
-// operation becomes the watcher and sends.
+// then follows it (op.followed) rather than send a request bound to be
+// refused. Where the record says busy but its watcher is gone (its
+// operation gave up, or it died), the operation becomes the watcher and
+// sends.
 func (op *operation) busyElsewhere() (ce *retry.ConflictError, joined int64, busy bool) {
 	c := op.c
 	if op.watcher != nil || !c.machine.shares(op.o) {
 		return nil, 0, false
 	}
 	snap := op.o.t.snaps[0]
-	joined = machineNow() // before the facts are read: a snap seen free since counts
-	f, err := c.machine.facts(snap)
-	if err != nil || !f.busy() {
-		return nil, 0, false
+	joined = machineNow() // before the record is read: a snap seen free since counts
+	p, err := openPeer(c.machine.dirs.path(snap, waitSuffix))
+	if err != nil {
+		return nil, 0, false // none (or none to read): nobody watches
 	}
-	ob, ok, err := c.machine.tryWatch(snap)
+	fr, ok, st := p.look()
+	f := factsOf(fr, ok)
 	switch {
-	case err != nil:
+	case !f.busy():
+		p.close()
 		return nil, 0, false
-	case ok:
-		op.startWatching(ob)
-		op.announce()
-		return nil, 0, false
+	case st == peerGone:
+		// Busy as far as anyone knows, and nobody watches: watch, and
+		// send (a watcher of another process may be found instead).
+		p.close()
+		if !op.enterWait(func(*machineFacts) {}) {
+			return nil, 0, false
+		}
+		fr, ok, _ = op.followed.look()
+		f = factsOf(fr, ok)
+	default:
+		op.followed = p
 	}
 	return f.conflict(snap), joined, true
 }
 
-// follow waits for the machine's watcher of the snap (another process)
-// to see it free as of joined (the machine's clock, when the operation
-// found the snap busy) or later, within the call's bounds and without a
-// request to snapd, without the snap's file lock (withoutFileLocks, as
-// every wait for someone else's change). It returns tryFresh
-// once the snap was seen free; tryAgain when nobody watches any more (the
-// watcher ended, or died) and this operation took over; or the call's
+// follow waits for the machine's watcher of the snap (another process's,
+// op.followed) to see it free as of joined (the machine's clock, when the
+// operation found the snap busy) or later, within the call's bounds and
+// without a request to snapd, without the snap's file lock
+// (withoutFileLocks, as every wait for someone else's change). It returns
+// tryFresh once the snap was seen free; tryAgain when the watcher is gone
+// or stopped beating and this operation took its place; or the call's
 // end.
 func (op *operation) follow(ce *retry.ConflictError, joined int64) (next, error) {
 	var then next
@@ -445,6 +431,10 @@ func (op *operation) follow(ce *retry.ConflictError, joined int64) (next, error)
 		then, err = op.followFacts(ce, joined)
 		return err
 	})
+	if op.followed != nil {
+		op.followed.close()
+		op.followed = nil
+	}
 	return then, err
 }
 
@@ -452,26 +442,25 @@ func (op *operation) follow(ce *retry.ConflictError, joined int64) (next, error)
 func (op *operation) followFacts(ce *retry.ConflictError, joined int64) (next, error) {
 	c, k := op.c, op.k
 	snap := op.o.t.snaps[0]
-	f, _ := c.machine.facts(snap)
+	fr, ok, _ := op.followed.look()
+	f := factsOf(fr, ok)
 	ev := k.event(EventConflict)
 	ev.Blockers, ev.Err = f.Blockers, ce
 	c.events.emit(ev)
 	k.last = ce
-	k.log.Info("conflict; another process of this machine waits it out: following what it sees", "watcher", f.Watcher, "changes", f.Blockers, "kind", ce.ChangeKind, "attempt", op.res.Attempts)
-	w := c.machine.watch
+	k.log.Info("conflict; another process of this machine waits it out: following what it sees", "watcher", fr.PID, "changes", f.Blockers, "kind", ce.ChangeKind, "attempt", op.res.Attempts)
+	w := c.machine.dirs.watch(snap)
 	for {
 		var mark uint64
 		watched := w.open()
 		if watched {
 			mark = w.mark()
 		}
-		f, err := c.machine.facts(snap)
-		if err != nil {
-			k.log.Debug("cannot read what the machine's watcher sees", "error", err)
-		}
+		fr, ok, st := op.followed.look()
+		f := factsOf(fr, ok)
 		op.res.WaitedFor = appendNew(op.res.WaitedFor, f.Blockers...)
-		if f.Free >= joined {
-			k.log.Debug("the machine's watcher saw the snap free; trying again", "watcher", f.Watcher)
+		if f.freeSince(joined) {
+			k.log.Debug("the machine's watcher saw the snap free; trying again", "watcher", fr.PID)
 			return tryFresh, nil
 		}
 		// The watcher's view of snapd's reachability, this call's bounds.
@@ -482,13 +471,22 @@ func (op *operation) followFacts(ce *retry.ConflictError, joined int64) (next, e
 				return 0, err
 			}
 		}
-		if ob, ok, err := c.machine.tryWatch(snap); err == nil && ok {
-			op.startWatching(ob)
-			op.announce()
-			if f, err := c.machine.facts(snap); err == nil && f.Free >= joined {
-				return tryFresh, nil
+		switch st {
+		case peerSilent:
+			k.log.Info("the process that waits the conflict out for this machine has stopped (no beat for "+peerSilence.String()+"); taking its place", "watcher", fr.PID)
+			if _, err := op.followed.depose(k.ctx, c.machine.dirs.path(snap, peersSuffix)); err != nil {
+				return 0, interrupted(k.ctx, k.last)
 			}
-			k.log.Info("the process that waited the conflict out for this machine is gone; taking over", "watcher", f.Watcher)
+			fallthrough
+		case peerGone:
+			if st == peerGone {
+				k.log.Info("the process that waited the conflict out for this machine is gone; taking over", "watcher", fr.PID)
+			}
+			op.followed.close()
+			op.followed = nil
+			if op.enterWait(func(nf *machineFacts) { nf.Busy = max(nf.Busy, f.Busy) }) {
+				continue // another process took it first: follow it
+			}
 			return tryAgain, nil
 		}
 		if err := op.awaitLockDir(watched, mark, true); err != nil {

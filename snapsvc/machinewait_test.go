@@ -22,7 +22,7 @@ import (
 // procClient builds a REST Client as another process of the machine runs
 // it: its own path to srv's socket (so a lock registry of its own), the
 // lock directory every process shares, its requests sent as ua.
-func procClient(t *testing.T, srv *fake.Server, ua string, opts ...snapsvc.Option) *snapsvc.Client {
+func procClient(t testing.TB, srv *fake.Server, ua string, opts ...snapsvc.Option) *snapsvc.Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "snapd.socket")
 	if err := os.Symlink(srv.SocketPath(), sock); err != nil {
@@ -257,45 +257,33 @@ func TestMachineHookNeverFollows(t *testing.T) {
 	}
 }
 
-// What an observer published of snapd's reachability is that observer's.
+// What a watcher published of snapd's reachability is that watcher's.
 // One that ends while snapd is away (its own MaxUnreachable ran out)
-// leaves it in the facts; once snapd is back, the process that takes
-// over (the facts say busy, nobody observes) makes its change, and a
-// follower still following meanwhile must not judge a snapd that answers
-// by the facts of an observer that is gone. Here the follower learns
-// that snapd is away from the first observer (EventUnreachable), then
-// must learn that it answers again from the next one (EventReachable),
-// rather than give up when its MaxUnreachable ends while the next
-// observer's restart runs.
-func TestMachineStaleReachabilityIsNotANewObserversFact(t *testing.T) {
+// leaves it in its last facts; the follower that takes its place judges
+// snapd by what its own requests meet, never by the facts of a watcher
+// that is gone: here it learns that snapd is away from the first watcher
+// (EventUnreachable), takes over once that one gave up, and, with a long
+// MaxUnreachable of its own, makes its change once snapd is back and the
+// blocker done (EventReachable), rather than give up on the old facts.
+func TestMachineStaleReachabilityIsNotANewWatchersFact(t *testing.T) {
 	checkLeaks(t)
-	mc := fake.NewManualClock(stepT0)
-	snap := slowKubelet()
-	snap.Apps = append(snap.Apps, fake.App{Name: "containerd", Daemon: "simple", Enabled: true, Active: true})
-	srv, ctx, blk := blockedServer(t, fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithSnaps(snap))
+	srv, ctx, blk := blockedServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	quick := retry.DefaultPolicy()
 	quick.MaxUnreachable = 100 * time.Millisecond
-	obsLogs, folLogs := newLogWatch(), newLogWatch()
-	observing := obsLogs.seen("watching the snap for the machine")
 	first := make(chan restartOutcome, 1)
-	// A start, not a restart: nothing of it but its facts is left in the
-	// lock directory once it ends (no flight's file written), so that
-	// the follower wakes next when the next observer is at work.
-	obs := procClient(t, srv, "first", snapsvc.WithPolicy(quick), snapsvc.WithLogger(obsLogs.logger()))
+	obs := procClient(t, srv, "first", snapsvc.WithPolicy(quick))
 	go func() {
 		res, err := obs.Start(ctx, []string{"k8s.kube-proxy"}, snapsvc.StartOptions{})
 		first <- restartOutcome{res, err}
 	}()
-	<-observing
-	// The follower: a long MaxUnreachable, and a poll interval longer
-	// than the test, so that the next observer is another process.
+	awaitWatcher(t, ctx, srv, "k8s")
 	patient := retry.DefaultPolicy()
 	patient.MaxUnreachable = 5 * time.Second
 	down, up := make(chan struct{}), make(chan struct{})
 	var downOnce, upOnce sync.Once
-	following := folLogs.seen("following what it sees")
+	onConflict, conflicts := conflictsSeen()
 	third := make(chan restartOutcome, 1)
-	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(patient), snapsvc.WithPollInterval(time.Hour), snapsvc.WithLogger(folLogs.logger()),
+	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(patient), onConflict,
 		snapsvc.WithObserver(func(ev snapsvc.Event) {
 			switch ev.Kind {
 			case snapsvc.EventUnreachable:
@@ -305,37 +293,19 @@ func TestMachineStaleReachabilityIsNotANewObserversFact(t *testing.T) {
 			}
 		}))
 	restartAsync(fol, ctx, third, "k8s.containerd")
-	<-following
+	awaitT(t, ctx, conflicts, "the follower to meet the snap busy")
 	srv.StopListening()
-	<-down // the follower has it from the observer's facts
-	if o := <-first; !errors.Is(o.err, snapsvc.ErrGaveUp) {
-		t.Fatalf("first observer: %+v %v, want a give-up on snapd unreachable", o.res, o.err)
+	awaitT(t, ctx, down, "the follower to learn from the watcher's facts that snapd is away")
+	if o := awaitT(t, ctx, first, "the first watcher to give up"); !errors.Is(o.err, snapsvc.ErrGaveUp) {
+		t.Fatalf("first watcher: %+v %v, want a give-up on snapd unreachable", o.res, o.err)
 	}
 	if err := srv.StartListening(); err != nil {
 		t.Fatal(err)
 	}
+	awaitT(t, ctx, up, "the follower, now the watcher, to reach snapd itself")
 	blk.Finish()
-
-	// The next observer: its restart runs until the test ends it.
-	takerLogs := newLogWatch()
-	taking := takerLogs.seen("watching the snap for the machine")
-	second := make(chan restartOutcome, 1)
-	restartAsync(procClient(t, srv, "taker", snapsvc.WithLogger(takerLogs.logger())), ctx, second, "k8s.kubelet")
-	<-taking
-	running := waitNewChange(ctx, t, srv)
-	select {
-	case <-up:
-	case o := <-third:
-		t.Fatalf("follower: %+v %v; want it to follow the next observer, which reaches snapd", o.res, o.err)
-	}
-	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
-		t.Fatal(err)
-	}
-	if o := <-second; o.err != nil || o.res.ChangeID != running {
-		t.Fatalf("next observer: %+v %v", o.res, o.err)
-	}
-	if o := <-third; o.err != nil || o.res.ChangeID == "" {
-		t.Fatalf("follower: %+v %v; want its restart once the next observer's change was done", o.res, o.err)
+	if o := awaitT(t, ctx, third, "the follower's restart"); o.err != nil || o.res.ChangeID == "" {
+		t.Fatalf("follower: %+v %v; want its restart once snapd was back and the blocker done", o.res, o.err)
 	}
 }
 
@@ -377,4 +347,85 @@ func TestMachineStalledFactsWriteDoesNotHoldTheCall(t *testing.T) {
 	}
 	release()
 	blk.Finish()
+}
+
+// A wait record an earlier boot left in the lock directory (under
+// $SNAP_COMMON it survives a reboot) says nothing: its times are another
+// boot's monotonic clock, which restarts near zero. It said the snap was
+// free "later" than anything this boot can see, and every follower took
+// that for the blocker's end: one follower sent 1,240-4,513 refused
+// requests a second until its policy's time ran out. Here two processes
+// meet a blocker with such a record there: one watches, the other
+// follows, and neither sends more than its first request while it holds.
+func TestMachineAnEarlierBootsRecordSaysNothing(t *testing.T) {
+	checkLeaks(t)
+	// 2.57: the watcher polls the blocker, so requests come while it holds.
+	srv, ctx, blk := blockedServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	if err := snapsvc.WritePreviousBoot(lockDirOf(srv), "k8s"); err != nil {
+		t.Fatal(err)
+	}
+	services := []string{"kubelet", "containerd"}
+	outs := make([]chan restartOutcome, len(services))
+	for i, s := range services {
+		onConflict, conflict := conflictsSeen()
+		outs[i] = make(chan restartOutcome, 1)
+		restartAsync(procClient(t, srv, "proc-"+s, onConflict), ctx, outs[i], "k8s."+s)
+		awaitT(t, ctx, conflict, s+" to meet the blocker")
+	}
+	// A while with the blocker holding: the follower would spin now.
+	awaitWatcher(t, ctx, srv, "k8s")
+	before := len(srv.Requests())
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Requests() >= before+5 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range services {
+		if n := refusedPosts(srv, "proc-"+s); n > 1 {
+			t.Errorf("%s sent %d requests to act that snapd refused while the blocker held, want at most 1", s, n)
+		}
+	}
+	blk.Finish()
+	for i, s := range services {
+		if o := awaitT(t, ctx, outs[i], s+"'s restart"); o.err != nil || o.res.ChangeID == "" {
+			t.Fatalf("%s: %+v %v", s, o.res, o.err)
+		}
+	}
+}
+
+// Processes that meet a blocker at the same moment: the first refused
+// makes the snap's wait record before it lets go of the snap's lock, so
+// the others, which take the lock after it, follow it at once instead of
+// each having a request refused first (which kept the bench's P = 8
+// target out of reach behind a 1 s blocker).
+func TestMachineSimultaneousArrivalsSendOneRequest(t *testing.T) {
+	checkLeaks(t)
+	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	services := []string{"kubelet", "containerd", "kube-proxy", "kube-apiserver"}
+	outs := make([]chan restartOutcome, len(services))
+	conflicts := make([]<-chan struct{}, len(services))
+	clients := make([]*snapsvc.Client, len(services))
+	for i, s := range services {
+		var onConflict snapsvc.Option
+		onConflict, conflicts[i] = conflictsSeen()
+		clients[i] = procClient(t, srv, "proc-"+s, onConflict)
+	}
+	for i, s := range services {
+		outs[i] = make(chan restartOutcome, 1)
+		restartAsync(clients[i], ctx, outs[i], "k8s."+s)
+	}
+	for i, s := range services {
+		awaitT(t, ctx, conflicts[i], s+" to meet the blocker")
+	}
+	refused := 0
+	for _, s := range services {
+		refused += refusedPosts(srv, "proc-"+s)
+	}
+	if refused != 1 {
+		t.Errorf("%d requests to act refused among 4 processes arriving at once, want 1 (the watcher's)", refused)
+	}
+	blk.Finish()
+	for i, s := range services {
+		if o := awaitT(t, ctx, outs[i], s+"'s restart"); o.err != nil || o.res.ChangeID == "" {
+			t.Fatalf("%s: %+v %v", s, o.res, o.err)
+		}
+	}
 }

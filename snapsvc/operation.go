@@ -49,11 +49,12 @@ type operation struct {
 	res *Result // what it did so far
 
 	// What it holds, each let go of by the phase that took it.
-	hold    *hold           // the restart budget's slots (budget_lifecycle.go)
-	locks   *snapLocks      // the snaps' locks; nil while not held (lock.go)
-	flight  *flight         // the process's identical restarts it leads until it holds the locks (processflight.go)
-	lead    *leadFlight     // the machine's identical restarts it leads (machineflight.go)
-	watcher *machineWatcher // while it watches its snap for the machine (machinewait.go)
+	hold     *hold           // the restart budget's slots (budget_lifecycle.go)
+	locks    *snapLocks      // the snaps' locks; nil while not held (lock.go)
+	flight   *flight         // the process's identical restarts it leads until it holds the locks (processflight.go)
+	lead     *leadFlight     // the machine's identical restarts it leads (machineflight.go)
+	watcher  *machineWatcher // while it watches its snap for the machine (machinewait.go)
+	followed *peerRecord     // the machine's watcher of its snap, while it follows it (machinewait.go)
 
 	// What it learned on the way.
 	skip       string          // the running hook's own change, never a blocker
@@ -321,7 +322,7 @@ func (op *operation) try() (attempt, error) {
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
-	op.lead.set(flightSent) // machineflight.go: no process joins from now on
+	op.lead.set(c.bg, flightSent) // machineflight.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()
@@ -349,7 +350,7 @@ func (op *operation) try() (attempt, error) {
 		k.last, op.actErr = a.err, a.err
 		a.step = nextStep(acting, a.err)
 		if a.step == waitOut || !mayHaveWritten(a.err) {
-			op.lead.set(flightOpen) // it did nothing: other processes may join again
+			op.lead.set(c.bg, flightOpen) // it did nothing: other processes may join again
 		}
 	}
 	return a, nil

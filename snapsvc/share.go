@@ -49,8 +49,9 @@ import (
 
 // awaitLockDir waits, for the operation, for news in the machine's lock
 // directory after mark (watched: the directory's watch works; else it
-// polls), at most one poll interval (a peer that died or stopped publishes
-// nothing: it is looked at again then), within the call's bounds.
+// polls), at most one poll interval and at most peerLook (a peer that
+// stopped publishes nothing: it is looked at again then), within the
+// call's bounds.
 //
 // The joiner's difference, said here only: a follower of the machine's
 // watcher (byGiveUp) stops at its give-up instant, the end of its
@@ -62,7 +63,7 @@ import (
 // the call's end: interrupted (the context), or the give-up.
 func (op *operation) awaitLockDir(watched bool, mark uint64, byGiveUp bool) error {
 	k := op.k
-	d := op.c.poll
+	d := min(op.c.poll, peerLook)
 	left, bounded := k.left()
 	bounded = bounded && byGiveUp
 	if bounded && left < d {
@@ -70,7 +71,7 @@ func (op *operation) awaitLockDir(watched bool, mark uint64, byGiveUp bool) erro
 	}
 	woke, err := false, errNotWatched
 	if watched {
-		woke, err = op.c.machine.watch.waitFrom(k.ctx, d, mark)
+		woke, err = op.c.machine.dirs.watch(op.o.t.snaps[0]).waitFrom(k.ctx, d, mark)
 	}
 	switch {
 	case k.ctx.Err() != nil:

@@ -94,6 +94,23 @@ const (
 	cadenceFastMax     = 20
 	cadenceSlowMax     = 10
 
+	// ---- The machine's records (records.go, lockdir.go) ----
+
+	// beatEvery: how often the holder of a record (a snap's lock, its
+	// wait, a flight) beats it: rewrites it in place, its beat counted up.
+	beatEvery = 100 * time.Millisecond
+	// peerSilence: a record whose beat a peer has seen stand still this
+	// long, on its own clock, has a stopped holder (SIGSTOP, a debugger,
+	// a frozen cgroup), whom the peer deposes. Ten beats: a holder held up
+	// by a loaded machine for a second is rare, and deposing a live one
+	// costs a request it would not have sent, never a wrong outcome.
+	peerSilence = time.Second
+	// peerLook: the longest a peer waiting on a record (a snap's lock, its
+	// watcher, a flight's leader) goes without looking at it again, what
+	// ever the poll interval, so that silence is seen within about
+	// peerSilence: the directory's watch wakes it sooner at any change.
+	peerLook = 250 * time.Millisecond
+
 	// ---- Budget slots (budget_lifecycle.go, budget_slots.go) ----
 
 	// maxExpiredFences: fences in a row whose confirmation ran out before

@@ -155,14 +155,7 @@ func Open(path string) (*Held, error) {
 
 // Read returns the file's content, up to max bytes, even once it was
 // removed.
-func (h *Held) Read(max int) ([]byte, error) {
-	buf := make([]byte, max)
-	n, err := h.f.ReadAt(buf, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("cannot read %s: %w", h.path, err)
-	}
-	return buf[:n], nil
-}
+func (h *Held) Read(max int) ([]byte, error) { return readAt(h.f, h.path, max) }
 
 // Released reports whether nobody holds an exclusive lock on the file any
 // more: its maker let go, or died.
@@ -179,14 +172,7 @@ func (h *Held) Released() (bool, error) {
 }
 
 // Same reports whether path still names the file h holds open.
-func (h *Held) Same() bool {
-	st, err := h.f.Stat()
-	if err != nil {
-		return false
-	}
-	pst, err := os.Lstat(h.path)
-	return err == nil && os.SameFile(st, pst)
-}
+func (h *Held) Same() bool { return sameFile(h.f, h.path) }
 
 // Close closes the file.
 func (h *Held) Close() error { return h.f.Close() }
@@ -212,4 +198,144 @@ func RemoveReleased(path string) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// Same reports whether path still names the file of the lock: it was not
+// removed or replaced since it was taken (another process may remove the
+// file of a lock whose holder it judged gone, and make its own).
+func (l *Lock) Same() bool { return l != nil && sameFile(l.f, l.path) }
+
+// Path returns the path the lock was taken on.
+func (l *Lock) Path() string { return l.path }
+
+// Release lets go of the lock and keeps its file open, so that Same and
+// RemoveIfSame still tell whether the path names it; Close closes it.
+func (l *Lock) Release() error { return syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN) }
+
+// RemoveIfSame removes the lock's path if it still names the lock's file
+// (its caller serialises the makers and removers of path with another
+// lock), then closes the file, letting go of the lock if still held.
+func (l *Lock) RemoveIfSame() error {
+	var err error
+	if l.Same() {
+		if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = rerr
+		}
+	}
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Close closes the lock's file, which lets go of the lock.
+func (l *Lock) Close() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+// A Contender holds a lock file open to take its lock once it is free,
+// trying as often as its caller likes without opening and closing the
+// file at each try: a watch on the lock directory sees a close of a file
+// open for writing as a release, and would wake every contender at every
+// try.
+type Contender struct {
+	f    *os.File
+	path string
+}
+
+// Contend opens the lock file at path (created 0600 if needed, its
+// directory 0700; never through a symlink) to take its lock with Try.
+func Contend(path string) (*Contender, error) {
+	f, err := openLockFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Contender{f: f, path: path}, nil
+}
+
+// Try takes the lock if nobody holds it: ok false, and no error, when
+// someone does. Once it returns a Lock the Contender is spent (the Lock
+// owns the file); the caller should check Same, since the file may have
+// been removed or replaced after the Contender opened it.
+func (c *Contender) Try() (l *Lock, ok bool, err error) {
+	if err := syscall.Flock(int(c.f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("cannot lock %s: %w", c.path, err)
+	}
+	l = &Lock{f: c.f, path: c.path}
+	c.f = nil
+	return l, true, nil
+}
+
+// Read returns the content of the lock file, up to max bytes: what its
+// holder wrote there (Rewrite).
+func (c *Contender) Read(max int) ([]byte, error) { return readAt(c.f, c.path, max) }
+
+// Same reports whether path still names the file the Contender holds
+// open.
+func (c *Contender) Same() bool { return sameFile(c.f, c.path) }
+
+// Close closes the file (a spent Contender: nothing to do).
+func (c *Contender) Close() error {
+	if c.f == nil {
+		return nil
+	}
+	err := c.f.Close()
+	c.f = nil
+	return err
+}
+
+// RemoveIfSame removes path if it still names the file h holds open, and
+// reports whether path no longer names that file (removed now, or
+// already). Callers serialise their makers and removers of path with
+// another lock, so path cannot change meanwhile.
+func RemoveIfSame(path string, h *Held) (bool, error) {
+	if !h.Same() {
+		return true, nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
+}
+
+// readAt reads f's content from its start, up to max bytes, with one read
+// sized by the file (records are small and read often).
+func readAt(f *os.File, path string, max int) ([]byte, error) {
+	n := 512
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		n = int(st.Size()) + 1 // one more: a rewrite that grew meanwhile is seen as such
+	}
+	n = min(n, max)
+	for {
+		buf := make([]byte, n)
+		got, err := f.ReadAt(buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("cannot read %s: %w", path, err)
+		}
+		if got < n || n == max {
+			return buf[:got], nil
+		}
+		n = min(2*n, max) // it grew: read again
+	}
+}
+
+// sameFile reports whether path names the file f.
+func sameFile(f *os.File, path string) bool {
+	if f == nil {
+		return false
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	pst, err := os.Lstat(path)
+	return err == nil && os.SameFile(st, pst)
 }
