@@ -153,6 +153,7 @@ func (b *budgetRunner) takeAll(ctx context.Context, keys []string) (*hold, error
 func (h *hold) listenLost() {
 	for _, s := range h.slots {
 		h.wg.Add(1)
+		// scoped: joined by stopListening.
 		go func() {
 			defer h.wg.Done()
 			select {
@@ -170,6 +171,7 @@ func (h *hold) onLost(f func()) (stop func()) {
 	var wg sync.WaitGroup
 	for _, s := range h.slots {
 		wg.Add(1)
+		// scoped: joined by stop.
 		go func() {
 			defer wg.Done()
 			select {

@@ -48,6 +48,7 @@ func (h *hold) settleInBackground(k *call, o request, err error, a *asyncHold) {
 			defer t.Stop()
 			ch := make(chan struct{})
 			expired = ch
+			// scoped: ends with the hold's context, cancelled as the hold ends.
 			go func() {
 				select {
 				case <-t.C():

@@ -159,6 +159,7 @@ func (b *budgetRunner) acquire(ctx context.Context, s *sharedSlot, start time.Ti
 		defer t.Stop()
 		stop := make(chan struct{})
 		defer close(stop)
+		// scoped: ends as acquire returns (stop).
 		go func() {
 			select {
 			case <-t.C():

@@ -56,6 +56,9 @@ func (op *operation) blockerWait(a attempt, ce *retry.ConflictError) (w blockerW
 // conflict is the conflict phase (above): it waits out the change that
 // refused attempt a and says what the operation does next.
 func (op *operation) conflict(a attempt) (next, error) {
+	if err := op.aboutToWait(); err != nil {
+		return 0, err
+	}
 	op.res.Conflicts++
 	ce, _ := retry.AsConflict(a.err)
 	op.k.last = ce

@@ -83,20 +83,14 @@
 //
 // # Shared waits
 //
-// Callers of one process that wait for the same change, or for the same snap
-// to be idle, share one watcher (processwait.go), so snapd's load does not
-// grow with their number. They share facts (outcomes, with the time their
-// reads were sent, and snapd's reachability), never bounds: each caller
-// applies its own context and policy, and takes only an answer read after it
-// joined.
-//
-// The processes of a machine share the same way through their lock
-// directory (WithLockDir): operations that wait out a blocker on one snap
-// have one observer among them, whose facts the others follow without
-// asking snapd anything, and take over within one poll interval should it
-// end or die (machinewait.go); a restart joins another process's identical
-// restart while that one's request is not being sent (machineflight.go).
-// Calls from hooks take no part: the blocker may be their own hook's change.
+// Callers that wait for the same thing share one wait, so snapd's load does
+// not grow with their number: in a process, WaitChange, Operation.Wait and
+// WaitIdle callers; across the processes of one host, through their lock
+// directory (WithLockDir), the operations that meet a change holding their
+// snap. And identical restarts that have not been sent yet become one. They
+// share what was seen, never bounds: each caller applies its own context and
+// policy, and takes only what was seen after it began to wait. Calls from
+// hooks take no part across processes. share.go says how.
 //
 // # Restart budget
 //

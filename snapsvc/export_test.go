@@ -158,3 +158,28 @@ func WritePreviousBoot(dir, snap string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, snap+waitSuffix), encodeFrame(recordFrame{Boot: "an-earlier-boot", PID: 1, ID: 1, Beat: 7, Body: body}), 0o600)
 }
+
+// SetMergeHook makes f run as a restart joins an identical restart of its
+// process (true) or begins leading them (false), until the test ends.
+func SetMergeHook(t interface{ Cleanup(func()) }, f func(joined bool)) {
+	testHookMerge = f
+	t.Cleanup(func() { testHookMerge = func(bool) {} })
+}
+
+// Flights counts the flights of snap in the lock directory dir whose
+// leader holds their record.
+func Flights(dir, snap string) int {
+	names, _ := filepath.Glob(filepath.Join(dir, snap+".*"+flightSuffix))
+	n := 0
+	for _, name := range names {
+		p, err := openPeer(name)
+		if err != nil {
+			continue
+		}
+		if _, _, st := p.look(); st != peerGone {
+			n++
+		}
+		p.close()
+	}
+	return n
+}

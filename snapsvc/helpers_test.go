@@ -317,17 +317,7 @@ func checkLeaks(t *testing.T) {
 // conflictsSeen returns an option that observes a client's conflicts, and
 // a channel that gets a value at each (buffered; a full buffer drops
 // them, never holding the client up).
-func conflictsSeen() (snapsvc.Option, <-chan struct{}) {
-	ch := make(chan struct{}, 100)
-	return snapsvc.WithObserver(func(ev snapsvc.Event) {
-		if ev.Kind == snapsvc.EventConflict {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}), ch
-}
+func conflictsSeen() (snapsvc.Option, <-chan struct{}) { return eventsSeen(snapsvc.EventConflict) }
 
 // awaitT waits for ch, or fails the test, naming what it waited for, once
 // ctx ends: every wait of a test is bounded.
@@ -350,8 +340,38 @@ func lockDirOf(srv *fake.Server) string { return filepath.Join(srv.Dir(), ".snap
 // srv's lock directory: its wait record held, saying the snap is busy.
 func awaitWatcher(t testing.TB, ctx context.Context, srv *fake.Server, snap string) {
 	t.Helper()
-	dir := lockDirOf(srv)
+	awaitWatcherIn(t, ctx, lockDirOf(srv), snap)
+}
+
+// awaitWatcherIn is awaitWatcher in the lock directory dir.
+func awaitWatcherIn(t testing.TB, ctx context.Context, dir, snap string) {
+	t.Helper()
 	if err := snapsvc.AwaitLockDir(ctx, dir, func() bool { return snapsvc.Watching(dir, snap) }); err != nil {
 		t.Fatalf("waiting for a watcher of %s: %v", snap, err)
+	}
+}
+
+// eventsSeen returns an option that observes a client's events of kind,
+// and a channel that gets a value at each (buffered; a full buffer drops
+// them, never holding the client up).
+func eventsSeen(kind snapsvc.EventKind) (snapsvc.Option, <-chan struct{}) {
+	ch := make(chan struct{}, 100)
+	return snapsvc.WithObserver(func(ev snapsvc.Event) {
+		if ev.Kind == kind {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}), ch
+}
+
+// awaitFlight waits until a flight of snap is under way in srv's lock
+// directory: a restart leads it, and may be joined while it waits.
+func awaitFlight(t testing.TB, ctx context.Context, srv *fake.Server, snap string) {
+	t.Helper()
+	dir := lockDirOf(srv)
+	if err := snapsvc.AwaitLockDir(ctx, dir, func() bool { return snapsvc.Flights(dir, snap) > 0 }); err != nil {
+		t.Fatalf("waiting for a flight of %s: %v", snap, err)
 	}
 }

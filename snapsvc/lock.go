@@ -2,6 +2,8 @@ package snapsvc
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -78,17 +80,18 @@ func (l *snapLock) takePending() []string {
 
 // snapLocks is the set of locks one operation holds.
 type snapLocks struct {
-	dirs  *lockDirs // of the cross-process locks (none: none)
-	what  string    // what the operation does, in its locks' records
-	mem   []*snapLock
-	files []*heldRecord
+	dirs    *lockDirs    // of the cross-process locks (none: none)
+	what    []byte       // its locks' records' body: what the operation does (snapLockBody)
+	waiting func() error // called before the operation first waits for a lock another process holds; its error ends the wait
+	mem     []*snapLock
+	files   []*heldRecord
 }
 
 // lock takes the in-process lock of every snap (sorted, so two
 // multi-snap operations cannot deadlock), then the cross-process locks
 // in their lock directories (lockdir.go), for what. Waiting honours ctx.
-func (p processSnaps) lock(ctx context.Context, snaps []string, dirs *lockDirs, what string) (*snapLocks, error) {
-	h := &snapLocks{dirs: dirs, what: what}
+func (p processSnaps) lock(ctx context.Context, snaps []string, dirs *lockDirs, what []byte, waiting func() error) (*snapLocks, error) {
+	h := &snapLocks{dirs: dirs, what: what, waiting: waiting}
 	for _, s := range snaps {
 		l := p.of(s)
 		if err := l.sem.Acquire(ctx, 1); err != nil {
@@ -119,7 +122,12 @@ func (l *snapLocks) lockFiles(ctx context.Context, snaps []string) error {
 		return nil
 	}
 	for _, s := range snaps {
-		fl, err := l.dirs.lockSnap(ctx, s, l.what)
+		fl, err := l.dirs.lockSnap(ctx, s, l.what, l.waiting)
+		var ji *joinInstead
+		if errors.As(err, &ji) {
+			l.releaseFiles()
+			return err
+		}
 		if err != nil {
 			l.releaseFiles()
 			return fmt.Errorf("cross-process lock of snap %q: %w", s, err)
@@ -127,6 +135,20 @@ func (l *snapLocks) lockFiles(ctx context.Context, snaps []string) error {
 		l.files = append(l.files, fl)
 	}
 	return nil
+}
+
+// pending reports whether an earlier asynchronous operation of this
+// process left a change running on one of the snaps.
+func (l *snapLocks) pending() bool {
+	for _, s := range l.mem {
+		s.mu.Lock()
+		n := len(s.pending)
+		s.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *snapLocks) release() {
@@ -148,7 +170,7 @@ func (op *operation) lock() error {
 	c := op.c
 	for {
 		if !c.queuesInHook() {
-			h, err := c.snaps.lock(op.k.ctx, op.o.t.snaps, c.lockDirs, op.o.action+" "+op.o.t.String())
+			h, err := c.snaps.lock(op.k.ctx, op.o.t.snaps, c.lockDirs, op.o.lockBody(c.lockDirs), op.aboutToWait)
 			if err != nil {
 				return err
 			}
@@ -162,10 +184,12 @@ func (op *operation) lock() error {
 			return err
 		}
 	}
-	op.closeFlight() // processflight.go: no identical restart of this process joins from now on
-	if err := op.waitPending(); err != nil {
-		op.unlock()
-		return err
+	op.flight.close() // processflight.go: no identical restart of this process joins from now on
+	if op.locks != nil && op.locks.pending() {
+		if err := op.waitPending(); err != nil {
+			op.unlock()
+			return err
+		}
 	}
 	if c.hook != "" {
 		op.skip = ownHookChange(op.k, op.o.t.snaps)
@@ -204,6 +228,22 @@ func (op *operation) unlock() {
 		op.locks = nil
 	}
 }
+
+// lockBody is the body of the records of the cross-process locks (in
+// dirs) an operation of o takes: what it does.
+func (o request) lockBody(dirs *lockDirs) []byte {
+	if dirs.none() {
+		return nil
+	}
+	b, _ := json.Marshal(snapLockBody{For: o.action + " " + o.t.String()})
+	return b
+}
+
+// aboutToWait is called when the operation is about to wait, for a lock
+// another process holds or out someone else's change, its request not
+// sent: the flight it leads opens to the machine's identical restarts, or
+// it joins one of them found under way (a *joinInstead: machineflight.go).
+func (op *operation) aboutToWait() error { return op.lead.open(op.k.ctx) }
 
 // withoutFileLocks runs wait, a wait for someone else's change, with the
 // snaps' cross-process locks let go of: a hook that change runs, or

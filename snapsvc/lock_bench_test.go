@@ -21,7 +21,7 @@ func BenchmarkLock(b *testing.B) {
 		return c
 	}
 	lockOnce := func(b *testing.B, c *Client) {
-		h, err := c.snaps.lock(ctx, []string{"k8s"}, c.lockDirs, "bench")
+		h, err := c.snaps.lock(ctx, []string{"k8s"}, c.lockDirs, []byte(`{"for":"bench"}`), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

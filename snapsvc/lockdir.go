@@ -16,17 +16,8 @@ import (
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
-// The lock directory: where the processes of a machine that control a
-// snap meet (share.go). Per snap, it holds:
-//
-//	SNAP.lock         the snap's lock, held by the operation acting on it
-//	                  (a record: records.go), let go of while it waits out
-//	                  someone else's change
-//	SNAP.wait         the snap's wait: its watcher's facts (machinewait.go)
-//	SNAP.HASH.flight  a flight of identical restarts (machineflight.go)
-//	SNAP.peers        a short lock: records made, removed or deposed
-//
-// Every process that controls a snap must find the same directory for it,
+// Where a snap's lock directory is (share.go says what is in it). Every
+// process that controls a snap must find the same directory for it,
 // whoever runs it: the snap's own daemons and hooks, and an operator's CLI
 // on the host. So with snapd's own sockets the directory is the snap's:
 // $SNAP_COMMON/.snapsvc-lock, which is /var/snap/SNAP/common/.snapsvc-lock
@@ -48,6 +39,12 @@ type lockDirs struct {
 	mu      sync.Mutex
 	watches map[string]*dirWatch
 	closed  bool
+	paths   sync.Map // snap -> *snapPaths, once its directory is known for good
+}
+
+// snapPaths are the files of one snap in its lock directory.
+type snapPaths struct {
+	dir, lock, wait, peers string
 }
 
 // snapDataDir is snapd's dirs.SnapDataDir, the parent of every snap's
@@ -164,7 +161,31 @@ const (
 
 // path is the file of snap with suffix in its lock directory.
 func (d *lockDirs) path(snap, suffix string) string {
-	return filepath.Join(d.of(snap), snap+suffix)
+	p := d.files(snap)
+	switch suffix {
+	case lockSuffix:
+		return p.lock
+	case waitSuffix:
+		return p.wait
+	case peersSuffix:
+		return p.peers
+	}
+	return filepath.Join(p.dir, snap+suffix)
+}
+
+// files returns snap's files, remembered once its directory is known for
+// good: a fixed one, or the snap's own (a snap not installed yet has
+// /run/snapsvc's until it is, so that one is worked out every time).
+func (d *lockDirs) files(snap string) *snapPaths {
+	if p, ok := d.paths.Load(snap); ok {
+		return p.(*snapPaths)
+	}
+	dir := d.of(snap)
+	p := &snapPaths{dir: dir, lock: filepath.Join(dir, snap+lockSuffix), wait: filepath.Join(dir, snap+waitSuffix), peers: filepath.Join(dir, snap+peersSuffix)}
+	if d.perSnap == nil || strings.HasSuffix(dir, ".snapsvc-lock") {
+		d.paths.Store(snap, p)
+	}
+	return p
 }
 
 // snapLockBody is what the holder of a snap's lock says of itself.
@@ -173,12 +194,13 @@ type snapLockBody struct {
 }
 
 // lockSnap takes snap's cross-process lock as a record this process holds
-// (records.go), for what (its log says what holds it): while another peer
-// holds it, it waits within ctx, woken by the directory's watch when the
+// (records.go), its body what (snapLockBody: what the holder does): while another
+// peer holds it, it waits within ctx (waiting, when set, is called before
+// it first waits; its error ends the wait), woken by the directory's watch when the
 // holder lets go (its close) or beats, looking every peerLook at most, and
 // deposes a holder that stopped beating. A lock file that holds no record
 // (an earlier release's) is waited for as it always was.
-func (d *lockDirs) lockSnap(ctx context.Context, snap, what string) (*heldRecord, error) {
+func (d *lockDirs) lockSnap(ctx context.Context, snap string, what []byte, waiting func() error) (*heldRecord, error) {
 	path := d.path(snap, lockSuffix)
 	w := d.watch(snap)
 	con, err := flock.Contend(path)
@@ -202,7 +224,7 @@ func (d *lockDirs) lockSnap(ctx context.Context, snap, what string) (*heldRecord
 			// opened the file: the lock is now another file's.
 			_ = l.Unlock()
 		case ok:
-			return holdRecord(l, snapLockBody{For: what})
+			return holdRecord(l, what)
 		case !con.Same():
 			// The file was removed (its holder deposed): contend for
 			// the one that replaces it.
@@ -212,6 +234,12 @@ func (d *lockDirs) lockSnap(ctx context.Context, snap, what string) (*heldRecord
 					return nil, err
 				}
 				continue
+			}
+			if waiting != nil {
+				if err := waiting(); err != nil {
+					return nil, err
+				}
+				waiting = nil
 			}
 			if err := awaitDir(ctx, w, watched, mark, peerLook); err != nil {
 				return nil, fmt.Errorf("waiting for lock %s: %w", path, err)

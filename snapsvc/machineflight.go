@@ -11,32 +11,11 @@ import (
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
-// Flights in machine scope (share.go says the rule; records.go, what a
-// record is). The leader of a process's identical restarts
-// (processflight.go) enters the machine's flight for its request before it
-// waits for the snap's lock: the record SNAP.HASH.flight (HASH: of the
-// mode, cookie, hook and request).
-//
-//   - With none under way, it makes the record and leads the flight: the
-//     record says "open" until the request is about to be sent, "sent"
-//     from right before each attempt, "open" again after an attempt that
-//     provably did nothing (refused by a conflict, or never written), and
-//     at last the outcome, before the leader lets go of it.
-//   - With one under way and open, it joins: it sends nothing, and waits
-//     for the outcome within its own bounds. A change Done, or a
-//     *ChangeError, is every joiner's outcome, with the same change id;
-//     any other end of the leader's (its own bound, an unknown outcome, a
-//     leader killed or stopped) says nothing of the joiner's, which enters
-//     anew and acts itself.
-//   - With one under way and sent, it waits until it is open again (its
-//     request refused by a conflict), then joins, or until it is over,
-//     then enters anew.
-//
-// A restart joins only on a phase read open after this process's
-// identical restarts stopped joining it (closeFlight): the other
-// process's request may be sent the moment after its phase was read, and
-// a restart of this process whose call begins then must not take that
-// request's change for its own.
+// Flights in machine scope (share.go says the rule). A restart joins a
+// flight read open only after this process's identical restarts stopped
+// joining it (flight.close): the other process's request may be sent the
+// moment after, and a restart of this process whose call begins then must
+// not take that request's change for its own.
 
 // Phases of a machine flight.
 const (
@@ -116,12 +95,17 @@ func (m machine) flightPath(snap, key string) string {
 	return m.dirs.path(snap, "."+hex.EncodeToString(sum[:8])+flightSuffix)
 }
 
-// leadFlight is a flight this operation leads.
+// leadFlight is a flight this operation leads. Its record is made only
+// once the leader is about to wait (for the snap's lock, or out a blocker):
+// until then its request goes out at once, and nobody could join it in
+// time, so an uncontended restart makes no file.
 type leadFlight struct {
-	rec   *heldRecord
-	peers string // the snap's peers lock
-	phase string
-	gone  bool // abandoned (or its leader deposed): its joiners act themselves
+	m          machine
+	bg         *background
+	snap, path string
+	rec        *heldRecord // nil until opened
+	phase      string
+	gone       bool // abandoned, or another process's found: its joiners (none) act themselves
 }
 
 // joinedFlight is another process's flight this operation joined, or
@@ -131,21 +115,54 @@ type joinedFlight struct {
 	joined bool // its request had not been sent when it was read
 }
 
-// enterFlight leads a new flight for key on snap, or finds the one under
-// way, for awaitFlight: to join while its request is not being sent, or
-// to enter anew once it is over (enterRecord: in the background, bounded
-// by ctx).
-func (m machine) enterFlight(ctx context.Context, bg *background, snap, key string) (*leadFlight, *joinedFlight, error) {
-	own, peer, err := m.enterRecord(ctx, bg, snap, m.flightPath(snap, key), func(recordFrame, bool) any {
+// findFlight returns the flight of another process for key on snap this
+// restart may join: one whose record a live leader holds. With none, the
+// restart leads its own.
+func (m machine) findFlight(snap, key string) *joinedFlight {
+	p, err := openPeer(m.flightPath(snap, key))
+	if err != nil {
+		return nil
+	}
+	if _, _, st := p.look(); st == peerGone {
+		p.close()
+		return nil
+	}
+	return &joinedFlight{p: p}
+}
+
+// open makes the flight's record, its phase open, as its leader is about
+// to wait, within ctx: identical restarts of the machine's other processes
+// may join it meanwhile. Where another process's flight is found there (it
+// began leading while this one did), it returns it: this leader's request
+// is not sent, and it joins that flight instead (a *joinInstead, from the
+// phase that was about to wait). Where the record cannot be made, the
+// leader goes on alone.
+func (f *leadFlight) open(ctx context.Context) error {
+	if f == nil || f.rec != nil || f.gone {
+		return nil
+	}
+	own, peer, err := f.m.enterRecord(ctx, f.bg, f.snap, f.path, func(recordFrame, bool) any {
 		return flightRecord{Phase: flightOpen}
 	})
 	switch {
-	case err != nil:
-		return nil, nil, err
 	case peer != nil:
-		return nil, &joinedFlight{p: peer}, nil
+		f.gone = true
+		return &joinInstead{fl: &joinedFlight{p: peer}}
+	case err != nil:
+		f.gone = true
+		return nil
 	}
-	return &leadFlight{rec: own, peers: m.dirs.path(snap, peersSuffix), phase: flightOpen}, nil, nil
+	f.rec, f.phase = own, flightOpen
+	return nil
+}
+
+// joinInstead ends the acting of a restart that leads its flight but found
+// another process's identical flight as it was about to wait, its own
+// request not sent: it joins that flight (mergeMachine).
+type joinInstead struct{ fl *joinedFlight }
+
+func (*joinInstead) Error() string {
+	return "an identical restart of another process is under way: joining it"
 }
 
 // testHookFlightRead is called when a restart has read the phase of
@@ -165,23 +182,25 @@ func (fl *joinedFlight) read() (rec flightRecord, ok bool, st peerState) {
 // leader have been deposed), the flight is abandoned (its record let go
 // of, and left to whoever comes next): a joiner must never believe unsent
 // a request that was sent.
-func (f *leadFlight) set(bg *background, phase string) {
+func (f *leadFlight) set(phase string) {
 	if f == nil || f.gone || f.phase == phase {
 		return
 	}
+	f.phase = phase
+	if f.rec == nil {
+		return // not opened: nobody joined
+	}
 	if err := f.rec.publish(flightRecord{Phase: phase}); err != nil {
 		f.gone = true
-		f.rec.end(bg, f.peers, nil, false)
-		return
+		f.rec.end(f.bg, f.m.dirs.path(f.snap, peersSuffix), nil, false)
 	}
-	f.phase = phase
 }
 
 // finish publishes the leader's outcome and lets go of the flight's
 // record (removed in the background, bg): its joiners read the outcome on
 // their own bounds.
-func (f *leadFlight) finish(bg *background, res *Result, err error) {
-	if f.gone {
+func (f *leadFlight) finish(res *Result, err error) {
+	if f.gone || f.rec == nil {
 		return
 	}
 	out := &flightOutcome{}
@@ -193,7 +212,7 @@ func (f *leadFlight) finish(bg *background, res *Result, err error) {
 	case errors.As(err, &ce):
 		out = sharedFailure(err, ce)
 	}
-	f.rec.end(bg, f.peers, flightRecord{Phase: flightDone, Outcome: out}, true)
+	f.rec.end(f.bg, f.m.dirs.path(f.snap, peersSuffix), flightRecord{Phase: flightDone, Outcome: out}, true)
 }
 
 // ---- the operation's side ----
@@ -202,34 +221,32 @@ func (f *leadFlight) finish(bg *background, res *Result, err error) {
 // identical restarts (processflight.go), merged with the machine's: it joins
 // another process's flight, or leads a flight of its own.
 func (op *operation) mergeMachine(key string) (*Result, error) {
-	c, k, o := op.c, op.k, op.o
+	c, o := op.c, op.o
 	if !c.machine.shares(o) {
 		res, _, err := op.act(true)
 		return res, err
 	}
 	snap := o.t.snaps[0]
+	fl := c.machine.findFlight(snap, key)
 	for {
-		lead, fl, err := c.machine.enterFlight(k.ctx, c.bg, snap, key)
-		switch {
-		case err != nil && k.ctx.Err() != nil:
-			return nil, c.opError(o, "", 0, ctxErr(k.ctx, "waiting for the machine's identical restarts"))
-		case err != nil:
-			k.log.Debug("cannot merge with the machine's identical restarts", "error", err)
-		case fl != nil:
+		if fl != nil {
 			res, err, ended := op.awaitFlight(fl)
 			if ended {
 				return res, err
 			}
-			continue // enter anew: lead, or join another
-		case lead != nil:
-			k.log.Debug("leading the machine's identical restarts until the request is sent")
-			op.lead = lead
-			res, _, err := op.act(true)
-			op.lead = nil
-			lead.finish(c.bg, res, err)
-			return res, err
+			fl = c.machine.findFlight(snap, key) // look anew: lead, or join another
+			continue
 		}
+		lead := &leadFlight{m: c.machine, bg: c.bg, snap: snap, path: c.machine.flightPath(snap, key), phase: flightOpen}
+		op.lead = lead
 		res, _, err := op.act(true)
+		op.lead = nil
+		var ji *joinInstead
+		if errors.As(err, &ji) {
+			fl = ji.fl
+			continue
+		}
+		lead.finish(res, err)
 		return res, err
 	}
 }
@@ -260,10 +277,11 @@ func (op *operation) awaitFlight(fl *joinedFlight) (res *Result, err error, ende
 			// flight closes first (those that come from now on lead their
 			// own), then the phase is read again: open still, the request
 			// is sent after every joiner's call began.
-			op.closeFlight()
+			op.flight.close()
 			if rec, ok, st = fl.read(); ok && rec.Phase == flightOpen && st == peerLive {
 				fl.joined = true
 				k.log.Debug("joining an identical restart of another process, not sent yet")
+				c.events.emit(k.event(EventJoined))
 			}
 		}
 		switch {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,10 +44,9 @@ func TestMachineIdenticalRestartsMerge(t *testing.T) {
 	for i := range n {
 		// Each is under way before the next starts: it joined, or met
 		// the blocker itself.
-		logs := newLogWatch()
 		onConflict, conflict := conflictsSeen()
-		c := procClient(t, srv, fmt.Sprintf("proc-%d", i), snapsvc.WithLogger(logs.logger()), onConflict)
-		joined := logs.seen("joining an identical restart of another process")
+		onJoin, joined := eventsSeen(snapsvc.EventJoined)
+		c := procClient(t, srv, fmt.Sprintf("proc-%d", i), onJoin, onConflict)
 		outs[i] = make(chan restartOutcome, 1)
 		restartAsync(c, ctx, outs[i], "k8s.kubelet")
 		select {
@@ -54,6 +54,8 @@ func TestMachineIdenticalRestartsMerge(t *testing.T) {
 		case <-conflict:
 		case o := <-outs[i]:
 			t.Fatalf("process %d returned before the blocker ended: %+v %v", i, o.res, o.err)
+		case <-ctx.Done():
+			t.Fatalf("process %d neither joined nor met the blocker", i)
 		}
 	}
 	for i := 1; i < n; i++ {
@@ -65,7 +67,7 @@ func TestMachineIdenticalRestartsMerge(t *testing.T) {
 	var id string
 	shared := 0
 	for i := range n {
-		o := <-outs[i]
+		o := awaitT(t, ctx, outs[i], fmt.Sprintf("process %d's restart", i))
 		if o.err != nil || o.res.ChangeID == "" || o.res.Status != "Done" {
 			t.Fatalf("process %d: %+v %v", i, o.res, o.err)
 		}
@@ -95,21 +97,21 @@ func TestMachineLateRestartDoesNotJoinASentOne(t *testing.T) {
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(procClient(t, srv, "leader"), ctx, first, "k8s.kubelet")
 	running := waitNewChange(ctx, t, srv)
-	logs := newLogWatch()
-	late := logs.seen("is being sent; waiting until it can be joined or is over")
-	restartAsync(procClient(t, srv, "late", snapsvc.WithLogger(logs.logger())), ctx, second, "k8s.kubelet")
-	<-late
+	restartAsync(procClient(t, srv, "late"), ctx, second, "k8s.kubelet")
+	// The late restart leads a flight of its own, waiting for the snap's
+	// lock: the leader's sent none it could join.
+	awaitFlight(t, ctx, srv, "k8s")
 	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	if o := <-first; o.err != nil || o.res.ChangeID != running {
+	if o := awaitT(t, ctx, first, "the leader's restart"); o.err != nil || o.res.ChangeID != running {
 		t.Fatalf("leader: %+v %v", o.res, o.err)
 	}
 	own := waitNewChange(ctx, t, srv, running)
 	if err := srv.AdvanceUntilReady(ctx, own); err != nil {
 		t.Fatal(err)
 	}
-	if o := <-second; o.err != nil || o.res.Shared || o.res.ChangeID != own {
+	if o := awaitT(t, ctx, second, "the late restart"); o.err != nil || o.res.Shared || o.res.ChangeID != own {
 		t.Fatalf("late restart: %+v %v, want its own change %s", o.res, o.err, own)
 	}
 }
@@ -121,23 +123,21 @@ func TestMachineJoinerActsWhenItsLeaderGivesUp(t *testing.T) {
 	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 300 * time.Millisecond
-	leadLogs, joinLogs := newLogWatch(), newLogWatch()
-	leader := procClient(t, srv, "leader", snapsvc.WithPolicy(short), snapsvc.WithLogger(leadLogs.logger()))
+	leader := procClient(t, srv, "leader", snapsvc.WithPolicy(short))
 	onConflict, refused := conflictsSeen()
-	joiner := procClient(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger()), onConflict)
-	observing := leadLogs.seen("watching the snap for the machine")
+	onJoin, joined := eventsSeen(snapsvc.EventJoined)
+	joiner := procClient(t, srv, "joiner", onJoin, onConflict)
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(leader, ctx, first, "k8s.kubelet")
-	<-observing
-	joined := joinLogs.seen("joining an identical restart of another process")
+	awaitWatcher(t, ctx, srv, "k8s")
 	restartAsync(joiner, ctx, second, "k8s.kubelet")
-	<-joined
-	if o := <-first; !errors.Is(o.err, snapsvc.ErrGaveUp) {
+	awaitT(t, ctx, joined, "the joiner to join the leader's restart")
+	if o := awaitT(t, ctx, first, "the leader's give-up"); !errors.Is(o.err, snapsvc.ErrGaveUp) {
 		t.Fatalf("leader: %+v %v, want gave up", o.res, o.err)
 	}
-	<-refused // the joiner, now acting, is refused in turn
+	awaitT(t, ctx, refused, "the joiner, now acting, to be refused in turn")
 	blk.Finish()
-	o := <-second
+	o := awaitT(t, ctx, second, "the joiner's restart")
 	if o.err != nil || o.res.Shared || o.res.ChangeID == "" {
 		t.Fatalf("joiner: %+v %v, want its own restart", o.res, o.err)
 	}
@@ -157,7 +157,7 @@ func TestMachineJoinersShareAFailedChange(t *testing.T) {
 	blk.Finish()
 	var ids []string
 	for _, ch := range []chan restartOutcome{first, second} {
-		o := <-ch
+		o := awaitT(t, ctx, ch, "a restart's failure")
 		var ce *snapsvc.ChangeError
 		var oe *snapsvc.OpError
 		if !errors.As(o.err, &ce) || !errors.As(o.err, &oe) || oe.Retryable() || ce.Status != "Error" {
@@ -199,7 +199,7 @@ func TestMachineSnapctlJoinersShareTheWholeFailure(t *testing.T) {
 	srv, ctx, blk := blockedServer(t, fake.WithSnaps(snap))
 	first, second := leaderAndJoiner(t, ctx, srv, ctlProcClient, "k8s.kubelet")
 	blk.Finish()
-	lead, join := <-first, <-second
+	lead, join := awaitT(t, ctx, first, "the leader's failure"), awaitT(t, ctx, second, "the joiner's failure")
 	if lead.err == nil || join.err == nil {
 		t.Fatalf("leader %+v %v, joiner %+v %v: want the change's failure for both", lead.res, lead.err, join.res, join.err)
 	}
@@ -236,11 +236,9 @@ func TestMachineSnapctlJoinersShareTheWholeFailure(t *testing.T) {
 func TestMachineInProcessJoinerNeverTakesARestartSentBeforeItsCall(t *testing.T) {
 	checkLeaks(t)
 	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	aLogs, bLogs := newLogWatch(), newLogWatch()
-	observing := aLogs.seen("watching the snap for the machine")
 	first := make(chan restartOutcome, 1)
-	restartAsync(procClient(t, srv, "A", snapsvc.WithLogger(aLogs.logger())), ctx, first, "k8s.kubelet")
-	<-observing // A's flight is open: its request was refused
+	restartAsync(procClient(t, srv, "A"), ctx, first, "k8s.kubelet")
+	awaitWatcher(t, ctx, srv, "k8s") // A's flight is open: its request was refused
 
 	// Process B's first restart reads A's flight open, and is held there.
 	readOpen, release := make(chan struct{}), make(chan struct{})
@@ -253,43 +251,35 @@ func TestMachineInProcessJoinerNeverTakesARestartSentBeforeItsCall(t *testing.T)
 			})
 		}
 	})
-	b := procClient(t, srv, "B", snapsvc.WithLogger(bLogs.logger()))
+	b := procClient(t, srv, "B")
 	second := make(chan restartOutcome, 1)
 	restartAsync(b, ctx, second, "k8s.kubelet")
-	<-readOpen
+	awaitT(t, ctx, readOpen, "B's first restart to read A's flight open")
 	// A's request goes out and makes its change, which ends.
 	blk.Finish()
-	o := <-first
+	o := awaitT(t, ctx, first, "A's restart")
 	if o.err != nil || o.res.ChangeID == "" {
 		t.Fatalf("A: %+v %v", o.res, o.err)
 	}
 	sent := o.res.ChangeID
 	// Only now does B's second restart begin.
 	decided := make(chan struct{}, 2)
-	for _, m := range []string{"joining an identical restart waiting for the snap's lock", "leading identical restarts until the snap's lock is taken"} {
-		ch := bLogs.seen(m)
-		go func() {
-			select {
-			case <-ch:
-				decided <- struct{}{}
-			case <-ctx.Done():
-			}
-		}()
-	}
+	snapsvc.SetMergeHook(t, func(bool) {
+		select {
+		case decided <- struct{}{}:
+		default:
+		}
+	})
 	third := make(chan restartOutcome, 1)
 	restartAsync(b, ctx, third, "k8s.kubelet")
-	select {
-	case <-decided:
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	}
+	awaitT(t, ctx, decided, "B's second restart to join B's first or lead its own")
 	close(release)
 	// B's first restart began before A's request was sent: A's change,
 	// or a change of its own, is its restart.
-	if o := <-second; o.err != nil || o.res.ChangeID == "" {
+	if o := awaitT(t, ctx, second, "B's first restart"); o.err != nil || o.res.ChangeID == "" {
 		t.Fatalf("B's first restart: %+v %v", o.res, o.err)
 	}
-	o = <-third
+	o = awaitT(t, ctx, third, "B's second restart")
 	if o.err != nil || o.res.ChangeID == "" {
 		t.Fatalf("B's second restart: %+v %v", o.res, o.err)
 	}
@@ -307,14 +297,11 @@ func TestMachineJoinerGivesUpRetryable(t *testing.T) {
 	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 200 * time.Millisecond
-	leadLogs := newLogWatch()
-	observing := leadLogs.seen("watching the snap for the machine")
 	first := make(chan restartOutcome, 1)
-	restartAsync(procClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, first, "k8s.kubelet")
-	<-observing
-	joinLogs := newLogWatch()
-	joined := joinLogs.seen("joining an identical restart of another process")
-	_, err := procClient(t, srv, "joiner", snapsvc.WithPolicy(short), snapsvc.WithLogger(joinLogs.logger())).Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+	restartAsync(procClient(t, srv, "leader"), ctx, first, "k8s.kubelet")
+	awaitWatcher(t, ctx, srv, "k8s")
+	onJoin, joined := eventsSeen(snapsvc.EventJoined)
+	_, err := procClient(t, srv, "joiner", snapsvc.WithPolicy(short), onJoin).Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 	select {
 	case <-joined:
 	default:
@@ -328,7 +315,7 @@ func TestMachineJoinerGivesUpRetryable(t *testing.T) {
 		t.Errorf("the joiner sent %d requests", n)
 	}
 	blk.Finish()
-	if o := <-first; o.err != nil {
+	if o := awaitT(t, ctx, first, "the leader's restart"); o.err != nil {
 		t.Fatalf("leader: %v", o.err)
 	}
 }
@@ -338,14 +325,12 @@ func TestMachineJoinerGivesUpRetryable(t *testing.T) {
 // leader's restart: their outcomes come on the channels.
 func leaderAndJoiner(t *testing.T, ctx context.Context, srv *fake.Server, mk func(testing.TB, *fake.Server, string, ...snapsvc.Option) *snapsvc.Client, svc string) (lead, join chan restartOutcome) {
 	t.Helper()
-	leadLogs, joinLogs := newLogWatch(), newLogWatch()
-	observing := leadLogs.seen("watching the snap for the machine")
-	joined := joinLogs.seen("joining an identical restart of another process")
+	onJoin, joined := eventsSeen(snapsvc.EventJoined)
 	lead, join = make(chan restartOutcome, 1), make(chan restartOutcome, 1)
-	restartAsync(mk(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger())), ctx, lead, svc)
-	<-observing
-	restartAsync(mk(t, srv, "joiner", snapsvc.WithLogger(joinLogs.logger())), ctx, join, svc)
-	<-joined
+	restartAsync(mk(t, srv, "leader"), ctx, lead, svc)
+	awaitWatcher(t, ctx, srv, strings.Split(svc, ".")[0])
+	restartAsync(mk(t, srv, "joiner", onJoin), ctx, join, svc)
+	awaitT(t, ctx, joined, "the joiner to join the leader's restart")
 	return lead, join
 }
 
@@ -358,18 +343,16 @@ func TestMachineJoinedRestartIsPaced(t *testing.T) {
 	checkLeaks(t)
 	const gap = 300 * time.Millisecond
 	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	leadLogs, joinLogs := newLogWatch(), newLogWatch()
-	watching := leadLogs.seen("watching the snap for the machine")
-	joined := joinLogs.seen("joining an identical restart of another process")
-	leader := procClient(t, srv, "leader", snapsvc.WithLogger(leadLogs.logger()))
-	joiner := procClient(t, srv, "joiner", snapsvc.WithMinRestartInterval(gap), snapsvc.WithLogger(joinLogs.logger()))
+	onJoin, joined := eventsSeen(snapsvc.EventJoined)
+	leader := procClient(t, srv, "leader")
+	joiner := procClient(t, srv, "joiner", snapsvc.WithMinRestartInterval(gap), onJoin)
 	lead, join := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(leader, ctx, lead, "k8s.kubelet")
-	awaitT(t, ctx, watching, "the leader to watch the blocker")
+	awaitWatcher(t, ctx, srv, "k8s")
 	restartAsync(joiner, ctx, join, "k8s.kubelet")
 	awaitT(t, ctx, joined, "the joiner to join the leader's restart")
 	blk.Finish()
-	l, j := <-lead, <-join
+	l, j := awaitT(t, ctx, lead, "the leader's restart"), awaitT(t, ctx, join, "the joiner's restart")
 	if l.err != nil || j.err != nil || !j.res.Shared || j.res.ChangeID != l.res.ChangeID {
 		t.Fatalf("leader %+v %v, joiner %+v %v: want one change, shared", l.res, l.err, j.res, j.err)
 	}
@@ -386,15 +369,13 @@ func TestMachineJoinedRestartIsPaced(t *testing.T) {
 	// Another process's restart is open for joining now; the joiner,
 	// whose last restart was just now, paces before it joins.
 	blk = srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
-	leadLogs2 := newLogWatch()
-	watching = leadLogs2.seen("watching the snap for the machine")
 	lead2 := make(chan restartOutcome, 1)
-	restartAsync(procClient(t, srv, "leader2", snapsvc.WithLogger(leadLogs2.logger())), ctx, lead2, "k8s.kubelet")
-	awaitT(t, ctx, watching, "the second leader to watch the blocker")
+	restartAsync(procClient(t, srv, "leader2"), ctx, lead2, "k8s.kubelet")
+	awaitWatcher(t, ctx, srv, "k8s")
 	join2 := make(chan restartOutcome, 1)
 	restartAsync(joiner, ctx, join2, "k8s.kubelet")
 	blk.Finish()
-	l2, j2 := <-lead2, <-join2
+	l2, j2 := awaitT(t, ctx, lead2, "the second leader's restart"), awaitT(t, ctx, join2, "the joiner's paced restart")
 	if l2.err != nil || j2.err != nil {
 		t.Fatalf("second leader %+v %v, joiner %+v %v", l2.res, l2.err, j2.res, j2.err)
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,7 +74,15 @@ func runMachineWorker() bool {
 	if spec.Cookie != "" {
 		mode = []snapsvc.Option{snapsvc.WithSnapSocket(spec.Socket), snapsvc.WithCookie(spec.Cookie), snapsvc.WithSnap("k8s"), snapsvc.WithMode(snapsvc.ModeSnapctl)}
 	}
-	opts := []snapsvc.Option{snapsvc.WithLockDir(spec.LockDir), snapsvc.WithPolicy(p), snapsvc.WithTransport(userAgent(spec.Agent)),
+	// Its events go to stderr too, one JSON line each ({"event": kind}):
+	// the states a parent waits for.
+	var emu sync.Mutex
+	events := snapsvc.WithObserver(func(ev snapsvc.Event) {
+		emu.Lock()
+		defer emu.Unlock()
+		json.NewEncoder(os.Stderr).Encode(map[string]string{"event": ev.Kind.String()})
+	})
+	opts := []snapsvc.Option{snapsvc.WithLockDir(spec.LockDir), snapsvc.WithPolicy(p), snapsvc.WithTransport(userAgent(spec.Agent)), events,
 		snapsvc.WithLogger(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))}
 	if spec.Poll > 0 {
 		opts = append(opts, snapsvc.WithPollInterval(spec.Poll))
@@ -137,11 +146,15 @@ func startWorker(t *testing.T, name string, spec workerSpec) *worker {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			var line struct {
-				Msg string `json:"msg"`
+				Msg   string `json:"msg"`
+				Event string `json:"event"`
 			}
 			msg := sc.Text()
 			if json.Unmarshal(sc.Bytes(), &line) == nil {
 				msg = line.Msg + " " + sc.Text()
+				if line.Event != "" {
+					msg = "event " + line.Event
+				}
 			}
 			w.logs.note(msg)
 		}
@@ -157,22 +170,23 @@ func startWorker(t *testing.T, name string, spec workerSpec) *worker {
 	return w
 }
 
-// await waits for the worker to log a message containing sub, or to exit.
-func (w *worker) await(t *testing.T, ctx context.Context, sub string) {
+// awaitEvent waits for the worker's n-th event of kind, or its exit.
+func (w *worker) awaitEvent(t *testing.T, ctx context.Context, kind snapsvc.EventKind, n int) {
 	t.Helper()
-	seen := w.logs.seen(sub)
-	for _, l := range w.logs.all() {
-		if bytes.Contains([]byte(l), []byte(sub)) {
+	line := "event " + kind.String()
+	for {
+		seen := w.logs.seen(line)
+		if w.logs.count(line) >= n {
 			return
 		}
-	}
-	select {
-	case <-seen:
-	case err := <-w.done:
-		w.done <- err
-		t.Fatalf("worker %s exited (%v) before logging %q; its log:\n%s", w.name, err, sub, w.logText())
-	case <-ctx.Done():
-		t.Fatalf("worker %s never logged %q; its log:\n%s", w.name, sub, w.logText())
+		select {
+		case <-seen:
+		case err := <-w.done:
+			w.done <- err
+			t.Fatalf("worker %s exited (%v) before its event %s #%d; its log:\n%s", w.name, err, kind, n, w.logText())
+		case <-ctx.Done():
+			t.Fatalf("worker %s never had its event %s #%d; its log:\n%s", w.name, kind, n, w.logText())
+		}
 	}
 }
 
@@ -223,11 +237,11 @@ func TestMachineObserverKilled(t *testing.T) {
 			Names: []string{"k8s." + service}, MaxElapsed: bound, Poll: poll}
 	}
 	a := startWorker(t, "a", spec("worker-a", "kubelet", 0))
-	a.await(t, ctx, "watching the snap for the machine")
+	awaitWatcher(t, ctx, srv, "k8s")
 	b := startWorker(t, "b", spec("worker-b", "containerd", 0))
 	c := startWorker(t, "c", spec("worker-c", "kube-proxy", 1500*time.Millisecond))
-	b.await(t, ctx, "following what it sees")
-	c.await(t, ctx, "following what it sees")
+	b.awaitEvent(t, ctx, snapsvc.EventConflict, 1) // following what a watches
+	c.awaitEvent(t, ctx, snapsvc.EventConflict, 1)
 	lateness := testclock.StartLateness()
 	if err := a.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
@@ -279,11 +293,11 @@ func TestMachineEightProcessesRestartOnce(t *testing.T) {
 	for i := range 8 {
 		w := startWorker(t, fmt.Sprint(i), workerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), ".snapsvc-lock"),
 			Agent: fmt.Sprintf("worker-%d", i), Names: []string{"k8s.kubelet"}})
-		want := "joining an identical restart of another process"
 		if i == 0 {
-			want = "watching the snap for the machine"
+			awaitWatcher(t, ctx, srv, "k8s")
+		} else {
+			w.awaitEvent(t, ctx, snapsvc.EventJoined, 1)
 		}
-		w.await(t, ctx, want)
 		ws = append(ws, w)
 	}
 	lateness := testclock.StartLateness()
@@ -332,29 +346,32 @@ func TestMachineFlightLeaderKilled(t *testing.T) {
 			Agent: fmt.Sprintf("worker-%d", i), Names: []string{"k8s.kubelet"}}
 	}
 	leader := startWorker(t, "leader", spec(0))
-	leader.await(t, ctx, "watching the snap for the machine")
+	awaitWatcher(t, ctx, srv, "k8s")
 	var ws []*worker
 	for i := 1; i <= 3; i++ {
 		w := startWorker(t, fmt.Sprint(i), spec(i))
-		w.await(t, ctx, "joining an identical restart of another process")
+		w.awaitEvent(t, ctx, snapsvc.EventJoined, 1)
 		ws = append(ws, w)
 	}
 	if err := leader.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// One of them leads now, the others joined it.
-	for _, w := range ws {
-		for {
-			news := w.logs.seen("identical restart")
-			if w.logs.count("leading the machine's identical restarts")+w.logs.count("joining an identical restart") >= 2 {
-				break
-			}
-			select {
-			case <-news:
-			case <-ctx.Done():
-				t.Fatalf("worker %s neither leads nor joined again; its log:\n%s", w.name, w.logText())
+	// One of them leads now (its flight's record made, as it waits the
+	// blocker out), and the two others joined it.
+	dir := lockDirOf(srv)
+	if err := snapsvc.AwaitLockDir(ctx, dir, func() bool {
+		rejoined := 0
+		for _, w := range ws {
+			if w.logs.count("event joined") >= 2 {
+				rejoined++
 			}
 		}
+		return rejoined == 2 && snapsvc.Flights(dir, "k8s") == 1 && snapsvc.Watching(dir, "k8s")
+	}); err != nil {
+		for _, w := range ws {
+			t.Logf("worker %s's log:\n%s", w.name, w.logText())
+		}
+		t.Fatalf("after the leader's kill, not one leader and two joiners: %v", err)
 	}
 	blk.Finish()
 	var id string
@@ -392,13 +409,13 @@ func TestMachineSnapctlProcessesShare(t *testing.T) {
 	for i, s := range services {
 		w := startWorker(t, s, spec("worker-"+s, s))
 		if i == 0 {
-			w.await(t, ctx, "watching the snap for the machine")
+			awaitWatcherIn(t, ctx, lockDir, "k8s")
 		} else {
-			w.await(t, ctx, "following what it sees")
+			w.awaitEvent(t, ctx, snapsvc.EventConflict, 1) // following what the first watches
 		}
 		ws = append(ws, w)
 	}
-	// The observer retries blind; the others wait.
+	// The watcher retries blind; the others wait.
 	refused := len(srv.Requests())
 	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Requests() >= refused+3 }); err != nil {
 		t.Fatal(err)
@@ -425,9 +442,9 @@ func TestMachineSnapctlProcessesShare(t *testing.T) {
 	for i := range 4 {
 		w := startWorker(t, fmt.Sprint(i), spec(fmt.Sprintf("merge-%d", i), "kubelet"))
 		if i == 0 {
-			w.await(t, ctx, "watching the snap for the machine")
+			awaitWatcherIn(t, ctx, lockDir, "k8s")
 		} else {
-			w.await(t, ctx, "joining an identical restart of another process")
+			w.awaitEvent(t, ctx, snapsvc.EventJoined, 1)
 		}
 		ws = append(ws, w)
 	}

@@ -14,18 +14,11 @@ import (
 	"github.com/snapsvc/snapsvc/retry"
 )
 
-// The machine's wait (share.go says the rule; records.go, what a record
-// is). The operation that meets a conflict on a snap first makes the
-// snap's wait record (SNAP.wait) before it lets go of the snap's lock, and
+// The machine's wait (share.go says the rule). The operation refused first
+// makes the snap's wait record before it lets go of the snap's lock, and
 // waits the blocker out as it would alone (conflict.go), publishing there
-// what it sees: when it was refused (Busy), the blockers it follows,
-// snapd's reachability, and, once a request of its own went through, that
-// the snap is free (Free). The operations of the machine's other
-// processes find it before they send anything (busyElsewhere), or on
-// their own refusal (blockerWait), and follow it until it says the snap
-// was free after they began to follow. The record goes when its
-// operation ends; a follower takes over when it is gone without saying so
-// (its operation gave up, or it died) or when its holder stopped beating.
+// what it sees; the others find it before they send (busyElsewhere), or
+// on their own refusal, and follow it.
 
 // machineFacts is what a snap's watcher publishes, times on the machine's
 // monotonic clock of the boot its record says.
@@ -417,14 +410,10 @@ func (op *operation) busyElsewhere() (ce *retry.ConflictError, joined int64, bus
 	return f.conflict(snap), joined, true
 }
 
-// follow waits for the machine's watcher of the snap (another process's,
-// op.followed) to see it free as of joined (the machine's clock, when the
-// operation found the snap busy) or later, within the call's bounds and
-// without a request to snapd, without the snap's file lock
-// (withoutFileLocks, as every wait for someone else's change). It returns
-// tryFresh once the snap was seen free; tryAgain when the watcher is gone
-// or stopped beating and this operation took its place; or the call's
-// end.
+// follow follows op.followed until it says the snap was free as of joined
+// (the machine's clock) or later, sending nothing, without the snap's file
+// lock: tryFresh then; tryAgain once the operation took the place of a
+// watcher gone or silent; or the call's end.
 func (op *operation) follow(ce *retry.ConflictError, joined int64) (next, error) {
 	var then next
 	err := op.withoutFileLocks(func() (err error) {

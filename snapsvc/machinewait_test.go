@@ -9,7 +9,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,9 +81,12 @@ func TestMachineProcessesShareOneWatcher(t *testing.T) {
 		case <-conflict:
 		case o := <-outs[i]:
 			t.Fatalf("%s returned before it met the blocker: %+v %v", s, o.res, o.err)
+		case <-ctx.Done():
+			t.Fatalf("%s never met the blocker", s)
 		}
+		awaitWatcher(t, ctx, srv, "k8s")
 	}
-	// The observer polls the blocker; the others are silent.
+	// The watcher polls the blocker; the others are silent.
 	before, all := len(requestsOf(srv, "proc-kubelet")), len(srv.Requests())
 	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Requests() >= all+5 }); err != nil {
 		t.Fatal(err)
@@ -95,12 +97,12 @@ func TestMachineProcessesShareOneWatcher(t *testing.T) {
 		}
 	}
 	if n := len(requestsOf(srv, "proc-kubelet")); n < before+5 {
-		t.Fatalf("the observer made %d requests while waiting, want it to poll", n-before)
+		t.Fatalf("the watcher made %d requests while waiting, want it to poll", n-before)
 	}
 	blk.Finish()
 	ids := map[string]bool{}
 	for i, s := range services {
-		o := <-outs[i]
+		o := awaitT(t, ctx, outs[i], s+"'s restart")
 		if o.err != nil {
 			t.Fatalf("%s: %v", s, o.err)
 		}
@@ -117,41 +119,36 @@ func TestMachineProcessesShareOneWatcher(t *testing.T) {
 	}
 }
 
-// The observer's call ends (its own policy's time) while the blocker
+// The watcher's call ends (its own policy's time) while the blocker
 // holds: a follower takes over, waits the blocker out itself, and acts.
-func TestMachineFollowerTakesOverFromAnObserverThatGaveUp(t *testing.T) {
+func TestMachineFollowerTakesOverFromAWatcherThatGaveUp(t *testing.T) {
 	checkLeaks(t)
 	srv, ctx, blk := blockedServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 300 * time.Millisecond
-	obsLogs, folLogs := newLogWatch(), newLogWatch()
-	obs := procClient(t, srv, "observer", snapsvc.WithPolicy(short), snapsvc.WithLogger(obsLogs.logger()))
+	obs := procClient(t, srv, "watcher", snapsvc.WithPolicy(short))
 	onConflict, conflicts := conflictsSeen()
-	fol := procClient(t, srv, "follower", snapsvc.WithLogger(folLogs.logger()), onConflict)
-	observing := obsLogs.seen("watching the snap for the machine")
+	fol := procClient(t, srv, "follower", onConflict)
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")
-	<-observing
-	following, takeover := folLogs.seen("following what it sees"), folLogs.seen("taking over")
+	awaitWatcher(t, ctx, srv, "k8s")
 	restartAsync(fol, ctx, second, "k8s.containerd")
-	<-following
-	if o := <-first; !errors.Is(o.err, snapsvc.ErrGaveUp) {
-		t.Fatalf("observer: %+v %v, want gave up", o.res, o.err)
+	awaitT(t, ctx, conflicts, "the follower to meet the snap busy")
+	if n := len(requestsOf(srv, "follower")); n != 0 {
+		t.Fatalf("the follower sent %d requests while the watcher watched", n)
 	}
-	select {
-	case <-takeover:
-	case o := <-second:
-		t.Fatalf("the follower returned instead of taking over: %+v %v", o.res, o.err)
+	if o := awaitT(t, ctx, first, "the watcher's give-up"); !errors.Is(o.err, snapsvc.ErrGaveUp) {
+		t.Fatalf("watcher: %+v %v, want gave up", o.res, o.err)
 	}
-	// It acts: refused, it waits the blocker out as the new observer (its
-	// first conflict was the one it followed).
-	<-conflicts
-	<-conflicts
+	// It takes over: refused, it waits the blocker out as the new watcher
+	// (its first conflict was the one it followed).
+	awaitT(t, ctx, conflicts, "the follower, now the watcher, to be refused")
 	if refusedPosts(srv, "follower") < 1 {
 		t.Fatalf("the follower's requests: %+v", requestsOf(srv, "follower"))
 	}
+	awaitWatcher(t, ctx, srv, "k8s")
 	blk.Finish()
-	o := <-second
+	o := awaitT(t, ctx, second, "the follower's restart")
 	if o.err != nil || o.res.ChangeID == "" {
 		t.Fatalf("follower: %+v %v", o.res, o.err)
 	}
@@ -165,13 +162,11 @@ func TestMachineFollowerKeepsItsOwnBound(t *testing.T) {
 	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
 	short := retry.DefaultPolicy()
 	short.MaxElapsedTime = 200 * time.Millisecond
-	obsLogs := newLogWatch()
-	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
+	obs := procClient(t, srv, "watcher")
 	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(short))
-	observing := obsLogs.seen("watching the snap for the machine")
 	first := make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")
-	<-observing
+	awaitWatcher(t, ctx, srv, "k8s")
 	start := time.Now()
 	_, err := fol.Restart(ctx, []string{"k8s.containerd"}, snapsvc.RestartOptions{})
 	took := time.Since(start)
@@ -184,8 +179,8 @@ func TestMachineFollowerKeepsItsOwnBound(t *testing.T) {
 	}
 	t.Logf("the follower gave up after %v (its policy: %v)", took, short.MaxElapsedTime)
 	blk.Finish()
-	if o := <-first; o.err != nil {
-		t.Fatalf("observer: %v", o.err)
+	if o := awaitT(t, ctx, first, "the watcher's restart"); o.err != nil {
+		t.Fatalf("watcher: %v", o.err)
 	}
 }
 
@@ -198,18 +193,16 @@ func TestMachineFollowerJudgesUnreachabilityByItsOwnPolicy(t *testing.T) {
 	srv, ctx, blk := blockedServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	quick := retry.DefaultPolicy()
 	quick.MaxUnreachable = 100 * time.Millisecond
-	obsLogs, folLogs := newLogWatch(), newLogWatch()
-	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
-	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(quick), snapsvc.WithLogger(folLogs.logger()))
-	observing := obsLogs.seen("watching the snap for the machine")
+	onConflict, following := conflictsSeen()
+	obs := procClient(t, srv, "watcher")
+	fol := procClient(t, srv, "follower", snapsvc.WithPolicy(quick), onConflict)
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")
-	<-observing
-	following := folLogs.seen("following what it sees")
+	awaitWatcher(t, ctx, srv, "k8s")
 	restartAsync(fol, ctx, second, "k8s.containerd")
-	<-following
+	awaitT(t, ctx, following, "the follower to follow the watcher")
 	srv.StopListening()
-	o := <-second
+	o := awaitT(t, ctx, second, "the follower's give-up")
 	if !errors.Is(o.err, snapsvc.ErrGaveUp) || len(requestsOf(srv, "follower")) != 0 {
 		t.Fatalf("follower: %+v %v, want a give-up on snapd unreachable, without a request", o.res, o.err)
 	}
@@ -221,8 +214,8 @@ func TestMachineFollowerJudgesUnreachabilityByItsOwnPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	blk.Finish()
-	if o := <-first; o.err != nil {
-		t.Fatalf("observer: %v", o.err)
+	if o := awaitT(t, ctx, first, "the watcher's restart"); o.err != nil {
+		t.Fatalf("watcher: %v", o.err)
 	}
 }
 
@@ -231,25 +224,21 @@ func TestMachineFollowerJudgesUnreachabilityByItsOwnPolicy(t *testing.T) {
 func TestMachineHookNeverFollows(t *testing.T) {
 	checkLeaks(t)
 	srv, ctx, blk := blockedServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
-	obsLogs, hookLogs := newLogWatch(), newLogWatch()
-	obs := procClient(t, srv, "observer", snapsvc.WithLogger(obsLogs.logger()))
-	hook := procClient(t, srv, "hook", snapsvc.WithHook("post-refresh"), snapsvc.WithLogger(hookLogs.logger()))
-	observing := obsLogs.seen("watching the snap for the machine")
+	obs := procClient(t, srv, "watcher")
+	hook := procClient(t, srv, "hook", snapsvc.WithHook("post-refresh"))
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(obs, ctx, first, "k8s.kubelet")
-	<-observing
-	waiting := hookLogs.seen("waiting for blocking changes")
+	awaitWatcher(t, ctx, srv, "k8s")
 	restartAsync(hook, ctx, second, "k8s.containerd")
-	<-waiting
+	// The hook sends its own request, refused by the blocker, and waits
+	// it out itself, sending snapd requests of its own.
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Conflicts() >= 2 }); err != nil {
+		t.Fatalf("the hook never met the blocker itself: %v", err)
+	}
 	blk.Finish()
 	for _, ch := range []chan restartOutcome{first, second} {
-		if o := <-ch; o.err != nil {
+		if o := awaitT(t, ctx, ch, "a restart"); o.err != nil {
 			t.Fatal(o.err)
-		}
-	}
-	for _, l := range hookLogs.all() {
-		if strings.Contains(l, "following what it sees") {
-			t.Errorf("the hook followed: %s", l)
 		}
 	}
 	if refusedPosts(srv, "hook") == 0 {

@@ -22,9 +22,7 @@ import (
 //	bound    newOperation: the call's deadline, MaxUnreachable, MaxAttempts
 //	pace     pace: WithMinRestartInterval, before anything is held (lock.go)
 //	budget   takeBudget: the restart budget's slots (budget_take.go)
-//	merge    merge: identical restarts not sent yet, in the process and
-//	         across the machine's processes, share one (processflight.go,
-//	         machineflight.go)
+//	merge    merge: identical restarts not sent yet share one (share.go)
 //	lock     lock: the snaps' locks, in and across processes; paced again
 //	         should a restart have gone ahead meanwhile (lock.go)
 //	send     try: fence the slots, then one request to act
@@ -68,7 +66,7 @@ type operation struct {
 }
 
 // newOperation is the bound phase: it validates the request and begins
-// its call. end must be called once it returns.
+// its call; op.k.end must be called once it returns.
 func (c *Client) newOperation(ctx context.Context, action string, names []string, set func(*request)) (*operation, error) {
 	o, err := c.prepare(action, names, set)
 	if err != nil {
@@ -85,9 +83,6 @@ func (c *Client) operationOn(k *call, o request) *operation {
 	return &operation{c: c, k: k, o: o, res: &Result{}, known: map[string]bool{}}
 }
 
-// end ends the operation's call.
-func (op *operation) end() { op.k.end() }
-
 // runSync is the life of one synchronous operation, its events
 // (EventStarted, then EventDone or EventFailed) around it.
 func (c *Client) runSync(ctx context.Context, action string, names []string, set func(*request)) (*Result, error) {
@@ -97,7 +92,7 @@ func (c *Client) runSync(ctx context.Context, action string, names []string, set
 		if err != nil {
 			return nil, err
 		}
-		defer op.end()
+		defer op.k.end()
 		return op.run()
 	}()
 	c.events.opEnded(action, names, started, res, err)
@@ -109,8 +104,10 @@ func (op *operation) run() (*Result, error) {
 	if err := op.pace(); err != nil {
 		return nil, op.c.opError(op.o, "", 0, err)
 	}
-	if err := op.takeBudget(); err != nil {
-		return nil, err
+	if op.c.budget != nil {
+		if err := op.takeBudget(); err != nil {
+			return nil, err
+		}
 	}
 	res, err := op.merge()
 	if op.hold != nil {
@@ -146,12 +143,14 @@ func (c *Client) accept(ctx context.Context, action string, names []string, set 
 	if err != nil {
 		return nil, err
 	}
-	defer op.end()
+	defer op.k.end()
 	if err := op.pace(); err != nil {
 		return nil, op.c.opError(op.o, "", 0, err)
 	}
-	if err := op.takeBudget(); err != nil {
-		return nil, err
+	if op.c.budget != nil {
+		if err := op.takeBudget(); err != nil {
+			return nil, err
+		}
 	}
 	res, done, err := op.act(false)
 	if err != nil {
@@ -194,7 +193,11 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 		return op.fail("", err)
 	}
 	defer op.unlock()
-	defer op.stopWatching() // machinewait.go: before the snap's file lock goes
+	defer func() {
+		if op.watcher != nil || op.followed != nil {
+			op.stopWatching() // machinewait.go: before the snap's file lock goes
+		}
+	}()
 	for {
 		if err := op.mayTry(); err != nil {
 			return op.fail("", err)
@@ -202,6 +205,9 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 		if ce, joined, busy := op.busyElsewhere(); busy {
 			// Another process of the machine waits the snap's blocker out:
 			// follow what it sees instead of asking snapd (machinewait.go).
+			if err := op.aboutToWait(); err != nil {
+				return op.fail("", err)
+			}
 			op.res.Conflicts++
 			then, err := op.follow(ce, joined)
 			if err != nil {
@@ -276,6 +282,10 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 }
 
 func (op *operation) fail(changeID string, err error) (*Result, bool, error) {
+	var ji *joinInstead
+	if errors.As(err, &ji) {
+		return nil, false, ji // not an end: it joins another flight (machineflight.go)
+	}
 	op.k.flog.gaveUp(op.k.log)
 	return nil, false, op.c.opError(op.o, changeID, op.res.Attempts, err)
 }
@@ -322,7 +332,7 @@ func (op *operation) try() (attempt, error) {
 	if a.watched = c.state.open(); a.watched {
 		a.mark = c.state.mark()
 	}
-	op.lead.set(c.bg, flightSent) // machineflight.go: no process joins from now on
+	op.lead.set(flightSent) // machineflight.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
 	actx, cancel := k.actCtx()
@@ -350,7 +360,7 @@ func (op *operation) try() (attempt, error) {
 		k.last, op.actErr = a.err, a.err
 		a.step = nextStep(acting, a.err)
 		if a.step == waitOut || !mayHaveWritten(a.err) {
-			op.lead.set(c.bg, flightOpen) // it did nothing: other processes may join again
+			op.lead.set(flightOpen) // it did nothing: other processes may join again
 		}
 	}
 	return a, nil

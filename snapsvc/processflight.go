@@ -8,7 +8,7 @@ import (
 
 // Flights in process scope (share.go says the rule): a restart waiting
 // for its snap's lock leads the identical restarts of the process that
-// come while it waits; once it holds the lock (closeFlight), those that
+// come while it waits; once it holds the lock (flight.close), those that
 // come lead their own.
 
 // flight is a restart waiting for its snap's lock that identical requests
@@ -21,6 +21,10 @@ type flight struct {
 	err     error
 	started bool
 }
+
+// testHookMerge is called as a restart joins an identical restart of the
+// process (true) or leads them (false) (export_test.go).
+var testHookMerge = func(joined bool) {}
 
 // errLeaderGone tells joiners that the request they joined ended before
 // it acted (its caller gave up), so they must act themselves.
@@ -53,6 +57,8 @@ func (op *operation) merge() (*Result, error) {
 		}
 		l.mu.Unlock()
 		k.log.Debug("joining an identical restart waiting for the snap's lock")
+		testHookMerge(true)
+		c.events.emit(k.event(EventJoined))
 		select {
 		case <-ctx.Done():
 			return nil, c.opError(o, "", 0, ctxErr(ctx, "waiting for an identical restart"))
@@ -77,6 +83,7 @@ func (op *operation) merge() (*Result, error) {
 	l.waiting[key] = f
 	l.mu.Unlock()
 	k.log.Debug("leading identical restarts until the snap's lock is taken")
+	testHookMerge(false)
 	op.flight = f
 	res, err := op.mergeMachine(key)
 	op.flight = nil
@@ -94,11 +101,11 @@ func (op *operation) merge() (*Result, error) {
 	return res, err
 }
 
-// closeFlight closes the flight of this process's identical restarts the
-// operation leads, if any: it holds the snaps' locks now (or joins another
-// process's restart), so those that come from now on lead their own.
-func (op *operation) closeFlight() {
-	f := op.flight
+// close closes the flight of this process's identical restarts an
+// operation leads, if any (f nil: none): it holds the snaps' locks now (or
+// joins another process's restart), so those that come from now on lead
+// their own.
+func (f *flight) close() {
 	if f == nil {
 		return
 	}

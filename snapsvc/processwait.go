@@ -148,6 +148,7 @@ func (s *waitRegistry) start(k *call, key string, f watchFunc) *processWait {
 		}
 		w.newsLocked()
 	}
+	// scoped: ends once its last follower left (leave cancels it).
 	go func() {
 		defer cancel()
 		for {

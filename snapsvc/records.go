@@ -1,13 +1,14 @@
 package snapsvc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,13 +18,9 @@ import (
 	"github.com/snapsvc/snapsvc/internal/flock"
 )
 
-// Records: what the peers of a machine hold in a lock directory
-// (share.go). A record is a file that one peer holds, its exclusive lock
-// taken, and rewrites in place with what it publishes: the snap's lock
-// (SNAP.lock, lockdir.go: who acts on the snap), the snap's wait
-// (SNAP.wait, machinewait.go: its watcher's facts) and a flight
-// (SNAP.HASH.flight, machineflight.go: its phase and outcome). A peer
-// trusts a record only on this evidence:
+// Records (share.go lists them). A record is a file of a lock directory
+// that one peer holds, its exclusive lock taken, and rewrites in place
+// with what it publishes. A peer trusts a record only on this evidence:
 //
 //   - it was written in this boot: it carries the kernel's boot id, and
 //     one from another boot says nothing (a lock directory under
@@ -54,10 +51,30 @@ type recordFrame struct {
 // maxRecordSize bounds what is read of a record.
 const maxRecordSize = 64 << 10
 
-// encodeFrame is a frame as written: JSON, a newline, its checksum.
+// encodeFrame is a frame as written: JSON, a newline, its checksum
+// (written by hand: every holder writes one at every beat).
 func encodeFrame(f recordFrame) []byte {
-	b, _ := json.Marshal(f)
-	return fmt.Appendf(b, "\n%08x", crc32.ChecksumIEEE(b))
+	b := make([]byte, 0, 96+len(f.Boot)+len(f.Body))
+	b = append(b, `{"boot":`...)
+	b = strconv.AppendQuote(b, f.Boot)
+	b = append(b, `,"pid":`...)
+	b = strconv.AppendInt(b, int64(f.PID), 10)
+	b = append(b, `,"id":`...)
+	b = strconv.AppendUint(b, f.ID, 10)
+	b = append(b, `,"beat":`...)
+	b = strconv.AppendUint(b, f.Beat, 10)
+	if len(f.Body) > 0 {
+		b = append(b, `,"body":`...)
+		b = append(b, f.Body...)
+	}
+	b = append(b, '}')
+	sum := crc32.ChecksumIEEE(b)
+	b = append(b, '\n')
+	const hexDigits = "0123456789abcdef"
+	for i := 28; i >= 0; i -= 4 {
+		b = append(b, hexDigits[sum>>uint(i)&0xf])
+	}
+	return b
 }
 
 // decodeFrame reads a frame written by encodeFrame; false for one read
@@ -65,8 +82,12 @@ func encodeFrame(f recordFrame) []byte {
 // earlier release, say: empty).
 func decodeFrame(b []byte) (recordFrame, bool) {
 	var f recordFrame
-	i := strings.LastIndexByte(string(b), '\n')
-	if i < 0 || fmt.Sprintf("%08x", crc32.ChecksumIEEE(b[:i])) != string(b[i+1:]) || json.Unmarshal(b[:i], &f) != nil {
+	i := bytes.LastIndexByte(b, '\n')
+	if i < 0 || len(b)-i-1 != 8 {
+		return f, false
+	}
+	sum, err := strconv.ParseUint(string(b[i+1:]), 16, 32)
+	if err != nil || uint32(sum) != crc32.ChecksumIEEE(b[:i]) || json.Unmarshal(b[:i], &f) != nil {
 		return f, false
 	}
 	return f, true
@@ -155,11 +176,14 @@ type heldRecord struct {
 	ended   bool
 }
 
-// holdRecord makes l's file a record this process holds, its body body
+// holdRecord makes l's file a record this process holds, its body (JSON)
 // written at once, and beats it until end.
-func holdRecord(l *flock.Lock, body any) (*heldRecord, error) {
-	r := &heldRecord{lock: l, frame: recordFrame{Boot: bootID(), PID: os.Getpid(), ID: rand.Uint64()}}
-	if err := r.publish(body); err != nil {
+func holdRecord(l *flock.Lock, body []byte) (*heldRecord, error) {
+	r := &heldRecord{lock: l, frame: recordFrame{Boot: bootID(), PID: os.Getpid(), ID: rand.Uint64(), Body: body}}
+	r.mu.Lock()
+	err := r.writeLocked()
+	r.mu.Unlock()
+	if err != nil {
 		_ = l.Unlock()
 		return nil, err
 	}
@@ -290,6 +314,7 @@ func (b *beater) add(r *heldRecord) {
 	b.recs[r] = struct{}{}
 	if b.stop == nil {
 		b.stop = make(chan struct{})
+		// scoped: ends when the last record this process holds ends (remove).
 		go b.run(b.stop)
 	}
 }

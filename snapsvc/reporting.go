@@ -51,6 +51,11 @@ const (
 	// names were invalid). Elapsed is its duration; ChangeID is set when
 	// a change was made.
 	EventFailed
+	// EventJoined: the restart joined an identical restart, of this
+	// process or of another process of the machine, whose request was not
+	// sent yet: it sends nothing itself, and shares that restart's change
+	// (Result.Shared) should it end with one.
+	EventJoined
 )
 
 func (k EventKind) String() string {
@@ -71,6 +76,8 @@ func (k EventKind) String() string {
 		return "done"
 	case EventFailed:
 		return "failed"
+	case EventJoined:
+		return "joined"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }

@@ -26,7 +26,11 @@ import (
 //     only a flight whose request is not sent yet, so the restart still
 //     happens after every joiner's call began; joiners share only the
 //     change's own outcome (Done, or failed), and act themselves when the
-//     leader ends otherwise.
+//     leader ends otherwise. A leader says "sent" before each attempt and
+//     "open" again after one that provably did nothing (refused by a
+//     conflict, or never written); one that never waits (the snap's lock
+//     free, snapd not refusing it) sends at once, and nobody could have
+//     joined it: its flight is only made visible once it is about to wait.
 //
 // Where each lives:
 //
@@ -37,30 +41,35 @@ import (
 //	          waiting for the snap's lock      the machine's processes
 //
 // An operation's restart goes through both flights, the process's first
-// (merge), and meets a conflict through the machine's wait (the conflict
-// phase's following wait, conflict.go). Within a process, operations on a
-// snap hold its lock in turn (lock.go), so one of them at a time meets a
-// blocker: the machine's wait is what spares snapd the others.
+// (the merge phase), and meets a conflict through the machine's wait (the
+// conflict phase's following wait, conflict.go). Within a process,
+// operations on a snap hold its lock in turn (lock.go), so one of them at
+// a time meets a blocker: the machine's wait is what spares snapd the
+// others.
+//
+// In the machine's scope every peer's part is a record in the snap's lock
+// directory (lockdir.go says where that is; records.go, what a record is
+// and when a peer trusts one: this boot's, its lock held, its beat
+// moving):
+//
+//	SNAP.lock         the snap's lock, held by the operation acting on it,
+//	                  let go of while it waits out someone else's change
+//	SNAP.wait         the snap's wait: its watcher's facts
+//	SNAP.HASH.flight  a flight of identical restarts (HASH: of the mode,
+//	                  cookie, hook and request): its phase, then outcome
+//	SNAP.peers        a short lock: records made, removed or deposed
 //
 // Calls from a hook take no part in the machine's sharing: a hook of the
 // blocking change must never wait behind a watcher that waits for that
 // very change. Nor do operations on several snaps, Clients without a lock
 // directory (WithoutFileLock) or on a clock of the caller's (WithClock).
 
-// awaitLockDir waits, for the operation, for news in the machine's lock
-// directory after mark (watched: the directory's watch works; else it
-// polls), at most one poll interval and at most peerLook (a peer that
-// stopped publishes nothing: it is looked at again then), within the
-// call's bounds.
-//
-// The joiner's difference, said here only: a follower of the machine's
-// watcher (byGiveUp) stops at its give-up instant, the end of its
-// policy's time or of its MaxUnreachable judged on the watcher's view of
-// snapd (a *gaveUpError); a joiner of a flight stops only at its context's
-// end (its deadline, and the policy's MaxElapsedTime on the real clock):
-// its leader's attempts are what meet snapd, as for a joiner in the
-// process, so it does not judge snapd's reachability itself. The error is
-// the call's end: interrupted (the context), or the give-up.
+// awaitLockDir waits for news in the snap's lock directory after mark
+// (watched: its watch works; else it polls), for at most a poll interval
+// and peerLook, within the call's bounds: byGiveUp also ends it at the
+// give-up instant (a *gaveUpError), the joiner's difference, said here
+// only: a joiner does not judge snapd's reachability (its leader's
+// attempts meet snapd), and stops at its context's end alone.
 func (op *operation) awaitLockDir(watched bool, mark uint64, byGiveUp bool) error {
 	k := op.k
 	d := min(op.c.poll, peerLook)

@@ -310,8 +310,9 @@ func RemoveIfSame(path string, h *Held) (bool, error) {
 // sized by the file (records are small and read often).
 func readAt(f *os.File, path string, max int) ([]byte, error) {
 	n := 512
-	if st, err := f.Stat(); err == nil && st.Size() > 0 {
-		n = int(st.Size()) + 1 // one more: a rewrite that grew meanwhile is seen as such
+	var st syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) == nil && st.Size > 0 {
+		n = int(st.Size) + 1 // one more: a rewrite that grew meanwhile is seen as such
 	}
 	n = min(n, max)
 	for {
@@ -332,10 +333,9 @@ func sameFile(f *os.File, path string) bool {
 	if f == nil {
 		return false
 	}
-	st, err := f.Stat()
-	if err != nil {
+	var st, pst syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) != nil || syscall.Lstat(path, &pst) != nil {
 		return false
 	}
-	pst, err := os.Lstat(path)
-	return err == nil && os.SameFile(st, pst)
+	return st.Dev == pst.Dev && st.Ino == pst.Ino
 }

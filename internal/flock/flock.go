@@ -107,11 +107,16 @@ func acquire(ctx context.Context, path string, how int) (*Lock, error) {
 // in openat and renameat). A plain open of an existing file walks the
 // directory without that lock.
 func openLockFile(path string) (*os.File, error) {
-	if err := ensureDir(filepath.Dir(path)); err != nil {
-		return nil, err
-	}
+	// The directory is checked when the file must be made: an existing
+	// file of this user's (checkFile) can only be in a directory this user
+	// made, or that was checked when it was (a directory another user
+	// could replace would be in a parent that user can write, which the
+	// check refused).
 	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
+		if err := ensureDir(filepath.Dir(path)); err != nil {
+			return nil, err
+		}
 		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	}
 	if err != nil {
@@ -147,14 +152,14 @@ func ensureDir(dir string) error {
 // checkFile refuses an open file that is not a regular file of this
 // user's.
 func checkFile(path string, f *os.File) error {
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("cannot stat lock file: %w", err)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("cannot stat lock file %s: %w", path, err)
 	}
-	if !st.Mode().IsRegular() {
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return fmt.Errorf("refusing lock file %s: not a regular file", path)
 	}
-	return checkOwner(path, st)
+	return checkUID(path, int(st.Uid))
 }
 
 // checkPrivate refuses a lock directory that is a symlink, belongs to
@@ -182,14 +187,22 @@ func checkPrivate(dir string, isDir bool) error {
 // another user made.
 func checkOwner(path string, st os.FileInfo) error {
 	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	return checkUID(path, int(sys.Uid))
+}
+
+// checkUID is checkOwner for a file or directory owned by uid.
+func checkUID(path string, uid int) error {
 	euid := geteuid()
 	switch {
-	case !ok || int(sys.Uid) == euid:
+	case uid == euid:
 		return nil
 	case euid != 0:
-		return &PermissionError{Path: path, Owner: int(sys.Uid), UID: euid}
+		return &PermissionError{Path: path, Owner: uid, UID: euid}
 	}
-	return fmt.Errorf("refusing lock %s: owned by uid %d, not by root", path, sys.Uid)
+	return fmt.Errorf("refusing lock %s: owned by uid %d, not by root", path, uid)
 }
 
 // geteuid is os.Geteuid (tests replace it).

@@ -1,0 +1,3 @@
+module snapsvc-ci/measure
+
+go 1.22.0
