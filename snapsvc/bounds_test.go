@@ -437,7 +437,7 @@ func TestInterruptedBeforeActingIsRetryable(t *testing.T) {
 		_, err := c.Restart(context.Background(), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 		first <- err
 	}()
-	<-seen // the first call holds the snap's lock, its answer pending
+	recvT(t, seen) // the first call holds the snap's lock, its answer pending
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{})
@@ -446,7 +446,7 @@ func TestInterruptedBeforeActingIsRetryable(t *testing.T) {
 		t.Fatalf("error %v: want cancelled, retryable, no change", err)
 	}
 	close(hold)
-	if err := <-first; err != nil {
+	if err := recvT(t, first); err != nil {
 		t.Fatal(err)
 	}
 	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 {

@@ -227,15 +227,15 @@ func TestSharedWaitRedialsAtTheFastestPace(t *testing.T) {
 	errs := make(chan error, 2)
 	srv.StopListening()
 	go func() { _, err := slow.WaitChange(ctx, blocker.ID()); errs <- err }()
-	<-unreachable // the watcher, started by the slow caller, found snapd away
+	recvT(t, unreachable) // the watcher, started by the slow caller, found snapd away
 	go func() { _, err := fast.WaitChange(ctx, blocker.ID()); errs <- err }()
-	<-unreachable // the fast caller joined, and sees it too
+	recvT(t, unreachable) // the fast caller joined, and sees it too
 	if err := srv.StartListening(); err != nil {
 		t.Fatal(err)
 	}
 	blocker.Finish()
 	for range 2 {
-		if err := <-errs; err != nil {
+		if err := recvT(t, errs); err != nil {
 			t.Errorf("WaitChange: %v; snapd was back at once", err)
 		}
 	}

@@ -240,24 +240,24 @@ func TestBudgetMarkReadyOnceEveryUserIsReady(t *testing.T) {
 		errs <- err
 	}
 	go restart(snapsvc.RestartOptions{})
-	if n := <-entered; n != 0 {
+	if n := recvT(t, entered); n != 0 {
 		t.Fatalf("probe %d first", n)
 	}
 	// The first restart waits for its services; a second joins its slot,
 	// acts, and waits for its own.
 	go restart(snapsvc.RestartOptions{Reload: true})
-	if n := <-entered; n != 1 {
+	if n := recvT(t, entered); n != 1 {
 		t.Fatalf("probe %d second", n)
 	}
 	close(gates[0])
-	if err := <-errs; err != nil {
+	if err := recvT(t, errs); err != nil {
 		t.Fatal(err)
 	}
 	if slices.Contains(b.steps(), "ready k8s.kubelet") {
 		t.Fatalf("the slot was marked ready while the second restart's services were not: steps %q", b.steps())
 	}
 	close(gates[1])
-	if err := <-errs; err != nil {
+	if err := recvT(t, errs); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"acquire k8s.kubelet", "fence k8s.kubelet", "fence k8s.kubelet", "ready k8s.kubelet", "release k8s.kubelet"}; !slices.Equal(b.steps(), want) {
@@ -289,25 +289,25 @@ func TestBudgetReadyCountsOncePerHold(t *testing.T) {
 	defer cancelA()
 	errA, errB := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := c.Restart(actx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); errA <- err }()
-	if n := <-entered; n != 0 {
+	if n := recvT(t, entered); n != 0 {
 		t.Fatalf("probe %d first", n)
 	}
 	go func() {
 		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{Reload: true})
 		errB <- err
 	}()
-	if n := <-entered; n != 1 {
+	if n := recvT(t, entered); n != 1 {
 		t.Fatalf("probe %d second", n)
 	}
 	close(gates[0]) // A is ready (1 of 2) and settles...
 	evs.waitFor(ctx, t, "ready")
 	cancelA() // ...until its context ends
-	if err := <-errA; err == nil {
+	if err := recvT(t, errA); err == nil {
 		t.Fatal("the restart whose context ended while settling returned nil")
 	}
 	// A's hold, in the background, checks its services again; then B's
 	// services are ready.
-	if n := <-entered; n != 2 {
+	if n := recvT(t, entered); n != 2 {
 		t.Fatalf("probe %d third", n)
 	}
 	close(gates[2])
@@ -632,7 +632,7 @@ func TestBudgetCloseDuringStopReleases(t *testing.T) {
 	if _, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	<-closed
+	recvT(t, closed)
 	if n := b.holding("k8s.kubelet"); n != 0 {
 		t.Fatalf("Close during a budgeted Stop leaked the slot (held %d); steps %q", n, b.steps())
 	}
@@ -705,7 +705,7 @@ func TestBudgetCloseEndsWaitForSlot(t *testing.T) {
 		_, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{})
 		done <- err
 	}()
-	<-waiting
+	recvT(t, waiting)
 	c.Close()
 	var err error
 	select {
@@ -782,7 +782,7 @@ func TestBudgetEventsHoldTime(t *testing.T) {
 	ready := evs.waitFor(ctx, t, "ready")
 	testclock.WaitTimerAt(ctx, t, mc, mc.Now().Add(7*time.Second)) // settling
 	mc.Advance(7 * time.Second)
-	if o := <-out; o.err != nil {
+	if o := recvT(t, out); o.err != nil {
 		t.Fatal(o.err)
 	}
 	rel := evs.waitFor(ctx, t, "released")
@@ -993,7 +993,7 @@ func TestBudgetSlotHeldThroughTheLateChangeOfAnUnansweredRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := <-done
+	o := recvT(t, done)
 	var oe *snapsvc.OpError
 	if !errors.As(o.err, &oe) || oe.ChangeID != foreign || !errors.Is(o.err, snapsvc.ErrOutcomeUnknown) {
 		t.Fatalf("error %v; want the look-up to name the foreign change %s, outcome unknown", o.err, foreign)

@@ -269,7 +269,7 @@ func TestBudgetHeldUntilReady(t *testing.T) {
 		res, err = c.Restart(ctx, []string{"k8s.kube-apiserver"}, snapsvc.RestartOptions{})
 		done <- err
 	}()
-	<-g.checks // the change is done and the probe is failing
+	recvT(t, g.checks) // the change is done and the probe is failing
 	if n := b.holding("k8s.kube-apiserver"); n != 1 {
 		t.Fatalf("slot not held while the service is not ready (held %d)", n)
 	}
@@ -278,7 +278,7 @@ func TestBudgetHeldUntilReady(t *testing.T) {
 		t.Fatalf("the restart's change should be done while the probe fails: %+v", chg)
 	}
 	close(g.open)
-	if err := <-done; err != nil {
+	if err := recvT(t, done); err != nil {
 		t.Fatal(err)
 	}
 	if res.ChangeID != chg[0].ID {
@@ -392,14 +392,14 @@ func TestBudgetSlotLostMidRestart(t *testing.T) {
 		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 		done <- err
 	}()
-	<-g.checks
+	recvT(t, g.checks)
 	b.slot("k8s.kubelet").lose()
-	ev := <-lostEv // told at once, while the operation still waits
+	ev := recvT(t, lostEv) // told at once, while the operation still waits
 	if !errors.Is(ev.Err, snapsvc.ErrSlotLost) {
 		t.Fatalf("lost event error %v", ev.Err)
 	}
 	close(g.open)
-	err := <-done
+	err := recvT(t, done)
 	var opErr *snapsvc.OpError
 	if !errors.Is(err, snapsvc.ErrSlotLost) || !errors.As(err, &opErr) || opErr.Retryable() {
 		t.Fatalf("want a non-retryable ErrSlotLost, got %v", err)
@@ -454,11 +454,11 @@ func TestBudgetSharedByIdenticalRestarts(t *testing.T) {
 		}()
 	}
 	for range n {
-		<-inHold // every restart is under the one slot, none ready yet
+		recvT(t, inHold) // every restart is under the one slot, none ready yet
 	}
 	close(g.open)
 	for range n {
-		if err := <-errs; err != nil {
+		if err := recvT(t, errs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -511,12 +511,12 @@ func TestBudgetStopKeepsSlotUntilStartReady(t *testing.T) {
 		_, err := c.Start(ctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{})
 		done <- err
 	}()
-	<-g.checks
+	recvT(t, g.checks)
 	if b.holding("k8s.kubelet") != 1 {
 		t.Fatal("slot given back before the started service was ready")
 	}
 	close(g.open)
-	if err := <-done; err != nil {
+	if err := recvT(t, done); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"acquire k8s.kubelet", "ready kubelet", "release k8s.kubelet"}
@@ -564,7 +564,7 @@ func TestBudgetAsyncReleasesAfterReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-g.checks // released only once ready, whether or not Wait is called
+	recvT(t, g.checks) // released only once ready, whether or not Wait is called
 	if b.holding("k8s.kubelet") != 1 {
 		t.Fatal("slot given back before ready")
 	}
@@ -597,7 +597,7 @@ func TestBudgetPacesBeforeTakingSlot(t *testing.T) {
 		t.Fatalf("a slot was taken while pacing: %q", got)
 	}
 	mc.Advance(10 * time.Second)
-	if o := <-out; o.err != nil {
+	if o := recvT(t, out); o.err != nil {
 		t.Fatal(o.err)
 	}
 	want := []string{"acquire k8s.kubelet", "release k8s.kubelet", "acquire k8s.kubelet", "release k8s.kubelet"}

@@ -57,7 +57,7 @@ func TestServicesAndWaitIdle(t *testing.T) {
 	default:
 	}
 	foreign.Finish()
-	if err := <-idle; err != nil {
+	if err := recvT(t, idle); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -85,7 +85,7 @@ func TestWaitChangeUpdate(t *testing.T) {
 	}()
 	srv.WaitFor(ctx, func(v fake.View) bool { return v.InFlight() > 0 }) // the long-poll is held
 	foreign.Finish()
-	if next := <-woke; !next.After(base) {
+	if next := recvT(t, woke); !next.After(base) {
 		t.Errorf("woke with %v, not after %v", next, base)
 	}
 
@@ -304,7 +304,7 @@ func TestWaitGivesUpWhenItSaid(t *testing.T) {
 				t.Fatal(err)
 			}
 			srv.StopListening()
-			err := <-done
+			err := recvT(t, done)
 			returned := time.Now()
 			mu.Lock()
 			at := giveUpAt

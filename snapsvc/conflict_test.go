@@ -89,14 +89,14 @@ func TestDaemonWaitingDoesNotBlockConfigureHook(t *testing.T) {
 		_, err := daemon.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 		ddone <- err
 	}()
-	<-waiting
+	recvT(t, waiting)
 	hc := newSnapctlClient(t, srv, hook.Cookie(), snapsvc.WithHook("configure"))
 	res, err := hc.Start(ctx, []string{"k8s.kube-proxy"}, snapsvc.StartOptions{})
 	if err != nil || !res.Queued {
 		t.Fatalf("configure hook's start: %+v %v", res, err)
 	}
 	hook.Finish()
-	if err := <-ddone; err != nil {
+	if err := recvT(t, ddone); err != nil {
 		t.Fatalf("daemon's restart: %v", err)
 	}
 }
@@ -116,9 +116,9 @@ func TestGiveUpKeepsConflictError(t *testing.T) {
 		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 		done <- err
 	}()
-	<-waiting
+	recvT(t, waiting)
 	cancel() // the caller gives up while the blocker runs
-	err := <-done
+	err := recvT(t, done)
 	var ce *retry.ConflictError
 	var opErr *snapsvc.OpError
 	if !errors.As(err, &ce) || ce.ChangeID != foreign.ID() || ce.ChangeKind != "configure-snap" || !errors.As(err, &opErr) || !opErr.Retryable() {
@@ -165,7 +165,7 @@ func TestConflictRetriedAtStateRewrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign.Finish()
-	o := <-out
+	o := recvT(t, out)
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
@@ -230,7 +230,7 @@ func TestMaxAttemptsBoundsVisibleConflicts(t *testing.T) {
 		cur = next
 	}
 	cancel()
-	o := <-done
+	o := recvT(t, done)
 	cur.Finish()
 	t.Fatalf("still retrying after %d rounds with MaxAttempts 2: %d POST /v2/apps sent; err %v", rounds, srv.Counters().Requests["POST /v2/apps"], o.err)
 }

@@ -162,7 +162,7 @@ func TestWaitActive(t *testing.T) {
 	testclock.WaitTimerAt(ctx, t, mc, stepT0.Add(time.Second))
 	srv.SetService("k8s", "kube-proxy", fake.AppState{Enabled: true, Active: true})
 	mc.Advance(500 * time.Millisecond)
-	if err := <-errc; err != nil {
+	if err := recvT(t, errc); err != nil {
 		t.Fatalf("WaitActive: %v", err)
 	}
 	if n := srv.Counters().Requests["GET /v2/apps"]; n != 3 {
@@ -180,7 +180,7 @@ func TestWaitActiveBoundedByContext(t *testing.T) {
 	go func() { errc <- c.WaitActive(ctx, []string{"k8s"}) }()
 	testclock.WaitTimerAt(ctx, t, mc, stepT0.Add(100*time.Millisecond)) // default poll interval
 	cancel()
-	err := <-errc
+	err := recvT(t, errc)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context canceled", err)
 	}

@@ -118,7 +118,7 @@ func TestEnvironmentRootRestartIsWaitedFor(t *testing.T) {
 	if err := os.Rename(hidden, sock); err != nil { // snapd is back
 		t.Fatal(err)
 	}
-	if err := <-errc; err != nil {
+	if err := recvT(t, errc); err != nil {
 		t.Fatalf("after the socket came back: %v", err)
 	}
 }

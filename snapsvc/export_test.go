@@ -159,6 +159,13 @@ func WritePreviousBoot(dir, snap string) error {
 	return os.WriteFile(filepath.Join(dir, snap+waitSuffix), encodeFrame(recordFrame{Boot: "an-earlier-boot", PID: 1, ID: 1, Beat: 7, Body: body}), 0o600)
 }
 
+// SetLockWaitHook makes f run as an operation begins to wait for a snap's
+// lock another process holds, until the test ends.
+func SetLockWaitHook(t interface{ Cleanup(func()) }, f func(snap string)) {
+	testHookLockWait = f
+	t.Cleanup(func() { testHookLockWait = func(string) {} })
+}
+
 // SetMergeHook makes f run as a restart joins an identical restart of its
 // process (true) or begins leading them (false), until the test ends.
 func SetMergeHook(t interface{ Cleanup(func()) }, f func(joined bool)) {

@@ -210,13 +210,17 @@ func whenBlocked(t *testing.T, logs *logWatch, call func() (*snapsvc.Result, err
 		res, err := call()
 		done <- outcome{res, err}
 	}()
+	timer := time.NewTimer(testWait)
+	defer timer.Stop()
 	select {
 	case <-blocked:
 	case o := <-done:
 		t.Fatalf("returned before meeting the blocking change: %+v %v", o.res, o.err)
+	case <-timer.C:
+		t.Fatalf("never met the blocking change within %v", testWait)
 	}
 	release()
-	o := <-done
+	o := recvT(t, done)
 	return o.res, o.err
 }
 
@@ -366,12 +370,23 @@ func eventsSeen(kind snapsvc.EventKind) (snapsvc.Option, <-chan struct{}) {
 	}), ch
 }
 
-// awaitFlight waits until a flight of snap is under way in srv's lock
-// directory: a restart leads it, and may be joined while it waits.
-func awaitFlight(t testing.TB, ctx context.Context, srv *fake.Server, snap string) {
+// testWait bounds every wait of a test that has no context of its own
+// (recvT): as long as ctxT's.
+const testWait = 30 * time.Second
+
+// recvT receives from ch, or fails the test once testWait has passed:
+// every wait of a test is bounded, so a test that would hang fails,
+// saying where, instead of holding up the whole run.
+func recvT[T any](t testing.TB, ch <-chan T) T {
 	t.Helper()
-	dir := lockDirOf(srv)
-	if err := snapsvc.AwaitLockDir(ctx, dir, func() bool { return snapsvc.Flights(dir, snap) > 0 }); err != nil {
-		t.Fatalf("waiting for a flight of %s: %v", snap, err)
+	timer := time.NewTimer(testWait)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("waited %v in vain", testWait)
 	}
+	var zero T
+	return zero
 }

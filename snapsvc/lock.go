@@ -1,6 +1,7 @@
 package snapsvc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,9 +81,9 @@ func (l *snapLock) takePending() []string {
 
 // snapLocks is the set of locks one operation holds.
 type snapLocks struct {
-	dirs    *lockDirs    // of the cross-process locks (none: none)
-	what    []byte       // its locks' records' body: what the operation does (snapLockBody)
-	waiting func() error // called before the operation first waits for a lock another process holds; its error ends the wait
+	dirs    *lockDirs                 // of the cross-process locks (none: none)
+	what    []byte                    // its locks' records' body: what the operation does (snapLockBody)
+	waiting func(holder []byte) error // called before the operation first waits for a lock another process holds; its error ends the wait
 	mem     []*snapLock
 	files   []*heldRecord
 }
@@ -90,7 +91,7 @@ type snapLocks struct {
 // lock takes the in-process lock of every snap (sorted, so two
 // multi-snap operations cannot deadlock), then the cross-process locks
 // in their lock directories (lockdir.go), for what. Waiting honours ctx.
-func (p processSnaps) lock(ctx context.Context, snaps []string, dirs *lockDirs, what []byte, waiting func() error) (*snapLocks, error) {
+func (p processSnaps) lock(ctx context.Context, snaps []string, dirs *lockDirs, what []byte, waiting func(holder []byte) error) (*snapLocks, error) {
 	h := &snapLocks{dirs: dirs, what: what, waiting: waiting}
 	for _, s := range snaps {
 		l := p.of(s)
@@ -170,7 +171,7 @@ func (op *operation) lock() error {
 	c := op.c
 	for {
 		if !c.queuesInHook() {
-			h, err := c.snaps.lock(op.k.ctx, op.o.t.snaps, c.lockDirs, op.o.lockBody(c.lockDirs), op.aboutToWait)
+			h, err := c.snaps.lock(op.k.ctx, op.o.t.snaps, c.lockDirs, op.o.lockBody(c.lockDirs), op.aboutToWaitForLock)
 			if err != nil {
 				return err
 			}
@@ -244,6 +245,20 @@ func (o request) lockBody(dirs *lockDirs) []byte {
 // sent: the flight it leads opens to the machine's identical restarts, or
 // it joins one of them found under way (a *joinInstead: machineflight.go).
 func (op *operation) aboutToWait() error { return op.lead.open(op.k.ctx) }
+
+// aboutToWaitForLock is aboutToWait for the snap's lock, held by another
+// process doing holder: one doing the same request does not make the
+// flight visible yet. Should that one's request be refused, it makes its
+// own flight visible as it waits the blocker out, and this one joins it
+// once it takes the lock; made visible now, this flight would have it
+// join this one instead, whose request has not met the blocker, and which
+// would then be refused in turn.
+func (op *operation) aboutToWaitForLock(holder []byte) error {
+	if op.lead == nil || bytes.Equal(holder, op.o.lockBody(op.c.lockDirs)) {
+		return nil
+	}
+	return op.aboutToWait()
+}
 
 // withoutFileLocks runs wait, a wait for someone else's change, with the
 // snaps' cross-process locks let go of: a hook that change runs, or

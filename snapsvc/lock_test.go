@@ -65,7 +65,7 @@ func TestRestartPacing(t *testing.T) {
 		t.Fatalf("%d restarts sent before the interval passed, want 1", n)
 	}
 	mc.Advance(6 * time.Second)
-	if o := <-out; o.err != nil {
+	if o := recvT(t, out); o.err != nil {
 		t.Fatalf("paced restart: %v", o.err)
 	}
 	ps := posts()
@@ -88,7 +88,7 @@ func TestRestartPacing(t *testing.T) {
 	restartAsync(c, pctx, out, "k8s.kubelet")
 	testclock.WaitTimerAt(ctx, t, mc, mc.Now().Add(10*time.Second))
 	pcancel()
-	o := <-out
+	o := recvT(t, out)
 	if !errors.Is(o.err, context.Canceled) || !strings.Contains(o.err.Error(), "minimum restart interval") {
 		t.Errorf("cancelled paced restart: %v", o.err)
 	}
@@ -106,7 +106,7 @@ func TestRestartPacing(t *testing.T) {
 		t.Fatal("kubelet restarted right after its snap was restarted")
 	}
 	mc.Advance(10 * time.Second)
-	if o := <-out; o.err != nil {
+	if o := recvT(t, out); o.err != nil {
 		t.Fatalf("paced kubelet restart: %v", o.err)
 	}
 }

@@ -120,12 +120,12 @@ func TestLostAnswerForeignPlainStartNotTakenForEnable(t *testing.T) {
 		res, err = c.Start(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StartOptions{Enable: true})
 		done <- err
 	}()
-	<-seen
+	recvT(t, seen)
 	// While our request hangs, someone else starts kubelet without
 	// enabling it; then our request is lost.
 	foreign := foreignPost(t, srv, `{"action":"start","names":["k8s.kubelet"]}`)
 	close(hold)
-	if err := <-done; err != nil {
+	if err := recvT(t, done); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := srv.Service("k8s", "kubelet"); !st.Enabled || !st.Active {
@@ -169,7 +169,7 @@ func TestLostAnswerWholeSnapStartNotTakenFromOneService(t *testing.T) {
 				t.Fatal(err)
 			}
 			close(hold)
-			if err := <-done; err != nil {
+			if err := recvT(t, done); err != nil {
 				t.Fatal(err)
 			}
 			if res.ChangeID == foreign || !strings.Contains(bodyOf(srv, res.ChangeID), `"names":["k8s"]`) {
@@ -473,7 +473,7 @@ func TestInFlightChangeFoundInBackground(t *testing.T) {
 	}
 	found := logs.seen("a request cut off before its answer made a change")
 	cancel()
-	err := <-errc
+	err := recvT(t, errc)
 	var opErr *snapsvc.OpError
 	if !errors.As(err, &opErr) || opErr.Retryable() || !errors.Is(err, snapsvc.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v: want cancelled, outcome unknown, not retryable", err)
@@ -585,7 +585,7 @@ func TestRequestCanceledActIsLookedUp(t *testing.T) {
 	if err := srv.StartListening(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
+	if err := recvT(t, done); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
 	if err := srv.WaitIdle(ctx); err != nil {

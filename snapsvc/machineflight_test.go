@@ -97,10 +97,17 @@ func TestMachineLateRestartDoesNotJoinASentOne(t *testing.T) {
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(procClient(t, srv, "leader"), ctx, first, "k8s.kubelet")
 	running := waitNewChange(ctx, t, srv)
+	waiting := make(chan struct{}, 1)
+	snapsvc.SetLockWaitHook(t, func(string) {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
 	restartAsync(procClient(t, srv, "late"), ctx, second, "k8s.kubelet")
-	// The late restart leads a flight of its own, waiting for the snap's
-	// lock: the leader's sent none it could join.
-	awaitFlight(t, ctx, srv, "k8s")
+	// The late restart waits for the snap's lock: the leader, uncontended,
+	// sent its request at once, and made no flight it could join.
+	awaitT(t, ctx, waiting, "the late restart to wait for the snap's lock")
 	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
 		t.Fatal(err)
 	}

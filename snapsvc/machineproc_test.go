@@ -193,7 +193,7 @@ func (w *worker) awaitEvent(t *testing.T, ctx context.Context, kind snapsvc.Even
 // result waits for the worker's exit and returns its call's result.
 func (w *worker) result(t *testing.T) workerResult {
 	t.Helper()
-	err := <-w.done
+	err := recvT(t, w.done)
 	w.done <- err
 	var r workerResult
 	if err != nil || json.Unmarshal(w.out.Bytes(), &r) != nil {

@@ -24,29 +24,36 @@ func TestCoalesceJoinerKeepsItsOwnPolicy(t *testing.T) {
 	short, long := retry.DefaultPolicy(), retry.DefaultPolicy()
 	short.MaxElapsedTime = time.Second
 	c0 := newClient(t, srv)
-	logs := newLogWatch()
-	ca := newClient(t, srv, snapsvc.WithPolicy(short), snapsvc.WithLogger(logs.logger()))
+	ca := newClient(t, srv, snapsvc.WithPolicy(short))
 	onConflict, refused := conflictsSeen()
-	cb := newClient(t, srv, snapsvc.WithPolicy(long), snapsvc.WithLogger(logs.logger()), onConflict)
+	onJoin, joined := eventsSeen(snapsvc.EventJoined)
+	cb := newClient(t, srv, snapsvc.WithPolicy(long), onConflict, onJoin)
 
 	first := make(chan restartOutcome, 1)
 	restartAsync(c0, ctx, first, "k8s.kubelet") // holds the snap's lock
 	running := waitNewChange(ctx, t, srv)
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	leader, joiner := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
-	leading := logs.seen("leading identical restarts")
+	leading := make(chan struct{}, 1)
+	snapsvc.SetMergeHook(t, func(joined bool) {
+		if !joined {
+			select {
+			case leading <- struct{}{}:
+			default:
+			}
+		}
+	})
 	restartAsync(ca, ctx, leader, "k8s.kubelet")
-	<-leading
-	joined := logs.seen("joining an identical restart")
+	recvT(t, leading)
 	restartAsync(cb, ctx, joiner, "k8s.kubelet")
-	<-joined
+	recvT(t, joined)
 	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	<-first
+	recvT(t, first)
 	// The leader acts, runs into the foreign change and gives up within
 	// its own second.
-	o := <-leader
+	o := recvT(t, leader)
 	var oe *snapsvc.OpError
 	if !errors.Is(o.err, snapsvc.ErrGaveUp) || !errors.As(o.err, &oe) {
 		t.Fatalf("leader: %+v, %v; want gave up", o.res, o.err)
@@ -69,7 +76,7 @@ func TestCoalesceJoinerKeepsItsOwnPolicy(t *testing.T) {
 	if err := srv.AdvanceUntilReady(ctx, own); err != nil {
 		t.Fatal(err)
 	}
-	o = <-joiner
+	o = recvT(t, joiner)
 	if o.err != nil || o.res.Shared || o.res.Status != "Done" {
 		t.Fatalf("joiner: %+v, %v; want its own restart, done", o.res, o.err)
 	}
@@ -183,7 +190,7 @@ func TestCoalesceTenRestartsBehindRunningChange(t *testing.T) {
 	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	if o := <-first; o.err != nil || o.res.ChangeID != running || o.res.Shared {
+	if o := recvT(t, first); o.err != nil || o.res.ChangeID != running || o.res.Shared {
 		t.Fatalf("first restart: %+v, %v", o.res, o.err)
 	}
 	second := waitNewChange(ctx, t, srv, running)
@@ -192,7 +199,7 @@ func TestCoalesceTenRestartsBehindRunningChange(t *testing.T) {
 	}
 	shared := 0
 	for i := 0; i < 10; i++ {
-		o := <-queued
+		o := recvT(t, queued)
 		if o.err != nil {
 			t.Fatalf("queued restart: %v", o.err)
 		}
@@ -232,7 +239,7 @@ func TestCoalesceTenRestartsBehindForeignChange(t *testing.T) {
 	foreign.Finish()
 	ids := map[string]int{}
 	for i := 0; i < 10; i++ {
-		o := <-out
+		o := recvT(t, out)
 		if o.err != nil {
 			t.Fatalf("restart: %v", o.err)
 		}
@@ -262,7 +269,7 @@ func TestCoalesceLeaderGivesUpBeforeActing(t *testing.T) {
 	q := queueRestarts(t, 3)
 	srv, ctx, running, joiners, out := q.srv, q.ctx, q.running, q.joiners, q.out
 	q.cancelLeader()
-	if o := <-q.leader; !errors.Is(o.err, context.Canceled) {
+	if o := recvT(t, q.leader); !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("cancelled leader: %+v, %v", o.res, o.err)
 	}
 	for _, dp := range joiners { // each queues again (a new leader or its joiner)
@@ -271,13 +278,13 @@ func TestCoalesceLeaderGivesUpBeforeActing(t *testing.T) {
 	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	<-q.first
+	recvT(t, q.first)
 	second := waitNewChange(ctx, t, srv, running)
 	if err := srv.AdvanceUntilReady(ctx, second); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		if o := <-out; o.err != nil || o.res.ChangeID != second {
+		if o := recvT(t, out); o.err != nil || o.res.ChangeID != second {
 			t.Errorf("joiner: %+v, %v; want change %s", o.res, o.err, second)
 		}
 	}
@@ -296,10 +303,10 @@ func TestCoalesceJoinerOutlivesLeaderCancel(t *testing.T) {
 	if err := srv.AdvanceUntilReady(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	<-q.first
+	recvT(t, q.first)
 	second := waitNewChange(ctx, t, srv, running)
 	q.cancelLeader()
-	if o := <-q.leader; !errors.Is(o.err, context.Canceled) {
+	if o := recvT(t, q.leader); !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("leader: %+v, %v", o.res, o.err)
 	}
 	// Later restarts are instant; the one that ran stays slow.
@@ -308,7 +315,7 @@ func TestCoalesceJoinerOutlivesLeaderCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		o := <-out
+		o := recvT(t, out)
 		if o.err != nil || o.res.Status != "Done" || o.res.ChangeID == running || o.res.ChangeID == second {
 			t.Errorf("joiner: %+v, %v; want a restart of its own, done", o.res, o.err)
 		}

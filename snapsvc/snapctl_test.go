@@ -393,7 +393,7 @@ func TestDoneRestartNotReportedQueuedIntoLaterHook(t *testing.T) {
 		{Kind: "service-control", Summary: `Run service command "restart" for services ["kubelet"] of snap "k8s"`},
 	}})
 	mc.AdvanceToNext()
-	o := <-done
+	o := recvT(t, done)
 	hook.Finish()
 	if o.err != nil {
 		t.Fatal(o.err)
