@@ -38,7 +38,9 @@ package sqlbudget
 // often): when every waiter at the front left at once (a common deadline
 // ends the first arrivals' waits first), a sentinel takes the free slot
 // within 2 Polls, where the next waiters in line would poll only after
-// their long intervals.
+// their long intervals. Sentinels say in their row how often they poll,
+// and wait for the sentinels ahead of them (they poll as often), so a
+// short queue is served in order.
 //
 // Expiry is the observers' (observe.go): a waiter's row lives lease_ms
 // after its last write on the clock of whoever watches it (its promise
@@ -105,6 +107,13 @@ func (b *Budget) judge(r row, now time.Time) (state, time.Duration) {
 // or is not awake, does not hold a free slot back.
 func (b *Budget) keepsPromise(r row, silent time.Duration) bool {
 	return r.awake && silent < ms(r.everyMS)+2*b.cfg.Poll
+}
+
+// isSentinel reports whether r, a live waiter that is not awake, is a
+// sentinel: it polls every 2×Poll at most (every_ms, its interval), so a
+// sentinel behind it waits for it, and a short queue is served in order.
+func (b *Budget) isSentinel(r row) bool {
+	return !r.awake && r.everyMS > 0 && ms(r.everyMS) <= 2*b.cfg.Poll
 }
 
 // vanished is r, a holder under its lock-delay, as a waiter reports it.
@@ -420,7 +429,11 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time, read *bea
 	if err != nil {
 		return poll{}, err
 	}
-	awake, dead := 0, 0 // waiters ahead that keep their promise to look every Poll; expired ones
+	var ahead, behind int
+	if err := tx.QueryRowContext(ctx, qPlace, w.key, me.id, w.key, me.id, sentinels).Scan(&ahead, &behind); err != nil {
+		return poll{}, err
+	}
+	awake, dead := 0, 0 // waiters ahead that hold a free slot back; expired ones
 	for _, r := range front {
 		st, silent := b.judge(r, at)
 		if st != alive {
@@ -431,13 +444,9 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time, read *bea
 		if err := w.sameMax(r); err != nil {
 			return poll{}, err
 		}
-		if b.keepsPromise(r, silent) {
+		if b.keepsPromise(r, silent) || b.isSentinel(r) {
 			awake++
 		}
-	}
-	var ahead, behind int
-	if err := tx.QueryRowContext(ctx, qPlace, w.key, me.id, w.key, me.id, sentinels).Scan(&ahead, &behind); err != nil {
-		return poll{}, err
 	}
 	ahead = max(ahead-dead, 0)
 	n, err := b.slots(ctx, tx)
@@ -485,13 +494,13 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time, read *bea
 	switch {
 	case !queued:
 		if _, err := tx.ExecContext(ctx, `INSERT INTO snapsvc_budget_slots (key, token, holder, max_spec, lease_ms, every_ms, awake, lock_delay_ms, since, renewed)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.key, w.token, b.cfg.Holder, b.spec, p.lease.Milliseconds(), p.promise.Milliseconds(), awakeNow, b.cfg.LockDelay.Milliseconds(), now, now); err != nil {
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.key, w.token, b.cfg.Holder, b.spec, p.lease.Milliseconds(), next.Milliseconds(), awakeNow, b.cfg.LockDelay.Milliseconds(), now, now); err != nil {
 			return poll{}, err
 		}
 		p.written = true
-	case awakeNow || me.awake != awakeNow || time.Since(w.written)+next > w.promise:
+	case awakeNow || me.awake != awakeNow || b.isSentinel(me) != (next <= 2*b.cfg.Poll) || time.Since(w.written)+next > w.promise:
 		if _, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_slots SET beat = beat + 1, renewed = ?, lease_ms = ?, every_ms = ?, awake = ? WHERE token = ? AND granted = 0`,
-			now, p.lease.Milliseconds(), p.promise.Milliseconds(), awakeNow, w.token); err != nil {
+			now, p.lease.Milliseconds(), next.Milliseconds(), awakeNow, w.token); err != nil {
 			return poll{}, err
 		}
 		p.written = true
@@ -560,24 +569,28 @@ func (w *waiter) endDelays(ctx context.Context, vs []Vanished) error {
 	return nil
 }
 
-// abandon deletes the waiter's row: one attempt, so a cancelled Acquire
-// returns promptly (else the row expires within TTL), and none while the
-// database is failing (see Budget.failing). A row granted by a
-// transaction whose answer was lost goes too: it never acted (acts are
-// only ever recorded on a granted row, by Fence).
+// abandon deletes the waiter's row, within one Attempt (a database that
+// answers busy, as dqlite's leader does at once to a second writer when
+// many waiters leave together, is tried again within it), so a cancelled
+// Acquire returns promptly (else the row expires within its lease), and
+// not at all while the database is failing (see Budget.failing). A row
+// granted by a transaction whose answer was lost goes too: it never acted
+// (acts are only ever recorded on a granted row, by Fence).
 func (w *waiter) abandon() {
 	b := w.b
 	defer b.wakeUp(w.key)
 	if b.failing.Load() {
 		return
 	}
+	b.remove(w.token)
+}
+
+// remove deletes token's row if it never acted, within one Attempt.
+func (b *Budget) remove(token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
 	defer cancel()
-	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := b.ensureSchema(ctx, tx); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_slots WHERE token = ? AND acts = 0`, w.token)
+	_ = b.txRetry(ctx, b.cfg.Attempt, urgent, "leaving the queue", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_slots WHERE token = ? AND acts = 0`, token)
 		return err
 	})
 }

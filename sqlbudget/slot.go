@@ -421,9 +421,9 @@ func (s *slot) Release(ctx context.Context) error {
 // abandon gives back a slot that Acquire took but does not return (its
 // context ended while the key was paused): the holder never acted, so
 // its row holds nothing back once it expires. It stops the renewals and
-// deletes the row in one attempt, none while the database is failing
-// (Budget.failing), so that Acquire returns promptly: unlike Release it
-// never waits for an unreachable database.
+// deletes the row within one Attempt, not at all while the database is
+// failing (Budget.failing), so that Acquire returns promptly: unlike
+// Release it never waits for an unreachable database.
 func (s *slot) abandon() {
 	b := s.b
 	s.mu.Lock()
@@ -440,12 +440,7 @@ func (s *slot) abandon() {
 	if b.failing.Load() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
-	defer cancel()
-	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_slots WHERE token = ? AND acts = 0`, s.token)
-		return err
-	})
+	b.remove(s.token)
 }
 
 // unbudgeted is a slot granted without the database (no cluster yet, or
