@@ -571,7 +571,9 @@ func (w *waiter) endDelays(ctx context.Context, vs []Vanished) error {
 
 // abandon deletes the waiter's row, within one Attempt (a database that
 // answers busy, as dqlite's leader does at once to a second writer when
-// many waiters leave together, is tried again within it), so a cancelled
+// many waiters leave together, is tried again within it, with full
+// jitter, and a process's leavers go one at a time: see remove), so a
+// cancelled
 // Acquire returns promptly (else the row expires within its lease), and
 // not at all while the database is failing (see Budget.failing). A row
 // granted by a transaction whose answer was lost goes too: it never acted
@@ -585,11 +587,19 @@ func (w *waiter) abandon() {
 	b.remove(w.token)
 }
 
-// remove deletes token's row if it never acted, within one Attempt.
+// remove deletes token's row if it never acted, within one Attempt. It
+// yields to the holders: a process's leavers go one at a time, each
+// followed by a pause as long as it took (entryGate, as arrivals), with
+// full jitter when the database is busy, so that a crowd leaving at once
+// (900 waiters of a process cancelled together starved a holder's
+// renewals past its TTL) takes at most half of the database's time; a
+// leaver that gets no turn within the Attempt leaves its row to expire.
 func (b *Budget) remove(token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
 	defer cancel()
-	_ = b.txRetry(ctx, b.cfg.Attempt, urgent, "leaving the queue", func(ctx context.Context, tx *sql.Tx) error {
+	bo := b.yielding(b.cfg.Attempt)
+	bo.gate = entryGate
+	_ = b.txRetry(ctx, b.cfg.Attempt, bo, "leaving the queue", func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_slots WHERE token = ? AND acts = 0`, token)
 		return err
 	})

@@ -515,6 +515,15 @@ func Exits(t testing.TB, cfg ExitConfig) ExitResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
+	var lostAt atomic.Int64 // since began, when the holder saw its slot lost
+	go func() {
+		select {
+		case <-hs.Lost():
+			lostAt.Store(int64(time.Since(began)))
+		case <-ctx.Done():
+		}
+	}()
 
 	type waiter struct {
 		i      int
@@ -578,8 +587,10 @@ func Exits(t testing.TB, cfg ExitConfig) ExitResult {
 		}
 		ws = append(ws, w)
 	}
+	formed := time.Since(began)
 	time.Sleep(cfg.Settle) // the queue's steady state, not a synchronisation
 
+	leaving := time.Since(began)
 	stayed := 0
 	switch cfg.Leave {
 	case "dead-head":
@@ -601,6 +612,13 @@ func Exits(t testing.TB, cfg ExitConfig) ExitResult {
 				stayed++
 			}
 		}
+	}
+	select {
+	case <-hs.Lost():
+		m := hb.Metrics()
+		t.Fatalf("the holder lost its slot %s after its grant (the queue formed at %s, the exits began at %s), before its release (%d of %d renewals late): %v",
+			time.Duration(lostAt.Load()), formed, leaving, m.RenewalsMissed, m.Renewals, hs.Err())
+	default:
 	}
 	released := time.Now()
 	if err := hs.Release(ctx); err != nil {
