@@ -128,9 +128,37 @@ type Config struct {
 	// unbudgeted slot at once. Without it etcd is always consulted and an
 	// unreachable etcd is an outage.
 	ClusterExists func(ctx context.Context) bool
+	// LegacyKeys returns, for a key (canonical), the keys of earlier
+	// etcdbudgets (v0.1.1, v0.2.0) whose holders disrupt the same
+	// services, as those releases spelled them: a slot of key also counts
+	// their holders and waiters queued before it, and they count it (see
+	// the package documentation, Mixed versions). Default (nil):
+	// LegacySnapKeys, v0.1.1's key of a whole-snap restart. Once no
+	// machine runs an earlier release, NoLegacyKeys spares the markers and
+	// the reads (machines of this release never count each other's
+	// markers).
+	LegacyKeys func(key string) []string
 	// Logger receives what the budget does (default: discard).
 	Logger *slog.Logger
 }
+
+// LegacySnapKeys is Config.LegacyKeys's default: for each "+"-part of key
+// naming a service ("k8s.kubelet"), its snap ("k8s"), the key under which
+// etcdbudget v0.1.1 (through snapsvc v0.1.1) budgeted a whole-snap
+// restart.
+func LegacySnapKeys(key string) []string {
+	var out []string
+	for _, p := range strings.Split(key, "+") {
+		if snap, _, ok := strings.Cut(p, "."); ok && snap != "" && !slices.Contains(out, snap) {
+			out = append(out, snap)
+		}
+	}
+	return out
+}
+
+// NoLegacyKeys is a Config.LegacyKeys for a fleet where no machine runs an
+// etcdbudget earlier than this one: no key of theirs is counted.
+func NoLegacyKeys(string) []string { return nil }
 
 // ClientConfig returns an etcd client configuration for endpoints with
 // the defaults a budget needs on a real cluster: a 5s dial timeout, and
@@ -219,12 +247,28 @@ func (b *Budget) Stats() Stats {
 		HolderReadyProbes: b.probes.Load(), Detours: b.detoured.Load()}
 }
 
-// entry is the value of a waiter's or holder's key.
+// entry is the value of a waiter's or holder's key, and of its markers
+// under legacy keys.
 type entry struct {
 	Holder string    `json:"holder"`
 	Max    int       `json:"max"`
 	Since  time.Time `json:"since"`
+	// V is entryVersion; 0 in an entry of an earlier etcdbudget (v0.1.1,
+	// v0.2.0), which a waiter counts under a legacy key.
+	V int `json:"v,omitempty"`
+	// For is, in a marker, the key it stands for.
+	For string `json:"for,omitempty"`
 }
+
+// entryVersion marks the entries this package writes (see entry.V).
+const entryVersion = 3
+
+// markerMark begins the name of a marker: an entry under a legacy key
+// that stands for a waiter or holder of another key, so that earlier
+// etcdbudgets, which count every key under their key's directory, count
+// it. '~' sorts after every character of an entry's name (hex digits,
+// '-'): this package reads a key's entries below it, markers apart.
+const markerMark = "~"
 
 // guard is the value of a holder's lock-delay guard: who holds the slot
 // and since when, and the evidence a successor judges if the holder
@@ -335,6 +379,32 @@ func (b *Budget) Max() int { return b.cfg.Max }
 func (b *Budget) dir(key string) string    { return b.cfg.Prefix + key + "/" }
 func (b *Budget) guards(key string) string { return b.cfg.Prefix + key + "#lock-delay/" }
 
+// entriesOf is the range of key's entries, markers left out: from dir(key)
+// (the OpGet's key) to its end.
+func (b *Budget) entriesOf(key string) clientv3.OpOption {
+	return clientv3.WithRange(b.dir(key) + markerMark)
+}
+
+// legacyDirs returns the directories of key's legacy keys
+// (Config.LegacyKeys): each checked as v0.1.1 checked its keys, and none
+// that is key itself (its entries are counted anyway).
+func (b *Budget) legacyDirs(key string) ([]string, error) {
+	f := b.cfg.LegacyKeys
+	if f == nil {
+		f = LegacySnapKeys
+	}
+	var dirs []string
+	for _, k := range f(key) {
+		if k == "" || strings.Contains(k, "/") {
+			return nil, refused("taking a slot of "+key, fmt.Errorf("legacy key %q (Config.LegacyKeys): empty or containing '/'", k))
+		}
+		if k != key && !slices.Contains(dirs, b.dir(k)) {
+			dirs = append(dirs, b.dir(k))
+		}
+	}
+	return dirs, nil
+}
+
 // Acquire waits for a slot of key (normalised as Key does). It enqueues
 // an entry under the key, bound to a lease of its own, and holds a slot
 // once fewer than Max entries created before it remain and no slot is
@@ -411,7 +481,10 @@ type waiter struct {
 	name  string // the entry's name under dir
 	entry string // its key
 	rev   int64  // its create revision
-	held  bool   // waited behind a vanished holder's lock-delay
+	// legacy are the directories of the key's legacy keys; markers the
+	// waiter's marker in each (created with the entry, on its lease).
+	legacy, markers []string
+	held            bool // waited behind a vanished holder's lock-delay
 	// probing is the HolderReady probe in flight (pollReady), nil while
 	// none runs.
 	probing chan error
@@ -439,13 +512,14 @@ type queue struct {
 	rev     int64              // revision of the read
 	mine    bool               // the waiter's entry exists
 	older   []string           // keys of entries created before it, nearest first
+	legacy  []string           // keys of earlier etcdbudgets' entries under legacy keys created before it
 	holders []*mvccpb.KeyValue // the first Max entries
 	orphans []*mvccpb.KeyValue // guards whose holder's entry is gone
 }
 
 // head reports whether the waiter is first in line: it would hold a slot
 // but for the vanished holders' guards.
-func (q queue) head(max int) bool { return len(q.older) < max }
+func (q queue) head(max int) bool { return len(q.older)+len(q.legacy) < max }
 
 // read reads, in one linearizable transaction, the entries ahead of the
 // waiter (keys only, nearest first), the first Max entries (the holders)
@@ -455,14 +529,21 @@ func (w *waiter) read(ctx context.Context) (queue, error) {
 	var q queue
 	err := b.call(ctx, w.out, "reading the queue of "+w.key, func(actx context.Context) error {
 		b.reads.Add(1)
-		resp, err := b.kv(actx).Txn(actx).Then(
-			clientv3.OpGet(b.dir(w.key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1),
+		ops := []clientv3.Op{
+			clientv3.OpGet(b.dir(w.key), b.entriesOf(w.key), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
-			clientv3.OpGet(b.dir(w.key), clientv3.WithPrefix(), clientv3.WithLimit(int64(b.cfg.Max)),
+			clientv3.OpGet(b.dir(w.key), b.entriesOf(w.key), clientv3.WithLimit(int64(b.cfg.Max)),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 			clientv3.OpGet(b.guards(w.key), clientv3.WithPrefix()),
 			clientv3.OpGet(w.entry, clientv3.WithKeysOnly()),
-		).Commit()
+		}
+		for _, d := range w.legacy {
+			// Entries under a legacy key created before this waiter, its
+			// markers and its peers' left out.
+			ops = append(ops, clientv3.OpGet(d, clientv3.WithRange(d+markerMark), clientv3.WithMaxCreateRev(w.rev-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)))
+		}
+		resp, err := b.kv(actx).Txn(actx).Then(ops...).Commit()
 		if err != nil {
 			return err
 		}
@@ -478,6 +559,14 @@ func (w *waiter) read(ctx context.Context) (queue, error) {
 			}
 		}
 		q.mine = len(resp.Responses[3].GetResponseRange().Kvs) == 1
+		for _, r := range resp.Responses[4:] {
+			for _, kv := range r.GetResponseRange().Kvs {
+				var e entry
+				if json.Unmarshal(kv.Value, &e) != nil || e.V == 0 {
+					q.legacy = append(q.legacy, string(kv.Key))
+				}
+			}
+		}
 		return nil
 	})
 	return q, err
@@ -488,9 +577,20 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 	b := w.b
 	w.name = fmt.Sprintf("%016x-%d", int64(w.k.id), b.seq.Add(1))
 	w.entry = b.dir(w.key) + w.name
-	val, err := json.Marshal(entry{Holder: b.cfg.Holder, Max: b.cfg.Max, Since: time.Now().UTC()})
+	since := time.Now().UTC()
+	val, err := json.Marshal(entry{Holder: b.cfg.Holder, Max: b.cfg.Max, Since: since, V: entryVersion})
 	if err != nil {
 		return nil, err
+	}
+	if w.legacy, err = b.legacyDirs(w.key); err != nil {
+		return nil, err
+	}
+	puts := []clientv3.Op{clientv3.OpPut(w.entry, string(val), clientv3.WithLease(w.k.id))}
+	for _, d := range w.legacy {
+		mval, _ := json.Marshal(entry{Holder: b.cfg.Holder, Max: b.cfg.Max, Since: since, V: entryVersion, For: w.key})
+		m := d + markerMark + w.name
+		w.markers = append(w.markers, m)
+		puts = append(puts, clientv3.OpPut(m, string(mval), clientv3.WithLease(w.k.id)))
 	}
 	// Requests end with the caller's context and with the lease: a
 	// waiter whose keep-alives go unanswered for TTL is told at once.
@@ -514,11 +614,12 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 		return err
 	}
 
-	// Enqueue. A retry after a lost answer finds the entry it made.
+	// Enqueue, with the markers under the legacy keys in the same
+	// revision. A retry after a lost answer finds the entry it made.
 	err = b.call(ctx, w.out, "enqueuing "+w.entry, func(actx context.Context) error {
 		resp, err := b.kv(actx).Txn(actx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", 0)).
-			Then(clientv3.OpPut(w.entry, string(val), clientv3.WithLease(w.k.id))).
+			Then(puts...).
 			Else(clientv3.OpGet(w.entry)).Commit()
 		if err != nil {
 			return err
@@ -546,7 +647,7 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 		if err := w.checkMax(q); err != nil {
 			return nil, err
 		}
-		if len(q.older)+len(q.orphans) < b.cfg.Max {
+		if len(q.older)+len(q.legacy)+len(q.orphans) < b.cfg.Max {
 			return w.take(ctx, q, progress)
 		}
 		if q.head(b.cfg.Max) && len(q.orphans) > 0 {
@@ -568,7 +669,10 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 		for _, g := range q.orphans {
 			holders = append(holders, guardOf(g.Value).Holder+" (vanished; lock-delay)")
 		}
-		ahead := max(len(q.older)+len(q.orphans)-b.cfg.Max, 0)
+		for _, k := range q.legacy {
+			holders = append(holders, "an earlier etcdbudget's "+k)
+		}
+		ahead := max(len(q.older)+len(q.legacy)+len(q.orphans)-b.cfg.Max, 0)
 		wt := budget.Wait{Key: w.key, Holders: holders, Ahead: ahead, Max: b.cfg.Max}
 		if progress != nil && (!reported || wt.Ahead != last.Ahead || !slices.Equal(wt.Holders, last.Holders)) {
 			progress(wt)
@@ -581,6 +685,7 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 		// waiter keeps at most Max+1 watches, and the first in line one
 		// more per vanished holder's guard.
 		watch := append(slices.Clone(q.older[:min(len(q.older), b.cfg.Max)]), w.entry)
+		watch = append(watch, q.legacy[:min(len(q.legacy), b.cfg.Max)]...)
 		var orphans []*mvccpb.KeyValue
 		if q.head(b.cfg.Max) {
 			orphans = q.orphans
@@ -838,7 +943,7 @@ func (b *Budget) Holders(ctx context.Context, key string) (holding, waiting []st
 	var resp *clientv3.GetResponse
 	err = b.call(ctx, &outage{bound: b.cfg.Unreachable}, "reading the queue of "+key, func(actx context.Context) error {
 		var err error
-		resp, err = b.kv(actx).Get(actx, b.dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		resp, err = b.kv(actx).Get(actx, b.dir(key), b.entriesOf(key), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		return err
 	})
 	if err != nil {

@@ -50,6 +50,9 @@ func (b *Budget) Keys(ctx context.Context) ([]string, error) {
 	keys := []string{}
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), b.cfg.Prefix)
+		if i := strings.Index(rest, "/"+markerMark); i >= 0 && !strings.ContainsAny(rest[:i], "/#") {
+			continue // a marker under a legacy key: it stands for another key
+		}
 		if i := strings.IndexAny(rest, "/#"); i >= 0 {
 			rest = rest[:i]
 		}
@@ -179,7 +182,7 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 	var resp *clientv3.TxnResponse
 	err = b.retryControl(ctx, "reading the status of "+key, func(actx context.Context) (err error) {
 		resp, err = b.kv(actx).Txn(actx).Then(
-			clientv3.OpGet(b.dir(key), sorted...),
+			clientv3.OpGet(b.dir(key), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), b.entriesOf(key)),
 			clientv3.OpGet(b.lockDelayDir(key), sorted...),
 			clientv3.OpGet(b.pauseKey(key)),
 			clientv3.OpGet(b.participantsDir(key), sorted...),
@@ -657,7 +660,7 @@ func (p *Participation) ResolveAfter(ctx context.Context, m MaxUnavailable, join
 			resp, err = b.kv(actx).Txn(actx).Then(
 				clientv3.OpGet(pk),
 				clientv3.OpGet(b.participantsDir(p.key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-				clientv3.OpGet(b.dir(p.key), clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+				clientv3.OpGet(b.dir(p.key), b.entriesOf(p.key), clientv3.WithLimit(1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 			).Commit()
 			return err
 		}); err != nil {

@@ -45,6 +45,33 @@
 // "a". A pause of a key holds back that key, the combined keys it is a
 // part of, and, for a snap's name, every key of its services.
 //
+// # Mixed versions
+//
+// A fleet upgraded one machine at a time runs two releases at once, and
+// v0.1.1 spelled keys otherwise: a whole-snap restart ("k8s") took the
+// key "k8s", where this release takes each service's key, and
+// snapsvc-rollout joined several names with "+" in the order given (or
+// took its --key). Machines on either release must still count each
+// other. An earlier etcdbudget counts every key under its key's directory;
+// so each entry of this release also puts a marker, in the same
+// transaction and on the same lease, under each of its key's legacy keys
+// (Config.LegacyKeys; by default LegacySnapKeys: the snap of each service
+// the key names), named after a '~' that sorts after every entry's name.
+// The earlier release counts the marker ahead of its own entry, as any
+// holder; this release counts, ahead of its entry, the entries of earlier
+// releases under those keys (an entry of this release says its version),
+// never markers nor its own entries there. Entry and markers share one
+// create revision, so every pair of machines is ordered the same way in
+// every queue, and the younger of any two that disrupt a service counts
+// the older: with Max N, N+1 machines restarting a service at once need
+// two v0.1.1 machines that never counted each other (its whole-snap and
+// per-service restarts did not), as before the upgrade. Two restarts of
+// different services of one snap on this release do not count each
+// other's markers. v0.1.1 waits out no lock-delay, as before. snapsvc-rollout's --legacy-key names a
+// v0.1.1 machine's own key (verbatim, never sorted). Once no machine runs
+// an earlier release, NoLegacyKeys (snapsvc-rollout
+// --legacy-snap-keys=false) spares the markers and the reads.
+//
 // # Waiting
 //
 // Hand-over costs O(1) per waiter. A waiter reads, in one linearizable

@@ -25,7 +25,8 @@ type slot struct {
 	rev   int64            // the entry's create revision
 	guard clientv3.LeaseID // the lock-delay guard's lease (0: none)
 
-	gkey string // the guard's key
+	gkey    string   // the guard's key
+	markers []string // its markers under legacy keys (on the entry's lease)
 	// progress is Acquire's: Fence reports its waits (pause, window)
 	// through it.
 	progress func(budget.Wait)
@@ -54,7 +55,7 @@ var (
 
 func newSlot(w *waiter, gid clientv3.LeaseID, rev int64, rec guard, grev int64, progress func(budget.Wait)) *slot {
 	s := &slot{b: w.b, k: w.k, key: w.key, entry: w.entry, rev: w.rev, guard: gid, gkey: w.b.guards(w.key) + w.name,
-		rec: rec, grev: grev, progress: progress, lost: make(chan struct{})}
+		markers: w.markers, rec: rec, grev: grev, progress: progress, lost: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.watching.Add(1)
 	go s.watch(rev)
@@ -459,6 +460,9 @@ func (s *slot) Release(ctx context.Context) error {
 	del := []clientv3.Op{clientv3.OpDelete(s.entry)}
 	if s.guard != 0 {
 		del = append(del, clientv3.OpDelete(s.gkey))
+	}
+	for _, m := range s.markers {
+		del = append(del, clientv3.OpDelete(m))
 	}
 	// Both keys are this holder's own (its lease and a sequence name
 	// them): deleting them is safe to repeat.

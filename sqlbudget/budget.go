@@ -53,14 +53,16 @@ type Config struct {
 	// (microcluster: SELECT count(*) FROM core_cluster_members). Needed
 	// with Percent.
 	Members func(ctx context.Context, tx *sql.Tx) (int, error)
-	// TTL is how long a waiter's or holder's row lives without renewal
-	// (default DefaultTTL, at least 500ms). Rows are renewed every TTL/3.
-	// A holder that crashes, freezes or is cut off loses its slot TTL
-	// after its last renewal, by the database's clock.
+	// TTL is how long a holder's row lives without renewal (default
+	// DefaultTTL, at least 500ms). Rows are renewed every TTL/3. A holder
+	// that crashes, freezes or is cut off loses its slot once the others
+	// have watched its row unrenewed for TTL, each on its own monotonic
+	// clock (never the database's: see the package documentation).
 	TTL time.Duration
 	// LockDelay is how long a slot stays unusable after the expiry of a
 	// holder that vanished after a Fence and before its MarkReady
-	// (default DefaultLockDelay; negative: none). A holder that vanished
+	// (default DefaultLockDelay; negative: none), counted by each waiter
+	// on its own monotonic clock from when it judged the holder expired. A holder that vanished
 	// before any Fence, or after MarkReady, holds nothing back; an
 	// orderly Release hands over at once.
 	LockDelay time.Duration
@@ -75,10 +77,13 @@ type Config struct {
 	// waiter polls and renews its row meanwhile, and a call that does not
 	// return is not made again until it does.
 	HolderReady func(ctx context.Context, v Vanished) bool
-	// ClockSkew bounds how far the clocks of the database's nodes may be
-	// apart (default DefaultClockSkew; at most TTL/4): expiry is judged
-	// by the clock of the node that leads when a transaction runs, so a
-	// Fence's confirmation is shortened by it.
+	// ClockSkew is how long before any other participant can judge its
+	// row expired a holder takes its slot for lost, and by which a
+	// Fence's confirmation is shortened (default DefaultClockSkew; at
+	// most TTL/4). It covers what separates the holder's monotonic clock
+	// from an observer's: their rates (drift is parts per million) and
+	// the scheduling between a clock's reading and the act it times. No
+	// wall clock, the database's included, enters a decision.
 	ClockSkew time.Duration
 	// Holder identifies this participant (default "HOSTNAME pid PID").
 	Holder string
@@ -128,13 +133,19 @@ type Vanished struct {
 	Key string
 	// Holder is the vanished holder's identity.
 	Holder string
-	// Acted is its last Fence, by the database's clock: it may have sent
-	// a restart right after it.
+	// Acted is its last Fence, by the database's clock (the time is for
+	// the probe's comparison with its evidence; no decision of the budget
+	// reads it): it may have sent a restart right after it.
 	Acted time.Time
-	// Expired is when its row expired (database clock).
+	// Expired is when this waiter judged its row expired: once it had
+	// watched the row unrenewed for its lease (local clock).
 	Expired time.Time
-	// Until is when its lock-delay ends (database clock).
+	// Until is when its lock-delay ends for this waiter: Expired plus the
+	// holder's lock-delay (local clock).
 	Until time.Time
+
+	token string // its row
+	acts  int64  // its acts when judged: a later act keeps the delay
 }
 
 // Budget is a budget.Budget on a SQL database. It is safe for
@@ -144,6 +155,7 @@ type Budget struct {
 	spec string // "1", "25%": what every participant of a key must use
 
 	schemaDone atomic.Bool
+	obs        observer // what this Budget saw of the rows, when (observe.go)
 
 	mu   sync.Mutex
 	wake map[string]chan struct{}
@@ -239,11 +251,27 @@ func DefaultHolder() string {
 // Holder returns this participant's identity.
 func (b *Budget) Holder() string { return b.cfg.Holder }
 
+// ensureSchema runs at the start of every transaction of the Budget: it
+// reads the schema's version (one read of the version table's primary
+// key) and refuses a newer one (*SchemaError), so a member left on this
+// version while others upgrade stops at its next transaction, Config.
+// SkipMigrate or not. Until its first successful transaction it migrates
+// (without SkipMigrate); with SkipMigrate, a schema the application has
+// not brought up to SchemaVersion is refused.
 func (b *Budget) ensureSchema(ctx context.Context, tx *sql.Tx) error {
-	if b.cfg.SkipMigrate || b.schemaDone.Load() {
-		return nil
+	if !b.cfg.SkipMigrate && !b.schemaDone.Load() {
+		return Migrate(ctx, tx)
 	}
-	return Migrate(ctx, tx)
+	v, err := schemaVersion(ctx, tx, false)
+	switch {
+	case err != nil:
+		return err
+	case v < SchemaVersion && b.cfg.SkipMigrate:
+		return final(fmt.Errorf("%w: sqlbudget: the database's budget schema is version %d, this sqlbudget needs %d: the application must apply SchemaUpdates (Config.SkipMigrate is set)", budget.ErrRefused, v, SchemaVersion))
+	case v < SchemaVersion:
+		return Migrate(ctx, tx)
+	}
+	return nil
 }
 
 func (b *Budget) markSchema() { b.schemaDone.Store(true) }

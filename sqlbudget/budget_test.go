@@ -121,7 +121,7 @@ func TestRetriedTransactionsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rows int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM snapsvc_budget_entries`).Scan(&rows); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM snapsvc_budget_slots`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d commits' answers lost and their transactions run again", lost.Load())
@@ -197,8 +197,9 @@ func TestSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := newBudget(t, sqlbudget.DBTx(db), "old").Acquire(ctx, "k", nil)
-	if !errors.Is(err, budget.ErrRefused) {
-		t.Fatalf("a newer schema: %v, want ErrBudgetRefused", err)
+	var se *sqlbudget.SchemaError
+	if !errors.Is(err, budget.ErrRefused) || !errors.As(err, &se) || se.Found != sqlbudget.SchemaVersion+1 || se.Retryable() {
+		t.Fatalf("a newer schema: %v, want a *SchemaError (ErrBudgetRefused, not retryable) naming version %d", err, sqlbudget.SchemaVersion+1)
 	}
 }
 
@@ -520,23 +521,25 @@ func TestMigrateFromVersion1(t *testing.T) {
 	s.Release(ctx)
 }
 
-// Rows queued by an earlier sqlbudget (schema version 2: no arrival
-// numbers, no promises) keep their place once migrated: a holder's row
-// still holds, a waiter's row is still ahead of a waiter queued after the
-// migration (its id stands for its arrival number), and, never renewed
-// again, it expires and is collected by the waiter behind it.
+// Rows queued by an earlier sqlbudget (schema version 3, expiry by the
+// database's clock) are carried over to version 4's table in their
+// order: a holder's row still holds, a waiter's row is still queued ahead
+// of a waiter queued after the migration (in Status and in the place it
+// reports); never written again, and not awake, it does not hold a free
+// slot back, and keeps its row until its lease passes. The old table is
+// gone, so a member still on version 3 refuses at its next transaction.
 func TestMigrateQueuedRows(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	_, db := tempDB(t)
-	for _, u := range sqlbudget.SchemaUpdates()[:2] {
+	for _, u := range sqlbudget.SchemaUpdates()[:3] {
 		if err := sqlbudget.DBTx(db)(ctx, u); err != nil {
 			t.Fatal(err)
 		}
 	}
 	now := `CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)`
-	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_entries (key, token, holder, max_spec, since, expires, granted)
-		VALUES ('k', 't1', 'old-holder', '1', `+now+`, `+now+` + 60000, `+now+`),
-		       ('k', 't2', 'old-waiter', '1', `+now+`, `+now+` + 1500, NULL)`); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_entries (key, token, holder, max_spec, since, expires, granted, acted, seq)
+		VALUES ('k', 't1', 'old-holder', '1', `+now+`, `+now+` + 60000, `+now+`, `+now+`, 1),
+		       ('k', 't2', 'old-waiter', '1', `+now+`, `+now+` + 1500, NULL, NULL, 2)`); err != nil {
 		t.Fatal(err)
 	}
 	b := newBudget(t, sqlbudget.DBTx(db), "new")
@@ -557,18 +560,65 @@ func TestMigrateQueuedRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Waiters) != 2 || st.Waiters[0].Holder != "old-waiter" || st.Waiters[1].Holder != "new" {
-		t.Fatalf("status after the migration: %+v, want old-waiter, then new", st.Waiters)
+	if len(st.Waiters) != 2 || st.Waiters[0].Holder != "old-waiter" || st.Waiters[1].Holder != "new" || len(st.Holders) != 1 || st.Holders[0].Acted.IsZero() {
+		t.Fatalf("status after the migration: holders %+v, waiters %+v; want old-holder (acted), then old-waiter, then new", st.Holders, st.Waiters)
 	}
-	if _, err := db.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = 't1'`); err != nil { // old-holder releases
+	if _, err := db.ExecContext(ctx, `SELECT count(*) FROM snapsvc_budget_entries`); err == nil || !strings.Contains(err.Error(), "no such table") {
+		t.Errorf("version 3's table after the migration: %v; want it gone (a member on version 3 must find nothing to count)", err)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM snapsvc_budget_slots WHERE token = 't1'`); err != nil { // old-holder released
 		t.Fatal(err)
 	}
 	if err := <-out; err != nil {
-		t.Fatalf("once old-holder released and old-waiter expired: %v", err)
+		t.Fatalf("once old-holder released: %v", err)
 	}
-	var left int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM snapsvc_budget_entries`).Scan(&left); err != nil || left != 0 {
-		t.Errorf("%d rows left (%v), want none", left, err)
+	var left []string
+	rows, err := db.QueryContext(ctx, `SELECT holder FROM snapsvc_budget_slots`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h string
+		rows.Scan(&h)
+		left = append(left, h)
+	}
+	if len(left) != 1 || left[0] != "old-waiter" {
+		t.Errorf("rows left %v, want old-waiter's (it keeps its place until its lease passes)", left)
+	}
+}
+
+// Every transaction checks the schema's version: a Budget that has
+// worked with the database (its first transactions succeeded) and one
+// that skips migrations both refuse, at their next transaction, a schema
+// newer than they know: their budget would not count the upgraded
+// members' holders. Issue 41, item 7: the version was read only until a
+// Budget's first successful transaction, and never with SkipMigrate.
+func TestNewerSchemaRefusedAtEveryTransaction(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	running := newBudget(t, sqlbudget.DBTx(db), "running")
+	skipping := newBudget(t, sqlbudget.DBTx(db), "skipping", func(c *sqlbudget.Config) { c.SkipMigrate = true })
+	for _, b := range []*sqlbudget.Budget{running, skipping} {
+		s, err := b.Acquire(ctx, "k", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_schema (version) VALUES (?)`, sqlbudget.SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*sqlbudget.Budget{running, skipping} {
+		s, err := b.Acquire(ctx, "k", nil)
+		if s != nil {
+			s.Release(ctx)
+		}
+		if !errors.Is(err, budget.ErrRefused) || !strings.Contains(err.Error(), "schema is version") {
+			t.Errorf("%s, once the schema is newer than it knows: slot %v, %v; want a refusal naming the schema's version", b.Holder(), s != nil, err)
+		}
 	}
 }
 
@@ -628,9 +678,10 @@ func TestLostBeforeSuccessor(t *testing.T) {
 
 // A waiter far back polls seldom; if the queue reaches it sooner than it
 // polls (those ahead of it gave up at once), the waiters behind it do not
-// wait at the front for its next poll: a row whose promised write is
-// further off than 2×TTL is passed over when a slot comes free, and its
-// waiter is served at its next poll, having moved up.
+// wait at the front for its next poll: a row that does not say it is
+// awake (it was not at the front when it last wrote) is passed over when a
+// slot comes free, and its waiter is served at its next poll, having moved
+// up.
 func TestDormantWaiterDoesNotHoldTheFront(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	_, db := tempDB(t)
@@ -639,9 +690,8 @@ func TestDormantWaiterDoesNotHoldTheFront(t *testing.T) {
 	}
 	// A waiter that promised its next write in 10 minutes (it was 1,200
 	// places back), now at the front: its row lives until then.
-	now := `CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)`
-	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_entries (key, token, holder, max_spec, since, expires, due, seq)
-		VALUES ('k', 'far', 'far-back', '1', `+now+`, `+now+` + 602000, `+now+` + 600000, 1)`); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO snapsvc_budget_slots (key, token, holder, max_spec, lease_ms, every_ms, awake, since, renewed)
+		VALUES ('k', 'far', 'far-back', '1', 607000, 600000, 0, 0, 0)`); err != nil {
 		t.Fatal(err)
 	}
 	b := newBudget(t, sqlbudget.DBTx(db), "next")

@@ -26,10 +26,14 @@ func openSQLite(t testing.TB, path string) *sql.DB {
 }
 
 // sqliteHarness is the contract's harness on one SQLite file, every
-// participant on its own pool.
+// participant on its own pool, on a database clock the contract may step
+// (dbClock: julianday('now') moved, as a step of the machine's clock moves
+// SQLite's).
 func sqliteHarness(t *testing.T, ttl time.Duration) *sqltest.Harness {
 	path := filepath.Join(t.TempDir(), "budget.db")
-	return &sqltest.Harness{TTL: ttl, Open: func(t *testing.T) sqlbudget.TxFunc { return sqlbudget.DBTx(openSQLite(t, path)) }}
+	clock := newDBClock()
+	return &sqltest.Harness{TTL: ttl, Open: func(t *testing.T) sqlbudget.TxFunc { return sqlbudget.DBTx(clock.open(t, path)) },
+		Step: func(_ *testing.T, d time.Duration) { clock.Step(d) }}
 }
 
 // The backend-agnostic budget contract on SQLite (in-process).

@@ -119,15 +119,27 @@ type Entry struct {
 	// Holder identifies it ("node-1 pid 4242").
 	Holder string `json:"holder"`
 	// Since is when it queued; Granted when it took its slot; Acted its
-	// last Fence; Ready its last MarkReady (database clock; zero: never).
+	// last Fence; Ready its last MarkReady (database clock, for humans;
+	// zero: never).
 	Since   time.Time `json:"since"`
 	Granted time.Time `json:"granted,omitzero"`
 	Acted   time.Time `json:"acted,omitzero"`
 	Ready   time.Time `json:"ready,omitzero"`
-	// Expires is when its row expires unless renewed; for a vanished
-	// holder, Until is when its lock-delay ends.
+	// Renewed is the database's clock at its row's last renewal, and
+	// Expires that plus the row's lease: when the row would expire if
+	// every participant's clock ran with the database's. Both are for
+	// humans: no participant decides by them. A row expires once a
+	// participant has watched it unrenewed for its lease on its own
+	// monotonic clock (Silent is how long this Budget has).
+	Renewed time.Time `json:"renewed"`
 	Expires time.Time `json:"expires"`
-	Until   time.Time `json:"until,omitzero"`
+	// Silent is how long this Budget has seen the row go unrenewed, from
+	// its first read of the row's current renewal (zero: renewed since
+	// its last read, or never read before).
+	Silent time.Duration `json:"silent,omitempty"`
+	// Until is, for a vanished holder, when its lock-delay ends by this
+	// Budget's judgement (local clock).
+	Until time.Time `json:"until,omitzero"`
 	// Max is the slot count it takes part with ("1", "25%").
 	Max string `json:"max"`
 	// BlockedByLockDelay: a waiter that would hold a slot but for a
@@ -145,7 +157,7 @@ type PauseRecord struct {
 }
 
 // KeyStatus is what the database says about a key, read in one
-// transaction.
+// transaction, as this Budget judges it from what it has watched.
 type KeyStatus struct {
 	// Key is the canonical key; Max its slot count as this Budget
 	// resolves it now.
@@ -153,45 +165,52 @@ type KeyStatus struct {
 	Max int    `json:"max"`
 	// Holders hold a slot; Waiters wait, in the order they will be
 	// served (BlockedByLockDelay tells those held back only by a
-	// vanished holder); Vanished are holders whose row expired after a
-	// Fence without a MarkReady, holding their slot back until Until.
+	// vanished holder); Vanished are holders this Budget judged expired
+	// after a Fence without a MarkReady, holding their slot back until
+	// Until. A Budget that has not watched the key for a TTL (a new
+	// process: Status read once) counts every row as live: expiry is a
+	// judgement of elapsed time, and it has seen none yet.
 	Holders  []Entry `json:"holders"`
 	Waiters  []Entry `json:"waiters"`
 	Vanished []Entry `json:"vanished,omitempty"`
 	// Paused is the key's pause, nil when not paused.
 	Paused *PauseRecord `json:"paused,omitempty"`
-	// Now is the database's clock at the read.
+	// Now is the database's clock at the read (for humans).
 	Now time.Time `json:"now"`
 }
 
-func entryOf(r row) Entry {
-	e := Entry{Holder: r.holder, Since: msTime(r.since), Expires: msTime(r.expires), Max: r.spec}
-	if r.granted.Valid {
-		e.Granted = msTime(r.granted.Int64)
+func entryOf(r row, silent time.Duration) Entry {
+	e := Entry{Holder: r.holder, Since: msTime(r.since), Renewed: msTime(r.renewed), Expires: msTime(r.renewed + r.leaseMS),
+		Silent: silent, Max: r.spec}
+	if r.grantedAt.Valid {
+		e.Granted = msTime(r.grantedAt.Int64)
 	}
-	if r.acted.Valid {
-		e.Acted = msTime(r.acted.Int64)
+	if r.actedAt.Valid {
+		e.Acted = msTime(r.actedAt.Int64)
 	}
-	if r.ready.Valid {
-		e.Ready = msTime(r.ready.Int64)
+	if r.readyAt.Valid {
+		e.Ready = msTime(r.readyAt.Int64)
 	}
 	return e
 }
 
 // Status reads key's holders, waiters, vanished holders and pause in one
-// transaction.
+// transaction, and judges them by what this Budget has watched of them
+// (see KeyStatus).
 func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 	key, err := normaliseKey(key)
 	if err != nil {
 		return nil, err
 	}
 	var st *KeyStatus
+	var read beats
 	err = b.tx(ctx, b.cfg.Unreachable, "reading the status of "+key, func(ctx context.Context, tx *sql.Tx) error {
+		read = nil
 		now, err := dbNow(ctx, tx)
 		if err != nil {
 			return err
 		}
-		rows, err := keyRows(ctx, tx, key)
+		rows, err := keyRows(ctx, tx, key, &read)
 		if err != nil {
 			return err
 		}
@@ -200,25 +219,27 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 			return err
 		}
 		st = &KeyStatus{Key: key, Max: n, Holders: []Entry{}, Waiters: []Entry{}, Now: msTime(now)}
-		delayed := 0
+		at := time.Now()
+		spent := 0
 		for _, r := range rows {
-			if r.delayed(now) {
-				e := entryOf(r)
-				e.Until = msTime(r.expires + r.lockDelay)
+			if state, silent := b.judge(r, at); state == delayed && r.granted {
+				e := entryOf(r, silent)
+				e.Until = r.vanished(key, at, silent).Until
 				st.Vanished = append(st.Vanished, e)
-				delayed++
+				spent++
 			}
 		}
 		ahead := 0
 		for _, r := range rows {
+			state, silent := b.judge(r, at)
 			switch {
-			case !r.live(now):
-			case r.granted.Valid:
-				st.Holders = append(st.Holders, entryOf(r))
+			case state != alive:
+			case r.granted:
+				st.Holders = append(st.Holders, entryOf(r, silent))
 				ahead++
 			default:
-				e := entryOf(r)
-				e.BlockedByLockDelay = ahead < n && ahead+delayed >= n
+				e := entryOf(r, silent)
+				e.BlockedByLockDelay = ahead < n && ahead+spent >= n
 				st.Waiters = append(st.Waiters, e)
 				ahead++
 			}
@@ -226,6 +247,7 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 		st.Paused, err = readPause(ctx, tx, key)
 		return err
 	})
+	b.obs.record(read, time.Now())
 	return st, err
 }
 

@@ -21,40 +21,43 @@
 //
 // # Design
 //
-// One row per Acquire in snapsvc_budget_entries (schema: SchemaVersion),
+// One row per Acquire in snapsvc_budget_slots (schema: SchemaVersion),
 // ordered by an AUTOINCREMENT id, so waiters are served first come, first
 // served: a waiter takes a slot once fewer than Max live holders and
-// waiters arrived before it and no slot is held back by a lock-delay.
-// A holder's row lives TTL after its last renewal (every TTL/3); a
-// waiter's until two thirds of a TTL after the write it promised next
-// (below); a row not renewed in time no longer counts, so a crashed or
-// cut-off machine's slot, or place, frees itself. Every decision is one
-// transaction: the check and the grant, the fence and the record of the
-// act, the release.
+// awake waiters that arrived before it remain, and no slot is held back
+// by a lock-delay. Every write that renews a row bumps its renewal
+// counter; a holder renews every TTL/3. A row that others have watched go
+// unrenewed for its lease (a holder's TTL) no longer counts, so a crashed
+// or cut-off machine's slot, or place, frees itself. Every decision is
+// one transaction: the check and the grant, the fence and the record of
+// the act, the release.
 //
 // # Waiting at fleet scale
 //
 // A waiter's poll is one transaction that reads a small fixed set of rows
-// through an index, never the whole queue: its own row, the key's
-// holders (Max, and vanished holders under a lock-delay) and the first
-// few waiters ahead of it (Max+8). Within those it knows its place
-// exactly; further back it estimates it from the rows' arrival numbers
-// (budget.Wait.Ahead, as it reports it, is then that estimate: it counts
-// waiters that left the queue since, until the waiter moves up).
-// Waiters poll less often the further back they are: the first Max+1
+// through an index, never the whole queue: its own row, the key's holders
+// (Max, and vanished holders under a lock-delay), the first few waiters
+// (Max+8), and, through the index, how many waiters are ahead of it (its
+// place, from the rows actually there) and whether it is among the last
+// 16. Waiters poll less often the further back they are: the first Max+1
 // every Config.Poll (default TTL/8, at most 250 ms), each one behind them
 // Config.PollSpacing (default 2×Poll) later than the one ahead, so the
-// whole queue costs O(log n) transactions a second (17–18 measured for
-// 1,000 waiters with the defaults, on SQLite and on dqlite alike; polling
-// every waiter each Poll cost O(n), and saturated either database), and
-// only a waiter among the first Max takes a free slot. A slot released by
-// another machine is taken within about one Poll; a Release wakes the
-// first waiters of the same process at once. A waiter writes its row only
-// when the write it promised comes due: every TTL/3 near the front, at
-// each of its polls further back. Waiters that the queue reached sooner
-// than they poll (those ahead gave up at once), whose promised write is
-// more than 2×TTL off, are not waited for at the front; they are served
-// again at their next poll.
+// whole queue costs O(log n) transactions a second, plus the last 16
+// (sentinels), which poll every 2×Poll (sqlbudget/README.md has the
+// figures). A waiter whose interval is at most 8 Polls is awake: it writes
+// its row at every poll, and the waiters behind it wait for it; one
+// further back writes when the write it promised comes due. A slot
+// released by another machine is taken within about one Poll; a Release
+// wakes the first waiters of the same process at once.
+//
+// Waiters that die or leave never stall the queue for long. A waiter that
+// leaves (its context ended) deletes its row; one that dies leaves it. An
+// awake waiter that others have seen silent for its interval plus two
+// Polls, and a waiter that is not awake (the queue reached it sooner than
+// it polls), do not hold a free slot back: the first waiter behind them to
+// poll takes it, and they keep their rows, and their places for the next
+// slot, until their leases pass. So when the whole front of the queue
+// leaves at once, a sentinel takes the free slot within 2 Polls.
 //
 // The holders' renewals and fences are never starved by waiters: the
 // waiters' load is bounded as above; when the database answers busy, a
@@ -67,31 +70,41 @@
 // writer) is reachable: contention never counts toward Config.Unreachable,
 // so a crowd of waiters arriving at once never makes anyone fail open.
 // When a holder still cannot renew, it learns that its slot is lost (Lost
-// closes) ClockSkew before its row can expire: before anyone else can be
-// granted the slot, as etcdbudget's holders do.
+// closes) ClockSkew before anyone can judge its row expired: before anyone
+// else can be granted the slot, as etcdbudget's holders do.
 //
 // # Whose clock decides expiry
 //
-// The database's. Every transaction reads SQLite's julianday('now') once
-// and judges every row against it; dqlite runs every statement on its
-// leader, so expiry is judged by the clock of the node that leads when the
-// transaction runs (with plain SQLite, by the one machine's clock). The
-// machines' own clocks never decide whether a slot is free. Consequences:
+// The observer's monotonic clock; never a wall clock, and never the
+// database's. Each row carries a renewal counter (beat) and its lease. A
+// participant (a waiter, a Status reader) remembers, on its own monotonic
+// clock, when it first saw each row's current counter, from the end of
+// the transaction that read it; only once it has watched a row keep one
+// counter for the row's lease does it treat the row as expired, and it
+// removes the row in a transaction that reads the same counter (a renewal
+// that raced it wins). A step of the database's clock (an NTP step after
+// a VM pause, a node booted with a wrong RTC) or a dqlite leader change
+// between nodes whose clocks disagree frees no slot and holds none back;
+// etcd's lessor, timing leases on its leader's monotonic clock, is immune
+// for the same reason. Consequences:
 //
-//   - A leader change moves the clock: if two nodes' clocks are d apart,
-//     a row may expire up to d early or late after a change of leader.
-//     Keep the nodes' clocks synchronised (NTP) and Config.ClockSkew (the
-//     bound you promise, default 500 ms) above their skew.
-//   - A holder knows, on its own monotonic clock, the send time of its last
-//     answered renewal; from that plus TTL it cannot have expired (the
-//     database set the row's expiry after receiving the renewal). A holder
-//     that cannot renew reports Lost itself ClockSkew before then.
+//   - A holder knows, on its own monotonic clock, the send time of its
+//     last answered renewal; no observer can have seen that renewal before
+//     it was sent, so none can judge the row expired before that plus TTL.
+//     A holder that cannot renew reports Lost itself ClockSkew before then
+//     (ClockSkew covers what separates two machines' monotonic clocks:
+//     their rates, and scheduling).
 //   - Fence returns how long its confirmation stands: TTL less
 //     ClockSkew, from the start of the transaction that confirmed (the
 //     row was renewed in it), counted from the call. A caller that has not
 //     acted within that fences again.
-//   - Timestamps in KeyStatus (Since, Acted, Expires ...) are the
-//     database's; Event times and durations are the machine's.
+//   - An observer that has seen nothing (a new process, one restarted)
+//     watches a row for its lease before it may expire it: a vanished
+//     holder's slot comes free up to one TTL later for a process that
+//     starts after the holder vanished than for one that watched it go.
+//   - The database's clock is still recorded (Status: Since, Renewed,
+//     Expires, Acted, ...), for humans; Event times and durations are the
+//     machine's.
 //
 // # Fence, act, ready: the lock-delay
 //
@@ -107,11 +120,13 @@
 // checks passed) records ready = now.
 //
 // A holder that vanishes (its row expires without a release) is judged by
-// those records: one that never fenced, or marked ready after its last
-// fence, never acted on a service that is down: its slot is free at once.
-// One that fenced and did not mark ready may have sent a restart that
-// snapd carries on without it: its slot stays unusable for its
-// Config.LockDelay after the expiry (DefaultLockDelay, 1 minute). A waiter
+// those records (counts of fences and of readiness, not times): one that
+// never fenced, or marked ready after its last fence, never acted on a
+// service that is down: its slot is free at once. One that fenced and did
+// not mark ready may have sent a restart that snapd carries on without
+// it: its slot stays unusable for its Config.LockDelay (DefaultLockDelay,
+// 1 minute) after the expiry, counted by each waiter on its own monotonic
+// clock from when it judged the holder expired. A waiter
 // first in line may end that delay early with Config.HolderReady, which is
 // given the time of the vanished holder's act and must answer true only on
 // readiness that postdates it. The probe runs beside the wait, each call
@@ -147,7 +162,8 @@
 //
 // # Release
 //
-// Release deletes the row; the next waiter takes the slot at its next
+// Release deletes the row (a holder past its own deadline only if it
+// holds nothing back); the next waiter takes the slot at its next
 // poll. It may be called more than once: once it succeeded it does
 // nothing, and after a failure a new call really tries again; meanwhile
 // the row is still renewed (for Config.ReleaseRetry), so a release that
@@ -180,8 +196,18 @@
 //
 // # Schema
 //
-// The tables are created on first use (Migrate, idempotent; a schema newer
-// than this package knows is refused). An application that manages its
-// schema itself (microcluster's schema extensions) appends SchemaUpdates
-// and sets Config.SkipMigrate.
+// The tables are created on first use (Migrate, idempotent). Every
+// transaction reads the schema's version (one read of a primary key) and
+// refuses a schema newer than this package knows (*SchemaError, wrapping
+// budget.ErrRefused), so a member left behind by an upgrade stops at its
+// next transaction, with Config.SkipMigrate too. An application that
+// manages its schema itself (microcluster's schema extensions) appends
+// SchemaUpdates and sets Config.SkipMigrate. Version 4 (expiry by the
+// observers' clocks) moved the rows to a table of a new name and dropped
+// the old one: members on an earlier sqlbudget, which read the version
+// only until their first transaction, find their table gone and refuse
+// (ErrBudgetRefused) rather than keep a budget of their own beside it.
+// Upgrade a fleet by upgrading every member: those not yet upgraded
+// refuse to restart (retrying cannot help until they are), none restarts
+// beside the others unbudgeted.
 package sqlbudget

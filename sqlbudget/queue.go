@@ -1,35 +1,53 @@
 package sqlbudget
 
 // The queue: how a waiter waits for a slot at a cost that does not grow
-// with the queue.
+// with the queue, and how a free slot is taken within about one Poll
+// whatever waiters died or left.
 //
 // Every poll of a waiter is one transaction that reads a small fixed set
 // of rows through the index (key, granted, id): its own row (by token),
 // the key's holders (at most Max, and the vanished holders under their
-// lock-delay), and the first few waiters of the queue ahead of it (at most
-// queueWindow(Max) of them); never the whole queue. Within that window a
-// waiter knows its place exactly; beyond it, it estimates its place from
-// the key's arrival numbers (seq) and the first waiter's.
+// lock-delay), the first few waiters of the queue (at most
+// queueWindow(Max) of them), and two counts through the index: the
+// waiters ahead of it (its place, from the rows actually there, so a
+// waiter whose predecessors left knows it at its next poll) and, up to
+// sentinels, the waiters behind it.
 //
 // Waiters poll less often the further back they are (Budget.interval):
-// the first Max+1 waiters (the ones that take the next slots, and the
-// next) every Config.Poll; the others every Poll plus PollSpacing for
-// each waiter between them and those. The whole queue then costs about
-// (Max+1 + H(n)·Poll/PollSpacing)/Poll transactions a second, H(n) the
-// n-th harmonic number (about ln n + 0.58): at most about 22 a second for
-// 1,000 waiters with the defaults (17–18 measured: README's benchmark)
-// and 27 for 10,000, where polling every waiter each Poll cost 4,000. Only a waiter among the first Max takes a free
-// slot, so a release costs one grant, not a stampede.
+// the first Max+1 waiters (the front: the ones that take the next slots,
+// and the next) every Config.Poll; the others every Poll plus PollSpacing
+// for each waiter between them and the front. The whole queue then costs
+// about (Max+1 + H(n)·Poll/PollSpacing)/Poll transactions a second, H(n)
+// the n-th harmonic number, and the last few waiters (sentinels, below)
+// 2 a second each.
 //
-// A waiter promises, in its row, when it will write it next at the latest
-// (due) and lives until then plus two thirds of the TTL (expires): a
-// waiter near the front writes every TTL/3 (it polls more often, reading
-// only), one further back at each of its polls. A waiter far back that
-// the queue reached sooner than it polls (waiters ahead of it gave up at
-// once) would hold the front until its next poll: rows whose promise is
-// further off than dormantAfter are skipped by the waiters behind them
-// when they decide to take a slot. Such a waiter is served in turn again
-// at its next poll, once it has moved up.
+// Who takes a free slot. A waiter whose interval is at most awakeSpan
+// (8 Polls: the first few of the queue) is awake: it says so in its row,
+// writes it at every poll, and so promises to look again within its
+// interval. A waiter takes a free slot once fewer than the free slots'
+// count of awake waiters are ahead of it that keep their promise, as it
+// sees them. A waiter ahead that is not awake (further back when it last
+// wrote: the queue reached it sooner than it polls, those ahead having
+// left), or awake and silent past its interval plus two Polls on the
+// observer's monotonic clock (dead, frozen, cut off), does not hold the
+// slot back; it keeps its row, and its place for the next slot, until its
+// row expires. So the first few are served in order however fast the
+// slots change hands, and when the front died or left, the first waiter
+// to poll takes the slot. The last sentinels waiters of the queue poll
+// every 2×Poll (they do not say they are awake, and write no more
+// often): when every waiter at the front left at once (a common deadline
+// ends the first arrivals' waits first), a sentinel takes the free slot
+// within 2 Polls, where the next waiters in line would poll only after
+// their long intervals. Sentinels say in their row how often they poll,
+// and wait for the sentinels ahead of them (they poll as often), so a
+// short queue is served in order.
+//
+// Expiry is the observers' (observe.go): a waiter's row lives lease_ms
+// after its last write on the clock of whoever watches it (its promise
+// plus two thirds of a TTL), a holder's its TTL; an observer that has
+// watched a row keep its beat that long deletes it, in a transaction that
+// reads the same beat. The slot count is resolved in the very
+// transaction that grants (Percent).
 
 import (
 	"context"
@@ -43,42 +61,81 @@ import (
 	"github.com/snapsvc/snapsvc/budget"
 )
 
-// row is one row of snapsvc_budget_entries.
+// row is one row of snapsvc_budget_slots.
 type row struct {
-	id                    int64
-	token, holder, spec   string
-	since, expires        int64
-	granted, acted, ready sql.NullInt64
-	lockDelay             int64
-	seq, due              sql.NullInt64
+	id                           int64
+	token, holder, spec          string
+	beat, leaseMS, everyMS       int64
+	awake, granted               bool
+	acts, readyActs, lockDelayMS int64
+	since, renewed               int64
+	grantedAt, actedAt, readyAt  sql.NullInt64
 }
 
-func (r *row) live(now int64) bool { return r.expires > now }
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
-// delayed reports whether r is a vanished holder whose lock-delay holds
-// its slot back at now: it expired after a Fence without a MarkReady (or
-// a probe's word) since.
-func (r *row) delayed(now int64) bool {
-	return !r.live(now) && r.granted.Valid && r.acted.Valid && (!r.ready.Valid || r.ready.Int64 < r.acted.Int64) &&
-		r.expires+r.lockDelay > now
+// needsDelay reports whether r, a holder that vanished, holds its slot
+// back for its lock-delay: it recorded an act (a Fence) and no readiness
+// (MarkReady, or a probe's word) after it.
+func (r *row) needsDelay() bool { return r.granted && r.acts > r.readyActs && r.lockDelayMS > 0 }
+
+// state is what an observer makes of a row.
+type state int
+
+const (
+	alive   state = iota // renewed within its lease, as the observer saw it
+	delayed              // a vanished holder under its lock-delay
+	expired              // gone: its row may be deleted
+)
+
+// judge says what the Budget, as an observer, makes of r at now, and how
+// long it has seen r keep its beat.
+func (b *Budget) judge(r row, now time.Time) (state, time.Duration) {
+	silent := b.obs.silent(r.token, r.beat, now)
+	switch {
+	case silent < ms(r.leaseMS):
+		return alive, silent
+	case r.needsDelay() && silent < ms(r.leaseMS+r.lockDelayMS):
+		return delayed, silent
+	}
+	return expired, silent
 }
 
-// vanished is r, a holder under its lock-delay (delayed), as a waiter
-// reports it.
-func (r *row) vanished(key string) Vanished {
-	return Vanished{Key: key, Holder: r.holder, Acted: msTime(r.acted.Int64), Expired: msTime(r.expires), Until: msTime(r.expires + r.lockDelay)}
+// keepsPromise reports whether r, a live waiter, is awake and has
+// written within its promise (its poll interval) plus two Polls, as the
+// Budget saw it: a waiter that does not keep it (dead, frozen, cut off),
+// or is not awake, does not hold a free slot back.
+func (b *Budget) keepsPromise(r row, silent time.Duration) bool {
+	return r.awake && silent < ms(r.everyMS)+2*b.cfg.Poll
 }
 
-const rowColumns = `id, token, holder, max_spec, since, expires, granted, acted, ready, lock_delay, seq, due`
+// isSentinel reports whether r, a live waiter that is not awake, is a
+// sentinel: it polls every 2×Poll at most (every_ms, its interval), so a
+// sentinel behind it waits for it, and a short queue is served in order.
+func (b *Budget) isSentinel(r row) bool {
+	return !r.awake && r.everyMS > 0 && ms(r.everyMS) <= 2*b.cfg.Poll
+}
 
-func scanRows(rs *sql.Rows) ([]row, error) {
+// vanished is r, a holder under its lock-delay, as a waiter reports it.
+func (r *row) vanished(key string, now time.Time, silent time.Duration) Vanished {
+	gone := now.Add(ms(r.leaseMS) - silent)
+	return Vanished{Key: key, Holder: r.holder, Acted: msTime(r.actedAt.Int64), Expired: gone, Until: gone.Add(ms(r.lockDelayMS)),
+		token: r.token, acts: r.acts}
+}
+
+const rowColumns = `id, token, holder, max_spec, beat, lease_ms, every_ms, awake, granted, acts, ready_acts, lock_delay_ms, since, renewed, granted_at, acted_at, ready_at`
+
+// scanRows reads rs and adds each row's beat to read.
+func scanRows(rs *sql.Rows, read *beats) ([]row, error) {
 	defer rs.Close()
 	var out []row
 	for rs.Next() {
 		var r row
-		if err := rs.Scan(&r.id, &r.token, &r.holder, &r.spec, &r.since, &r.expires, &r.granted, &r.acted, &r.ready, &r.lockDelay, &r.seq, &r.due); err != nil {
+		if err := rs.Scan(&r.id, &r.token, &r.holder, &r.spec, &r.beat, &r.leaseMS, &r.everyMS, &r.awake, &r.granted, &r.acts, &r.readyActs,
+			&r.lockDelayMS, &r.since, &r.renewed, &r.grantedAt, &r.actedAt, &r.readyAt); err != nil {
 			return nil, err
 		}
+		read.add(r.token, r.beat)
 		out = append(out, r)
 	}
 	return out, rs.Err()
@@ -86,40 +143,53 @@ func scanRows(rs *sql.Rows) ([]row, error) {
 
 // keyRows reads all of key's rows in arrival order (Status: an operator's
 // read, not a waiter's).
-func keyRows(ctx context.Context, tx *sql.Tx, key string) ([]row, error) {
-	rs, err := tx.QueryContext(ctx, `SELECT `+rowColumns+` FROM snapsvc_budget_entries WHERE key = ? ORDER BY id`, key)
+func keyRows(ctx context.Context, tx *sql.Tx, key string, read *beats) ([]row, error) {
+	rs, err := tx.QueryContext(ctx, `SELECT `+rowColumns+` FROM snapsvc_budget_slots WHERE key = ? ORDER BY id`, key)
 	if err != nil {
 		return nil, err
 	}
-	return scanRows(rs)
+	return scanRows(rs, read)
 }
 
 // The queries of a poll, each through an index (INDEXED BY: the plan
 // must not depend on the statistics a database happens to have).
 const (
 	// qMine reads the waiter's own row.
-	qMine = `SELECT ` + rowColumns + ` FROM snapsvc_budget_entries WHERE token = ?`
+	qMine = `SELECT ` + rowColumns + ` FROM snapsvc_budget_slots WHERE token = ?`
 	// qHolders reads the key's granted rows: its holders, and its vanished
 	// holders until they are collected.
-	qHolders = `SELECT ` + rowColumns + ` FROM snapsvc_budget_entries INDEXED BY snapsvc_budget_entries_queue
-		WHERE key = ? AND granted > 0`
-	// qAhead reads the first live waiters of the key ahead of id (not
-	// dormant: promised to write by the horizon), in order, at most limit.
-	qAhead = `SELECT ` + rowColumns + ` FROM snapsvc_budget_entries INDEXED BY snapsvc_budget_entries_queue
-		WHERE key = ? AND granted IS NULL AND id < ? AND expires > ? AND (due IS NULL OR due <= ?) ORDER BY id LIMIT ?`
-	// qLastSeq reads the arrival number of the key's last row.
-	qLastSeq = `SELECT seq FROM snapsvc_budget_entries INDEXED BY snapsvc_budget_entries_key WHERE key = ? ORDER BY id DESC LIMIT 1`
-	// qExpired tells whether an expired waiter is ahead of id.
-	qExpired = `SELECT EXISTS (SELECT 1 FROM snapsvc_budget_entries INDEXED BY snapsvc_budget_entries_queue
-		WHERE key = ? AND granted IS NULL AND id < ? AND expires <= ?)`
-	// qCollect deletes expired waiters ahead of id (the first few).
-	qCollect = `DELETE FROM snapsvc_budget_entries WHERE id IN (SELECT id FROM snapsvc_budget_entries INDEXED BY snapsvc_budget_entries_queue
-		WHERE key = ? AND granted IS NULL AND id < ? AND expires <= ? ORDER BY id LIMIT 32)`
+	qHolders = `SELECT ` + rowColumns + ` FROM snapsvc_budget_slots INDEXED BY snapsvc_budget_slots_queue
+		WHERE key = ? AND granted = 1`
+	// qFront reads the first waiters of the key ahead of id, in order, at
+	// most limit.
+	qFront = `SELECT ` + rowColumns + ` FROM snapsvc_budget_slots INDEXED BY snapsvc_budget_slots_queue
+		WHERE key = ? AND granted = 0 AND id < ? ORDER BY id LIMIT ?`
+	// qPlace counts the key's waiters ahead of id (its place) and, up to
+	// a limit, behind it.
+	qPlace = `SELECT
+		(SELECT count(*) FROM snapsvc_budget_slots INDEXED BY snapsvc_budget_slots_queue WHERE key = ? AND granted = 0 AND id < ?),
+		(SELECT count(*) FROM (SELECT 1 FROM snapsvc_budget_slots INDEXED BY snapsvc_budget_slots_queue WHERE key = ? AND granted = 0 AND id > ? LIMIT ?))`
+	// qDelete deletes a row an observer judged expired, only if its beat
+	// is still the one judged (a renewal that raced the judgement wins).
+	qDelete = `DELETE FROM snapsvc_budget_slots WHERE token = ? AND beat = ?`
 )
 
-// queueWindow is how many waiters ahead a poll reads at most: enough to
-// know its place exactly among the first Max waiters and a few more.
+// queueWindow is how many waiters ahead a poll reads at most: the front
+// (the first Max+1 waiters, the only ones that say they are awake) and a
+// few more.
 func queueWindow(max int) int { return max + 8 }
+
+// sentinels is how many waiters at the back of the queue poll every
+// 2×Poll, so that a slot whose front left at once is taken within 2 Polls.
+const sentinels = 16
+
+// awakeSpan is the longest poll interval of an awake waiter (8 Polls):
+// one that writes at every poll, and that the waiters behind it wait for
+// when it is first in line, so that the first few waiters are served in
+// order however fast the slots change hands. A waiter further back (a
+// longer interval) is passed over when it is first in line before it
+// polled: the queue reached it sooner than it looks (those ahead left).
+func (b *Budget) awakeSpan() time.Duration { return 8 * b.cfg.Poll }
 
 // maxInterval caps the time between two polls of a waiter however far
 // back it is (the queue then costs n/maxInterval a second beyond about
@@ -130,17 +200,18 @@ const maxInterval = 10 * time.Minute
 // before its next poll, for a key of max slots: Config.Poll among the
 // first max+1 (those that take the next slots, and the next one, which
 // then polls as often already when the slot after comes free), then
-// PollSpacing more for each waiter further back, at most maxInterval.
-func (b *Budget) interval(ahead, max int) time.Duration {
+// PollSpacing more for each waiter further back, at most maxInterval; a
+// sentinel at most 2×Poll.
+func (b *Budget) interval(ahead, max int, sentinel bool) time.Duration {
 	if ahead <= max {
 		return b.cfg.Poll
 	}
-	return min(b.cfg.Poll+time.Duration(ahead-max)*b.cfg.PollSpacing, maxInterval)
+	d := min(b.cfg.Poll+time.Duration(ahead-max)*b.cfg.PollSpacing, maxInterval)
+	if sentinel {
+		d = min(d, 2*b.cfg.Poll)
+	}
+	return d
 }
-
-// dormantAfter is how far off a waiter's promised write may be before the
-// waiters behind it stop waiting for it to take its turn (see above).
-func (b *Budget) dormantAfter() time.Duration { return 2 * b.cfg.TTL }
 
 // waiter is one Acquire in progress.
 type waiter struct {
@@ -151,6 +222,7 @@ type waiter struct {
 	queued bool
 
 	written time.Time     // local send time of the last transaction that wrote the row
+	promise time.Duration // it promised then to write again within this long
 	lease   time.Duration // how long the row lives after that write, unless written again
 	delayed bool          // waited behind a vanished holder's lock-delay
 	max     int
@@ -177,9 +249,11 @@ type poll struct {
 	granted  bool
 	deadline time.Time // granted: until when the row cannot have expired (local clock)
 	wait     budget.Wait
-	ahead    int        // waiters ahead (exact within the window, else an estimate)
+	ahead    int        // waiters ahead (counted)
+	sentinel bool       // among the last sentinels waiters
 	vanished []Vanished // blocking this waiter alone (it is first in line)
 	written  bool       // the row was inserted or renewed
+	promise  time.Duration
 	lease    time.Duration
 }
 
@@ -193,6 +267,7 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 		wake := b.wakeCh(w.key)
 		sent := time.Now()
 		var p poll
+		var read beats
 		// A waiter yields to the holders when the database is busy: one
 		// not queued yet has nothing at stake but its place; one further
 		// back retries soon only once half of its row's lease has passed.
@@ -209,15 +284,16 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 		}
 		err := b.txRetry(ctx, b.cfg.Unreachable, bo, "waiting for a slot of "+w.key, func(ctx context.Context, tx *sql.Tx) error {
 			var err error
-			p, err = w.step(ctx, tx, sent)
+			p, err = w.step(ctx, tx, sent, &read)
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
+		b.obs.record(read, time.Now())
 		w.queued = true // committed: a later transaction finds the row
 		if p.written {
-			w.written, w.lease = sent, p.lease
+			w.written, w.promise, w.lease = sent, p.promise, p.lease
 		}
 		w.front = p.ahead <= w.max
 		if p.granted {
@@ -231,7 +307,7 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 		if len(p.vanished) > 0 && b.cfg.HolderReady != nil && w.probing == nil && time.Since(w.probed) >= probeEvery {
 			w.probeVanished(p.vanished)
 		}
-		next := b.interval(p.ahead, w.max)
+		next := b.interval(p.ahead, w.max, p.sentinel)
 		if next > b.cfg.Poll {
 			// Further back: jittered (up to 20% sooner: never later than
 			// the row's promise), so that waiters that queued together do
@@ -259,16 +335,18 @@ func (w *waiter) wait(ctx context.Context, progress func(budget.Wait)) (*slot, e
 }
 
 // step is one waiter transaction: it queues the row (first time), checks
-// it is still there and live, and takes a slot when the queue allows, or
-// renews the row when its promise is due. It reads the waiter's row, the
-// key's holders and at most queueWindow waiters ahead: O(Max) rows,
-// whatever the queue's length. Every read comes before the one write it
-// makes, if any, so that the database's write lock (dqlite: one writer at
-// a time, the others told "busy" at once) is held for that statement and
-// the commit only.
-func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, error) {
+// it is still there, and takes a slot when the queue allows, or writes the
+// row when it is at the front or its promise is due. It reads the
+// waiter's row, the key's holders and at most queueWindow waiters ahead,
+// and counts through the index: O(Max) rows, whatever the queue's length.
+// Every read comes before its writes, so that the database's write lock
+// (dqlite: one writer at a time, the others told "busy" at once) is held
+// for them and the commit only. What it read is added to read, for the
+// observer once the transaction returned.
+func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time, read *beats) (poll, error) {
+	*read = nil
 	b := w.b
-	now, err := dbNow(ctx, tx)
+	now, err := dbNow(ctx, tx) // for humans only
 	if err != nil {
 		return poll{}, err
 	}
@@ -277,7 +355,7 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 	if err != nil {
 		return poll{}, err
 	}
-	mine, err := scanRows(rs)
+	mine, err := scanRows(rs, nil)
 	if err != nil {
 		return poll{}, err
 	}
@@ -287,148 +365,142 @@ func (w *waiter) step(ctx context.Context, tx *sql.Tx, sent time.Time) (poll, er
 	switch {
 	case !queued && !w.queued:
 	case !queued && time.Since(w.written) >= w.lease-b.cfg.ClockSkew:
-		// Not renewed within its lease (the database was unreachable, or
-		// this process was frozen): it expired and was collected.
+		// Not written within its lease (the database was unreachable, or
+		// this process was frozen): an observer judged it expired.
 		return poll{}, final(&queueLostError{key: w.key, since: time.Since(w.written)})
 	case !queued:
 		return poll{}, final(fmt.Errorf("%w: sqlbudget: waiting for %s: this waiter's row was deleted by someone else (an operator?)", budget.ErrRefused, w.key))
-	case !mine[0].live(now):
-		return poll{}, final(&queueLostError{key: w.key, since: time.Since(w.written)})
 	}
 	grant := func() (poll, error) {
 		// Take the slot (or find it taken by an earlier run of this
 		// transaction whose commit was not seen), renewing the row.
-		if _, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET granted = COALESCE(granted, ?), expires = ?, due = NULL WHERE token = ?`, now, now+ttl, w.token); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_slots SET granted = 1, granted_at = COALESCE(granted_at, ?), beat = beat + 1, renewed = ?,
+			lease_ms = ?, every_ms = 0, awake = 0 WHERE token = ?`, now, now, ttl, w.token); err != nil {
 			return poll{}, err
 		}
 		return poll{granted: true, deadline: sent.Add(b.cfg.TTL)}, nil
 	}
-	var me row
+	me := row{id: math.MaxInt64}
 	if queued {
 		me = mine[0]
-		if me.granted.Valid {
+		if me.granted {
 			return grant()
 		}
-	} else {
-		// It queues last: its arrival number follows the key's last row's.
-		var last sql.NullInt64
-		if err := tx.QueryRowContext(ctx, qLastSeq, w.key).Scan(&last); err != nil && err != sql.ErrNoRows {
-			return poll{}, err
-		}
-		me = row{id: math.MaxInt64, seq: sql.NullInt64{Int64: last.Int64 + 1, Valid: true}}
 	}
 
-	// The holders, live or vanished.
+	// The holders, live or vanished, as this Budget has watched them.
 	rs, err = tx.QueryContext(ctx, qHolders, w.key)
 	if err != nil {
 		return poll{}, err
 	}
-	granted, err := scanRows(rs)
+	granted, err := scanRows(rs, read)
 	if err != nil {
 		return poll{}, err
 	}
+	at := time.Now()
 	held, spent := 0, 0 // live holders; slots held back by a lock-delay
-	var holders, gone []string
+	var holders []string
 	var vanished []Vanished
+	var gone []row // expired rows this transaction deletes
 	for _, r := range granted {
-		switch {
-		case r.live(now):
+		switch st, silent := b.judge(r, at); st {
+		case alive:
 			if err := w.sameMax(r); err != nil {
 				return poll{}, err
 			}
 			held++
 			holders = append(holders, r.holder)
-		case r.delayed(now):
+		case delayed:
 			spent++
 			holders = append(holders, r.holder+" (vanished; lock-delay)")
-			vanished = append(vanished, r.vanished(w.key))
+			vanished = append(vanished, r.vanished(w.key, at, silent))
 		default:
-			gone = append(gone, r.token) // expired, holds nothing back
+			gone = append(gone, r) // expired, holds nothing back
 		}
 	}
 
-	// The first waiters ahead.
+	// The front of the queue.
 	window := queueWindow(max(w.max, b.cfg.Max))
-	rs, err = tx.QueryContext(ctx, qAhead, w.key, me.id, now, now+b.dormantAfter().Milliseconds(), window)
+	rs, err = tx.QueryContext(ctx, qFront, w.key, me.id, window)
 	if err != nil {
 		return poll{}, err
 	}
-	front, err := scanRows(rs)
+	front, err := scanRows(rs, read)
 	if err != nil {
 		return poll{}, err
 	}
+	var ahead, behind int
+	if err := tx.QueryRowContext(ctx, qPlace, w.key, me.id, w.key, me.id, sentinels).Scan(&ahead, &behind); err != nil {
+		return poll{}, err
+	}
+	awake, dead := 0, 0 // waiters ahead that hold a free slot back; expired ones
 	for _, r := range front {
+		st, silent := b.judge(r, at)
+		if st != alive {
+			gone = append(gone, r) // dead: collected
+			dead++
+			continue
+		}
 		if err := w.sameMax(r); err != nil {
 			return poll{}, err
 		}
-	}
-	ahead, near := len(front), len(front) < window
-	if !near && me.seq.Valid && front[0].seq.Valid {
-		ahead = max(int(me.seq.Int64-front[0].seq.Int64), window)
-	}
-	// Expired waiters ahead (crashed, cut off) are collected by those
-	// behind them near the front, a few at a time (the scan is of the few
-	// rows ahead: this waiter is near the front).
-	expired := false
-	if near {
-		if err := tx.QueryRowContext(ctx, qExpired, w.key, me.id, now).Scan(&expired); err != nil {
-			return poll{}, err
+		if b.keepsPromise(r, silent) || b.isSentinel(r) {
+			awake++
 		}
 	}
-	n := w.max
-	if near || n == 0 {
-		// Near the front the slot count decides: resolve it (Percent:
-		// in this very transaction). Further back the last one does.
-		if n, err = b.slots(ctx, tx); err != nil {
-			return poll{}, err
-		}
-		w.max = n
+	ahead = max(ahead-dead, 0)
+	n, err := b.slots(ctx, tx)
+	if err != nil {
+		return poll{}, err
 	}
+	w.max = n
 
 	// The writes.
-	for _, token := range gone {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND expires <= ?`, token, now); err != nil {
+	for _, r := range gone {
+		if _, err := tx.ExecContext(ctx, qDelete, r.token, r.beat); err != nil {
 			return poll{}, err
 		}
 	}
-	if expired {
-		if _, err := tx.ExecContext(ctx, qCollect, w.key, me.id, now); err != nil {
-			return poll{}, err
-		}
-	}
-	if near && ahead < n-held-spent {
+	if awake < n-held-spent {
 		if !queued {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO snapsvc_budget_entries (key, token, holder, max_spec, since, expires, granted, seq, lock_delay)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.key, w.token, b.cfg.Holder, b.spec, now, now+ttl, now, me.seq.Int64, b.cfg.LockDelay.Milliseconds()); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO snapsvc_budget_slots (key, token, holder, max_spec, lease_ms, granted, lock_delay_ms, since, renewed, granted_at)
+				VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?)`, w.key, w.token, b.cfg.Holder, b.spec, ttl, b.cfg.LockDelay.Milliseconds(), now, now, now); err != nil {
 				return poll{}, err
 			}
 			return poll{granted: true, deadline: sent.Add(b.cfg.TTL)}, nil
 		}
 		return grant()
 	}
-	if near && spent > 0 && ahead+held < n {
+	if spent > 0 && awake+held < n {
 		w.delayed = true // only a lock-delay keeps it waiting: it probes
 	} else {
 		vanished = nil
 	}
-	p := poll{ahead: ahead, vanished: vanished, wait: budget.Wait{Key: w.key, Holders: holders, Ahead: max(ahead+held+spent-n, 0), Max: n}}
-	// Write the row when its promise comes before the next poll, or is
-	// further off than its new one (it moved up faster than it polled,
-	// and would look dormant): it promises its next write within
-	// max(interval, TTL/3), and lives two thirds of a TTL longer.
-	next := b.interval(ahead, n)
-	promise := max(next, b.cfg.TTL/3).Milliseconds()
-	p.lease = time.Duration(promise+2*ttl/3) * time.Millisecond
+	// Awake: it polls within awakeSpan, so it writes at every poll and
+	// the waiters behind it wait for it; further back it writes when the
+	// write it promised would come due before its next poll, promising
+	// then its next write within max(interval, TTL/3). It lives two
+	// thirds of a TTL past its promise.
+	base := b.interval(ahead, n, false)
+	p := poll{ahead: ahead, sentinel: base > 2*b.cfg.Poll && behind < sentinels, vanished: vanished,
+		wait: budget.Wait{Key: w.key, Holders: holders, Ahead: max(ahead+held+spent-n, 0), Max: n}}
+	next := b.interval(ahead, n, p.sentinel)
+	awakeNow := base <= b.awakeSpan()
+	p.promise = max(next, b.cfg.TTL/3)
+	if awakeNow {
+		p.promise = next
+	}
+	p.lease = p.promise + 2*b.cfg.TTL/3
 	switch {
 	case !queued:
-		if _, err := tx.ExecContext(ctx, `INSERT INTO snapsvc_budget_entries (key, token, holder, max_spec, since, expires, due, seq, lock_delay)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.key, w.token, b.cfg.Holder, b.spec, now, now+promise+2*ttl/3, now+promise, me.seq.Int64, b.cfg.LockDelay.Milliseconds()); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO snapsvc_budget_slots (key, token, holder, max_spec, lease_ms, every_ms, awake, lock_delay_ms, since, renewed)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.key, w.token, b.cfg.Holder, b.spec, p.lease.Milliseconds(), next.Milliseconds(), awakeNow, b.cfg.LockDelay.Milliseconds(), now, now); err != nil {
 			return poll{}, err
 		}
 		p.written = true
-	case !me.due.Valid || me.due.Int64 <= now+next.Milliseconds() || me.due.Int64 > now+promise:
-		if _, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET due = ?, expires = ? WHERE token = ? AND expires > ?`,
-			now+promise, now+promise+2*ttl/3, w.token, now); err != nil {
+	case awakeNow || me.awake != awakeNow || b.isSentinel(me) != (next <= 2*b.cfg.Poll) || time.Since(w.written)+next > w.promise:
+		if _, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_slots SET beat = beat + 1, renewed = ?, lease_ms = ?, every_ms = ?, awake = ? WHERE token = ? AND granted = 0`,
+			now, p.lease.Milliseconds(), next.Milliseconds(), awakeNow, w.token); err != nil {
 			return poll{}, err
 		}
 		p.written = true
@@ -476,14 +548,16 @@ func (w *waiter) probeVanished(vs []Vanished) {
 func (w *waiter) endDelays(ctx context.Context, vs []Vanished) error {
 	b := w.b
 	for _, v := range vs {
-		acted := v.Acted.UnixMilli()
 		err := b.tx(ctx, b.cfg.Unreachable, "ending the lock-delay of "+v.Holder+" on "+w.key, func(ctx context.Context, tx *sql.Tx) error {
 			now, err := dbNow(ctx, tx)
 			if err != nil {
 				return err
 			}
-			_, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET ready = ? WHERE key = ? AND holder = ? AND acted = ? AND expires <= ?`,
-				now, w.key, v.Holder, acted, now)
+			// Only if it has not acted again since (a holder thought
+			// vanished that renewed and fenced anew acted after the
+			// readiness the probe saw).
+			_, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_slots SET ready_acts = acts, ready_at = ? WHERE token = ? AND acts = ?`,
+				now, v.token, v.acts)
 			return err
 		})
 		if err != nil {
@@ -495,24 +569,38 @@ func (w *waiter) endDelays(ctx context.Context, vs []Vanished) error {
 	return nil
 }
 
-// abandon deletes the waiter's row: one attempt, so a cancelled Acquire
-// returns promptly (else the row expires within TTL), and none while the
-// database is failing (see Budget.failing). A row granted by a
-// transaction whose answer was lost goes too: it never acted (acted is
-// only ever set on a granted row, by Fence).
+// abandon deletes the waiter's row, within one Attempt (a database that
+// answers busy, as dqlite's leader does at once to a second writer when
+// many waiters leave together, is tried again within it, with full
+// jitter, and a process's leavers go one at a time: see remove), so a
+// cancelled
+// Acquire returns promptly (else the row expires within its lease), and
+// not at all while the database is failing (see Budget.failing). A row
+// granted by a transaction whose answer was lost goes too: it never acted
+// (acts are only ever recorded on a granted row, by Fence).
 func (w *waiter) abandon() {
 	b := w.b
 	defer b.wakeUp(w.key)
 	if b.failing.Load() {
 		return
 	}
+	b.remove(w.token)
+}
+
+// remove deletes token's row if it never acted, within one Attempt. It
+// yields to the holders: a process's leavers go one at a time, each
+// followed by a pause as long as it took (entryGate, as arrivals), with
+// full jitter when the database is busy, so that a crowd leaving at once
+// (900 waiters of a process cancelled together starved a holder's
+// renewals past its TTL) takes at most half of the database's time; a
+// leaver that gets no turn within the Attempt leaves its row to expire.
+func (b *Budget) remove(token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
 	defer cancel()
-	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := b.ensureSchema(ctx, tx); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND acted IS NULL`, w.token)
+	bo := b.yielding(b.cfg.Attempt)
+	bo.gate = entryGate
+	_ = b.txRetry(ctx, b.cfg.Attempt, bo, "leaving the queue", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_slots WHERE token = ? AND acts = 0`, token)
 		return err
 	})
 }

@@ -4,17 +4,19 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/snapsvc/snapsvc/budget"
 )
 
 // SchemaVersion is the version of the schema this package writes and
-// reads. Its tables (SQLite dialect; every timestamp is milliseconds since
-// the Unix epoch by the database's clock):
+// reads. Its tables (SQLite dialect):
 //
 //	snapsvc_budget_schema    version INTEGER PRIMARY KEY
-//	    one row per migration applied.
-//	snapsvc_budget_entries   the queue and the holders of every key
+//	    one row per migration applied; every transaction of a Budget reads
+//	    the highest, and refuses a schema newer than it knows.
+//	snapsvc_budget_slots     (version 4) the queue and the holders of every key
 //	    id          INTEGER PRIMARY KEY AUTOINCREMENT: the order of
 //	                arrival (AUTOINCREMENT never reuses an id)
 //	    key         the canonical budget key
@@ -22,36 +24,51 @@ import (
 //	                transaction finds the row it made
 //	    holder      who waits or holds ("node-1 pid 4242")
 //	    max_spec    the slot count the participant uses ("1", "25%")
-//	    since       when it queued
-//	    expires     when it expires unless renewed (TTL after the last
-//	                renewal)
-//	    granted     when it took its slot (NULL while waiting)
-//	    acted       the last Fence: the holder was about to act (NULL:
-//	                never)
-//	    ready       the last MarkReady, or the moment a readiness probe
-//	                saw the vanished holder's service ready (NULL: never)
-//	    lock_delay  the holder's lock-delay in ms
-//	    seq         (version 3) the key's arrival number: one more than
-//	                the key's last row's when queued (a waiter far back
-//	                estimates its place from it)
-//	    due         (version 3) a waiter's promise: it writes its row
-//	                again by then (NULL for holders); waiters behind one
-//	                whose promise is far off do not wait for it at the
-//	                front
-//	  indexes (key, id) and, version 3, snapsvc_budget_entries_queue
-//	  (key, granted, id): a waiter reads the key's holders and the first
-//	  waiters ahead of it through it, never the whole queue
+//	    beat        the renewal counter: one more at every write that
+//	                renews the row
+//	    lease_ms    how long the row lives after a beat unless beaten
+//	                again, on an observer's monotonic clock (observe.go)
+//	    every_ms    a waiter's promise: it writes again within this
+//	                long (0 for holders)
+//	    awake       1: a waiter at the front, which polls and writes
+//	                every Poll; waiters behind it wait for it while it
+//	                keeps that promise
+//	    granted     1: it holds a slot
+//	    acts        how many of its fences recorded an act
+//	    ready_acts  acts at its last MarkReady (or when a readiness probe
+//	                saw the vanished holder ready): a holder that vanishes
+//	                with acts > ready_acts holds its slot back for its
+//	                lock-delay
+//	    lock_delay_ms  the holder's lock-delay
+//	    since, renewed, granted_at, acted_at, ready_at  milliseconds since
+//	                the Unix epoch by the database's clock, for humans
+//	                (Status); they decide nothing
+//	  index snapsvc_budget_slots_queue (key, granted, id): a waiter reads
+//	  the key's holders and the first waiters through it
 //	snapsvc_budget_pauses    key TEXT PRIMARY KEY, by, since, reason:
 //	    a paused key, until resumed.
 //	    token       TEXT (version 2): random, one per Pause, so that a
 //	                Resume lifts the very pause it read and no later one
 //	                ('' for a pause set before version 2)
 //
+// Version 4 moved the rows from snapsvc_budget_entries (versions 1 to 3,
+// whose expiry compared the database's clock) to snapsvc_budget_slots
+// and dropped the old table: a member still running an earlier sqlbudget
+// finds its table gone at its next transaction and refuses
+// (ErrBudgetRefused), rather than keeping a budget of its own beside this
+// one. A schema that changes what decides a grant or an expiry is renamed
+// so again.
+//
 // Migrations are idempotent (each is applied only if its version row is
 // missing, in the transaction that inserts that row), so a transaction
 // that is retried, or two machines migrating at once, end with the same
 // schema.
-const SchemaVersion = 3
+const SchemaVersion = 4
+
+// migratedLease is the lease of a row carried over from a schema before
+// version 4: its holder, on an earlier sqlbudget, can no longer renew it
+// (its table is gone), and learns so at its next transaction.
+const migratedLease = 20 * time.Second
 
 // migrations[i] brings the schema from version i to i+1.
 var migrations = []string{
@@ -85,6 +102,36 @@ var migrations = []string{
 	ALTER TABLE snapsvc_budget_entries ADD COLUMN due INTEGER;
 	UPDATE snapsvc_budget_entries SET seq = id;
 	CREATE INDEX IF NOT EXISTS snapsvc_budget_entries_queue ON snapsvc_budget_entries (key, granted, id);`,
+	// 4: expiry by the observers' monotonic clocks (renewal counters and
+	// leases), in a table of a new name so that members on an earlier
+	// sqlbudget refuse. Rows keep their ids (their order); a holder that
+	// fenced and did not mark ready after keeps its act.
+	`CREATE TABLE IF NOT EXISTS snapsvc_budget_slots (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		key TEXT NOT NULL,
+		token TEXT NOT NULL UNIQUE,
+		holder TEXT NOT NULL,
+		max_spec TEXT NOT NULL,
+		beat INTEGER NOT NULL DEFAULT 0,
+		lease_ms INTEGER NOT NULL,
+		every_ms INTEGER NOT NULL DEFAULT 0,
+		awake INTEGER NOT NULL DEFAULT 0,
+		granted INTEGER NOT NULL DEFAULT 0,
+		acts INTEGER NOT NULL DEFAULT 0,
+		ready_acts INTEGER NOT NULL DEFAULT 0,
+		lock_delay_ms INTEGER NOT NULL DEFAULT 0,
+		since INTEGER NOT NULL,
+		renewed INTEGER NOT NULL,
+		granted_at INTEGER,
+		acted_at INTEGER,
+		ready_at INTEGER
+	);
+	CREATE INDEX IF NOT EXISTS snapsvc_budget_slots_queue ON snapsvc_budget_slots (key, granted, id);
+	INSERT OR IGNORE INTO snapsvc_budget_slots (id, key, token, holder, max_spec, lease_ms, granted, acts, ready_acts, lock_delay_ms, since, renewed, granted_at, acted_at, ready_at)
+		SELECT id, key, token, holder, max_spec, ` + strconv.FormatInt(migratedLease.Milliseconds(), 10) + `, granted IS NOT NULL, acted IS NOT NULL,
+			CASE WHEN acted IS NOT NULL AND ready >= acted THEN 1 ELSE 0 END, lock_delay, since, expires, granted, acted, ready
+		FROM snapsvc_budget_entries;
+	DROP TABLE snapsvc_budget_entries;`,
 }
 
 // SchemaUpdates returns the schema's migrations as functions of the shape
@@ -125,15 +172,9 @@ func applyMigration(ctx context.Context, tx *sql.Tx, i int) error {
 // is refused (an error wrapping budget.ErrRefused): a machine
 // running an older sqlbudget must not share a newer schema.
 func Migrate(ctx context.Context, tx *sql.Tx) error {
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS snapsvc_budget_schema (version INTEGER PRIMARY KEY)`); err != nil {
+	current, err := schemaVersion(ctx, tx, true)
+	if err != nil {
 		return err
-	}
-	var current int
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM snapsvc_budget_schema`).Scan(&current); err != nil {
-		return err
-	}
-	if current > SchemaVersion {
-		return final(fmt.Errorf("%w: sqlbudget: the database's budget schema is version %d, this sqlbudget knows up to %d: upgrade it", budget.ErrRefused, current, SchemaVersion))
 	}
 	for i := current; i < len(migrations); i++ {
 		if err := applyMigration(ctx, tx, i); err != nil {
@@ -142,3 +183,45 @@ func Migrate(ctx context.Context, tx *sql.Tx) error {
 	}
 	return nil
 }
+
+// schemaVersion reads the database's schema version (one read of the
+// version table's primary key) and refuses one newer than SchemaVersion.
+// create makes the version table when it is missing (Migrate); without
+// it, a database with no budget schema reads as version 0.
+func schemaVersion(ctx context.Context, tx *sql.Tx, create bool) (int, error) {
+	if create {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS snapsvc_budget_schema (version INTEGER PRIMARY KEY)`); err != nil {
+			return 0, err
+		}
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM snapsvc_budget_schema`).Scan(&current); err != nil {
+		return 0, err
+	}
+	if current > SchemaVersion {
+		return 0, final(&SchemaError{Found: current})
+	}
+	return current, nil
+}
+
+// SchemaError is a database whose budget schema is newer than this
+// sqlbudget knows: members of the cluster were upgraded, and this one
+// must be too before it takes part again (their budget and this one's
+// would not count each other's holders). Every transaction of a Budget
+// checks it, Config.SkipMigrate or not. It wraps budget.ErrRefused: no
+// retry helps until this machine runs the newer sqlbudget.
+type SchemaError struct {
+	// Found is the database's schema version.
+	Found int
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("%v: sqlbudget: the database's budget schema is version %d, this sqlbudget knows up to %d: upgrade this machine's sqlbudget before it takes part in the budget again",
+		budget.ErrRefused, e.Found, SchemaVersion)
+}
+
+// Unwrap returns budget.ErrRefused.
+func (e *SchemaError) Unwrap() error { return budget.ErrRefused }
+
+// Retryable reports false: only an upgrade helps.
+func (e *SchemaError) Retryable() bool { return false }

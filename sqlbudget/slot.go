@@ -145,11 +145,11 @@ func (s *slot) renew() {
 		sent := time.Now()
 		var ok bool
 		err := b.tx(ctx, time.Until(lostAt), "renewing the slot of "+s.key, func(ctx context.Context, tx *sql.Tx) error {
-			now, err := dbNow(ctx, tx)
+			now, err := dbNow(ctx, tx) // for humans only
 			if err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET expires = ? WHERE token = ? AND expires > ?`, now+b.cfg.TTL.Milliseconds(), s.token, now)
+			res, err := tx.ExecContext(ctx, `UPDATE snapsvc_budget_slots SET beat = beat + 1, renewed = ?, lease_ms = ? WHERE token = ? AND granted = 1`, now, b.cfg.TTL.Milliseconds(), s.token)
 			if err != nil {
 				return err
 			}
@@ -169,7 +169,7 @@ func (s *slot) renew() {
 		case err == nil && ok:
 			s.renewedAt(sent)
 		case err == nil:
-			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row expired or was deleted; another machine may hold it now", budget.ErrSlotLost, s.key))
+			s.setLost(fmt.Errorf("%w: sqlbudget: %s: the slot's row was deleted (judged expired by another participant, or by an operator); another machine may hold it now", budget.ErrSlotLost, s.key))
 			return
 		case errors.Is(err, budget.ErrRefused):
 			// No renewal can succeed: the row will expire. Say so now.
@@ -228,15 +228,15 @@ func (s *slot) Fence(ctx context.Context) (budget.Validity, error) {
 			}
 			var res sql.Result
 			if p != nil {
-				// Paused: renew the live row (the slot is held meanwhile:
-				// the local deadline moves only with the row's), act on
+				// Paused: renew the row (the slot is held meanwhile: the
+				// local deadline moves only with the row's), act on
 				// nothing.
 				st.paused = p
-				res, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET expires = ? WHERE token = ? AND granted IS NOT NULL AND expires > ?`,
-					now+b.cfg.TTL.Milliseconds(), s.token, now)
+				res, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_slots SET beat = beat + 1, renewed = ?, lease_ms = ? WHERE token = ? AND granted = 1`,
+					now, b.cfg.TTL.Milliseconds(), s.token)
 			} else {
-				res, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET acted = ?, expires = ? WHERE token = ? AND granted IS NOT NULL AND expires > ?`,
-					now, now+b.cfg.TTL.Milliseconds(), s.token, now)
+				res, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_slots SET acts = acts + 1, acted_at = ?, beat = beat + 1, renewed = ?, lease_ms = ? WHERE token = ? AND granted = 1`,
+					now, now, b.cfg.TTL.Milliseconds(), s.token)
 			}
 			if err != nil {
 				return err
@@ -248,7 +248,7 @@ func (s *slot) Fence(ctx context.Context) (budget.Validity, error) {
 		cancel()
 		switch {
 		case err == nil && st.gone:
-			s.setLost(fmt.Errorf("%w: sqlbudget: fencing %s: the slot's row expired or was deleted; another machine may hold it now", budget.ErrSlotLost, s.key))
+			s.setLost(fmt.Errorf("%w: sqlbudget: fencing %s: the slot's row was deleted (judged expired by another participant, or by an operator); another machine may hold it now", budget.ErrSlotLost, s.key))
 			b.emit(Event{Kind: EventFenceFailed, Key: s.key, Err: s.Err()})
 			return budget.Validity{}, s.Err()
 		case err == nil && st.paused != nil:
@@ -348,7 +348,7 @@ func (s *slot) MarkReady(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_entries SET ready = ? WHERE token = ?`, now, s.token)
+		_, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_slots SET ready_acts = acts, ready_at = ? WHERE token = ?`, now, s.token)
 		return err
 	})
 	if err != nil {
@@ -383,15 +383,16 @@ func (s *slot) Release(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(dl))
 	}
+	// A holder past its own deadline (or lost) may have been judged
+	// expired: its row then goes only if it holds nothing back (no act
+	// without a readiness after it), so the lock-delay protects a
+	// restart it may have sent. Within its deadline no one can have.
+	held := s.Err() == nil && time.Now().Before(s.lostAt())
 	err := b.tx(ctx, bound, "releasing the slot of "+s.key, func(ctx context.Context, tx *sql.Tx) error {
-		now, err := dbNow(ctx, tx)
-		if err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND (expires > ? OR acted IS NULL OR ready >= acted)`, s.token, now)
+		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_slots WHERE token = ? AND (? OR acts <= ready_acts)`, s.token, held)
 		return err
 	})
-	held := time.Since(s.since)
+	heldFor := time.Since(s.since)
 	if err != nil {
 		s.mu.Lock()
 		if s.relFailed.IsZero() {
@@ -400,7 +401,7 @@ func (s *slot) Release(ctx context.Context) error {
 		s.mu.Unlock()
 		b.count(func(m *Metrics) { m.ReleaseFailed++ })
 		err = fmt.Errorf("sqlbudget: releasing the slot of %s (retry: it is kept alive for %s meanwhile): %w", s.key, b.cfg.ReleaseRetry, err)
-		b.emit(Event{Kind: EventReleaseFailed, Key: s.key, Held: held, Err: err})
+		b.emit(Event{Kind: EventReleaseFailed, Key: s.key, Held: heldFor, Err: err})
 		return err
 	}
 	s.mu.Lock()
@@ -410,9 +411,9 @@ func (s *slot) Release(ctx context.Context) error {
 	s.stopRenewing()
 	<-s.done
 	if !wasLost {
-		b.count(func(m *Metrics) { m.Holding--; m.Released++; m.HoldSeconds += held.Seconds() })
+		b.count(func(m *Metrics) { m.Holding--; m.Released++; m.HoldSeconds += heldFor.Seconds() })
 	}
-	b.emit(Event{Kind: EventReleased, Key: s.key, Held: held, Max: s.max})
+	b.emit(Event{Kind: EventReleased, Key: s.key, Held: heldFor, Max: s.max})
 	b.wakeUp(s.key)
 	return nil
 }
@@ -420,9 +421,9 @@ func (s *slot) Release(ctx context.Context) error {
 // abandon gives back a slot that Acquire took but does not return (its
 // context ended while the key was paused): the holder never acted, so
 // its row holds nothing back once it expires. It stops the renewals and
-// deletes the row in one attempt, none while the database is failing
-// (Budget.failing), so that Acquire returns promptly: unlike Release it
-// never waits for an unreachable database.
+// deletes the row within one Attempt, not at all while the database is
+// failing (Budget.failing), so that Acquire returns promptly: unlike
+// Release it never waits for an unreachable database.
 func (s *slot) abandon() {
 	b := s.b
 	s.mu.Lock()
@@ -439,12 +440,7 @@ func (s *slot) abandon() {
 	if b.failing.Load() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Attempt)
-	defer cancel()
-	_ = b.cfg.Tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_entries WHERE token = ? AND acted IS NULL`, s.token)
-		return err
-	})
+	b.remove(s.token)
 }
 
 // unbudgeted is a slot granted without the database (no cluster yet, or

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -207,15 +206,10 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	// in its buffer, before the flush that may fail.
 	var at attempt
 	sendBy, _ := ctx.Value(sendByKey{}).(time.Time)
-	if sendBy.After(maxSendBy) {
-		// Past what Unix nanoseconds can hold (the year 2262): no bound
-		// anyone could mean, and one that would overflow into the past.
-		sendBy = time.Time{}
-	}
 	var conns []*countingConn // given sendBy, to clear once done
 	defer func() {
 		for _, cc := range conns {
-			cc.sendBy.Store(0)
+			cc.sendBy.Store(nil)
 		}
 	}()
 	trace := &httptrace.ClientTrace{
@@ -225,7 +219,7 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 			if cc, ok := info.Conn.(*countingConn); ok {
 				at.conn, at.base, at.failBase, at.refusedBase = cc, cc.written.Load(), cc.failed.Load(), cc.refused.Load()
 				if !sendBy.IsZero() {
-					cc.sendBy.Store(sendBy.UnixNano())
+					cc.sendBy.Store(&sendBy)
 					conns = append(conns, cc)
 				}
 			}
@@ -308,11 +302,20 @@ type countingConn struct {
 	written atomic.Int64
 	failed  atomic.Int64 // writes that failed
 	refused atomic.Int64 // writes refused past the send-by time
-	sendBy  atomic.Int64 // Unix ns; 0: none (WithSendBy)
+	// sendBy is the send-by of the request the connection carries (nil:
+	// none; WithSendBy). It is the time.Time the caller gave, monotonic
+	// reading and all, and is compared with time.Now(): when both carry a
+	// monotonic reading (any time from time.Now, and what Add makes of
+	// it) the comparison is of monotonic time, so a step of the machine's
+	// wall clock (NTP, an operator's date) between the fence and the write
+	// neither lets a request out after its confirmation ran out nor holds
+	// one back (issue 41: the check compared Unix nanoseconds, and a
+	// backward step let a late request through).
+	sendBy atomic.Pointer[time.Time]
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
-	if by := c.sendBy.Load(); by != 0 && time.Now().UnixNano() > by {
+	if by := c.sendBy.Load(); by != nil && time.Now().After(*by) {
 		c.refused.Add(1)
 		c.failed.Add(1)
 		return 0, &net.OpError{Op: "write", Net: "unix", Err: ErrSendDeadline}
@@ -332,9 +335,6 @@ var ErrSendDeadline = errors.New("not sent: its send-by time had passed")
 
 type sendByKey struct{}
 
-// maxSendBy is the latest send-by a connection can hold (Unix ns).
-var maxSendBy = time.Unix(0, math.MaxInt64)
-
 // WithSendBy returns a context under which a request is written to snapd
 // only before t: the check is made by the connection itself, right before
 // the request's first byte is written, the last moment the client can
@@ -342,7 +342,10 @@ var maxSendBy = time.Unix(0, math.MaxInt64)
 // ErrSendDeadline. A restart budget's fence sets it (the time its
 // confirmation stands), so a request is never sent on a confirmation that
 // has run out, however long the client was held up between the fence and
-// the write.
+// the write. Give a time derived from time.Now (as Add keeps its monotonic
+// reading): the check is then made on the monotonic clock, which no step
+// of the wall clock moves; a time without one (parsed, or stripped by
+// Round(0)) is compared by the wall clock.
 func WithSendBy(ctx context.Context, t time.Time) context.Context {
 	return context.WithValue(ctx, sendByKey{}, t)
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // serve answers every request with the golden body named by route (path
@@ -356,5 +357,64 @@ func TestSendBy(t *testing.T) {
 		if err != nil || id != "7" {
 			t.Errorf("send-by %v: %q, %v; want the request sent", by.Year(), id, err)
 		}
+	}
+}
+
+// wallStepped returns t with its wall-clock reading moved by d (whole
+// seconds) and its monotonic reading kept: the instant a fence computed
+// before the machine's wall clock was stepped by -d, seen from after the
+// step. time.Time offers no way to build one (Add moves both readings;
+// Round(0) drops the monotonic one), so this writes its fields as
+// package time lays them out (a monotonic time keeps its wall seconds
+// since 1885 in bits 30-62 of wall, its monotonic reading in ext); the
+// caller checks the result says what is meant.
+func wallStepped(t time.Time, d time.Duration) time.Time {
+	type layout struct {
+		wall uint64
+		ext  int64
+		loc  *time.Location
+	}
+	const nsecShift, nsecMask, hasMonotonic = 30, 1<<30 - 1, 1 << 63
+	p := (*layout)(unsafe.Pointer(&t))
+	sec := int64(p.wall<<1>>(nsecShift+1)) + int64(d/time.Second)
+	p.wall = p.wall&(hasMonotonic|nsecMask) | uint64(sec)<<nsecShift
+	return t
+}
+
+// A send-by is a monotonic deadline: a step of the machine's wall clock
+// between the fence and the write changes nothing (issue 41, item 2: the
+// connection compared Unix nanoseconds, so after a backward step a
+// request went out past the end of its confirmation, and after a forward
+// one a request within it was refused).
+func TestSendByIgnoresWallClockSteps(t *testing.T) {
+	posts := 0
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		posts++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(202)
+		fmt.Fprint(w, `{"type":"async","status-code":202,"status":"Accepted","result":null,"change":"7"}`)
+	})
+	ctx := context.Background()
+	inst := AppInstruction{Action: "restart", Names: []string{"k8s.kubelet"}}
+
+	// The confirmation ran out a second ago by the monotonic clock; the
+	// wall clock was stepped back an hour since the fence, so by it an
+	// hour is left.
+	now := time.Now()
+	ranOut := wallStepped(now.Add(-time.Second), time.Hour)
+	if ranOut.Sub(now) != -time.Second || ranOut.UnixNano()-now.UnixNano() != int64(time.Hour-time.Second) {
+		t.Fatalf("wallStepped: monotonic %s, wall %s from now; the test's model of time.Time no longer holds", ranOut.Sub(now), time.Duration(ranOut.UnixNano()-now.UnixNano()))
+	}
+	_, err := c.PostApps(WithSendBy(ctx, ranOut), inst)
+	var ce *ConnectionError
+	if !errors.Is(err, ErrSendDeadline) || !errors.As(err, &ce) || ce.Written || posts != 0 {
+		t.Fatalf("send-by a second past by the monotonic clock, an hour ahead by the stepped wall clock: %v (written %v), %d requests served; want ErrSendDeadline and nothing sent", err, ce != nil && ce.Written, posts)
+	}
+
+	// An hour left by the monotonic clock; the wall clock stepped forward
+	// two hours since the fence: the request goes.
+	left := wallStepped(time.Now().Add(time.Hour), -2*time.Hour)
+	if id, err := c.PostApps(WithSendBy(ctx, left), inst); err != nil || id != "7" || posts != 1 {
+		t.Fatalf("send-by an hour ahead by the monotonic clock, an hour past by the stepped wall clock: %q, %v, %d served; want the request sent", id, err, posts)
 	}
 }

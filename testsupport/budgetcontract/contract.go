@@ -34,6 +34,14 @@
 //	                     (needs a LossyResumer), leaves a pause set meanwhile
 //	cancel-paused-cut-off  an Acquire held back by a pause, cut off from the
 //	                     service (needs a Cutter), returns at once when cancelled
+//	waiter-dies-at-head  the first waiter in line dies (cut off for good): the
+//	                     next one takes the released slot within a TTL, and the
+//	                     dead one gets nothing
+//	waiters-leave-en-masse  the first 8 of 10 waiters leave at once: the released
+//	                     slot goes to the 9th at once, then the 10th
+//	service-clock-steps  the coordination service's wall clock is stepped +5 min,
+//	                     -10 min, +5 min (needs a ClockStepper) while a holder that
+//	                     fenced holds: no slot is freed, nor held back
 //
 // Time is the backend's: cases wait for real expiries (TTL, lock-delay),
 // bounded by the harness's Config, and assert lower bounds strictly (a
@@ -108,6 +116,16 @@ type LossyResumer interface {
 	ResumeLosingAnswer(t *testing.T, key string, meanwhile func())
 }
 
+// ClockStepper is implemented by harnesses whose coordination service has
+// a wall clock a test can step (a SQL database's julianday('now'), dqlite
+// nodes under libfaketime). etcd has none that decides anything: its
+// lessor times leases on the leader's monotonic clock.
+type ClockStepper interface {
+	// StepClock moves the service's wall clock by d, and returns once the
+	// service reads the new time.
+	StepClock(t *testing.T, d time.Duration)
+}
+
 // Harness builds participants on a running backend.
 type Harness interface {
 	// New returns a new participant (one machine). It is closed when the
@@ -161,6 +179,9 @@ func Run(t *testing.T, h Harness, cfg Config) {
 	t.Run("hung-probe", c.hungProbe)
 	t.Run("resume-lifts-only-its-pause", c.resumeLiftsOnlyItsPause)
 	t.Run("cancel-paused-cut-off", c.cancelPausedCutOff)
+	t.Run("waiter-dies-at-head", c.waiterDiesAtHead)
+	t.Run("waiters-leave-en-masse", c.waitersLeaveEnMasse)
+	t.Run("service-clock-steps", c.serviceClockSteps)
 }
 
 type suite struct {
@@ -811,4 +832,160 @@ func (c *suite) cancelPausedCutOff(t *testing.T) {
 		t.Errorf("the next participant waited %s: the cancelled one left its slot beyond its TTL", d)
 	}
 	release(t, ctx, s.slot)
+}
+
+// waiterDiesAtHead: the first waiter in line dies (cut off for good, as a
+// crash: whatever it left in the service stays until it expires). Once
+// the holder releases, the next waiter takes the slot within a TTL (the
+// dead one's expiry at the latest), and the dead one never gets it.
+func (c *suite) waiterDiesAtHead(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1})
+	dead := c.h.New(t, Options{Holder: "dead", Max: 1})
+	next := c.h.New(t, Options{Holder: "next", Max: 1})
+	s := mustAcquire(t, ctx, a, key)
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dout, dq := acquireAsync(dctx, dead, key)
+	waitQueued(t, ctx, dq, dout, "dead")
+	nout, nq := acquireAsync(ctx, next, key)
+	waitQueued(t, ctx, nq, nout, "next")
+	dead.Vanish()
+	at := time.Now()
+	release(t, ctx, s)
+	deadline := time.After(c.cfg.TTL + 2*c.cfg.Slack)
+	for {
+		select {
+		case r := <-nout:
+			if r.err != nil {
+				t.Fatalf("next: %v", r.err)
+			}
+			d := r.at.Sub(at)
+			t.Logf("the first waiter died: the next took the released slot %s later (TTL %s)", d.Round(time.Millisecond), c.cfg.TTL)
+			if d > c.cfg.TTL+c.cfg.Slack {
+				t.Errorf("the next waiter took the slot %s after the release, beyond the dead waiter's TTL %s (+%s)", d, c.cfg.TTL, c.cfg.Slack)
+			}
+			select {
+			case rd := <-dout:
+				if rd.slot != nil {
+					t.Errorf("the dead waiter was granted the slot too")
+				}
+			default:
+			}
+			release(t, ctx, r.slot)
+			return
+		case rd := <-dout:
+			// Cut off, it may learn that it lost its place: never a slot.
+			if rd.slot != nil {
+				t.Fatalf("the dead waiter was granted the slot")
+			}
+			dout = nil
+		case <-deadline:
+			t.Fatalf("the slot released behind a dead waiter was not taken within %s", c.cfg.TTL+2*c.cfg.Slack)
+		}
+	}
+}
+
+// waitersLeaveEnMasse: 10 waiters queue, then the first 8 leave at once
+// (their contexts end, as a common deadline ends the first arrivals'
+// waits first). The holder's release hands the slot to the 9th at once
+// (as a release does: well before any expiry), then the 10th.
+func (c *suite) waitersLeaveEnMasse(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1})
+	s := mustAcquire(t, ctx, a, key)
+	var cancels []context.CancelFunc
+	var outs []<-chan result
+	for i := range 10 {
+		name := fmt.Sprintf("waiter-%d", i)
+		p := c.h.New(t, Options{Holder: name, Max: 1})
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		out, queued := acquireAsync(wctx, p, key)
+		waitQueued(t, ctx, queued, out, name)
+		cancels, outs = append(cancels, cancel), append(outs, out)
+	}
+	for _, cancel := range cancels[:8] {
+		cancel()
+	}
+	for i, out := range outs[:8] {
+		if r := <-out; !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("waiter-%d, leaving: slot %v, %v", i, r.slot != nil, r.err)
+		}
+	}
+	at := time.Now()
+	release(t, ctx, s)
+	r := get(t, ctx, outs[8], "waiter-8")
+	d := r.at.Sub(at)
+	t.Logf("8 of 10 waiters left at once: the 9th took the released slot %s later", d.Round(time.Millisecond))
+	if d > c.cfg.TTL/2+c.cfg.Slack {
+		t.Errorf("the 9th waiter took the slot %s after the release: the 8 that left held it back", d)
+	}
+	select {
+	case r10 := <-outs[9]:
+		t.Fatalf("waiter-9 got a slot (err %v) while waiter-8, queued before it, holds it", r10.err)
+	default:
+	}
+	release(t, ctx, r.slot)
+	release(t, ctx, get(t, ctx, outs[9], "waiter-9").slot)
+}
+
+// serviceClockSteps: the coordination service's wall clock is stepped
+// +5 min, then -10 min (5 min behind), then +5 min back, while a holder
+// that fenced holds the slot and another participant waits. In each
+// step's window (three TTLs) a participant that arrives gets no slot, the
+// waiter keeps waiting, and the holder keeps its slot; the release then
+// hands over at once.
+func (c *suite) serviceClockSteps(t *testing.T) {
+	cs, ok := c.h.(ClockStepper)
+	if !ok {
+		t.Skip("the harness's coordination service has no wall clock to step (etcd's leases are timed on its leader's monotonic clock)")
+	}
+	ctx := ctxT(t, 2*time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "a", Max: 1, LockDelay: 30 * time.Second})
+	b := c.h.New(t, Options{Holder: "b", Max: 1, LockDelay: 30 * time.Second})
+	s := mustAcquire(t, ctx, a, key)
+	if _, err := fence(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	out, queued := acquireAsync(ctx, b, key)
+	waitQueued(t, ctx, queued, out, "b")
+	net := time.Duration(0)
+	defer func() { cs.StepClock(t, -net) }()
+	for i, step := range []time.Duration{5 * time.Minute, -10 * time.Minute, 5 * time.Minute} {
+		cs.StepClock(t, step)
+		net += step
+		stepped := time.Now()
+		late := c.h.New(t, Options{Holder: fmt.Sprintf("late-%d", i), Max: 1, LockDelay: 30 * time.Second})
+		lctx, cancel := context.WithTimeout(ctx, 3*c.cfg.TTL)
+		lout, _ := acquireAsync(lctx, late, key)
+		select {
+		case r := <-out:
+			cancel()
+			t.Fatalf("b's wait ended (slot %v, err %v) %s after the service's clock stepped %s, while a holds the slot", r.slot != nil, r.err, time.Since(stepped).Round(time.Millisecond), step)
+		case <-s.Lost():
+			cancel()
+			t.Fatalf("a lost its slot %s after the service's clock stepped %s: %v", time.Since(stepped).Round(time.Millisecond), step, s.Err())
+		case r := <-lout:
+			cancel()
+			if r.slot != nil {
+				t.Fatalf("a participant arriving after the service's clock stepped %s took the slot %s after the step, while a holds it", step, time.Since(stepped).Round(time.Millisecond))
+			}
+			if !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Fatalf("a participant arriving after a step of %s: %v", step, r.err)
+			}
+		}
+		t.Logf("service clock stepped %s: a holds, b waits (3 TTLs watched)", step)
+	}
+	at := time.Now()
+	release(t, ctx, s)
+	r := get(t, ctx, out, "b")
+	t.Logf("released: b took the slot %s later", r.at.Sub(at).Round(time.Millisecond))
+	if d := r.at.Sub(at); d > c.cfg.TTL/2+c.cfg.Slack {
+		t.Errorf("b took the slot %s after the release: the steps held it back", d)
+	}
+	release(t, ctx, r.slot)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,6 +126,26 @@ func TestKeys(t *testing.T) {
 	}
 	if b.key != "k8s.a+k8s.b" {
 		t.Fatalf("--budget-key k8s.b+k8s.a gave %q, want k8s.a+k8s.b", b.key)
+	}
+	// A v0.1.1 machine's key, verbatim (v0.1.1 never sorted it), and
+	// v0.1.1's whole-snap keys counted unless switched off (issue 41,
+	// item 7: the upgrade advice named a flag that no longer did it).
+	l, err := parse([]string{"--endpoints", "x", "--legacy-key", "k8s.b+k8s.a", "k8s.a", "k8s.b"}, &errb, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := legacyKeysOf(l)("k8s.a"); !slices.Equal(got, []string{"k8s", "k8s.b+k8s.a"}) {
+		t.Errorf("--legacy-key k8s.b+k8s.a: legacy keys %q, want [k8s k8s.b+k8s.a]", got)
+	}
+	n, err := parse([]string{"--endpoints", "x", "--legacy-snap-keys=false", "k8s.a"}, &errb, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := legacyKeysOf(n)("k8s.a"); len(got) != 0 {
+		t.Errorf("--legacy-snap-keys=false: legacy keys %q, want none", got)
+	}
+	if _, err := parse([]string{"--endpoints", "x", "--legacy-key", "a/b", "k8s.a"}, &errb, &errb); err == nil || !strings.Contains(err.Error(), "--legacy-key") {
+		t.Errorf("--legacy-key a/b: %v, want a usage error", err)
 	}
 	if _, err := parse([]string{"--endpoints", "x", "--key", "k8s.b+k8s.a", "k8s.a"}, &errb, &errb); err == nil ||
 		!strings.Contains(err.Error(), "--key is etcd's client key FILE (as etcdctl's); the budget key is --budget-key") {

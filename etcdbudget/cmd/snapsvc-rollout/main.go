@@ -26,6 +26,12 @@
 // own key, a snap name standing for every one of its services, so a
 // restart of "k8s" on one machine and of "k8s.kube-apiserver" on another
 // exclude each other while two different services do not),
+// --legacy-key (during an upgrade from v0.1.1: the budget key machines
+// still on v0.1.1 use for these services, verbatim as they were given it:
+// their --key, else their names joined with "+" in the order given;
+// repeatable), --legacy-snap-keys (default true: also count the holders
+// of v0.1.1's whole-snap keys, a snap's name; set false once no machine
+// runs v0.1.1),
 // --max-unavailable (a count, or a percentage of the machines taking
 // part, such as 25%: resolved once per rollout over the machines that
 // joined within --join-period (default 10s) of the first, rounded down but
@@ -123,6 +129,8 @@ type options struct {
 	readyURL, readyCA, readyCert, readyKey      string
 	readyInsecure, jsonOut, failOpen, bootstrap bool
 	reload                                      bool
+	legacyKeys                                  []string // --legacy-key, verbatim
+	legacySnapKeys                              bool
 	max                                         int
 	maxUnavailable, window, reason              string
 	ttl, unreachable, maxWait, settle, timeout  time.Duration
@@ -217,6 +225,13 @@ standing for every one of its services; --budget-key gives the whole
 restart one key. Every machine must use the same --budget-key and --max or
 --max-unavailable.
 
+During an upgrade from v0.1.1, whose machines restarted a whole snap under
+the snap's name and several names under the names joined with '+' (or
+their --key): this release also counts, and is counted by, holders of the
+snap's name (--legacy-snap-keys, on by default) and of each --legacy-key
+KEY, given exactly as the v0.1.1 machines were (not sorted). Set
+--legacy-snap-keys=false once no machine runs v0.1.1.
+
 The etcd flags are etcdctl's, with its defaults, and read its environment
 variables as it does: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT,
 ETCDCTL_KEY, ETCDCTL_USER (USER or USER:PASSWORD), ETCDCTL_PASSWORD,
@@ -280,6 +295,8 @@ func (r *runner) newRoot() *cobra.Command {
 	fs.SortFlags = false
 	etcdFlags(fs, o)
 	fs.StringVar(&o.key, "budget-key", "", "one budget `KEY` for the whole restart (default: each service's own key; a snap name stands for all its services)")
+	fs.StringArrayVar(&o.legacyKeys, "legacy-key", nil, "during an upgrade from v0.1.1: the budget `KEY` machines still on v0.1.1 restart these services under, exactly as they were given it (their --key, else their names joined with '+' in the order given); this restart counts their holders and they count it (repeatable)")
+	fs.BoolVar(&o.legacySnapKeys, "legacy-snap-keys", true, "count the holders of v0.1.1's whole-snap keys (a snap's name: its budget key for a restart of the whole snap) and be counted by them; set false once no machine runs v0.1.1")
 	fs.IntVar(&o.max, "max", 1, "machines that may restart at once (the same on every machine); see --max-unavailable")
 	fs.StringVar(&o.maxUnavailable, "max-unavailable", "", "machines that may restart at once: a `COUNT`, or a percentage of the machines taking part (25%: rounded down, at least 1)")
 	fs.StringVar(&o.window, "window", "", `maintenance `+"`WINDOW`"+`, e.g. "Mon-Fri 22:00-04:00 Europe/Berlin": outside it, wait`)
@@ -427,7 +444,25 @@ func validateRollout(o *options, maxSet bool) error {
 		// One form on every machine: "a+b" and "b+a" are one key.
 		o.key = etcdbudget.Key(o.key)
 	}
+	for _, k := range o.legacyKeys {
+		// As v0.1.1 took it: verbatim, never sorted.
+		if k == "" || strings.Contains(k, "/") {
+			return fmt.Errorf("--legacy-key %q: empty or containing '/' (v0.1.1 refused such keys)", k)
+		}
+	}
 	return nil
+}
+
+// legacyKeysOf is the budget's Config.LegacyKeys for o: v0.1.1's
+// whole-snap keys (unless --legacy-snap-keys=false) and every --legacy-key.
+func legacyKeysOf(o *options) func(string) []string {
+	return func(key string) []string {
+		var out []string
+		if o.legacySnapKeys {
+			out = etcdbudget.LegacySnapKeys(key)
+		}
+		return append(out, o.legacyKeys...)
+	}
 }
 
 // printer writes progress lines to stderr, or JSON events to stdout.
@@ -540,7 +575,7 @@ func rollout(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			ctl.Window, _ = etcdbudget.ParseWindow(o.window)
 		}
 		b, err := etcdbudget.NewControlled(etcdbudget.Config{Client: cli, Prefix: o.prefix, TTL: o.ttl,
-			Holder: o.holder, Unreachable: o.unreachable, FailOpen: o.failOpen}, ctl)
+			Holder: o.holder, Unreachable: o.unreachable, FailOpen: o.failOpen, LegacyKeys: legacyKeysOf(o)}, ctl)
 		if err != nil {
 			return p.fail(err, exitUsage)
 		}

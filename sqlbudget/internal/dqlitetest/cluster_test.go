@@ -92,6 +92,7 @@ func maybeRunNode() {
 
 // Cluster is a dqlite cluster whose nodes run in child processes.
 type Cluster struct {
+	env   []string // added to each node's environment
 	dir   string
 	nodes []nodeConfig
 	mu    sync.Mutex
@@ -102,13 +103,13 @@ type Cluster struct {
 // startCluster starts n nodes, one after the other (each joins the
 // first), and waits until every node is ready and the cluster answers
 // SQL.
-func startCluster(ctx context.Context, n int) (*Cluster, error) {
+func startCluster(ctx context.Context, n int, env ...string) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "dqlitetest")
 	if err != nil {
 		return nil, err
 	}
 	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(255), 1+rand.IntN(250))
-	c := &Cluster{dir: dir, cmds: make([]*exec.Cmd, n), done: make([]chan struct{}, n)}
+	c := &Cluster{env: env, dir: dir, cmds: make([]*exec.Cmd, n), done: make([]chan struct{}, n)}
 	for i := range n {
 		port, err := freePort(ip)
 		if err != nil {
@@ -157,7 +158,7 @@ func freePort(ip string) (int, error) {
 func (c *Cluster) start(ctx context.Context, i int) error {
 	raw, _ := json.Marshal(c.nodes[i])
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), nodeEnv+"="+string(raw))
+	cmd.Env = append(append(os.Environ(), c.env...), nodeEnv+"="+string(raw))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -318,12 +319,12 @@ func cluster(t testing.TB) *Cluster {
 }
 
 // newCluster starts a 3-node cluster of the test's own (for faults that
-// kill or freeze nodes).
-func newCluster(t *testing.T) *Cluster {
+// kill or freeze nodes), env added to each node's environment.
+func newCluster(t *testing.T, env ...string) *Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := startCluster(ctx, 3)
+	c, err := startCluster(ctx, 3, env...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ package dqlitetest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,4 +57,31 @@ func BenchmarkQueue(b *testing.B) {
 			scaletest.Report(b, r)
 		})
 	}
+}
+
+// BenchmarkQueueExits is sqlbudget's BenchmarkQueueExits on the 3-node
+// cluster: 1,000 waiters, 90% leaving at once (the first, or at random),
+// or the first in line dying; the defaults; one run each whatever b.N:
+//
+//	go test -tags libsqlite3 -run '^$' -bench QueueExits -benchtime 1x .
+func BenchmarkQueueExits(b *testing.B) {
+	c := cluster(b)
+	var rows []string
+	for _, e := range []struct {
+		leave string
+		share float64
+	}{{"first", 0.9}, {"random", 0.9}, {"dead-head", 0}} {
+		b.Run(e.leave, func(b *testing.B) {
+			r := scaletest.Exits(b, scaletest.ExitConfig{Backend: "dqlite, 3 nodes", Waiters: 1000, Leave: e.leave, Share: e.share, Seed: 41,
+				Open: func(t testing.TB) sqlbudget.TxFunc {
+					db := c.DB("exits")
+					t.Cleanup(func() { db.Close() })
+					return sqlbudget.DBTx(db)
+				}})
+			rows = append(rows, r.Row())
+			b.ReportMetric(r.Polls(), "polls")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+	b.Logf("\n%s\n%s", scaletest.ExitHeader, strings.Join(rows, "\n"))
 }

@@ -13,7 +13,9 @@ package scaletest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -429,4 +431,223 @@ func Report(b *testing.B, r Result) {
 	b.ReportMetric(float64(r.RenewalsMissed), "renewals-missed")
 	b.ReportMetric(float64(r.EarlyGrants), "early-grants")
 	b.ReportMetric(0, "ns/op")
+}
+
+// ExitConfig is one run of Exits.
+type ExitConfig struct {
+	// Backend names the database; Open opens a connection, as in Config.
+	Backend string
+	Open    func(t testing.TB) sqlbudget.TxFunc
+	// Waiters queue behind a holder, PerConn of them to a connection
+	// (default 50), each a Budget of its own.
+	Waiters, PerConn int
+	// Leave is which of them leave at once (their contexts end), by place:
+	// "first" (the first Share of the queue: a common deadline ends the
+	// first arrivals' waits first), "random" (a Share drawn at random,
+	// seeded), or "dead-head" (the first waiter is cut off from the
+	// database for good, as a crash: its row stays).
+	Leave string
+	Share float64
+	Seed  uint64
+	// TTL of every participant (default sqlbudget.DefaultTTL); Settle is
+	// how long the queue waits before the exits (default 2×TTL), so that
+	// the waiters far back poll at their long intervals.
+	TTL, Settle time.Duration
+}
+
+// ExitResult is what a run of Exits measured.
+type ExitResult struct {
+	Backend, Leave  string
+	Waiters, Stayed int
+	// Poll is the participants' Config.Poll. HandOver is from the
+	// holder's Release (once every leaver's Acquire had returned) to the
+	// next grant; InOrder says the first waiter still queued took it.
+	Poll     time.Duration
+	HandOver time.Duration
+	InOrder  bool
+}
+
+// Polls is HandOver in Polls.
+func (r ExitResult) Polls() float64 { return float64(r.HandOver) / float64(r.Poll) }
+
+// ExitHeader is the Markdown table's header (ExitResult.Row's columns).
+const ExitHeader = "| backend | waiters | who left or died | stayed | free slot taken after | in Polls | by the first in line |\n|---|---|---|---|---|---|---|"
+
+// Row is r as a row of the Markdown table.
+func (r ExitResult) Row() string {
+	first := "no"
+	if r.InOrder {
+		first = "yes"
+	}
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %.2f | %s |", r.Backend, group(r.Waiters), r.Leave, group(r.Stayed),
+		benchkit.FormatDuration(r.HandOver, true), r.Polls(), first)
+}
+
+// Exits queues cfg.Waiters behind a holder, lets them settle, makes some
+// of them leave at once (or the first die), then has the holder release,
+// and measures how long the free slot stays free. Every waiter that
+// stayed is served in turn afterwards (the holder of each slot releases
+// at once), and every participant's failure fails t.
+func Exits(t testing.TB, cfg ExitConfig) ExitResult {
+	t.Helper()
+	if cfg.PerConn == 0 {
+		cfg.PerConn = 50
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = sqlbudget.DefaultTTL
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = 2 * cfg.TTL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	key := fmt.Sprintf("exits-%d.svc", time.Now().UnixNano())
+	poll := min(cfg.TTL/8, 250*time.Millisecond) // Config.Poll's default
+	newBudget := func(tx sqlbudget.TxFunc, holder string) *sqlbudget.Budget {
+		b, err := sqlbudget.New(sqlbudget.Config{Tx: tx, Holder: holder, TTL: cfg.TTL, ClockSkew: cfg.TTL / 10, LockDelay: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	hb := newBudget(cfg.Open(t), "holder")
+	hs, err := hb.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	var lostAt atomic.Int64 // since began, when the holder saw its slot lost
+	go func() {
+		select {
+		case <-hs.Lost():
+			lostAt.Store(int64(time.Since(began)))
+		case <-ctx.Done():
+		}
+	}()
+
+	type waiter struct {
+		i      int
+		cancel context.CancelFunc
+		dead   atomic.Bool
+		out    chan error
+	}
+	leaves := make([]bool, cfg.Waiters)
+	switch cfg.Leave {
+	case "first":
+		for i := range int(cfg.Share * float64(cfg.Waiters)) {
+			leaves[i] = true
+		}
+	case "random":
+		rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed))
+		for _, i := range rng.Perm(cfg.Waiters)[:int(cfg.Share*float64(cfg.Waiters))] {
+			leaves[i] = true
+		}
+	case "dead-head":
+	default:
+		t.Fatalf("scaletest: unknown exit pattern %q", cfg.Leave)
+	}
+	var grants sync.Mutex
+	var order []int // waiters in the order they were granted
+	var grantedAt []time.Time
+	firstGrant := make(chan struct{})
+	var firstOnce sync.Once
+	var ws []*waiter
+	var tx sqlbudget.TxFunc
+	for i := range cfg.Waiters {
+		if i%cfg.PerConn == 0 {
+			tx = cfg.Open(t)
+		}
+		w := &waiter{i: i, out: make(chan error, 1)}
+		inner := tx
+		b := newBudget(func(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
+			if w.dead.Load() {
+				return errors.New("scaletest: this waiter died")
+			}
+			return inner(ctx, f)
+		}, fmt.Sprintf("waiter-%d", i+1))
+		wctx, wcancel := context.WithCancel(ctx)
+		w.cancel = wcancel
+		queued := make(chan struct{})
+		var once sync.Once
+		go func() {
+			s, err := b.Acquire(wctx, key, func(budget.Wait) { once.Do(func() { close(queued) }) })
+			if err == nil {
+				grants.Lock()
+				order, grantedAt = append(order, w.i), append(grantedAt, time.Now())
+				grants.Unlock()
+				firstOnce.Do(func() { close(firstGrant) })
+				err = s.Release(context.WithoutCancel(ctx))
+			}
+			w.out <- err
+		}()
+		select {
+		case <-queued:
+		case err := <-w.out:
+			t.Fatalf("waiter-%d did not queue: %v", i+1, err)
+		}
+		ws = append(ws, w)
+	}
+	formed := time.Since(began)
+	time.Sleep(cfg.Settle) // the queue's steady state, not a synchronisation
+
+	leaving := time.Since(began)
+	stayed := 0
+	switch cfg.Leave {
+	case "dead-head":
+		ws[0].dead.Store(true)
+		leaves[0] = true
+		stayed = cfg.Waiters - 1
+	default:
+		for i, w := range ws {
+			if leaves[i] {
+				w.cancel()
+			}
+		}
+		for i, w := range ws {
+			if leaves[i] {
+				if err := <-w.out; !errors.Is(err, context.Canceled) {
+					t.Errorf("waiter-%d, leaving: %v", i+1, err)
+				}
+			} else {
+				stayed++
+			}
+		}
+	}
+	select {
+	case <-hs.Lost():
+		m := hb.Metrics()
+		t.Fatalf("the holder lost its slot %s after its grant (the queue formed at %s, the exits began at %s), before its release (%d of %d renewals late): %v",
+			time.Duration(lostAt.Load()), formed, leaving, m.RenewalsMissed, m.Renewals, hs.Err())
+	default:
+	}
+	released := time.Now()
+	if err := hs.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := ExitResult{Backend: cfg.Backend, Leave: fmt.Sprintf("%s %.0f%%", cfg.Leave, 100*cfg.Share), Waiters: cfg.Waiters, Stayed: stayed, Poll: poll}
+	if cfg.Leave == "dead-head" {
+		res.Leave = "the first died"
+	}
+	first := slices.Index(leaves, false)
+	select {
+	case <-firstGrant:
+	case <-ctx.Done():
+		t.Fatal("no waiter took the free slot")
+	}
+	// Measured: the others leave (serving each would wait for the far
+	// ones' long intervals, which is not what is measured).
+	for i, w := range ws {
+		if leaves[i] && cfg.Leave != "dead-head" {
+			continue
+		}
+		w.cancel()
+		if err := <-w.out; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("waiter-%d: %v", i+1, err)
+		}
+	}
+	grants.Lock()
+	defer grants.Unlock()
+	res.HandOver = grantedAt[0].Sub(released)
+	res.InOrder = order[0] == first
+	return res
 }

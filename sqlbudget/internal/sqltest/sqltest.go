@@ -31,6 +31,9 @@ type Harness struct {
 	Open func(t *testing.T) sqlbudget.TxFunc
 	// Configure, when set, adjusts each participant's Config.
 	Configure func(*sqlbudget.Config)
+	// Step, when set, moves the database's wall clock by d and returns
+	// once the database reads the new time (budgetcontract.ClockStepper).
+	Step func(t *testing.T, d time.Duration)
 
 	mu  sync.Mutex
 	ctl map[*testing.T]*sqlbudget.Budget // the operator's, one per test (Open's connection ends with it)
@@ -58,7 +61,18 @@ func (p *Participant) Wrap(tx sqlbudget.TxFunc) sqlbudget.TxFunc {
 	}
 }
 
+// StepClock moves the database's wall clock (budgetcontract.ClockStepper)
+// through Step; without it, the test is skipped.
+func (h *Harness) StepClock(t *testing.T, d time.Duration) {
+	t.Helper()
+	if h.Step == nil {
+		t.Skip("sqltest: this harness's database clock cannot be stepped (Harness.Step is nil)")
+	}
+	h.Step(t, d)
+}
+
 var (
+	_ budgetcontract.ClockStepper = (*Harness)(nil)
 	_ budgetcontract.Refuser      = (*Harness)(nil)
 	_ budgetcontract.Prober       = (*Harness)(nil)
 	_ budgetcontract.LossyResumer = (*Harness)(nil)
