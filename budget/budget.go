@@ -130,6 +130,19 @@ type Readier interface {
 	MarkReady(ctx context.Context) error
 }
 
+// Abandoner is implemented by slots that can be let go of as a holder that
+// crashed would be: renewals stop, nothing is deleted or revoked, and the
+// coordination service frees the slot only once its lease has run out
+// and, for a slot fenced and not marked ready since, once its lock-delay
+// has passed too. A later Release does nothing. snapsvc abandons, rather
+// than releases, a slot whose change may still run or whose services may
+// still be down when it must let go of it anyway (Client.Close, a hold
+// past snapsvc.BudgetOptions.MaxHold without knowing its change's end):
+// a clean exit is never less safe than a crash. Abandon returns at once.
+type Abandoner interface {
+	Abandon()
+}
+
 // Wait describes a wait for a slot, as Acquire reports it.
 type Wait struct {
 	// Key is the budget's key.

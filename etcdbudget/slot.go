@@ -49,8 +49,9 @@ type slot struct {
 }
 
 var (
-	_ budget.Fencer  = (*slot)(nil)
-	_ budget.Readier = (*slot)(nil)
+	_ budget.Abandoner = (*slot)(nil)
+	_ budget.Fencer    = (*slot)(nil)
+	_ budget.Readier   = (*slot)(nil)
 )
 
 func newSlot(w *waiter, gid clientv3.LeaseID, rev int64, rec guard, grev int64, progress func(budget.Wait)) *slot {
@@ -484,6 +485,23 @@ func (s *slot) Release(ctx context.Context) error {
 	defer cancel()
 	_ = s.b.revoke(actx, s.entry, s.guard, s.k.id)
 	return nil
+}
+
+// Abandon lets go of the slot as a holder that crashed would
+// (budget.Abandoner): its keep-alives and watch stop, and nothing is
+// deleted or revoked. Its entry expires with its lease, within TTL, and
+// its lock-delay guard, on a lease of TTL+LockDelay, holds the slot back
+// LockDelay longer unless the slot was marked ready since its last fence
+// (the guard then says so). A later Release does nothing.
+func (s *slot) Abandon() {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if s.released {
+		return
+	}
+	s.releasing.Store(true)
+	s.stop()
+	s.released = true
 }
 
 // abandon gives back a slot that Acquire took but does not return (its

@@ -34,8 +34,9 @@ type slot struct {
 }
 
 var (
-	_ budget.Fencer  = (*slot)(nil)
-	_ budget.Readier = (*slot)(nil)
+	_ budget.Abandoner = (*slot)(nil)
+	_ budget.Fencer    = (*slot)(nil)
+	_ budget.Readier   = (*slot)(nil)
 )
 
 func newSlot(b *Budget, w *waiter, deadline time.Time) *slot {
@@ -416,6 +417,31 @@ func (s *slot) Release(ctx context.Context) error {
 	b.emit(Event{Kind: EventReleased, Key: s.key, Held: heldFor, Max: s.max})
 	b.wakeUp(s.key)
 	return nil
+}
+
+// Abandon lets go of the slot as a holder that crashed would
+// (budget.Abandoner): its renewals stop, and its row stays. The other
+// participants judge it expired once they have seen its counter stand
+// still for its lease, and, since it acted without a readiness after, hold
+// the slot back for the lock-delay after that. A later Release does
+// nothing.
+func (s *slot) Abandon() {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if s.isReleased() {
+		return
+	}
+	s.mu.Lock()
+	wasLost := s.err != nil
+	s.released = true
+	s.mu.Unlock()
+	s.stopRenewing()
+	<-s.done
+	held := time.Since(s.since)
+	if !wasLost {
+		s.b.count(func(m *Metrics) { m.Holding--; m.HoldSeconds += held.Seconds() })
+	}
+	s.b.cfg.Logger.Warn("slot abandoned: it is freed as a crashed holder's would be", "key", s.key)
 }
 
 // abandon gives back a slot that Acquire took but does not return (its

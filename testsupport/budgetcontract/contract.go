@@ -171,6 +171,7 @@ func Run(t *testing.T, h Harness, cfg Config) {
 	t.Run("fence-waits-while-paused", func(t *testing.T) { c.fenceWaitsWhilePaused(t, false) })
 	t.Run("fence-waits-while-its-snap-is-paused", func(t *testing.T) { c.fenceWaitsWhilePaused(t, true) })
 	t.Run("lock-delay", c.lockDelay)
+	t.Run("abandon-is-a-crash", c.abandonIsACrash)
 	t.Run("no-delay-after-ready", c.noDelayAfterReady)
 	t.Run("no-delay-never-fenced", c.noDelayNeverFenced)
 	t.Run("cancellation", c.cancellation)
@@ -537,6 +538,40 @@ func (c *suite) lockDelay(t *testing.T) {
 	// TTL after it vanished; the delay runs from the expiry.
 	if lo, hi := delay+c.cfg.TTL/2, delay+c.cfg.TTL+c.cfg.Slack; d < lo || d > hi {
 		t.Errorf("next holder after %s, want within [%s, %s]", d, lo, hi)
+	}
+}
+
+// abandonIsACrash: a holder that abandons its slot between its Fence and
+// its MarkReady (budget.Abandoner: snapsvc's Close or MaxHold while its
+// change may still run) holds it back as one that vanished would, the
+// lock-delay included, and a Release after it hands nothing over sooner.
+func (c *suite) abandonIsACrash(t *testing.T) {
+	const delay = 3 * time.Second
+	ctx := ctxT(t, 2*time.Minute)
+	key := c.cfg.Key(t)
+	a := c.h.New(t, Options{Holder: "abandoning", Max: 1, LockDelay: delay})
+	b := c.h.New(t, Options{Holder: "next", Max: 1, LockDelay: delay})
+	s := mustAcquire(t, ctx, a, key)
+	ab, ok := s.(budget.Abandoner)
+	if !ok {
+		t.Fatal("the slot does not implement budget.Abandoner")
+	}
+	if _, err := fence(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	out, queued := acquireAsync(ctx, b, key)
+	waitQueued(t, ctx, queued, out, "next")
+	at := time.Now()
+	ab.Abandon()
+	if err := s.Release(ctx); err != nil {
+		t.Fatalf("Release after Abandon: %v, want nil (nothing to do)", err)
+	}
+	r := get(t, ctx, out, "next")
+	release(t, ctx, r.slot)
+	d := r.at.Sub(at)
+	t.Logf("abandoned after its fence: next holder after %s (TTL %s, lock-delay %s)", d.Round(time.Millisecond), c.cfg.TTL, delay)
+	if lo, hi := delay+c.cfg.TTL/2, delay+c.cfg.TTL+c.cfg.Slack; d < lo || d > hi {
+		t.Errorf("next holder after %s, want within [%s, %s], as after a crash", d, lo, hi)
 	}
 }
 
