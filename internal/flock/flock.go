@@ -113,6 +113,18 @@ func openLockFile(path string) (*os.File, error) {
 	// could replace would be in a parent that user can write, which the
 	// check refused).
 	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrPermission) {
+		// A directory this user may not enter: whose it is says what to
+		// do (a user that is not root meeting root's lock).
+		dir := filepath.Dir(path)
+		var pe *PermissionError
+		switch derr := checkPrivate(dir, true); {
+		case errors.As(derr, &pe):
+			return nil, derr
+		case errors.Is(derr, fs.ErrPermission): // nor may it reach it
+			return nil, &PermissionError{Path: dir, Owner: -1, UID: geteuid(), Err: err}
+		}
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := ensureDir(filepath.Dir(path)); err != nil {
 			return nil, err
