@@ -11,7 +11,7 @@ import (
 
 // Every goroutine of the package either is the background's (background.go,
 // which Close waits for) or is scoped: it ends with its owner, which says so
-// in a "scoped:" comment on the line above. A goroutine that outlived its
+// in a "scoped:" comment just above. A goroutine that outlived its
 // call with no tracker (a flight entered as its call's time ran out) was
 // left running past Close; this keeps the next one from being written.
 func TestEveryGoroutineIsTrackedOrScoped(t *testing.T) {
@@ -31,10 +31,10 @@ func TestEveryGoroutineIsTrackedOrScoped(t *testing.T) {
 		}
 		marked := map[int]bool{}
 		for _, cg := range f.Comments {
-			for _, c := range cg.List {
-				if strings.Contains(c.Text, "scoped:") {
-					marked[fset.Position(c.Pos()).Line+1] = true
-				}
+			// The marker may open a comment of several lines that ends
+			// just above the go statement.
+			if strings.Contains(cg.Text(), "scoped:") {
+				marked[fset.Position(cg.End()).Line+1] = true
 			}
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
