@@ -24,6 +24,9 @@ type (
 	// BudgetReadier is budget.Readier: slots that record that their
 	// holder's services are ready again.
 	BudgetReadier = budget.Readier
+	// BudgetAbandoner is budget.Abandoner: slots that can be let go of as
+	// a crashed holder's would be, behind the lock-delay.
+	BudgetAbandoner = budget.Abandoner
 	// BudgetWait is budget.Wait: what a wait for a slot waits behind.
 	BudgetWait = budget.Wait
 )
@@ -146,13 +149,17 @@ type BudgetOptions struct {
 	// return past its context's deadline: see WithRestartBudget.
 	ReleaseTimeout time.Duration
 	// MaxHold bounds how long slots stay held in the background, after
-	// their operation returned, while snapd's records cannot show its
-	// change ready: snapd is away, or refuses this client its changes (a
-	// snap without snap-refresh-observe), or the change simply runs long.
-	// Past it the slots are given back anyway, with a "hold-expired"
-	// event and a warning. 0 means DefaultMaxHold; negative, no bound but
-	// Close. A hold that can follow the change ends when snapd shows it
-	// ready, whatever the bound: this is the bound on not knowing.
+	// their operation returned, without knowing the change's end: snapd
+	// is away, or refuses this client its changes (a snap without
+	// snap-refresh-observe). It is the bound on not knowing: a hold whose
+	// change snapd shows keeps on past it (each time it runs out the
+	// change is read once), and a hold that can follow its change ends
+	// when snapd shows it ready and the services are. Past it the slots are abandoned, as
+	// a crashed holder's would be (budget.Abandoner: the budget frees
+	// them once their lease and lock-delay have run out), with a
+	// "hold-expired" event, then "abandoned" and a warning; never given
+	// back while the change may run. 0 means DefaultMaxHold; negative, no
+	// bound but Close.
 	MaxHold time.Duration
 	// Progress, when set, receives what the budget does. It is called from
 	// the operation's goroutine and, for releases and lost slots, from
@@ -200,10 +207,21 @@ const (
 	// says why): the slot stays held, following snapd's records, until
 	// the change is ready and the services are.
 	BudgetSettling = "settling"
-	// BudgetHoldExpired: a slot held past its operation was given back at
-	// BudgetOptions.MaxHold although snapd's records never showed the
-	// change ready (Err says why). A "released" event follows.
+	// BudgetHoldExpired: a slot held past its operation reached
+	// BudgetOptions.MaxHold without snapd's records showing the change's
+	// end (Err says why). An "abandoned" event follows.
 	BudgetHoldExpired = "hold-expired"
+	// BudgetHoldRunning: a slot held past its operation reached
+	// BudgetOptions.MaxHold while snapd's records show its change (in
+	// progress, or ready and being followed to its end): it is held on,
+	// and looked at again after MaxHold.
+	BudgetHoldRunning = "hold-running"
+	// BudgetAbandoned: the slot was let go of as a crashed holder's would
+	// be (budget.Abandoner), its change possibly still running or its
+	// services possibly still down: at Close, or past MaxHold without
+	// snapd's records showing the change's end. The budget frees it once
+	// its lease runs out and its lock-delay has passed.
+	BudgetAbandoned = "abandoned"
 	// BudgetReleaseFailed: an attempt to give the slot back failed (Err,
 	// Attempt); it is tried again in the background, up to 5 attempts or
 	// until Close, after which (Final) the slot is freed only when the
@@ -217,7 +235,8 @@ type BudgetEvent struct {
 	Time time.Time
 	// Kind is one of the Budget* kinds: "waiting", "acquired", "fenced",
 	// "fence-failed", "ready", "mark-ready-failed", "released", "lost",
-	// "release-failed", "settling", "hold-expired".
+	// "release-failed", "settling", "hold-running", "hold-expired",
+	// "abandoned".
 	Kind string
 	// Key is the budget's key.
 	Key string
@@ -263,7 +282,11 @@ type BudgetEvent struct {
 // Slots are given back only once the operation's outcome is final and its
 // services are ready (the slot rule, below: a change that may still run,
 // or an unknown outcome, keeps them held in the background until the
-// change is ready and the services are), and on Close. The release runs in
+// change is ready and the services are). Close, and MaxHold without
+// knowing the change's end, abandon the slots of holds whose change may
+// still run or whose services may still be down (the budget frees them as
+// a crashed holder's, behind the lock-delay: budget.Abandoner), and so do
+// the slots a Stop kept; a Start that took them and failed keeps them. The release runs in
 // the background: the operation waits for its first attempt only until its
 // context ends, so a slow release (a lease revoke while etcd is
 // unreachable) never delays its return past the deadline. A failed release

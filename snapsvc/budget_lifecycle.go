@@ -23,6 +23,8 @@ import (
 //	granted, fenced, acted ──► released   nothing was done, or the change failed for good
 //	granted, fenced ──► settling          an earlier request (or a Stop's, for its Start) may still act
 //	acted ──► kept                        a Stop under StopsAndStarts: for the Start that follows
+//	granted, fenced, acted ──► kept       a Start that took a Stop's slots failed: its services are still down
+//	fenced, acted, settling, ready ──► abandoned   Close, or MaxHold not knowing the change's end
 //	any state ──► lost                    the backend took a slot away
 //
 // A slot granted without the coordination service (no cluster yet, or
@@ -46,39 +48,45 @@ import (
 // may still be carried out: a request whose answer was never read (lost,
 // or cut off by the call's end) keeps the hold until snapd can no longer
 // act on it, and the changes made since are followed too (quiet, in
-// budget_settle.go).
+// budget_settle.go). A Start that took the slots a Stop kept and failed
+// keeps them: the services are still down.
 //
 // Nothing else ends a hold: not a wait's own error, not snapd being away
-// longer than the policy's MaxUnreachable, not a look-up snapd refused.
-// What ends one early is a bound the user set for holds
-// (BudgetOptions.MaxHold, a "hold-expired" event), Close, or a lost slot.
+// longer than the policy's MaxUnreachable, not a look-up snapd refused. A
+// hold that must end while its change may still run or its services may
+// still be down — Close, or BudgetOptions.MaxHold while snapd's records
+// cannot show the change's end (a "hold-expired" event) — is abandoned,
+// never released: its slots are freed as a crashed holder's would be,
+// once their lease and lock-delay have run out (budget.Abandoner). A
+// clean exit is never less safe than a crash.
 
 // holdState is where a hold is in its life.
 type holdState int
 
 const (
-	holdGranted  holdState = iota // taken (or taken over from a Stop): nothing sent yet
-	holdFenced                    // confirmed held; may act until sendBy
-	holdActed                     // a request to act was written: snapd may have acted
-	holdKept                      // a Stop's slots, kept for the Start that follows
-	holdSettling                  // the outcome is not final: following snapd's records
-	holdReady                     // the change ran its course; the services passed their checks
-	holdReleased                  // given back
-	holdLost                      // the backend took a slot away
+	holdGranted   holdState = iota // taken (or taken over from a Stop): nothing sent yet
+	holdFenced                     // confirmed held; may act until sendBy
+	holdActed                      // a request to act was written: snapd may have acted
+	holdKept                       // a Stop's slots, kept for the Start that follows
+	holdSettling                   // the outcome is not final: following snapd's records
+	holdReady                      // the change ran its course; the services passed their checks
+	holdReleased                   // given back
+	holdLost                       // the backend took a slot away
+	holdAbandoned                  // let go of as a crashed holder's: freed behind the lock-delay
 )
 
-var holdStateNames = [...]string{"granted", "fenced", "acted", "kept", "settling", "ready", "released", "lost"}
+var holdStateNames = [...]string{"granted", "fenced", "acted", "kept", "settling", "ready", "released", "lost", "abandoned"}
 
 func (s holdState) String() string { return holdStateNames[s] }
 
-// holdMoves is the lifecycle: the states each state may move to. Released,
-// kept and lost are final.
+// holdMoves is the lifecycle: the states each state may move to.
+// Released, kept, lost and abandoned are final.
 var holdMoves = map[holdState][]holdState{
-	holdGranted:  {holdFenced, holdSettling, holdReleased, holdLost},
-	holdFenced:   {holdFenced, holdActed, holdSettling, holdReleased, holdLost},
-	holdActed:    {holdFenced, holdActed, holdSettling, holdReady, holdKept, holdReleased, holdLost},
-	holdSettling: {holdReady, holdReleased, holdLost},
-	holdReady:    {holdReleased, holdLost},
+	holdGranted:  {holdFenced, holdSettling, holdKept, holdReleased, holdLost, holdAbandoned},
+	holdFenced:   {holdFenced, holdActed, holdSettling, holdKept, holdReleased, holdLost, holdAbandoned},
+	holdActed:    {holdFenced, holdActed, holdSettling, holdReady, holdKept, holdReleased, holdLost, holdAbandoned},
+	holdSettling: {holdReady, holdKept, holdReleased, holdLost, holdAbandoned},
+	holdReady:    {holdReleased, holdLost, holdAbandoned},
 }
 
 // testHookBadMove is called when code asks a hold for a move the
@@ -103,9 +111,25 @@ type hold struct {
 	// services were checked on the caller's time (end).
 	change  string
 	checked bool
+	// fromStop: the hold is of slots a Stop kept (a Start took them).
+	fromStop bool
 }
 
 func newHold(b *budgetRunner) *hold { return &hold{b: b, stop: make(chan struct{})} }
+
+// setChange records the operation's change, once known.
+func (h *hold) setChange(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.change = id
+}
+
+// changeID is the operation's change, "" while not known.
+func (h *hold) changeID() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.change
+}
 
 // move moves h to state to, if the lifecycle allows it from where h is,
 // and reports whether it did. A move the lifecycle does not allow is a
@@ -311,6 +335,10 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 		k.log.Info("a request to act got no answer and snapd may still carry it out; the restart budget slots stay held until it cannot", "error", err)
 		h.settleInBackground(k, o, err, nil)
 		return err
+	case (v == verdictNothingDone || v == verdictFailed) && h.fromStop:
+		k.log.Info("the start failed: its services are still down, and the restart budget slots their stop kept stay kept", "error", err)
+		h.b.keep(k.ctx, h)
+		return err
 	case v == verdictNothingDone || v == verdictFailed:
 		h.release(k.ctx)
 		return err
@@ -340,7 +368,8 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 		// The change was found, not named by snapd's answer: it may be
 		// someone else's identical one, and the request's own may come.
 		k.log.Info("a request to act got no answer and snapd may still carry it out; the restart budget slots stay held until it cannot")
-		h.change, h.checked = res.ChangeID, true
+		h.setChange(res.ChangeID)
+		h.checked = true
 		h.settleInBackground(k, o, nil, nil)
 		if rerr != nil {
 			return c.opError(o, res.ChangeID, res.Attempts, rerr)
@@ -469,11 +498,21 @@ func (h *hold) stopListening() {
 // release gives back every slot, in reverse order, and ends h (released,
 // or lost when a slot was). It waits for the first attempt of each release
 // only until ctx ends; the rest happens in the background.
-func (h *hold) release(ctx context.Context) {
+func (h *hold) release(ctx context.Context) { h.letGo(ctx, false) }
+
+// abandon lets go of every slot as a crashed holder would
+// (budgetRunner.abandonNow), and ends h (abandoned, or lost when a slot
+// was): its change may still run, or its services may still be down.
+func (h *hold) abandon(ctx context.Context) { h.letGo(ctx, true) }
+
+// letGo is release, or abandon.
+func (h *hold) letGo(ctx context.Context, abandon bool) {
 	switch st := h.current(); {
-	case st == holdReleased || st == holdKept || st == holdLost:
+	case st == holdReleased || st == holdKept || st == holdLost || st == holdAbandoned:
 	case h.lost() != nil:
 		h.move(holdLost)
+	case abandon:
+		h.move(holdAbandoned)
 	default:
 		h.move(holdReleased)
 	}
@@ -486,7 +525,7 @@ func (h *hold) release(ctx context.Context) {
 	h.readied = nil
 	var pending []<-chan struct{}
 	for i := len(h.slots) - 1; i >= 0; i-- {
-		if ch := h.b.drop(ctx, h.slots[i]); ch != nil {
+		if ch := h.b.letGo(ctx, h.slots[i], abandon); ch != nil {
 			pending = append(pending, ch)
 		}
 	}

@@ -22,8 +22,12 @@ import (
 // rule lets it go: snapd's records show the change ready (or that the
 // request made none), then the services pass their checks. It runs on a
 // hold call (newHoldCall), which never gives up on its own; Close, a lost
-// slot and BudgetOptions.MaxHold end it. a, when set, learns the end (an
-// asynchronous operation's Wait).
+// slot and BudgetOptions.MaxHold end it, the first and the last by
+// abandoning the slots (the change may still run). MaxHold counts only
+// while the hold cannot see its change: each time it runs out, the change
+// is read once, and while snapd shows it the hold keeps on. A Start that took the slots a Stop kept and did not start its
+// services keeps them. a, when set, learns the end (an asynchronous
+// operation's Wait).
 func (h *hold) settleInBackground(k *call, o request, err error, a *asyncHold) {
 	b := h.b
 	log := k.log
@@ -43,18 +47,33 @@ func (h *hold) settleInBackground(k *call, o request, err error, a *asyncHold) {
 		stopLost := h.onLost(cancel)
 		defer stopLost()
 		var expired <-chan struct{}
+		timerDone := make(chan struct{})
 		if b.opts.MaxHold > 0 {
-			t := b.c.clock.NewTimer(b.opts.MaxHold)
-			defer t.Stop()
 			ch := make(chan struct{})
 			expired = ch
-			// scoped: ends with the hold's context, cancelled as the hold ends.
+			// scoped: ends with the hold's context, and is joined before
+			// the hold lets go of its slots (it reads them to emit).
 			go func() {
-				select {
-				case <-t.C():
+				defer close(timerDone)
+				for {
+					t := b.c.clock.NewTimer(b.opts.MaxHold)
+					select {
+					case <-t.C():
+					case <-hctx.Done():
+						t.Stop()
+						return
+					}
+					if id := h.changeID(); id != "" && b.c.changeSeen(hctx, id) {
+						b.emitAll(h, BudgetEvent{Kind: BudgetHoldRunning, Err: fmt.Errorf("held past BudgetOptions.MaxHold (%s): snapd shows change %s", b.opts.MaxHold, id)})
+						log.Info("held past BudgetOptions.MaxHold: snapd shows the change, which the hold follows to its end", "change", id, "max_hold", b.opts.MaxHold)
+						continue
+					}
+					if hctx.Err() != nil {
+						return // the hold ended while the change was read
+					}
 					close(ch)
 					cancel()
-				case <-hctx.Done():
+					return
 				}
 			}()
 		}
@@ -71,28 +90,59 @@ func (h *hold) settleInBackground(k *call, o request, err error, a *asyncHold) {
 		if seen != settleEnded && h.lost() == nil && hctx.Err() == nil {
 			late = h.quiet(bk)
 		}
+		abandon := false
 		switch {
 		case h.lost() != nil:
-			log.Info("a restart budget slot was lost while settling", "error", h.lost())
+			// The others' change may still run: they are abandoned, not
+			// released (schedule seed 976 under load: a lost slot of one
+			// key gave back the other's while its change ran).
+			log.Info("a restart budget slot was lost while settling; the others are abandoned, their change may still run", "error", h.lost())
+			abandon = true
 		case isClosed(expired):
-			b.emitAll(h, BudgetEvent{Kind: BudgetHoldExpired, Err: fmt.Errorf("held for BudgetOptions.MaxHold (%s) without snapd's records showing the change ready", b.opts.MaxHold)})
-			log.Warn("restart budget slots given back at MaxHold although snapd's records did not show the change ready", "max_hold", b.opts.MaxHold)
-		case hctx.Err() != nil: // Close
+			b.emitAll(h, BudgetEvent{Kind: BudgetHoldExpired, Err: fmt.Errorf("held for BudgetOptions.MaxHold (%s) without snapd's records showing the change's end", b.opts.MaxHold)})
+			abandon = true
+		case hctx.Err() != nil: // Close: the change may still run
+			abandon = true
 		case seen == settleRan || late:
 			rctx, rcancel := context.WithCancel(context.WithoutCancel(hctx))
 			stop := context.AfterFunc(b.base, rcancel)
 			aerr = h.ready(rctx, o)
 			stop()
 			rcancel()
-			if aerr != nil {
+			switch {
+			case aerr != nil && b.base.Err() != nil:
+				abandon = true // Close while the services were not ready yet
+			case aerr != nil:
 				log.Info("services not ready; giving the restart budget slots back", "error", aerr)
 			}
 		}
 		if seen == settleFailed && aerr == nil {
 			aerr = b.c.opError(o, changeIDOf(err), 0, ferr)
 		}
-		h.release(context.WithoutCancel(hctx))
+		rctx := context.WithoutCancel(hctx)
+		cancel()
+		if expired != nil {
+			<-timerDone
+		}
+		switch {
+		case abandon:
+			h.abandon(rctx)
+		case h.fromStop && o.action == "start" && (seen == settleFailed || seen == settleNone || aerr != nil):
+			b.keep(rctx, h) // its services are still down
+		default:
+			h.release(rctx)
+		}
 	})
+}
+
+// changeSeen reports whether snapd shows change id, with one read bounded
+// by ctx and a few seconds: a hold past MaxHold that can see its change
+// (running, or ready and about to be followed to its end) keeps on.
+func (c *Client) changeSeen(ctx context.Context, id string) bool {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := c.main.Change(rctx, id)
+	return err == nil
 }
 
 // settleSeen is what snapd's records showed of an operation's change.
@@ -117,7 +167,7 @@ func (h *hold) awaitOutcome(bk *call, o request, err error) (settleSeen, error) 
 	var oe *OpError
 	if errors.As(err, &oe) {
 		id = oe.ChangeID
-		h.change = id
+		h.setChange(id)
 	}
 	if id == "" {
 		var ue *outcomeUnknownError
@@ -136,7 +186,7 @@ func (h *hold) awaitOutcome(bk *call, o request, err error) (settleSeen, error) 
 		switch {
 		case res.id != "":
 			id = res.id
-			h.change = id
+			h.setChange(id)
 		case res.listed:
 			return settleNone, nil // snapd's records show no change made for the request
 		case bk.ctx.Err() != nil:
@@ -218,7 +268,7 @@ func (h *hold) quiet(bk *call) bool {
 	var other bool
 	for {
 		var err error
-		if running, other, err = lateChanges(bk, reqs, h.change); err == nil {
+		if running, other, err = lateChanges(bk, reqs, h.changeID()); err == nil {
 			break
 		}
 		if readRefused(err) {

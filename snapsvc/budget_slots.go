@@ -45,6 +45,10 @@ type sharedSlot struct {
 	// unanswered: the requests of the Stop that keeps the slot (stopped)
 	// that got no answer, for the Start that takes it over.
 	unanswered []unansweredRequest
+	// abandon: a user let go of the slot while its change may still run
+	// or its services may still be down: the last use abandons it
+	// (budget.Abandoner) rather than release it.
+	abandon bool
 }
 
 // init completes the runner once the Client is built.
@@ -225,17 +229,53 @@ func (b *budgetRunner) lostError(s *sharedSlot, err error, what string) error {
 // background. It returns a channel closed once the release's first
 // attempt ended (nil when s is still used).
 func (b *budgetRunner) drop(ctx context.Context, s *sharedSlot) <-chan struct{} {
+	return b.letGo(ctx, s, false)
+}
+
+// letGo gives up one use of s, its user's change possibly still running
+// or its services possibly still down (abandon); the last use releases
+// the slot in the background, or abandons it where any use did (abandonNow:
+// it is freed as a crashed holder's would be). It returns a channel closed
+// once the release's first attempt ended (nil when s is still used, or
+// abandoned).
+func (b *budgetRunner) letGo(ctx context.Context, s *sharedSlot, abandon bool) <-chan struct{} {
 	b.mu.Lock()
 	s.refs--
+	s.abandon = s.abandon || abandon
 	last := s.refs == 0
 	if last && b.slots[s.key] == s {
 		delete(b.slots, s.key)
 	}
+	abandon = s.abandon
 	b.mu.Unlock()
-	if !last {
+	switch {
+	case !last:
+		return nil
+	case abandon:
+		b.abandonNow(ctx, s)
 		return nil
 	}
 	return b.releaseInBackground(ctx, s)
+}
+
+// abandonNow lets go of s as a crashed holder would (budget.Abandoner): the
+// budget frees it once its lease runs out and, as it may have acted
+// without a readiness since, once the lock-delay has passed. A slot that
+// cannot be abandoned (a budget without Abandoner) is released, with a
+// warning: nothing else would ever free it.
+func (b *budgetRunner) abandonNow(ctx context.Context, s *sharedSlot) {
+	<-s.done
+	if s.slot == nil {
+		return
+	}
+	if a, ok := s.slot.(BudgetAbandoner); ok {
+		a.Abandon()
+		b.emit(BudgetEvent{Kind: BudgetAbandoned, Key: s.key, Holder: s.slot.Holder(), Held: b.held(s)})
+		b.c.log(ctx).Warn("restart budget slot abandoned: its change may still run or its services may still be down; the budget frees it as a crashed holder's, after its lease and lock-delay", "key", s.key, "holder", s.slot.Holder())
+		return
+	}
+	b.c.log(ctx).Warn("restart budget slot released although its change may still run or its services may still be down: the budget cannot abandon it (budget.Abandoner)", "key", s.key, "holder", s.slot.Holder())
+	b.releaseInBackground(ctx, s)
 }
 
 // releaseInBackground gives s back: once its Acquire returned, up to
@@ -289,8 +329,9 @@ func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <
 }
 
 // keep moves a Stop's slots to the kept set, where the Start that follows
-// finds them. Once the Client is closed nothing is kept: the slots are
-// given back.
+// finds them (and a failed Start's back there: their services are still
+// down). Once the Client is closed nothing is kept: the slots are
+// abandoned.
 func (b *budgetRunner) keep(ctx context.Context, h *hold) {
 	h.move(holdKept)
 	h.stopListening()
@@ -299,8 +340,9 @@ func (b *budgetRunner) keep(ctx context.Context, h *hold) {
 	// The Stop's requests that got no answer go with each of its slots:
 	// the Start that takes any of them holds it until those cannot act.
 	reqs := h.takeUnanswered()
+	closed := b.closed
 	for _, s := range h.slots {
-		if b.closed {
+		if closed {
 			extra = append(extra, s)
 			continue
 		}
@@ -314,6 +356,10 @@ func (b *budgetRunner) keep(ctx context.Context, h *hold) {
 	}
 	b.mu.Unlock()
 	h.slots = extra
+	if closed {
+		h.abandon(ctx) // no Start will come: the services stay down
+		return
+	}
 	h.release(ctx)
 }
 
@@ -327,6 +373,7 @@ func (b *budgetRunner) kept(keys []string) *hold {
 			delete(b.stopped, k)
 			if h == nil {
 				h = newHold(b)
+				h.fromStop = true
 			}
 			h.slots = append(h.slots, s)
 			h.unanswered = append(h.unanswered, s.unanswered...)
@@ -336,11 +383,14 @@ func (b *budgetRunner) kept(keys []string) *hold {
 	return h
 }
 
-// close gives back every slot the Client still holds: it ends waits for
-// slots and asynchronous holds, releases the kept slots, and waits for the
-// background releases at most ReleaseTimeout (real time), after which
-// retries stop. A slot an operation still holds is released when that
-// operation ends (its first release attempt runs even after Close).
+// close lets go of every slot the Client still holds: it ends waits for
+// slots and asynchronous holds (those whose change may still run, or
+// whose services may still be down, abandon their slots: a clean exit is
+// never less safe than a crash), abandons the slots Stops kept (their
+// services are down), and waits for the background releases at most
+// ReleaseTimeout (real time), after which retries stop. A slot an
+// operation still holds is let go of when that operation ends (its first
+// release attempt runs even after Close).
 func (b *budgetRunner) close() {
 	b.mu.Lock()
 	first := !b.closed
@@ -352,7 +402,7 @@ func (b *budgetRunner) close() {
 		b.cancelBase()
 	}
 	for _, s := range kept {
-		b.drop(context.Background(), s)
+		b.letGo(context.Background(), s, true) // its service is down
 	}
 	// Every Close waits for the background work under way, a release
 	// begun after an earlier Close (by a call that raced it) included.

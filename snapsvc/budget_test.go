@@ -44,15 +44,19 @@ type memBudget struct {
 	acquired func(s *memSlot)
 	// released receives (without blocking) after each release.
 	released chan struct{}
+	// noAbandon: the slots do not implement budget.Abandoner (a budget of
+	// another kind's).
+	noAbandon bool
 }
 
 type memSlot struct {
-	b        *memBudget
-	key      string
-	lost     chan struct{}
-	err      error
-	released bool
-	attempts int // Release calls
+	b         *memBudget
+	key       string
+	lost      chan struct{}
+	err       error
+	released  bool
+	abandoned bool // let go of as a crashed holder's: held until its lease and lock-delay run out
+	attempts  int  // Release calls
 }
 
 // fencingSlot is a memSlot that implements snapsvc.BudgetFencer.
@@ -126,6 +130,9 @@ func (b *memBudget) Acquire(ctx context.Context, key string, progress func(snaps
 	if acquired != nil {
 		acquired(s)
 	}
+	if b.noAbandon {
+		return releaseOnly{s}, nil
+	}
 	if b.readier {
 		return readyingSlot{fencingSlot{s}}, nil
 	}
@@ -134,6 +141,9 @@ func (b *memBudget) Acquire(ctx context.Context, key string, progress func(snaps
 	}
 	return s, nil
 }
+
+// releaseOnly is a slot with the methods of snapsvc.BudgetSlot only.
+type releaseOnly struct{ snapsvc.BudgetSlot }
 
 // readyingSlot is a fencingSlot that implements snapsvc.BudgetReadier
 // (it records "ready KEY").
@@ -174,7 +184,7 @@ func (s *memSlot) Release(ctx context.Context) error {
 	}
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
-	if s.released {
+	if s.released || s.abandoned {
 		return nil
 	}
 	s.released = true
@@ -189,13 +199,32 @@ func (s *memSlot) Release(ctx context.Context) error {
 	return nil
 }
 
-// heldTotal is how many slots are held, over every key.
+// Abandon lets go of the slot as a crashed holder would (budget.Abandoner):
+// it stays held, as a real budget holds it until its lease and lock-delay
+// run out, and a later Release does nothing.
+func (s *memSlot) Abandon() {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.released || s.abandoned {
+		return
+	}
+	s.abandoned = true
+	s.b.log = append(s.b.log, "abandon "+s.key)
+}
+
+// heldTotal is how many slots are held, over every key, not counting
+// those abandoned (the budget frees them once their lease and lock-delay
+// run out: nothing is left to the client).
 func (b *memBudget) heldTotal() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := 0
 	for _, h := range b.held {
-		n += len(h)
+		for _, s := range h {
+			if !s.abandoned {
+				n++
+			}
+		}
 	}
 	return n
 }
@@ -532,7 +561,11 @@ func TestBudgetStopKeepsSlotUntilStartReady(t *testing.T) {
 	}
 }
 
-func TestBudgetCloseReleasesKeptSlots(t *testing.T) {
+// The slot a Stop kept, its service down, is abandoned at Close (the
+// budget frees it as a crashed holder's, behind the lock-delay): it was
+// released, and the next machine's restart could take the service down
+// while this one's was.
+func TestBudgetCloseAbandonsKeptSlots(t *testing.T) {
 	ctx := ctxT(t)
 	srv := budgetServer(t)
 	b := newMemBudget(1)
@@ -545,8 +578,8 @@ func TestBudgetCloseReleasesKeptSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	if b.holding("k8s.kubelet") != 0 {
-		t.Fatal("Close kept the slot")
+	if want := []string{"acquire k8s.kubelet", "abandon k8s.kubelet"}; !slices.Equal(b.steps(), want) {
+		t.Fatalf("steps %q, want %q", b.steps(), want)
 	}
 }
 

@@ -26,8 +26,12 @@ const (
 
 // flightRecord is the body of a flight's record.
 type flightRecord struct {
-	Phase   string         `json:"phase"`
-	Outcome *flightOutcome `json:"outcome,omitempty"`
+	Phase string `json:"phase"`
+	// Budgeted says the leader holds restart budget slots for its
+	// restart, fenced before its request: only then may a budgeted
+	// restart join it (share.go).
+	Budgeted bool           `json:"budgeted,omitempty"`
+	Outcome  *flightOutcome `json:"outcome,omitempty"`
 }
 
 // flightOutcome is how the leader's restart ended.
@@ -100,6 +104,7 @@ func (m machine) flightPath(snap, key string) string {
 // until then its request goes out at once, and nobody could join it in
 // time, so an uncontended restart makes no file.
 type leadFlight struct {
+	budgeted   bool // the leader holds restart budget slots (flightRecord.Budgeted)
 	m          machine
 	bg         *background
 	snap, path string
@@ -142,7 +147,7 @@ func (f *leadFlight) open(ctx context.Context) error {
 		return nil
 	}
 	own, peer, err := f.m.enterRecord(ctx, f.bg, f.snap, f.path, func(recordFrame, bool) any {
-		return flightRecord{Phase: flightOpen}
+		return flightRecord{Phase: flightOpen, Budgeted: f.budgeted}
 	})
 	switch {
 	case peer != nil:
@@ -190,7 +195,7 @@ func (f *leadFlight) set(phase string) {
 	if f.rec == nil {
 		return // not opened: nobody joined
 	}
-	if err := f.rec.publish(flightRecord{Phase: phase}); err != nil {
+	if err := f.rec.publish(flightRecord{Phase: phase, Budgeted: f.budgeted}); err != nil {
 		f.gone = true
 		f.rec.end(f.bg, f.m.dirs.path(f.snap, peersSuffix), nil, false)
 	}
@@ -212,7 +217,7 @@ func (f *leadFlight) finish(res *Result, err error) {
 	case errors.As(err, &ce):
 		out = sharedFailure(err, ce)
 	}
-	f.rec.end(f.bg, f.m.dirs.path(f.snap, peersSuffix), flightRecord{Phase: flightDone, Outcome: out}, true)
+	f.rec.end(f.bg, f.m.dirs.path(f.snap, peersSuffix), flightRecord{Phase: flightDone, Budgeted: f.budgeted, Outcome: out}, true)
 }
 
 // ---- the operation's side ----
@@ -231,13 +236,17 @@ func (op *operation) mergeMachine(key string) (*Result, error) {
 	for {
 		if fl != nil {
 			res, err, ended := op.awaitFlight(fl)
-			if ended {
+			switch {
+			case ended:
+				return res, err
+			case op.alone:
+				res, _, err := op.act(true) // a budgeted restart that may not join it
 				return res, err
 			}
 			fl = c.machine.findFlight(snap, key) // look anew: lead, or join another
 			continue
 		}
-		lead := &leadFlight{m: c.machine, bg: c.bg, snap: snap, path: c.machine.flightPath(snap, key), phase: flightOpen}
+		lead := &leadFlight{budgeted: op.hold != nil, m: c.machine, bg: c.bg, snap: snap, path: c.machine.flightPath(snap, key), phase: flightOpen}
 		op.lead = lead
 		res, _, err := op.act(true)
 		op.lead = nil
@@ -270,6 +279,11 @@ func (op *operation) awaitFlight(fl *joinedFlight) (res *Result, err error, ende
 		}
 		rec, ok, st := fl.read()
 		testHookFlightRead(rec.Phase)
+		if ok && rec.Phase == flightOpen && !fl.joined && st == peerLive && !op.mayJoin(rec.Budgeted) {
+			k.log.Debug("an identical restart of another process runs unbudgeted: this budgeted one acts on its own slot")
+			op.alone = true
+			return nil, nil, false
+		}
 		if ok && rec.Phase == flightOpen && !fl.joined && st == peerLive {
 			// The request may be sent the moment after its phase was
 			// read: callers of this process that joined this one since
@@ -316,6 +330,9 @@ func (op *operation) flightOutcome(out *flightOutcome) (*Result, error, bool) {
 		return nil, nil, false
 	}
 	k.log.Debug("restart merged into an identical restart of another process", "change", out.ChangeID)
+	if op.hold != nil {
+		op.hold.acted() // its change restarted the services under this slot too (fenced before joining)
+	}
 	// The change restarted the services for this process's callers too:
 	// its next restart of them keeps its distance (WithMinRestartInterval).
 	c.interval.record(o)

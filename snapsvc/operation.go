@@ -63,6 +63,7 @@ type operation struct {
 	optimistic bool            // the last conflict was retried at a state rewrite
 	expired    int             // fences in a row whose confirmation ran out before the write
 	actErr     error           // the failure of the last request to act
+	alone      bool            // a budgeted restart that found an identical one it may not join
 }
 
 // newOperation is the bound phase: it validates the request and begins

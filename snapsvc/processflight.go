@@ -14,16 +14,18 @@ import (
 // flight is a restart waiting for its snap's lock that identical requests
 // may join.
 type flight struct {
-	l       *snapLock // the snap's entry, where it waits (l.waiting)
-	key     string
-	done    chan struct{}
-	res     *Result
-	err     error
-	started bool
+	l        *snapLock // the snap's entry, where it waits (l.waiting)
+	key      string
+	budgeted bool // the leader holds restart budget slots (share.go: who may join)
+	done     chan struct{}
+	res      *Result
+	err      error
+	started  bool
 }
 
 // testHookMerge is called as a restart joins an identical restart of the
-// process (true) or leads them (false) (export_test.go).
+// process (true), or goes on without joining one: it leads them, or may
+// not join the one under way (false) (export_test.go).
 var testHookMerge = func(joined bool) {}
 
 // errLeaderGone tells joiners that the request they joined ended before
@@ -56,6 +58,12 @@ func (op *operation) merge() (*Result, error) {
 			break // lead, with l.mu held
 		}
 		l.mu.Unlock()
+		if !op.mayJoin(f.budgeted) {
+			k.log.Debug("an identical restart runs unbudgeted: this budgeted one acts on its own slot")
+			testHookMerge(false)
+			res, _, err := op.act(true)
+			return res, err
+		}
 		k.log.Debug("joining an identical restart waiting for the snap's lock")
 		testHookMerge(true)
 		c.events.emit(k.event(EventJoined))
@@ -74,12 +82,15 @@ func (op *operation) merge() (*Result, error) {
 		if f.err != nil {
 			return nil, f.err
 		}
+		if op.hold != nil {
+			op.hold.acted() // the change restarted the services under this slot too (fenced before joining)
+		}
 		res := *f.res
 		res.WaitedFor = slices.Clone(res.WaitedFor)
 		res.Shared = true
 		return &res, nil
 	}
-	f := &flight{done: make(chan struct{}), l: l, key: key}
+	f := &flight{done: make(chan struct{}), l: l, key: key, budgeted: op.hold != nil}
 	l.waiting[key] = f
 	l.mu.Unlock()
 	k.log.Debug("leading identical restarts until the snap's lock is taken")
@@ -99,6 +110,23 @@ func (op *operation) merge() (*Result, error) {
 	}
 	close(f.done)
 	return res, err
+}
+
+// mayJoin reports whether the operation may join an identical restart,
+// budgeted or not (share.go's rule for budgets): one without a restart
+// budget joins any; a budgeted one only a budgeted one (whose leader
+// fences its own slot before its request), once its own slot is fenced
+// too, so that the budget's pause, window and record of the act hold for
+// the restart it reports as its own. A fence that fails leaves it to act on
+// its own, where the fence fails again and says why.
+func (op *operation) mayJoin(budgeted bool) bool {
+	if op.hold == nil {
+		return true
+	}
+	if !budgeted {
+		return false
+	}
+	return op.hold.fence(op.k.ctx) == nil
 }
 
 // close closes the flight of this process's identical restarts an
