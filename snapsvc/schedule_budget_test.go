@@ -119,15 +119,24 @@ func (b *schedBudget) close() {
 	b.timers.Wait()
 }
 
-// stillHeld returns how many slots are held.
-func (b *schedBudget) stillHeld() int {
+// stillHeld returns how many slots are held, and how many of them were
+// abandoned (freed by the budget once their lease and lock-delay run out:
+// nothing left to the clients).
+func (b *schedBudget) stillHeld() (held, abandoned int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := 0
 	for _, h := range b.held {
-		n += len(h)
+		for _, s := range h {
+			s.mu.Lock()
+			if s.abandoned {
+				abandoned++
+			} else {
+				held++
+			}
+			s.mu.Unlock()
+		}
 	}
-	return n
+	return held, abandoned
 }
 
 // grantsOf returns the grants the budget made.
@@ -143,12 +152,27 @@ type schedSlot struct {
 	key        string
 	unbudgeted bool
 
-	lost     chan struct{}
-	mu       sync.Mutex
-	err      error
-	fences   int
-	released bool
-	freed    chan struct{} // closed at release (lazily made)
+	lost      chan struct{}
+	mu        sync.Mutex
+	err       error
+	fences    int
+	released  bool
+	abandoned bool          // let go of as a crashed holder's: held until its lease and lock-delay ran out
+	freed     chan struct{} // closed at release (lazily made)
+}
+
+// Abandon lets go of the slot as a crashed holder would (budget.Abandoner):
+// it counts as held until its lease and lock-delay ran out, which in a
+// schedule is after its end, and a later Release does nothing.
+func (s *schedSlot) Abandon() {
+	s.mu.Lock()
+	if s.released || s.abandoned {
+		s.mu.Unlock()
+		return
+	}
+	s.abandoned = true
+	s.mu.Unlock()
+	s.b.slots.abandoned(s)
 }
 
 func (s *schedSlot) Key() string { return s.key }
@@ -220,6 +244,12 @@ func (s *schedSlot) Fence(ctx context.Context) (budget.Validity, error) {
 }
 
 func (s *schedSlot) Release(ctx context.Context) error {
+	s.mu.Lock()
+	abandoned := s.abandoned
+	s.mu.Unlock()
+	if abandoned {
+		return nil
+	}
 	s.b.slots.given(s) // the slot stops counting as held when its release begins
 	if s.b.behaviour == budgetSlowFree {
 		t := time.NewTimer(time.Duration(s.b.intN(300)) * time.Millisecond) // the revoke's own duration
@@ -252,11 +282,12 @@ type slotLog struct {
 }
 
 type slotSpan struct {
-	key      string
-	client   int
-	from, to time.Time
-	released bool
-	lost     bool
+	key       string
+	client    int
+	from, to  time.Time
+	released  bool
+	lost      bool
+	abandoned bool // held on, as by a crashed holder, until after the schedule
 }
 
 func (l *slotLog) taken(s *schedSlot, client int) {
@@ -273,6 +304,14 @@ func (l *slotLog) given(s *schedSlot) {
 	defer l.mu.Unlock()
 	if sp := l.spans[s]; sp != nil && !sp.released {
 		sp.to, sp.released = time.Now(), true
+	}
+}
+
+func (l *slotLog) abandoned(s *schedSlot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sp := l.spans[s]; sp != nil {
+		sp.abandoned = true
 	}
 }
 
@@ -327,6 +366,9 @@ func (l *slotLog) describe(key string) string {
 			}
 			if sp.lost {
 				b.WriteString(" (lost)")
+			}
+			if sp.abandoned {
+				b.WriteString(" (abandoned)")
 			}
 		}
 	}

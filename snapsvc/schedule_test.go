@@ -215,12 +215,14 @@ type schedule struct {
 	blindCtl   bool          // ... without snap-refresh-observe: snapd refuses them its changes
 	away       time.Duration // snapd stops listening this long, awayAt into the run (0: never)
 	awayAt     time.Duration
-	budget     *schedBudget // every client's restart budget (nil: none)
-	stopsToo   bool         // the budget also takes stops (BudgetOptions.StopsAndStarts)
-	probes     bool         // the budget checks the services' readiness (BudgetOptions.Ready)
-	closing    bool         // a client is closed mid-run (its slots go back at Close)
-	slots      slotLog      // when each budget slot was held
-	sends      sendLog      // every request to act the clients tried to send
+	budget     *schedBudget  // every client's restart budget (nil: none)
+	stopsToo   bool          // the budget also takes stops (BudgetOptions.StopsAndStarts)
+	probes     bool          // the budget checks the services' readiness (BudgetOptions.Ready)
+	maxHold    time.Duration // BudgetOptions.MaxHold, short enough to run out while changes run (0: the default)
+	unbudgeted []bool        // client i has no restart budget (the others' do)
+	closing    bool          // a client is closed mid-run (its slots are abandoned while their change may run)
+	slots      slotLog       // when each budget slot was held
+	sends      sendLog       // every request to act the clients tried to send
 	mu         sync.Mutex
 }
 
@@ -327,6 +329,22 @@ func (s *schedule) dims() []string {
 		if s.probes {
 			d = append(d, "budget: readiness probes")
 		}
+		if s.maxHold > 0 {
+			d = append(d, "budget: MaxHold while changes run")
+		}
+		if slices.Contains(s.unbudgeted, true) {
+			d = append(d, "budget: some clients unbudgeted")
+			for _, g := range s.identical() {
+				if slices.ContainsFunc(g.calls, func(cl *call) bool { return s.unbudgeted[cl.client] }) &&
+					slices.ContainsFunc(g.calls, func(cl *call) bool { return !s.unbudgeted[cl.client] }) {
+					d = append(d, "budget: budgeted and unbudgeted identical restarts")
+					break
+				}
+			}
+		}
+		if s.stopsToo && s.stopThenFailedStart() {
+			d = append(d, "budget: a failed start after a kept stop")
+		}
 	}
 	if s.closing {
 		d = append(d, "Close mid-run")
@@ -383,8 +401,12 @@ type scheduleCounts struct {
 	// What the budget did: grants (unbudgeted among them), refusals, and
 	// changes whose slot the budget took away while they ran.
 	grants, unbudgetedGrants, refusals, lostCovers int
-	maxOvershoot, maxLateness                      time.Duration
-	dims                                           map[string]int
+	// Issue 41: slots abandoned (Close, MaxHold), stops whose services
+	// stayed down until a start (or the end) judged, and budgeted
+	// restarts merged into another budgeted one, judged by their own slot.
+	abandoned, keptStops, joinedBudgeted int
+	maxOvershoot, maxLateness            time.Duration
+	dims                                 map[string]int
 }
 
 // add adds c's counts to t.
@@ -408,6 +430,9 @@ func (t *scheduleCounts) add(c scheduleCounts) {
 	t.unbudgetedGrants += c.unbudgetedGrants
 	t.refusals += c.refusals
 	t.lostCovers += c.lostCovers
+	t.abandoned += c.abandoned
+	t.keptStops += c.keptStops
+	t.joinedBudgeted += c.joinedBudgeted
 	t.worstBlindWindow = max(t.worstBlindWindow, c.worstBlindWindow)
 	t.maxOvershoot = max(t.maxOvershoot, c.maxOvershoot)
 	t.maxLateness = max(t.maxLateness, c.maxLateness)
@@ -441,6 +466,8 @@ func TestRandomizedSchedules(t *testing.T) {
 	t.Logf("calls over their bound: %d (max overshoot %v, epsilon %v plus the machine's timer lateness, at most %v); slots released while their change ran or before it was ready: %d of %d budgeted changes; grants without their change: %d of %d grants (%d unbudgeted; %d refusals); doubled restarts: %d; changes whose slot the budget took away while they ran: %d; worst 1 s window of a blind wait: %d requests (limit 20)",
 		total.overBound, total.maxOvershoot.Round(time.Millisecond), scheduleEpsilon, total.maxLateness.Round(time.Millisecond), total.releasedEarly, total.budgetedChanges,
 		total.grantsWithoutChange, total.grants, total.unbudgetedGrants, total.refusals, total.doubled, total.lostCovers, total.worstBlindWindow)
+	t.Logf("budget, issue 41: slots abandoned (Close, MaxHold, a lost slot beside them) %d; budgeted stops whose slot stayed held while their service was down %d; budgeted restarts merged into another budgeted one, covered by their own slot %d",
+		total.abandoned, total.keptStops, total.joinedBudgeted)
 	var dims []string
 	for d := range total.dims {
 		dims = append(dims, d)
@@ -577,9 +604,11 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 		c.Close()
 	}
 	s.budget.close()
-	if n := s.budget.stillHeld(); n > 0 {
-		return counts, fmt.Errorf("restart budget: %d slot(s) still held after every client was closed (faults %v)", n, s.faults)
+	left, abandoned := s.budget.stillHeld()
+	if left > 0 {
+		return counts, fmt.Errorf("restart budget: %d slot(s) still held after every client was closed, neither released nor abandoned (faults %v)", left, s.faults)
 	}
+	counts.abandoned += abandoned
 	counts.checks++
 	return counts, nil
 }
@@ -679,8 +708,56 @@ func planSchedule(seed uint64) *schedule {
 		s.budget = newSchedBudget(budgetBehaviours[rng.IntN(len(budgetBehaviours))], rng.Uint64(), &s.slots)
 		s.stopsToo = rng.IntN(2) == 0
 		s.probes = rng.IntN(3) == 0
+		// Issue 41's dimensions, from a stream of their own (the rest of
+		// each seed's schedule is what it was): a MaxHold that runs out
+		// while changes run, clients without a budget beside budgeted
+		// ones (whose identical restarts must not merge into theirs), and
+		// a start that fails after a budgeted stop kept its slot.
+		dim := rand.New(rand.NewPCG(seed, seed^0x41))
+		if dim.IntN(3) == 0 {
+			s.maxHold = time.Duration(10+dim.IntN(40)) * time.Millisecond
+		}
+		s.unbudgeted = make([]bool, s.clients)
+		if s.clients > 1 && dim.IntN(3) == 0 {
+			s.unbudgeted[dim.IntN(s.clients)] = true
+		}
+		stopSig := sig{action: "stop", names: "k8s." + scheduleServices[dim.IntN(len(scheduleServices))]}
+		startSig := sig{action: "start", names: stopSig.names}
+		if s.stopsToo && dim.IntN(3) == 0 && !seen[stopSig] && !seen[startSig] { // distinct calls (the judge tells changes apart by them)
+			seen[stopSig], seen[startSig] = true, true
+			name := strings.TrimPrefix(stopSig.names, "k8s.")
+			for i := range s.apps {
+				if s.apps[i].Name == name {
+					s.apps[i].Active, s.apps[i].FailStart = true, fake.SystemctlJobFailed("k8s", name)
+				}
+			}
+			client := dim.IntN(s.clients)
+			s.calls = append(s.calls,
+				&call{client: client, sig: stopSig, delay: time.Duration(dim.IntN(10)) * time.Millisecond},
+				&call{client: client, sig: startSig, delay: time.Duration(10+dim.IntN(20)) * time.Millisecond})
+		}
 	}
 	return s
+}
+
+// stopThenFailedStart reports whether a client stops a service whose start
+// fails, and starts it after.
+func (s *schedule) stopThenFailedStart() bool {
+	for _, a := range s.apps {
+		if a.FailStart == "" {
+			continue
+		}
+		stopped := map[int]bool{}
+		for _, cl := range s.calls {
+			if cl.sig.action == "stop" && cl.sig.names == "k8s."+a.Name {
+				stopped[cl.client] = true
+			}
+			if cl.sig.action == "start" && cl.sig.names == "k8s."+a.Name && stopped[cl.client] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *schedule) randomSig() sig {
@@ -759,8 +836,8 @@ func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client
 			// Replaying a seed: the library's log on stderr.
 			opts = append(opts, snapsvc.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i)))
 		}
-		if s.budget != nil {
-			bo := snapsvc.BudgetOptions{StopsAndStarts: s.stopsToo}
+		if s.budget != nil && !s.unbudgeted[i] {
+			bo := snapsvc.BudgetOptions{StopsAndStarts: s.stopsToo, MaxHold: s.maxHold}
 			if s.probes {
 				// A service is ready once snapd reports it active (stops
 				// under StopsAndStarts keep their slots for the start).
@@ -1271,7 +1348,7 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 		}
 		claimed[res.ChangeID] = i
 	}
-	if err := s.checkSlots(&counts, changes, creator); err != nil {
+	if err := s.checkSlots(srv, &counts, changes, creator); err != nil {
 		return counts, err
 	}
 	if err := s.checkGrants(&counts, changes, creator); err != nil {
@@ -1355,9 +1432,15 @@ func busyThroughout(changes map[string]fake.ChangeInfo, from, to time.Time) stri
 // while it ran is counted, not failed (nothing is promised past a lost
 // slot). Schedules that close a client mid-run are left out: Close gives
 // every slot back, a bound the user sets.
-func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.ChangeInfo, creator map[string]fake.Request) error {
-	if s.budget == nil || s.closing {
+func (s *schedule) checkSlots(srv *fake.Server, counts *scheduleCounts, changes map[string]fake.ChangeInfo, creator map[string]fake.Request) error {
+	if s.budget == nil {
 		return nil
+	}
+	if err := s.checkJoinedSlots(counts, changes); err != nil {
+		return err
+	}
+	if err := s.checkKeptStops(srv, counts, changes, creator); err != nil {
+		return err
 	}
 	for id, r := range creator {
 		if r.UserAgent == foreignAgent {
@@ -1371,8 +1454,8 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 		}
 		g, ok := sigOfRequest(r)
 		// Restarts: a stop takes slots only for the services it finds
-		// running, which the record does not say.
-		if !ok || g.action != "restart" || client < 0 {
+		// running, which the record does not say (checkKeptStops).
+		if !ok || g.action != "restart" || client < 0 || s.unbudgeted[client] {
 			continue
 		}
 		ci := changes[id]
@@ -1418,6 +1501,135 @@ func (s *schedule) checkSlots(counts *scheduleCounts, changes map[string]fake.Ch
 		}
 	}
 	return nil
+}
+
+// checkJoinedSlots checks the restarts of budgeted clients that merged
+// into another client's identical restart: the change they report must
+// have been made by a budgeted client (a budgeted restart never joins an
+// unbudgeted one), and covered by their own slot (fenced before they
+// joined) from their call's start to its end.
+func (s *schedule) checkJoinedSlots(counts *scheduleCounts, changes map[string]fake.ChangeInfo) error {
+	for _, cl := range s.calls {
+		if cl.wait || cl.res == nil || !cl.res.Shared || cl.res.ChangeID == "" || s.unbudgeted[cl.client] || cl.sig.action != "restart" {
+			continue
+		}
+		ci, ok := changes[cl.res.ChangeID]
+		if !ok || !ci.Ready || ci.Status != "Done" {
+			continue
+		}
+		var maker *call
+		for _, o := range s.calls {
+			if o != cl && o.res != nil && o.res.ChangeID == cl.res.ChangeID && !o.res.Shared {
+				maker = o
+			}
+		}
+		if maker != nil && s.unbudgeted[maker.client] {
+			return fmt.Errorf("restart budget: budgeted client %d's %s merged into unbudgeted client %d's change %s", cl.client, cl.sig, maker.client, cl.res.ChangeID)
+		}
+		counts.joinedBudgeted++
+		spawn, ready := ci.SpawnTime.Add(-s.skew), ci.ReadyTime.Add(-s.skew)
+		for _, n := range strings.Split(cl.sig.names, ",") {
+			if n == "k8s" {
+				continue // a whole snap's keys: covered with its services' by the maker's check
+			}
+			counts.checks++
+			if covered, lost := s.slots.covers(n, cl.client, cl.start.Add(-s.skew), spawn, ready); !covered && !lost {
+				counts.releasedEarly++
+				return fmt.Errorf("restart budget: client %d's %s, merged into change %s (%v to %v), held no slot of %s through it; slots %s",
+					cl.client, cl.sig, cl.res.ChangeID, spawn.Format("15:04:05.000"), ready.Format("15:04:05.000"), n, s.slots.describe(n))
+			}
+		}
+	}
+	return nil
+}
+
+// checkKeptStops checks, under StopsAndStarts, that a budgeted client's
+// stop of a running service kept its slot while the service was down:
+// from the stop's change's end until a start of it by the same client
+// that succeeded was ready, or to the schedule's end (a start that failed,
+// or none: the slot stays, abandoned at Close).
+func (s *schedule) checkKeptStops(srv *fake.Server, counts *scheduleCounts, changes map[string]fake.ChangeInfo, creator map[string]fake.Request) error {
+	if !s.stopsToo {
+		return nil
+	}
+	for id, r := range creator {
+		client := -1
+		for i := range s.clients {
+			if r.UserAgent == clientAgent(i) {
+				client = i
+			}
+		}
+		g, ok := sigOfRequest(r)
+		if !ok || g.action != "stop" || client < 0 || s.unbudgeted[client] || strings.Contains(g.names, "k8s-warm") {
+			continue
+		}
+		ci := changes[id]
+		if !ci.Ready || ci.Status != "Done" {
+			continue
+		}
+		stopped := ci.ReadyTime.Add(-s.skew)
+		var began time.Time // when the call that made the stop began (snapd's clock)
+		for _, cl := range s.calls {
+			if cl.client == client && cl.sig == g {
+				began = cl.start
+			}
+		}
+		for _, n := range strings.Split(g.names, ",") {
+			if n == "k8s" || began.IsZero() {
+				continue
+			}
+			// Only a running service's stop takes its slot: judged only
+			// where the service ran from the call's start to the stop's
+			// change (a slot shared with another operation of the client
+			// on the key says nothing of the stop's own).
+			if !activeThroughout(srv, n, began, ci.SpawnTime) {
+				continue
+			}
+			until := time.Now()
+			for sid, sr := range creator {
+				sg, ok := sigOfRequest(sr)
+				sc := changes[sid]
+				// A start of the whole snap starts n too (schedule seed 873).
+				snapName, _, _ := strings.Cut(n, ".")
+				names := strings.Split(sg.names, ",")
+				if ok && sg.action == "start" && sr.UserAgent == r.UserAgent && (slices.Contains(names, n) || slices.Contains(names, snapName)) &&
+					sc.Ready && sc.Status == "Done" && sc.SpawnTime.After(ci.ReadyTime) && sc.ReadyTime.Add(-s.skew).Before(until) {
+					until = sc.ReadyTime.Add(-s.skew)
+				}
+			}
+			counts.keptStops++
+			counts.checks++
+			if covered, lost := s.slots.covers(n, client, stopped, stopped, until); !covered && !lost {
+				counts.releasedEarly++
+				var calls strings.Builder
+				for i, cl := range s.calls {
+					fmt.Fprintf(&calls, "\n  call %d client %d %s: %v to %v, result %+v, error %v", i, cl.client, cl.sig, cl.start.Format("15:04:05.000"), cl.end.Format("15:04:05.000"), cl.res, cl.err)
+				}
+				for cid, c := range changes {
+					fmt.Fprintf(&calls, "\n  change %s %s %s: %v to %v", cid, c.Summary, c.Status, c.SpawnTime.Format("15:04:05.000"), c.ReadyTime.Format("15:04:05.000"))
+				}
+				return fmt.Errorf("restart budget: client %d stopped %s (change %s, down from %v) and gave its slot back before a start of it was ready (%v); slots %s; calls %s",
+					client, n, id, stopped.Format("15:04:05.000"), until.Format("15:04:05.000"), s.slots.describe(n), calls.String())
+			}
+		}
+	}
+	return nil
+}
+
+// activeThroughout reports whether snap.app name was active from from to to
+// (snapd's clock), by the fake's history of it.
+func activeThroughout(srv *fake.Server, name string, from, to time.Time) bool {
+	snap, app, _ := strings.Cut(name, ".")
+	active := false
+	for _, st := range srv.ServiceHistory(snap, app) {
+		switch {
+		case !st.At.After(from):
+			active = st.Active
+		case st.At.Before(to) && !st.Active:
+			return false
+		}
+	}
+	return active
 }
 
 // checkGrants checks that every slot the budget granted led to the
