@@ -220,7 +220,7 @@ host_mirror() {
 			tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") types=1 }
 			tolower($1) == "uris:" { uri=$2 }
 			tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == want) hit=1 }
-			END { if (uri != "" && hit && types) print uri }' "$f" | head -n1)
+			END { if (uri != "" && hit && types) print uri }' "$f" | sed -n 1p)
 		[ -z "$uri" ] || { echo "$uri"; return; }
 	done
 	# one-line sources
@@ -531,7 +531,9 @@ check_packages() {
 	# v0.2.0; 0.2.0+3.gabc1234 and v0.2.0-3-gabc1234).
 	local debv
 	debv=$(inside dpkg-query -W -f='${Version}' snapsvc)
-	inside /usr/bin/snapsvc --version | grep -q "^snapsvc v$(echo "$debv" | sed 's/~/-/; s/+\([0-9]*\)\.g/-\1-g/; s/[.+]dirty$/-dirty/') " ||
+	local gotv
+	gotv=$(inside /usr/bin/snapsvc --version)
+	grep -q "^snapsvc v$(echo "$debv" | sed 's/~/-/; s/+\([0-9]*\)\.g/-\1-g/; s/[.+]dirty$/-dirty/') " <<<"$gotv" ||
 		{ say "snapsvc --version does not say the package's version $debv"; return 1; }
 	say "\$ snapsvc-rollout --version"
 	inside /usr/bin/snapsvc-rollout --version || return 1
