@@ -301,7 +301,7 @@ func lateChanges(k *call, reqs []unansweredRequest, own string) (running []strin
 		if err != nil {
 			return nil, false, err
 		}
-		from, sure := k.c.view.clock.snapdTime(r.sent.at), k.c.view.clock.snapdTimeLate(r.sent.at)
+		from, sure, _ := k.c.view.clock.spawnWindow(r.sent.at, time.Time{}, k.c.clock.Now())
 		for _, id := range opCandidates(chgs, r.o, all, r.sent.seen, from, sure, time.Time{}, nil) {
 			other = other || id != own
 			i := slices.IndexFunc(chgs, func(c snapd.Change) bool { return c.ID == id })

@@ -153,6 +153,7 @@ func New(opts ...Option) (*Client, error) {
 		budget:    s.budget,
 		bg:        newBackground(),
 	}
+	c.view.clock.wall = s.wall
 	if c.budget != nil {
 		c.budget.init(c)
 	}

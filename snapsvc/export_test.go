@@ -190,3 +190,10 @@ func Flights(dir, snap string) int {
 	}
 	return n
 }
+
+// WithWallClock makes the machine's wall clock, as the Client reads it at
+// each of its readings, f's: a test steps it apart from the monotonic
+// clock, as an NTP step does (Go's readings cannot be made to).
+func WithWallClock(f func(time.Time) time.Time) Option {
+	return func(s *settings) { s.wall = f }
+}

@@ -177,8 +177,9 @@ func (op *operation) adoptedMatches(id string) (bool, []Service, error) {
 	return later || err != nil, svcs, nil
 }
 
-// touchedSince reports whether a change other than chg, spawned after it,
-// touches one of the operation's snaps.
+// touchedSince reports whether a change other than chg, made after it (a
+// higher id: snapd numbers its changes in order, where their stamps follow
+// a wall clock that may step), touches one of the operation's snaps.
 func (op *operation) touchedSince(chg *snapd.Change) (bool, error) {
 	k, snaps := op.k, op.o.t.snaps
 	chgs, err := k.listOnce(snapd.SelectAll)
@@ -187,7 +188,7 @@ func (op *operation) touchedSince(chg *snapd.Change) (bool, error) {
 	}
 	for i := range chgs {
 		other := &chgs[i]
-		if other.ID == chg.ID || !other.SpawnTime.After(chg.SpawnTime) {
+		if !lessID(chg.ID, other.ID) {
 			continue
 		}
 		for _, s := range snaps {

@@ -452,6 +452,51 @@ func TestLostAnswerUnderClockSkewNeverActsTwice(t *testing.T) {
 	}
 }
 
+// A step of the machine's wall clock (an NTP step, a VM resumed) between
+// a request and its answer never makes the client act twice when the
+// answer is lost: the change's spawn time, on snapd's stepped clock, falls
+// outside the window the client's unstepped readings bound (found by the
+// schedule test, seed 299: a 400 ms step back, a garbled answer, two
+// changes for one call). The client measures the step (wall elapsed
+// against monotonic elapsed) and widens the window by it; it orders its
+// own changes by id, never by stamps a step can reorder.
+func TestLostAnswerAcrossAWallClockStepNeverActsTwice(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	for _, step := range []time.Duration{-400 * time.Millisecond, -3 * time.Second, 3 * time.Second, -5 * time.Minute, 5 * time.Minute} {
+		t.Run(step.String(), func(t *testing.T) {
+			clk := newScheduleClock(0, step)
+			srv := fake.NewServer(t, fake.WithVersion(fake.Version277), fake.WithClock(clk), fake.WithSnaps(k8sSnap(0)))
+			c := newClient(t, srv, snapsvc.WithWallClock(clk.wall))
+			// Two restarts first: the client learns how snapd's clock
+			// reads against its own, and has changes of its own before.
+			for _, svc := range []string{"k8s.containerd", "k8s.kubelet"} {
+				if _, err := c.Restart(ctxT(t), []string{svc}, snapsvc.RestartOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := srv.Counters().Requests["POST /v2/apps"]
+			// The clock steps once the request is on its way, before
+			// snapd acts on it; its answer is garbled.
+			srv.InjectFault(fake.Fault{Kind: fake.FaultGarble, Method: "POST", Path: "/v2/apps", Times: 1,
+				Match: func(fake.Request) bool { clk.stepAt(time.Now()); return true }})
+			res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+			if n := srv.Counters().Requests["POST /v2/apps"] - before; n != 1 {
+				t.Fatalf("%d requests to act for one restart across a %v step (result %+v, error %v): it ran twice", n, step, res, err)
+			}
+			if err != nil || res.Status != "Done" {
+				t.Fatalf("the change should be found and adopted across a %v step: %+v %v", step, res, err)
+			}
+			// And after the step, the next restart goes on as before.
+			if _, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+				t.Fatalf("a restart after the %v step: %v", step, err)
+			}
+			if n := srv.Counters().Requests["POST /v2/apps"] - before; n != 2 {
+				t.Errorf("%d requests to act for two restarts", n)
+			}
+		})
+	}
+}
+
 // A call cut off before its answer looks its change up in the background, so the
 // next operation on the snap waits for it instead of running into it.
 func TestInFlightChangeFoundInBackground(t *testing.T) {

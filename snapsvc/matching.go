@@ -79,12 +79,10 @@ type sent struct {
 // "After the request": a change the client had seen before it sent the
 // request is not its, and snapd stamps a change with its own clock when it
 // creates it, after the request arrived, so its spawn time is no earlier
-// than the request's send time read on snapd's clock. The client learns
-// how snapd's clock reads against its own from its own changes
-// (owntiming.go); until it has, it takes them to agree, as they do: snapd
-// and the client share the machine's one clock (a snapd with a clock of
-// its own, such as a fake with an injected one, is told apart by the
-// client's first own change). Enable and disable leave no trace in a
+// than the request's send time read on snapd's clock: the machine's wall
+// clock at the send, widened by any step of it since, and corrected by
+// what the client's own changes taught it of a snapd with a clock of its
+// own (snapdClock.spawnWindow). Enable and disable leave no trace in a
 // change (the task summary is the same), so for a start --enable or a
 // stop --disable the caller checks the services' state once the change is
 // done (operation.adoptedMatches).
@@ -109,10 +107,7 @@ func findOpChange(k *call, o request, s sent, until time.Time, skip map[string]b
 // spawned after snapd answered the request.
 func claimOpChange(k *call, chgs []snapd.Change, o request, all map[string][]string, s sent, answeredAt time.Time, skip map[string]bool) string {
 	c := k.c
-	from, sure, to := c.view.clock.snapdTime(s.at), c.view.clock.snapdTimeLate(s.at), time.Time{}
-	if !answeredAt.IsZero() {
-		to = c.view.clock.snapdTimeLate(answeredAt)
-	}
+	from, sure, to := c.view.clock.spawnWindow(s.at, answeredAt, c.clock.Now())
 	for _, id := range opCandidates(chgs, o, all, s.seen, from, sure, to, skip) {
 		if c.snaps.claim(o, id) {
 			return id
@@ -181,7 +176,9 @@ func (op *operation) claimBySequence(chgs []snapd.Change, all map[string][]strin
 	if !a.sent.counted {
 		return ""
 	}
-	took := a.answeredAt.Sub(a.sentAt) + clockSlack
+	// snapd's stamps measure the change's run: by the wall clock, which
+	// may have stepped forward meanwhile.
+	took := a.answeredAt.Sub(a.sentAt) + clockSlack + max(0, op.c.view.clock.stepped(a.sentAt, a.answeredAt))
 	var ids []string
 	for i := range chgs {
 		chg := &chgs[i]
@@ -258,12 +255,13 @@ func opCandidates(chgs []snapd.Change, o request, all map[string][]string, seen 
 // queuedIn returns the running hook change that o's service commands were
 // queued into (snapctl in a configure or default-configure hook:
 // ctlcmd queueCommand adds the tasks to the hook's change, to run after
-// the hook), or "". The hook's change must predate snapd's answer and the
-// queued task must have been added while the request was handled.
-func queuedIn(chgs []snapd.Change, o request, all map[string][]string, sentAt, answeredAt time.Time) string {
+// the hook), or "". The hook's change must predate snapd's answer (to)
+// and the queued task must have been added while the request was handled
+// (from on): the request's spawn window (snapdClock.spawnWindow).
+func queuedIn(chgs []snapd.Change, o request, all map[string][]string, from, to time.Time) string {
 	for i := range chgs {
 		chg := &chgs[i]
-		if chg.Ready || chg.SpawnTime.After(answeredAt) {
+		if chg.Ready || chg.SpawnTime.After(to) {
 			continue
 		}
 		hookRunning := false
@@ -276,7 +274,7 @@ func queuedIn(chgs []snapd.Change, o request, all map[string][]string, sentAt, a
 			continue
 		}
 		for _, t := range chg.Tasks {
-			if t.Kind == "service-control" && t.Status == snapd.StatusDo && !t.SpawnTime.Before(sentAt) {
+			if t.Kind == "service-control" && t.Status == snapd.StatusDo && !t.SpawnTime.Before(from) {
 				return chg.ID
 			}
 		}

@@ -432,7 +432,8 @@ func (op *operation) snapctlDone(a attempt) (*Result, bool, error) {
 		c.view.noteListing(err, c.mode)
 	}
 	if err == nil {
-		if id := queuedIn(chgs, op.o, all, c.view.clock.snapdTime(a.sentAt), c.view.clock.snapdTimeLate(a.answeredAt)); id != "" {
+		from, _, to := c.view.clock.spawnWindow(a.sentAt, a.answeredAt, c.clock.Now())
+		if id := queuedIn(chgs, op.o, all, from, to); id != "" {
 			k.log.Info("queued by snapd until the hook ends", "change", id, "attempt", op.res.Attempts)
 			op.res.Queued, op.res.ChangeID = true, id
 			return op.res, true, nil

@@ -38,6 +38,7 @@ type settings struct {
 	transport          func(http.RoundTripper) http.RoundTripper
 	snapdRoot          string // WithSnapdRoot (installed.go)
 	snapdRootSet       bool
+	wall               func(time.Time) time.Time // the machine's wall clock at a reading (tests: export_test.go)
 }
 
 // WithSocket sets snapd's main socket (default $SNAPSVC_SOCKET, then

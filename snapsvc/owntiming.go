@@ -48,19 +48,15 @@ func (p *ownTimings) last(kind string) (time.Duration, bool) {
 	return d, ok
 }
 
-// noteOwn records how long an own change of kind took, made by a request
-// sent at sentAt and answered at answeredAt (client clock). Where its spawn
-// time says snapd's clock is not the client's (a client built WithClock,
-// snapd in another time, a clock stepped), the answer-time cursor is
-// turned off until a change fits again.
-func (p *ownTimings) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt time.Time) {
+// noteOwn records how long an own change of kind took. Where its spawn
+// time did not fit the machine's wall clock as the client read it (fits
+// false: a client built WithClock, snapd in another time, a clock
+// stepped), the answer-time cursor is turned off until a change fits
+// again.
+func (p *ownTimings) noteOwn(kind string, chg *snapd.Change, fits bool) {
 	if chg == nil || chg.ReadyTime == nil {
 		return
 	}
-	if sentAt.IsZero() || answeredAt.IsZero() {
-		return
-	}
-	fits := !chg.SpawnTime.Before(sentAt.Add(-clockSlack)) && !chg.SpawnTime.After(answeredAt.Add(clockSlack))
 	p.clockBad.Store(!fits)
 	d := chg.ReadyTime.Sub(chg.SpawnTime)
 	if d <= 0 {
@@ -90,10 +86,10 @@ func (w *changeWait) ownCursor(wo waitOpts, ids []string) (time.Time, time.Durat
 		return time.Time{}, 0, false
 	}
 	d, ok := c.timings.firstPollWait(wo.kind)
-	if !ok {
-		return time.Time{}, 0, false
+	if !ok || c.view.clock.stepped(wo.answeredAt, c.clock.Now()) != 0 {
+		return time.Time{}, 0, false // a wall clock that stepped since: read a cursor
 	}
-	return wo.answeredAt, d, true
+	return c.view.clock.wallAt(wo.answeredAt), d, true
 }
 
 // ownFirstRead returns how long a wait that polls blind (no notices, no
@@ -126,5 +122,5 @@ func (w *changeWait) noteOwn(kind string, chg *snapd.Change, sentAt, answeredAt 
 		return
 	}
 	c.view.clock.noteOffset(chg.SpawnTime, sentAt, answeredAt)
-	c.timings.noteOwn(kind, chg, sentAt, answeredAt)
+	c.timings.noteOwn(kind, chg, c.view.clock.onMachineClock(chg.SpawnTime, sentAt, answeredAt))
 }

@@ -210,6 +210,9 @@ type schedule struct {
 	clientList []*snapsvc.Client
 	policies   []retry.Policy // each client's own
 	skew       time.Duration  // snapd's clock is this far off the client's
+	step       time.Duration  // ... then steps by this much (the machine's wall clock: NTP, a VM resumed)
+	stepAt     time.Duration  // ... this far into the run
+	clock      *scheduleClock // snapd's clock, which says when each of its readings was on the client's
 	holds      []hold
 	snapctl    bool          // the clients act through snapctl, from inside the snap
 	blindCtl   bool          // ... without snap-refresh-observe: snapd refuses them its changes
@@ -301,6 +304,9 @@ func (s *schedule) dims() []string {
 	}
 	if s.skew != 0 {
 		d = append(d, map[bool]string{false: "clock skew, REST", true: "clock skew, snapctl"}[s.snapctl])
+	}
+	if s.step != 0 {
+		d = append(d, map[bool]string{false: "snapd's clock steps back", true: "snapd's clock steps forward"}[s.step > 0])
 	}
 	if s.away > 0 {
 		d = append(d, "snapd away longer than a MaxUnreachable")
@@ -497,7 +503,7 @@ func TestRandomizedSchedules(t *testing.T) {
 var scheduleDimensions = []string{
 	"REST with notices", "REST without notices", "state file watched",
 	"snapctl with snap-refresh-observe", "snapctl without snap-refresh-observe",
-	"clock skew, REST", "clock skew, snapctl",
+	"clock skew, REST", "clock skew, snapctl", "snapd's clock steps back", "snapd's clock steps forward",
 	"snapd away longer than a MaxUnreachable", "snapd away during budget holds",
 	"shared waits, callers with different policies", "Close mid-run",
 	"identical restarts from several clients", "identical restarts from several processes",
@@ -512,9 +518,8 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	if s.blindCtl {
 		opts = append(opts, fake.WithSnapSocketObserveDenied())
 	}
-	if s.skew != 0 {
-		opts = append(opts, fake.WithClock(skewedClock{s.skew}))
-	}
+	s.clock = newScheduleClock(s.skew, s.step)
+	opts = append(opts, fake.WithClock(s.clock))
 	if s.stateFile {
 		opts = append(opts, fake.WithStateFile())
 	}
@@ -555,6 +560,10 @@ func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	}
 	held := s.injectFaults(srv)
 	base := time.Now()
+	if s.step != 0 {
+		s.faults = append(s.faults, fmt.Sprintf("snapd's clock steps %v at %v", s.step, s.stepAt))
+		s.clock.stepAt(base.Add(s.stepAt))
+	}
 	lateness := testclock.StartLateness()
 	var wg sync.WaitGroup
 	// The workload: calls, foreign changes and daemon-level faults, each
@@ -641,6 +650,15 @@ func planSchedule(seed uint64) *schedule {
 		// clock reads. (Before that it takes snapd's clock to read its
 		// own, as on one machine they do.)
 		s.skew = time.Duration(rng.IntN(2001)-1000) * time.Millisecond
+	}
+	// The machine's wall clock steps mid-run (an NTP step, a VM resumed):
+	// snapd stamps its changes by it, where the clients must decide by
+	// their monotonic clocks. Here snapd's clock alone steps, which covers
+	// the real case's every comparison of a time read before the step
+	// with one read after it. Drawn from a stream of its own.
+	if st := rand.New(rand.NewPCG(seed, seed^0x57e9)); st.IntN(6) == 0 {
+		s.step = []time.Duration{-5 * time.Minute, -3 * time.Second, -400 * time.Millisecond, 400 * time.Millisecond, 3 * time.Second, 5 * time.Minute}[st.IntN(6)]
+		s.stepAt = time.Duration(st.IntN(30)) * time.Millisecond
 	}
 	s.apps = append(s.apps, fake.App{Name: "k8s-warm", Daemon: "simple", Enabled: true, Active: true})
 	for _, name := range scheduleServices {
@@ -823,7 +841,8 @@ func (s *schedule) newClients(t *testing.T, srv *fake.Server) ([]*snapsvc.Client
 			}
 		}
 		opts := []snapsvc.Option{snapsvc.WithPolicy(s.policies[i]), snapsvc.WithPollInterval(2 * time.Millisecond),
-			snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".locks")), snapsvc.WithTransport(chain(userAgent(clientAgent(i)), s.sends.record(i)))}
+			snapsvc.WithLockDir(filepath.Join(srv.Dir(), ".locks")), snapsvc.WithTransport(chain(userAgent(clientAgent(i)), s.sends.record(i))),
+			snapsvc.WithWallClock(s.clock.wall)}
 		if s.snapctl {
 			// Inside the snap: snapctl on the snap socket, which is also
 			// where the changes are read from (and refused, without
@@ -1061,7 +1080,7 @@ func (s *schedule) run(srv *fake.Server, c *snapsvc.Client, cl *call) {
 		defer cancel()
 	}
 	names := strings.Split(cl.sig.names, ",")
-	cl.start = srv.Clock().Now()
+	cl.start = time.Now()
 	type outcome struct {
 		res *snapsvc.Result
 		err error
@@ -1091,7 +1110,7 @@ func (s *schedule) run(srv *fake.Server, c *snapsvc.Client, cl *call) {
 		o := <-done
 		cl.res, cl.err = o.res, o.err
 	}
-	cl.end = srv.Clock().Now()
+	cl.end = time.Now()
 }
 
 // stateHeldDuring reports whether the services cl names were all in the
@@ -1121,7 +1140,7 @@ func (s *schedule) stateHeldDuring(srv *fake.Server, cl *call) bool {
 	hist := map[string][]fake.ServiceStateAt{}
 	moments := []time.Time{cl.start}
 	for _, app := range apps {
-		h := srv.ServiceHistory("k8s", app)
+		h := s.history(srv, "k8s", app)
 		hist[app] = h
 		for _, e := range h {
 			if e.At.After(cl.start) && !e.At.After(cl.end) {
@@ -1157,14 +1176,11 @@ func (s *schedule) check(srv *fake.Server, late time.Duration) (scheduleCounts, 
 	for _, d := range s.dims() {
 		counts.dims[d]++
 	}
-	changes := map[string]fake.ChangeInfo{}
-	for _, ci := range srv.Changes() {
-		changes[ci.ID] = ci
-	}
+	changes := s.changes(srv)
 	// Which request made each change: snapd makes the change while it
 	// handles the POST, whatever becomes of the answer.
 	creator := map[string]fake.Request{}
-	requests := srv.Requests()
+	requests := s.requests(srv)
 	for _, r := range requests {
 		if r.Method == "POST" && (r.Path == "/v2/apps" || r.Path == "/v2/snapctl") && r.Made != "" {
 			if _, ok := sigOfRequest(r); ok {
@@ -1402,7 +1418,7 @@ func identicalDone(creator map[string]fake.Request, changes map[string]fake.Chan
 }
 
 // busyThroughout returns a change that touched the snap (every change of
-// a schedule does) from before from until after to, on snapd's clock, or
+// a schedule does) from before from until after to, or
 // "" when the snap was idle at some moment between them. Changes
 // overlapping end to end cover the span too.
 func busyThroughout(changes map[string]fake.ChangeInfo, from, to time.Time) string {
@@ -1466,13 +1482,12 @@ func (s *schedule) checkSlots(srv *fake.Server, counts *scheduleCounts, changes 
 			continue // the warm-up, before the workload
 		}
 		counts.budgetedChanges++
-		// snapd's clock is s.skew off the client's.
-		spawn, ready, sent := ci.SpawnTime.Add(-s.skew), ci.ReadyTime.Add(-s.skew), r.Time.Add(-s.skew)
+		spawn, ready, sent := ci.SpawnTime, ci.ReadyTime, r.Time
 		// The request was written before snapd's record of it (its
 		// handler may run late): from the start of the call that sent it.
 		for _, cl := range s.calls {
-			if cl.client == client && cl.sig == g && cl.start.Add(-s.skew).Before(sent) {
-				sent = cl.start.Add(-s.skew)
+			if cl.client == client && cl.sig == g && cl.start.Before(sent) {
+				sent = cl.start
 			}
 		}
 		var keys []string
@@ -1527,13 +1542,13 @@ func (s *schedule) checkJoinedSlots(counts *scheduleCounts, changes map[string]f
 			return fmt.Errorf("restart budget: budgeted client %d's %s merged into unbudgeted client %d's change %s", cl.client, cl.sig, maker.client, cl.res.ChangeID)
 		}
 		counts.joinedBudgeted++
-		spawn, ready := ci.SpawnTime.Add(-s.skew), ci.ReadyTime.Add(-s.skew)
+		spawn, ready := ci.SpawnTime, ci.ReadyTime
 		for _, n := range strings.Split(cl.sig.names, ",") {
 			if n == "k8s" {
 				continue // a whole snap's keys: covered with its services' by the maker's check
 			}
 			counts.checks++
-			if covered, lost := s.slots.covers(n, cl.client, cl.start.Add(-s.skew), spawn, ready); !covered && !lost {
+			if covered, lost := s.slots.covers(n, cl.client, cl.start, spawn, ready); !covered && !lost {
 				counts.releasedEarly++
 				return fmt.Errorf("restart budget: client %d's %s, merged into change %s (%v to %v), held no slot of %s through it; slots %s",
 					cl.client, cl.sig, cl.res.ChangeID, spawn.Format("15:04:05.000"), ready.Format("15:04:05.000"), n, s.slots.describe(n))
@@ -1567,8 +1582,8 @@ func (s *schedule) checkKeptStops(srv *fake.Server, counts *scheduleCounts, chan
 		if !ci.Ready || ci.Status != "Done" {
 			continue
 		}
-		stopped := ci.ReadyTime.Add(-s.skew)
-		var began time.Time // when the call that made the stop began (snapd's clock)
+		stopped := ci.ReadyTime
+		var began time.Time // when the call that made the stop began
 		for _, cl := range s.calls {
 			if cl.client == client && cl.sig == g {
 				began = cl.start
@@ -1582,7 +1597,7 @@ func (s *schedule) checkKeptStops(srv *fake.Server, counts *scheduleCounts, chan
 			// where the service ran from the call's start to the stop's
 			// change (a slot shared with another operation of the client
 			// on the key says nothing of the stop's own).
-			if !activeThroughout(srv, n, began, ci.SpawnTime) {
+			if !s.activeThroughout(srv, n, began, ci.SpawnTime) {
 				continue
 			}
 			until := time.Now()
@@ -1593,8 +1608,8 @@ func (s *schedule) checkKeptStops(srv *fake.Server, counts *scheduleCounts, chan
 				snapName, _, _ := strings.Cut(n, ".")
 				names := strings.Split(sg.names, ",")
 				if ok && sg.action == "start" && sr.UserAgent == r.UserAgent && (slices.Contains(names, n) || slices.Contains(names, snapName)) &&
-					sc.Ready && sc.Status == "Done" && sc.SpawnTime.After(ci.ReadyTime) && sc.ReadyTime.Add(-s.skew).Before(until) {
-					until = sc.ReadyTime.Add(-s.skew)
+					sc.Ready && sc.Status == "Done" && sc.SpawnTime.After(ci.ReadyTime) && sc.ReadyTime.Before(until) {
+					until = sc.ReadyTime
 				}
 			}
 			counts.keptStops++
@@ -1616,12 +1631,12 @@ func (s *schedule) checkKeptStops(srv *fake.Server, counts *scheduleCounts, chan
 	return nil
 }
 
-// activeThroughout reports whether snap.app name was active from from to to
-// (snapd's clock), by the fake's history of it.
-func activeThroughout(srv *fake.Server, name string, from, to time.Time) bool {
+// activeThroughout reports whether snap.app name was active from from to
+// to, by the fake's history of it.
+func (s *schedule) activeThroughout(srv *fake.Server, name string, from, to time.Time) bool {
 	snap, app, _ := strings.Cut(name, ".")
 	active := false
-	for _, st := range srv.ServiceHistory(snap, app) {
+	for _, st := range s.history(srv, snap, app) {
 		switch {
 		case !st.At.After(from):
 			active = st.Active
@@ -1690,7 +1705,7 @@ func (s *schedule) blindWindow(srv *fake.Server) int {
 	worst := 0
 	for i := 0; i < s.clients; i++ {
 		var times []time.Time
-		for _, r := range srv.Requests() {
+		for _, r := range s.requests(srv) {
 			if r.UserAgent == clientAgent(i) && r.Method == "POST" && (r.Path == "/v2/apps" || r.Path == "/v2/snapctl") && r.Status >= 400 {
 				times = append(times, r.Time)
 			}
@@ -1768,7 +1783,7 @@ func settledLeakCounts(before leaks) leaks {
 }
 
 // describeCalls says, for a failure's message, how each call asking g
-// went (times on snapd's clock).
+// went.
 func (s *schedule) describeCalls(g sig) string {
 	var b strings.Builder
 	for i, cl := range s.calls {
@@ -1796,7 +1811,7 @@ func (s *schedule) answerLostBefore(requests []fake.Request, cl *call, by time.T
 	defer s.sends.mu.Unlock()
 	for _, sd := range s.sends.sends {
 		g, ok := sigOfRequest(sd.req)
-		if ok && sd.client == cl.client && g == cl.sig && sd.failed && !sd.refused && !sd.at.Before(cl.start.Add(-s.skew)) && sd.at.Before(by.Add(-s.skew)) {
+		if ok && sd.client == cl.client && g == cl.sig && sd.failed && !sd.refused && !sd.at.Before(cl.start) && sd.at.Before(by) {
 			return true
 		}
 	}

@@ -84,43 +84,86 @@ func (v *snapdView) noteListing(err error, mode Mode) {
 	}
 }
 
-// snapdClock is how snapd's clock reads against the client's (snapd's
-// minus the client's), as the client's own changes bound it: each was
-// spawned, on snapd's clock, between its request's send and snapd's
-// answer, on the client's. Matching a change to the request that made it
-// (matching.go) reads the request's send time on snapd's clock through
-// it. Both bounds are 0 (one clock, as on one machine) until an own change
-// says better.
+// snapdClock relates the client's clock to snapd's stamps, in one place.
+// snapd stamps its changes with the machine's wall clock when it makes
+// them; the client decides by its monotonic clock. Every comparison of a
+// stamp with a moment the client knows (a request's send, its answer) is
+// a window here, read through the machine's wall clock at that moment and
+// widened by any step of the wall clock against the monotonic one since
+// (an NTP step, a VM resumed): a change made while the wall clock stepped
+// back 400 ms was stamped before its request's send, and taken for
+// someone else's, so the request was sent again (schedule seed 299).
+// Ordering between stamps goes by snapd's change ids, never by the stamps.
+//
+// A snapd whose clock is not the machine's (a fake with an injected one)
+// is learned from the client's own changes: each was spawned, on snapd's
+// clock, between its request's send and snapd's answer. Both bounds of
+// the offset are 0 (one clock) until an own change says better.
 type snapdClock struct {
 	mu     sync.Mutex
 	known  bool
-	lo, hi time.Duration
+	lo, hi time.Duration // snapd's clock minus the machine's wall clock
+
+	// wall is the machine's wall clock at a reading of the client's (a
+	// test's clock steps it apart from the monotonic one); nil: the
+	// reading's own.
+	wall func(time.Time) time.Time
 }
 
-// snapdTime returns the earliest snapd's clock may read when the client's
-// reads t: t itself until an own change says better. (Each own change
-// bounds the offset from below by its spawn time less its answer time:
-// snapd stamped it before the client read the answer.)
-func (p *snapdClock) snapdTime(t time.Time) time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return t.Add(p.lo)
+// wallAt returns the machine's wall clock at the client's reading t.
+func (p *snapdClock) wallAt(t time.Time) time.Time {
+	if p.wall != nil {
+		return p.wall(t)
+	}
+	return t.Round(0)
 }
 
-// snapdTimeLate returns the latest snapd's clock may read when the
-// client's reads t.
-func (p *snapdClock) snapdTimeLate(t time.Time) time.Time {
+// stepped returns how far the machine's wall clock stepped against the
+// monotonic one between the client's readings a and b (0 within
+// clockSlack: a slewing clock, a reading's jitter). Readings of a test's
+// clock without a monotonic part never step.
+func (p *snapdClock) stepped(a, b time.Time) time.Duration {
+	d := p.wallAt(b).Sub(p.wallAt(a)) - b.Sub(a)
+	if d.Abs() <= clockSlack {
+		return 0
+	}
+	return d
+}
+
+// spawnWindow returns the stamps on snapd's clock between which a change
+// made for a request sent at sentAt was spawned, read at now: from, the
+// earliest; sure, from where snapd's clock had certainly passed the send
+// (a change stamped at or after it came after the request); to, the
+// latest, when the request was answered at answeredAt (zero: never; to
+// is then zero). A step of the wall clock between the send and the answer
+// (now, unanswered) widens the window by the step.
+func (p *snapdClock) spawnWindow(sentAt, answeredAt, now time.Time) (from, sure, to time.Time) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return t.Add(p.hi)
+	lo, hi := p.lo, p.hi
+	p.mu.Unlock()
+	end := answeredAt
+	if end.IsZero() {
+		end = now
+	}
+	step := p.stepped(sentAt, end)
+	send := p.wallAt(sentAt)
+	from, sure = send.Add(lo+min(0, step)), send.Add(hi)
+	if !answeredAt.IsZero() {
+		to = p.wallAt(answeredAt).Add(hi + max(0, -step))
+	}
+	return from, sure, to
 }
 
 // noteOffset narrows what is known of snapd's clock with a change spawned
 // at spawn (snapd's clock) by a request sent at sentAt and answered at
-// answeredAt (the client's). Bounds that no longer meet (a clock stepped)
-// start afresh.
+// answeredAt (the client's). Bounds that no longer meet (snapd's clock
+// stepped apart from the machine's) start afresh; a request across which
+// the machine's wall clock stepped says nothing.
 func (p *snapdClock) noteOffset(spawn, sentAt, answeredAt time.Time) {
-	lo, hi := spawn.Sub(answeredAt), spawn.Sub(sentAt)
+	if p.stepped(sentAt, answeredAt) != 0 {
+		return
+	}
+	lo, hi := spawn.Sub(p.wallAt(answeredAt)), spawn.Sub(p.wallAt(sentAt))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.known && lo <= p.hi+clockSlack && hi >= p.lo-clockSlack {
@@ -131,4 +174,15 @@ func (p *snapdClock) noteOffset(spawn, sentAt, answeredAt time.Time) {
 		return
 	}
 	p.known, p.lo, p.hi = true, lo, hi
+}
+
+// onMachineClock reports whether a change spawned at spawn by a request
+// sent at sentAt and answered at answeredAt was stamped by the machine's
+// wall clock as the client read it, which did not step between: a cursor
+// of the client's then reads snapd's notices (owntiming.go).
+func (p *snapdClock) onMachineClock(spawn, sentAt, answeredAt time.Time) bool {
+	if p.stepped(sentAt, answeredAt) != 0 {
+		return false
+	}
+	return !spawn.Before(p.wallAt(sentAt).Add(-clockSlack)) && !spawn.After(p.wallAt(answeredAt).Add(clockSlack))
 }

@@ -218,7 +218,7 @@ func (n *noticeWaker) poll(w *changeWait) (news map[string]int, misbehaved bool,
 	if opts.Timeout == 0 {
 		if len(ns) == 0 && cursor.IsZero() {
 			// No notice yet: anything from now on is news.
-			*cursor = asked
+			*cursor = c.view.clock.wallAt(asked)
 		}
 		// A first read: every change without a notice must be read too.
 		for _, id := range ids {
