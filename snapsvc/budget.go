@@ -1,6 +1,7 @@
 package snapsvc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,6 +30,13 @@ type (
 	BudgetAbandoner = budget.Abandoner
 	// BudgetWait is budget.Wait: what a wait for a slot waits behind.
 	BudgetWait = budget.Wait
+	// BudgetRecorder is budget.Recorder: slots whose budget keeps a
+	// history of acts and halts a key after failed ones.
+	BudgetRecorder = budget.Recorder
+	// BudgetAct is budget.Act: one budgeted act as its holder records it.
+	BudgetAct = budget.Act
+	// BudgetHalt is budget.Halt: why a key halted itself.
+	BudgetHalt = budget.Halt
 )
 
 // Errors of a restart budget (package budget's); match them with errors.Is.
@@ -49,6 +57,15 @@ var (
 	// ErrBudgetWait: no slot became free within BudgetOptions.MaxWait.
 	// Retryable.
 	ErrBudgetWait = errors.New("no restart budget slot became free in time")
+	// ErrBudgetHalted is budget.ErrHalted: the key halted itself after
+	// failed restarts and no operator has resumed it. It comes wrapped
+	// with ErrBudgetPaused (nothing was sent); not retryable until an
+	// operator resumes the key.
+	ErrBudgetHalted = budget.ErrHalted
+	// ErrAdmissionRefused: BudgetOptions.Admit refused the act until the
+	// operation's bounds ended. The slots were held and nothing was
+	// sent. Retryable.
+	ErrAdmissionRefused = errors.New("the admission check refused the restart")
 )
 
 // CanonicalKey is budget.CanonicalKey: the one form of a budget key.
@@ -110,10 +127,11 @@ func (e *BudgetError) Unwrap() error { return e.Err }
 // a lost slot, a service that did not become ready, a closed Client and a
 // cancelled context are not.
 func (e *BudgetError) Retryable() bool {
-	if errors.Is(e.Err, ErrBudgetRefused) || errors.Is(e.Err, ErrSlotLost) {
+	if errors.Is(e.Err, ErrBudgetRefused) || errors.Is(e.Err, ErrSlotLost) || errors.Is(e.Err, ErrBudgetHalted) {
 		return false
 	}
-	return errors.Is(e.Err, ErrBudgetUnavailable) || errors.Is(e.Err, ErrBudgetWait) || errors.Is(e.Err, ErrBudgetPaused)
+	return errors.Is(e.Err, ErrBudgetUnavailable) || errors.Is(e.Err, ErrBudgetWait) ||
+		errors.Is(e.Err, ErrBudgetPaused) || errors.Is(e.Err, ErrAdmissionRefused)
 }
 
 // BudgetOptions configure WithRestartBudget.
@@ -161,11 +179,46 @@ type BudgetOptions struct {
 	// back while the change may run. 0 means DefaultMaxHold; negative, no
 	// bound but Close.
 	MaxHold time.Duration
+	// Admit, when set, is the application's admission check ("2 of 3
+	// mons in quorum", ceph's ok-to-stop): asked once the operation holds
+	// its slots and they are fenced, right before its first request to
+	// act. nil admits. An error refuses: the operation keeps its slots
+	// (so its place: nobody else restarts meanwhile), and asks again
+	// with backoff (AdmitRetry) within the call's bounds, fencing again
+	// before it acts; a refusal is not a failure and never hands the slot
+	// on. When the call's bounds end first it fails with
+	// ErrAdmissionRefused (retryable), nothing sent. Each refusal is an
+	// "admission-refused" event.
+	Admit func(ctx context.Context, a Admission) error
+	// AdmitRetry is the pause between admission checks after a refusal:
+	// it starts at its Initial and doubles to its Max (default 1 s to
+	// 15 s).
+	AdmitRetry AdmitBackoff
 	// Progress, when set, receives what the budget does. It is called from
 	// the operation's goroutine and, for releases and lost slots, from
 	// background goroutines, possibly after the operation returned; it
 	// must not block.
 	Progress func(BudgetEvent)
+}
+
+// Admission is what an admission check (BudgetOptions.Admit) is asked:
+// may this operation disrupt these services now?
+type Admission struct {
+	// Action is "restart", "stop" or "start"; Services the names the
+	// operation acts on (a whole snap's name stands for its services).
+	Action   string
+	Services []string
+	// Keys are the budget keys whose slots the operation holds.
+	Keys []string
+	// Refusals is how many times the check refused this operation so far.
+	Refusals int
+}
+
+// AdmitBackoff is the pause between admission checks after a refusal.
+type AdmitBackoff struct {
+	// Initial is the first pause (default 1 s); each refusal doubles it,
+	// up to Max (default 15 s).
+	Initial, Max time.Duration
 }
 
 // DefaultReleaseTimeout is BudgetOptions.ReleaseTimeout's default.
@@ -227,6 +280,18 @@ const (
 	// until Close, after which (Final) the slot is freed only when the
 	// budget expires it (its lease).
 	BudgetReleaseFailed = "release-failed"
+	// BudgetAdmissionRefused: BudgetOptions.Admit refused the act (Err);
+	// the slots stay held and the check is asked again.
+	BudgetAdmissionRefused = "admission-refused"
+	// BudgetRecorded: the hold's act was recorded in the budget's history
+	// (slots implementing BudgetRecorder; Act).
+	BudgetRecorded = "recorded"
+	// BudgetRecordFailed: the act could not be recorded (Err); the
+	// operation's outcome is unchanged.
+	BudgetRecordFailed = "record-failed"
+	// BudgetHalted: the act's failure halted its key (Halt): no machine
+	// acts on it until an operator resumes it. Logged as a warning.
+	BudgetHalted = "halted"
 )
 
 // BudgetEvent reports a step of a budgeted operation.
@@ -259,8 +324,14 @@ type BudgetEvent struct {
 	// and so is one that Close kept from being made (Err says so).
 	Final bool
 	// Err is why the slot was lost ("lost"), the fence failed
-	// ("fence-failed") or the release failed ("release-failed").
+	// ("fence-failed"), the release failed ("release-failed"), the
+	// admission check refused ("admission-refused") or the record failed
+	// ("record-failed").
 	Err error
+	// Act is what was recorded ("recorded", "halted").
+	Act *BudgetAct
+	// Halt is the key's halt ("halted").
+	Halt *BudgetHalt
 }
 
 // WithRestartBudget makes restarts take a slot of b for each name they

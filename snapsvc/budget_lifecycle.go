@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/probe"
 	"github.com/snapsvc/snapsvc/retry"
 )
@@ -113,6 +114,17 @@ type hold struct {
 	checked bool
 	// fromStop: the hold is of slots a Stop kept (a Start took them).
 	fromStop bool
+	// didAct: a request to act was written under h (or h joined a
+	// change); outcome and reason judge how the act ended, for its
+	// record (budget_record.go), written once (recorded).
+	didAct   bool
+	outcome  budget.Outcome
+	reason   string
+	recorded bool
+	// admitted: BudgetOptions.Admit admitted the operation.
+	admitted bool
+	// what is the operation the hold is for.
+	what request
 }
 
 func newHold(b *budgetRunner) *hold { return &hold{b: b, stop: make(chan struct{})} }
@@ -259,7 +271,12 @@ func (h *hold) fence(ctx context.Context) error {
 
 // acted records that a request to act was written on h's confirmation:
 // from now on snapd may have acted, and only the slot rule gives h back.
-func (h *hold) acted() { h.move(holdActed) }
+func (h *hold) acted() {
+	h.mu.Lock()
+	h.didAct = true
+	h.mu.Unlock()
+	h.move(holdActed)
+}
 
 // unansweredRequest is a request to act whose answer was never read.
 type unansweredRequest struct {
@@ -337,9 +354,14 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 		return err
 	case (v == verdictNothingDone || v == verdictFailed) && h.fromStop:
 		k.log.Info("the start failed: its services are still down, and the restart budget slots their stop kept stay kept", "error", err)
+		h.judge(budget.OutcomeFailed, "the start after a stop failed, its services are still down: "+failureReason(err), changeIDOf(err))
 		h.b.keep(k.ctx, h)
 		return err
-	case v == verdictNothingDone || v == verdictFailed:
+	case v == verdictFailed:
+		h.judge(budget.OutcomeFailed, failureReason(err), changeIDOf(err))
+		h.release(k.ctx)
+		return err
+	case v == verdictNothingDone:
 		h.release(k.ctx)
 		return err
 	case o.action == "stop":
@@ -351,6 +373,7 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 		return err
 	}
 	rk := k.ownChange()
+	h.setChange(res.ChangeID)
 	rerr := h.ready(rk.ctx, o)
 	if rerr != nil && rk.ctx.Err() != nil {
 		k.log.Info("services not ready within the call's time; the restart budget slots stay held until they are", "error", rerr)
@@ -368,13 +391,18 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 		// The change was found, not named by snapd's answer: it may be
 		// someone else's identical one, and the request's own may come.
 		k.log.Info("a request to act got no answer and snapd may still carry it out; the restart budget slots stay held until it cannot")
-		h.setChange(res.ChangeID)
 		h.checked = true
+		if rerr != nil {
+			h.judge(budget.OutcomeFailed, "not ready after the change: "+rerr.Error(), res.ChangeID)
+		}
 		h.settleInBackground(k, o, nil, nil)
 		if rerr != nil {
 			return c.opError(o, res.ChangeID, res.Attempts, rerr)
 		}
 		return nil
+	}
+	if rerr != nil && h.lost() == nil {
+		h.judge(budget.OutcomeFailed, "not ready after the change: "+rerr.Error(), res.ChangeID)
 	}
 	h.release(rk.ctx)
 	if rerr != nil {
@@ -451,6 +479,7 @@ func (h *hold) ready(ctx context.Context, o request) error {
 	if st := h.current(); st == holdActed || st == holdSettling {
 		h.move(holdReady)
 	}
+	h.judge(budget.OutcomeReady, "", "")
 	return nil
 }
 
@@ -505,8 +534,12 @@ func (h *hold) release(ctx context.Context) { h.letGo(ctx, false) }
 // was): its change may still run, or its services may still be down.
 func (h *hold) abandon(ctx context.Context) { h.letGo(ctx, true) }
 
-// letGo is release, or abandon.
+// letGo is release, or abandon. The act is recorded first (before the
+// slots are free, so that a halt it writes holds the next holder back).
 func (h *hold) letGo(ctx context.Context, abandon bool) {
+	if len(h.slots) > 0 && h.lost() == nil {
+		h.record(ctx, abandon)
+	}
 	switch st := h.current(); {
 	case st == holdReleased || st == holdKept || st == holdLost || st == holdAbandoned:
 	case h.lost() != nil:

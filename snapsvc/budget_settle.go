@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/internal/snapd"
 	"github.com/snapsvc/snapsvc/retry"
 )
@@ -99,7 +100,9 @@ func (h *hold) settleInBackground(k *call, o request, err error, a *asyncHold) {
 			log.Info("a restart budget slot was lost while settling; the others are abandoned, their change may still run", "error", h.lost())
 			abandon = true
 		case isClosed(expired):
-			b.emitAll(h, BudgetEvent{Kind: BudgetHoldExpired, Err: fmt.Errorf("held for BudgetOptions.MaxHold (%s) without snapd's records showing the change's end", b.opts.MaxHold)})
+			why := fmt.Errorf("held for BudgetOptions.MaxHold (%s) without snapd's records showing the change's end", b.opts.MaxHold)
+			b.emitAll(h, BudgetEvent{Kind: BudgetHoldExpired, Err: why})
+			h.judge(budget.OutcomeFailed, why.Error(), "")
 			abandon = true
 		case hctx.Err() != nil: // Close: the change may still run
 			abandon = true
@@ -114,10 +117,12 @@ func (h *hold) settleInBackground(k *call, o request, err error, a *asyncHold) {
 				abandon = true // Close while the services were not ready yet
 			case aerr != nil:
 				log.Info("services not ready; giving the restart budget slots back", "error", aerr)
+				h.judge(budget.OutcomeFailed, "not ready after the change: "+aerr.Error(), "")
 			}
 		}
 		if seen == settleFailed && aerr == nil {
 			aerr = b.c.opError(o, changeIDOf(err), 0, ferr)
+			h.judge(budget.OutcomeFailed, failureReason(ferr), changeIDOf(err))
 		}
 		rctx := context.WithoutCancel(hctx)
 		cancel()

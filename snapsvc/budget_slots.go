@@ -333,6 +333,9 @@ func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <
 // down). Once the Client is closed nothing is kept: the slots are
 // abandoned.
 func (b *budgetRunner) keep(ctx context.Context, h *hold) {
+	if h.lost() == nil {
+		h.record(ctx, false) // a Start that failed: its services are still down
+	}
 	h.move(holdKept)
 	h.stopListening()
 	var extra []*sharedSlot
@@ -374,6 +377,7 @@ func (b *budgetRunner) kept(keys []string) *hold {
 			if h == nil {
 				h = newHold(b)
 				h.fromStop = true
+				h.didAct = true // the Stop's act: the Start's outcome ends it
 			}
 			h.slots = append(h.slots, s)
 			h.unanswered = append(h.unanswered, s.unanswered...)

@@ -78,6 +78,7 @@ func (op *operation) takeBudget() error {
 			return c.opError(o, "", 0, err)
 		}
 		if op.hold = b.kept(keys); op.hold != nil {
+			op.hold.what = o
 			op.hold.listenLost()
 		}
 		return nil
@@ -102,6 +103,7 @@ func (op *operation) takeBudget() error {
 	if err != nil {
 		return c.opError(o, "", 0, err)
 	}
+	h.what = o
 	op.hold = h
 	return nil
 }

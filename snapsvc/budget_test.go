@@ -47,6 +47,10 @@ type memBudget struct {
 	// noAbandon: the slots do not implement budget.Abandoner (a budget of
 	// another kind's).
 	noAbandon bool
+	// recorder, when set, makes the slots budget.Recorders (readying and
+	// fencing too) whose Record returns its result (and records
+	// "record KEY OUTCOME").
+	recorder func(a budget.Act) (*budget.Halt, error)
 }
 
 type memSlot struct {
@@ -133,6 +137,9 @@ func (b *memBudget) Acquire(ctx context.Context, key string, progress func(snaps
 	if b.noAbandon {
 		return releaseOnly{s}, nil
 	}
+	if b.recorder != nil {
+		return recordingSlot{readyingSlot{fencingSlot{s}}}, nil
+	}
 	if b.readier {
 		return readyingSlot{fencingSlot{s}}, nil
 	}
@@ -140,6 +147,14 @@ func (b *memBudget) Acquire(ctx context.Context, key string, progress func(snaps
 		return fencingSlot{s}, nil
 	}
 	return s, nil
+}
+
+// recordingSlot is a readyingSlot that implements budget.Recorder.
+type recordingSlot struct{ readyingSlot }
+
+func (s recordingSlot) Record(ctx context.Context, a budget.Act) (*budget.Halt, error) {
+	s.b.record("record " + s.key + " " + string(a.Outcome))
+	return s.b.recorder(a)
 }
 
 // releaseOnly is a slot with the methods of snapsvc.BudgetSlot only.

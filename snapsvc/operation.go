@@ -316,13 +316,23 @@ func (op *operation) mayTry() error {
 }
 
 // try makes one attempt: under a restart budget it first confirms the
-// slots are still held (budget.go, fence), then sends the request to act,
+// slots are still held (budget.go, fence) and, the first time, asks the
+// admission check (budget_record.go), then sends the request to act,
 // leaving the last of the call's time to look up its change.
 func (op *operation) try() (attempt, error) {
 	c, k := op.c, op.k
 	if op.hold != nil {
 		if err := op.hold.fence(k.ctx); err != nil {
 			return attempt{}, err
+		}
+		// The application's admission check, once, on the fenced slots;
+		// a wait for it is followed by a fresh fence.
+		if waited, err := op.hold.admit(k.ctx, op.o); err != nil {
+			return attempt{}, err
+		} else if waited {
+			if err := op.hold.fence(k.ctx); err != nil {
+				return attempt{}, err
+			}
 		}
 	}
 	op.fresh = false

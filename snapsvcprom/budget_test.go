@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/snapsvc"
 	"github.com/snapsvc/snapsvc/snapsvcprom"
 )
@@ -191,4 +192,13 @@ func TestBudgetEvents(t *testing.T) {
 	expect("release failed, retried", map[string]float64{"budget_slots_held": 1}, "d")
 	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetReleaseFailed, Key: "d", Holder: "n1", Attempt: 2, Final: true})
 	expect("retries ended by Close", map[string]float64{"budget_slots_held": 0, "budget_release_failures_total": 2}, "d")
+
+	// A bad restart: refused twice by the admission check, then acted,
+	// failed and halted its key.
+	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetAdmissionRefused, Key: "e", Holder: "n1"})
+	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetAdmissionRefused, Key: "e", Holder: "n1"})
+	failed := &snapsvc.BudgetAct{Key: "e", Outcome: budget.OutcomeFailed}
+	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetRecorded, Key: "e", Holder: "n1", Act: failed})
+	m.ObserveBudget(snapsvc.BudgetEvent{Kind: snapsvc.BudgetHalted, Key: "e", Holder: "n1", Act: failed, Halt: &snapsvc.BudgetHalt{Key: "e"}})
+	expect("halted", map[string]float64{"budget_admission_refusals_total": 2, "budget_acts_total": 1, "budget_halts_total": 1}, "e")
 }

@@ -32,6 +32,11 @@
 //	budget_slots_lost_total{key}         slots lost while held (their session expired)
 //	budget_release_failures_total{key}   failed attempts to give a slot back
 //	budget_fence_failures_total{key}     fences that could not confirm a slot (the request was not sent)
+//	budget_acts_total{key,outcome}       budgeted acts recorded in the budget's history, by outcome
+//	                                     ("ready", "failed", "abandoned")
+//	budget_halts_total{key}              failed acts that halted their key (no machine restarts it
+//	                                     until an operator resumes it): alert on any increase
+//	budget_admission_refusals_total{key} refusals of the admission check (BudgetOptions.Admit)
 //
 // outcome is "done", or why the operation failed: "change-failed" (the
 // change ended in error), "not-found", "invalid" (bad names), "gave-up"
@@ -78,6 +83,9 @@ type Metrics struct {
 	budgetLost     *prometheus.CounterVec
 	releaseFailed  *prometheus.CounterVec
 	fenceFailed    *prometheus.CounterVec
+	acts           *prometheus.CounterVec
+	halts          *prometheus.CounterVec
+	admitRefused   *prometheus.CounterVec
 
 	mu      sync.Mutex
 	waiting map[string]bool            // keys an operation waits for
@@ -169,6 +177,9 @@ func New(opts ...Option) *Metrics {
 		budgetLost:     counter("budget_slots_lost_total", "Restart budget slots lost while held (their session expired): another machine may have held them at the same time.", key),
 		releaseFailed:  counter("budget_release_failures_total", "Failed attempts to give a restart budget slot back (tried again up to 5 times, then left to expire).", key),
 		fenceFailed:    counter("budget_fence_failures_total", "Fences that could not confirm a restart budget slot right before a request; the request was not sent.", key),
+		acts:           counter("budget_acts_total", "Budgeted acts recorded in the budget's history, by outcome (ready, failed, abandoned).", []string{"key", "outcome"}),
+		halts:          counter("budget_halts_total", "Failed acts that halted their budget key: no machine restarts it until an operator resumes it.", key),
+		admitRefused:   counter("budget_admission_refusals_total", "Refusals of the admission check (BudgetOptions.Admit); the slot stays held and the check is asked again.", key),
 
 		waiting: map[string]bool{},
 		held:    map[string]map[string]bool{},
@@ -191,7 +202,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ops, m.duration, m.inFlight, m.conflicts, m.lost, m.unreachable,
-		m.budgetWaiting, m.budgetAhead, m.budgetHeld, m.budgetAcquired, m.budgetWait, m.budgetHold, m.budgetLost, m.releaseFailed, m.fenceFailed}
+		m.budgetWaiting, m.budgetAhead, m.budgetHeld, m.budgetAcquired, m.budgetWait, m.budgetHold, m.budgetLost, m.releaseFailed, m.fenceFailed,
+		m.acts, m.halts, m.admitRefused}
 }
 
 // Observe counts one event; pass it to snapsvc.WithObserver (Chain joins
@@ -263,6 +275,14 @@ func (m *Metrics) ObserveBudget(ev snapsvc.BudgetEvent) {
 		}
 	case snapsvc.BudgetFenceFailed:
 		m.fenceFailed.WithLabelValues(ev.Key).Inc()
+	case snapsvc.BudgetRecorded:
+		if ev.Act != nil {
+			m.acts.WithLabelValues(ev.Key, string(ev.Act.Outcome)).Inc()
+		}
+	case snapsvc.BudgetHalted:
+		m.halts.WithLabelValues(ev.Key).Inc()
+	case snapsvc.BudgetAdmissionRefused:
+		m.admitRefused.WithLabelValues(ev.Key).Inc()
 	}
 }
 
