@@ -40,6 +40,11 @@ const (
 	// DefaultRecheck is Config.Recheck's default: an idle waiter reads
 	// its queue about once a minute.
 	DefaultRecheck = time.Minute
+	// DefaultHistoryLimit is Config.HistoryLimit's default: history
+	// records kept per key.
+	DefaultHistoryLimit = 1000
+	// DefaultHistoryAge is Config.HistoryAge's default: 30 days.
+	DefaultHistoryAge = 30 * 24 * time.Hour
 )
 
 // VanishedHolder is what a waiter knows of a holder whose lease expired
@@ -138,6 +143,25 @@ type Config struct {
 	// the reads (machines of this release never count each other's
 	// markers).
 	LegacyKeys func(key string) []string
+	// HaltAfter is how many failed acts of a key (budget.Act.Failed),
+	// counted since its last budget.OutcomeReady act or its last resume,
+	// halt it: the slot's Record that reaches it writes the key's pause
+	// record with the budget.Halt, in the same transaction, and no holder
+	// acts on the key until an operator resumes it (see Slot's Record and
+	// the package documentation, History and halts). 0 means
+	// budget.DefaultHaltAfter (the first failure halts); negative: never
+	// halt, keep the history only.
+	HaltAfter int
+	// HistoryLimit is how many history records are kept per key (default
+	// DefaultHistoryLimit); each append removes the oldest beyond it, in
+	// the same transaction.
+	HistoryLimit int
+	// HistoryAge is how old a history record may grow before an append
+	// removes it (default DefaultHistoryAge; negative: no age bound),
+	// judged by the records' own Time (the writers' clocks). It is
+	// housekeeping only: no safety decision (a halt, a failure count)
+	// reads it.
+	HistoryAge time.Duration
 	// Logger receives what the budget does (default: discard).
 	Logger *slog.Logger
 }
@@ -354,6 +378,18 @@ func New(cfg Config) (*Budget, error) {
 	}
 	if cfg.Holder == "" {
 		cfg.Holder = DefaultHolder()
+	}
+	if cfg.HaltAfter == 0 {
+		cfg.HaltAfter = budget.DefaultHaltAfter
+	}
+	if cfg.HistoryLimit == 0 {
+		cfg.HistoryLimit = DefaultHistoryLimit
+	}
+	if cfg.HistoryLimit < 0 {
+		return nil, fmt.Errorf("etcdbudget: HistoryLimit %d is negative", cfg.HistoryLimit)
+	}
+	if cfg.HistoryAge == 0 {
+		cfg.HistoryAge = DefaultHistoryAge
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -9,6 +9,11 @@ package etcdbudget
 //	PREFIX KEY#pause                 the pause record, no lease: it stays until resumed
 //	PREFIX KEY#participants/HOLDER   one per machine taking part, on its lease
 //	PREFIX KEY#max                   a percentage resolved to a count, pinned for the rollout
+//	PREFIX KEY#history/SEQ           the key's history, one record each, no lease (history.go)
+//	PREFIX KEY#history-head          the history's last SEQ and its failures since the last ready act or resume
+//
+// A halt (history.go) is a pause record that carries a budget.Halt: a
+// halted key is a paused key, held back and resumed the same way.
 
 import (
 	"context"
@@ -33,8 +38,9 @@ func (b *Budget) participantsDir(key string) string { return b.cfg.Prefix + key 
 func (b *Budget) pinKey(key string) string          { return b.cfg.Prefix + key + "#max" }
 
 // Keys lists the budget's keys that have anything in etcd under the
-// prefix: holders or waiters, a pause, a pinned max-unavailable, machines
-// that joined, a vanished holder's lock-delay; sorted, each once. It
+// prefix: holders or waiters, a pause or halt, a pinned max-unavailable,
+// machines that joined, a vanished holder's lock-delay, a history; sorted,
+// each once. It
 // reads key names only (one range request, keys only), retried as Status
 // is while etcd is unreachable.
 func (b *Budget) Keys(ctx context.Context) ([]string, error) {
@@ -134,8 +140,13 @@ type PauseRecord struct {
 	By string `json:"by"`
 	// Since is when.
 	Since time.Time `json:"since"`
-	// Reason is the operator's note (may be empty).
+	// Reason is the operator's note (may be empty); for a halt, what
+	// halted the key ("halted: node-1's restart of k8s.kubelet (change
+	// 42): ...").
 	Reason string `json:"reason,omitempty"`
+	// Halt is set when the key halted itself (Config.HaltAfter failed
+	// acts): By is then the holder whose Record halted it.
+	Halt *budget.Halt `json:"halt,omitempty"`
 }
 
 // KeyStatus is what etcd says about a key at one revision.
@@ -158,6 +169,9 @@ type KeyStatus struct {
 	Vanished []Entry `json:"vanished,omitempty"`
 	// Paused is the key's pause, nil when it is not paused.
 	Paused *PauseRecord `json:"paused,omitempty"`
+	// Halt is the key's halt (Paused.Halt), nil when it is not halted: a
+	// halted key is paused until an operator resumes it.
+	Halt *budget.Halt `json:"halt,omitempty"`
 	// Participants are the machines that registered for the key's
 	// rollout (see Join).
 	Participants []Entry `json:"participants,omitempty"`
@@ -248,6 +262,7 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 			p.By = "?"
 		}
 		st.Paused = &p
+		st.Halt = p.Halt
 	}
 	st.Participants = entriesOf(resp.Responses[3].GetResponseRange().Kvs)
 	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 1 {
@@ -278,7 +293,9 @@ func entriesOf(kvs []*mvccpb.KeyValue) []Entry {
 // without returning until the key is resumed; the machines behind it stay
 // queued in order. A restart already under way is not interrupted. The
 // record has no lease: it stays until Resume, whoever set it. Pausing a
-// paused key keeps the first record and returns it.
+// paused (or halted) key keeps the first record and returns it. The same
+// transaction appends a budget.RecordPaused record (By, Reason) to the
+// key's history.
 func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, error) {
 	key, err := controlKey(key)
 	if err != nil {
@@ -289,40 +306,61 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 	if err != nil {
 		return nil, err
 	}
-	pk := b.pauseKey(key)
-	var resp *clientv3.TxnResponse
-	err = b.retryControl(ctx, "pausing "+key, func(actx context.Context) (err error) {
-		resp, err = b.kv(actx).Txn(actx).
-			If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0)).
-			Then(clientv3.OpPut(pk, string(val))).
-			Else(clientv3.OpGet(pk)).Commit()
-		return err
+	pk, hk := b.pauseKey(key), b.historyHead(key)
+	var old *PauseRecord
+	err = b.retryControl(ctx, "pausing "+key, func(actx context.Context) error {
+		for {
+			st, err := b.readHistory(actx, key, -1)
+			if err != nil {
+				return err
+			}
+			if st.pause != nil {
+				old = pauseOf(st.pause) // paused already (or by an attempt whose answer was lost)
+				return nil
+			}
+			ops := b.appending(key, st, st.head.Failures, rec.Since,
+				historyValue{Record: budget.Record{Kind: budget.RecordPaused, By: rec.By, Reason: reason}})
+			resp, err := b.kv(actx).Txn(actx).
+				If(clientv3.Compare(clientv3.CreateRevision(pk), "=", 0), clientv3.Compare(clientv3.ModRevision(hk), "=", st.headRev)).
+				Then(append(ops, clientv3.OpPut(pk, string(val)))...).Commit()
+			if err != nil {
+				return err
+			}
+			if resp.Succeeded {
+				return nil
+			}
+			// Paused meanwhile, or the history moved on: read again.
+		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			var old PauseRecord
-			if json.Unmarshal(kvs[0].Value, &old) == nil {
-				return &old, nil
-			}
-		}
+	if old != nil {
+		return old, nil
 	}
 	return &rec, nil
 }
 
-// Resume lifts key's pause; the machines it held back go on in queue
-// order. It reports whether the key was paused. It lifts the pause it
+// Resume lifts key's pause (or halt); the machines it held back go on in
+// queue order. It reports whether the key was paused. It is ResumeWith
+// with no reason.
+func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
+	return b.ResumeWith(ctx, key, "")
+}
+
+// ResumeWith lifts key's pause or halt, and appends, in the same
+// transaction, a budget.RecordResumed record (By: Config.Holder, and
+// reason) to the key's history: the failures that halt a key are counted
+// after it. It reports whether the key was paused. It lifts the pause it
 // reads and only that one (the deletion is conditional on the record's
 // revision): a retry after a lost answer, or a Resume racing another
-// operator's, leaves alone a pause set after the one it read.
-func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
+// operator's, leaves alone a pause or halt set after the one it read.
+func (b *Budget) ResumeWith(ctx context.Context, key, reason string) (bool, error) {
 	key, err := controlKey(key)
 	if err != nil {
 		return false, err
 	}
-	pk := b.pauseKey(key)
+	pk, hk := b.pauseKey(key), b.historyHead(key)
 	var lifts int64 // the revision of the pause record this Resume lifts, once read
 	err = b.retryControl(ctx, "resuming "+key, func(actx context.Context) error {
 		if lifts == 0 {
@@ -335,8 +373,26 @@ func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 			}
 			lifts = resp.Kvs[0].ModRevision
 		}
-		_, err := b.kv(actx).Txn(actx).If(clientv3.Compare(clientv3.ModRevision(pk), "=", lifts)).Then(clientv3.OpDelete(pk)).Commit()
-		return err
+		for {
+			st, err := b.readHistory(actx, key, -1)
+			if err != nil {
+				return err
+			}
+			if st.pause == nil || st.pause.ModRevision != lifts {
+				return nil // lifted (by an attempt whose answer was lost, or someone else); a newer pause stands
+			}
+			ops := b.appending(key, st, 0, time.Now().UTC(),
+				historyValue{Record: budget.Record{Kind: budget.RecordResumed, By: b.cfg.Holder, Reason: reason}})
+			resp, err := b.kv(actx).Txn(actx).
+				If(clientv3.Compare(clientv3.ModRevision(pk), "=", lifts), clientv3.Compare(clientv3.ModRevision(hk), "=", st.headRev)).
+				Then(append(ops, clientv3.OpDelete(pk))...).Commit()
+			if err != nil {
+				return err
+			}
+			if resp.Succeeded {
+				return nil
+			}
+		}
 	})
 	if err != nil {
 		return false, err
@@ -347,13 +403,24 @@ func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 // awaitResume waits while key is paused (a pause record of the key, of
 // one of its parts, or of their snaps: budget.PauseScopes): it reports the pause
 // through progress, and returns nil once no pause holds the key, ctx's
-// cause once it ends, or an error wrapping budget.ErrUnavailable
+// cause once it ends (a *HaltedError wrapping it when a halt held the key
+// back), or an error wrapping budget.ErrUnavailable
 // once lost is closed (the slot held meanwhile was lost). It costs one
 // read when the key is not paused. Acquire calls it once it holds its
 // slot, Fence whenever its confirmation found a pause.
 func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct{}, progress func(budget.Wait)) error {
 	scopes := budget.PauseScopes(key)
 	reported := ""
+	var cur *PauseRecord // the pause last read, and its scope
+	var curScope string
+	// halted is the error of a wait that ended with cause while a halt
+	// held the key back: it names the halt and how to lift it.
+	halted := func(cause error) error {
+		if cur == nil || cur.Halt == nil {
+			return cause
+		}
+		return &HaltedError{Key: curScope, Halt: *cur.Halt, Err: cause}
+	}
 	for {
 		var resp *clientv3.TxnResponse
 		err := b.retryControl(ctx, "reading the pause of "+key, func(actx context.Context) (err error) {
@@ -366,7 +433,7 @@ func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				return context.Cause(ctx)
+				return halted(context.Cause(ctx))
 			}
 			return err
 		}
@@ -380,18 +447,20 @@ func (b *Budget) awaitResume(ctx context.Context, key string, lost <-chan struct
 		if kv == nil {
 			return nil
 		}
+		p := pauseOf(kv)
+		cur, curScope = p, scope
 		if reported != scope {
-			var p PauseRecord
-			if json.Unmarshal(kv.Value, &p) != nil {
-				p.By = "?"
-			}
-			b.cfg.Logger.Info("key paused: holding the slot until it is resumed", "key", key, "pause", scope, "by", p.By, "reason", p.Reason)
+			b.cfg.Logger.Info("key paused: holding the slot until it is resumed", "key", key, "pause", scope, "by", p.By, "reason", p.Reason,
+				"halted", p.Halt != nil)
 			if progress != nil {
-				progress(budget.Wait{Key: key, Holders: []string{pausedMessage(key, scope, p)}, Max: b.cfg.Max})
+				progress(budget.Wait{Key: key, Holders: []string{pausedMessage(key, scope, *p)}, Max: b.cfg.Max})
 			}
 			reported = scope
 		}
 		if err := b.watchGone(ctx, string(kv.Key), resp.Header.Revision+1, lost); err != nil {
+			if ctx.Err() != nil {
+				return halted(err)
+			}
 			return err
 		}
 	}
@@ -412,6 +481,9 @@ func pausedMessage(key, scope string, p PauseRecord) string {
 	}
 	if p.Reason != "" {
 		msg += ": " + p.Reason
+	}
+	if p.Halt != nil {
+		msg += "; resume with: " + ResumeCommand(scope)
 	}
 	return msg
 }

@@ -42,7 +42,10 @@ type Event struct {
 	Time time.Time
 	// Kind is "window" (waiting for the window to open), "acquired",
 	// "unbudgeted" (granted without etcd: fail open or no cluster yet),
-	// "failed", "lost" or "released".
+	// "failed", "lost", "released", "recorded" (the slot's act was
+	// appended to the key's history: Act), "record-failed" (it could not
+	// be: Err) or "halted" (that act's failure halted the key: Act,
+	// Halt).
 	Kind string
 	// Key is the budget key.
 	Key string
@@ -58,8 +61,12 @@ type Event struct {
 	// Max is the slot count the Acquire used.
 	Max int
 	// Err is the failure ("failed", "lost", "released" when the release
-	// failed).
+	// failed, "record-failed").
 	Err error
+	// Act is the act recorded ("recorded", "halted", "record-failed").
+	Act *budget.Act
+	// Halt is the key's halt ("halted").
+	Halt *budget.Halt
 }
 
 // Metrics is a snapshot of a Controlled budget's counters and gauges, in
@@ -86,6 +93,11 @@ type Metrics struct {
 	Released, ReleaseFailed uint64
 	// WindowWaits counts Acquires that waited for the window.
 	WindowWaits uint64
+	// Records counts the acts this machine recorded in the keys' history
+	// (Record); RecordFailures the Records that failed.
+	Records, RecordFailures uint64
+	// Halts counts the keys this machine's Records halted.
+	Halts uint64
 	// WaitSeconds is the total time Acquires waited (Acquired+Failed of
 	// them).
 	WaitSeconds float64
@@ -392,6 +404,36 @@ func (s fencingControlledSlot) Fence(ctx context.Context) (budget.Validity, erro
 // MarkReady records that the services are ready again (see
 // budget.Readier).
 func (s fencingControlledSlot) MarkReady(ctx context.Context) error { return s.s.MarkReady(ctx) }
+
+// Record appends act to the key's history and halts the key when act's
+// failure reaches Config.HaltAfter (see the Budget's slot's Record and
+// budget.Recorder), counting and reporting it ("recorded", "halted",
+// "record-failed").
+func (s fencingControlledSlot) Record(ctx context.Context, act budget.Act) (*budget.Halt, error) {
+	h, halted, err := s.s.b.record(ctx, s.s.key, act)
+	act.Key = s.s.key
+	if err != nil {
+		s.c.update(func(m *Metrics) { m.RecordFailures++ })
+		s.c.emit(Event{Kind: "record-failed", Key: s.Key(), Act: &act, Max: s.max, Err: err})
+		return nil, err
+	}
+	s.c.update(func(m *Metrics) {
+		m.Records++
+		if halted {
+			m.Halts++
+		}
+	})
+	s.c.emit(Event{Kind: "recorded", Key: s.Key(), Act: &act, Max: s.max})
+	if halted {
+		s.c.emit(Event{Kind: "halted", Key: s.Key(), Act: &act, Halt: h, Max: s.max})
+	}
+	return h, nil
+}
+
+var (
+	_ budget.Recorder = fencingControlledSlot{}
+	_ budget.Fencer   = fencingControlledSlot{}
+)
 
 func (c *Controlled) wrap(held budget.Slot, max int) budget.Slot {
 	s := &controlledSlot{Slot: held, c: c, since: c.ctl.Clock.Now(), max: max, released: make(chan struct{})}

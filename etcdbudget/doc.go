@@ -253,6 +253,37 @@
 // taken for a deletion nor for "closing". A waiter does the same with the
 // queue.
 //
+// # History and halts
+//
+// A held slot implements budget.Recorder: snapsvc records each budgeted
+// act (its holder, machine, services, snapd's change id with its spawn and
+// ready times, the outcome, the time waited and held) when its outcome is
+// final, and the Budget implements budget.Historian (History, and
+// snapsvc-rollout history KEY). Records live under PREFIX KEY#history/,
+// one key each with no lease, next to a head PREFIX KEY#history-head
+// holding the last sequence number and the failed acts counted since the
+// key's last ready act or resume. Each write of the history (Record,
+// Pause, Resume) is one transaction conditional on the head's revision:
+// concurrent writers of one key are serialised, and a Record whose answer
+// was lost finds its own record (a token stored in it) rather than
+// appending it twice. Retention (Config.HistoryLimit records per key,
+// Config.HistoryAge) is applied by each append, in the same transaction;
+// the age is judged by the records' own times, the writers' clocks, and
+// decides nothing else.
+//
+// When a failed act brings the key's failures to Config.HaltAfter (the
+// first failure by default), the same transaction halts the key: it
+// writes the key's pause record, which carries the budget.Halt (machine,
+// services, change, reason) and has no lease, so it survives the process
+// that wrote it, and a budget.RecordHalted record. A halted key is a paused
+// key: the next holder keeps its slot and its place, its Fence waits until
+// an operator resumes the key (snapsvc-rollout resume KEY), and once its
+// context ends it fails with a *HaltedError, which wraps both
+// budget.ErrPaused and budget.ErrHalted and names the halt and the command
+// that lifts it. Resume lifts a halt as it lifts a pause (only the one it
+// read: a resume retried after a lost answer never lifts a later halt) and
+// records who resumed; failures are counted again from there.
+//
 // # When etcd is unreachable
 //
 // By default the budget fails closed: Acquire keeps trying for

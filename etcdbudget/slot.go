@@ -299,10 +299,15 @@ func (s *slot) fence(ctx context.Context, g gate) (budget.Validity, error) {
 }
 
 // heldBackErr is Fence's error when a wait for a pause or a window ended
-// with err: the slot lost, or ctx ended.
+// with err: the slot lost, or ctx ended (a *HaltedError when a halt held
+// it back).
 func (s *slot) heldBackErr(ctx context.Context, why string, err error) error {
 	if lerr := s.Err(); lerr != nil {
 		return lerr
+	}
+	var he *HaltedError
+	if errors.As(err, &he) {
+		return he // wraps budget.ErrPaused, budget.ErrHalted and the cause; names the halt and the resume
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: %s of %s held back (%s) until the operation's bounds ended: %w", budget.ErrPaused, s.entry, s.key, why, context.Cause(ctx))

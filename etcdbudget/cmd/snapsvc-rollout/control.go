@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/cmd/clistyle"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -26,13 +27,14 @@ var controlIntro = map[string]string{
 	"status": `status shows who holds KEY's slots and since when, who waits (in the order
 they will be served; a waiter kept out only by a vanished holder's
 lock-delay says so), the holders that vanished (lease expired, not released)
-with what they recorded, whether KEY is paused, and the machines taking
-part. --watch prints it again each time it changes in etcd, until Ctrl-C or
+with what they recorded, whether KEY is paused or halted (which machine's
+restart of which change halted it, why, since when, and how to resume it),
+and the machines taking part. --watch prints it again each time it changes in etcd, until Ctrl-C or
 --timeout. -w json prints the etcdbudget.KeyStatus document (--watch: one
 per line), -w table the holders and waiters as a table.`,
 	"list": `list shows every budget key that has anything in etcd under --prefix
-(holders, waiters, a pause, machines that joined), with how many hold and
-wait and whether it is paused. -w table prints a table, -w json a document
+(holders, waiters, a pause or halt, machines that joined, a history), with
+how many hold and wait and whether it is paused or halted. -w table prints a table, -w json a document
 per key status.`,
 	"pause": `pause holds KEY cluster-wide: every machine that reaches the front of KEY's
 queue keeps its place and its slot without restarting until resume; the
@@ -40,15 +42,25 @@ others stay queued. A restart already under way finishes. The pause stays
 until resumed, and records who paused: $SUDO_USER (else $USER) @ the host,
 unless --holder names someone. A pause of a snap (pause k8s) holds every key
 of its services.`,
-	"resume": `resume lifts KEY's pause; the machines go on in queue order.`,
+	"resume": `resume lifts KEY's pause, or its halt (a key halts itself when a restart
+fails: --halt-after); the machines go on in queue order, and failures are
+counted again from here. The history records who resumed ($SUDO_USER, else
+$USER, @ the host, unless --holder names someone) and --reason. A resume
+lifts only the pause or halt it read: retried after a lost answer, it never
+lifts a later one.`,
+	"history": `history shows KEY's history, oldest first: each restart under the budget
+(its machine, services, snapd change, outcome, time waited and held), each
+halt, pause and resume. --limit N shows the last N records. -w table prints
+a table, -w json the records as one JSON array (budget.Record documents).`,
 }
 
 // controlShort is each operator command's one-line summary.
 var controlShort = map[string]string{
-	"status": "Show who holds KEY's slots, who waits, the pause and the machines taking part",
-	"pause":  "Hold every machine at the front of KEY's queue until resume",
-	"resume": "Lift KEY's pause",
-	"list":   "List the budget's keys, with their holders, waiters and pause",
+	"status":  "Show who holds KEY's slots, who waits, the pause and the machines taking part",
+	"pause":   "Hold every machine at the front of KEY's queue until resume",
+	"resume":  "Lift KEY's pause or halt",
+	"list":    "List the budget's keys, with their holders, waiters and pause",
+	"history": "Show KEY's restarts, halts, pauses and resumes, oldest first",
 }
 
 // controlExamples are each operator command's examples.
@@ -57,7 +69,10 @@ var controlExamples = map[string]string{
   snapsvc-rollout status --watch -w table k8s.kube-apiserver
   ETCDCTL_ENDPOINTS=https://10.0.0.1:2379 snapsvc-rollout status -w json k8s`,
 	"pause":  `  snapsvc-rollout pause --reason "CVE-2026-1234 rollback" k8s.kube-apiserver`,
-	"resume": `  snapsvc-rollout resume k8s.kube-apiserver`,
+	"resume": `  snapsvc-rollout resume --reason "bad config reverted" k8s.kube-apiserver`,
+	"history": `  snapsvc-rollout history k8s.kube-apiserver
+  snapsvc-rollout history --limit 20 -w table k8s.kube-apiserver
+  snapsvc-rollout history -w json k8s.kube-apiserver`,
 	"list": `  snapsvc-rollout list
   snapsvc-rollout list -w table --endpoints https://10.0.0.1:2379 --cacert ca.crt`,
 }
@@ -81,6 +96,10 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 		use = "status KEY [--watch] [-w simple|table|json] [flags]"
 	case "list":
 		use = "list [-w simple|table|json] [flags]"
+	case "resume":
+		use = "resume KEY [--reason TEXT] [flags]"
+	case "history":
+		use = "history KEY [--limit N] [-w simple|table|json] [flags]"
 	}
 	c := &cobra.Command{
 		Use:               use,
@@ -104,8 +123,10 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 				err = errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required")
 			case o.timeout < 0 || o.unreachable < 0:
 				err = errors.New("--timeout and --unreachable must not be negative")
-			case o.writeOut == "table" && name != "status" && name != "list":
-				err = fmt.Errorf("--write-out table: for status and list; %s writes simple or json", name)
+			case o.writeOut == "table" && name != "status" && name != "list" && name != "history":
+				err = fmt.Errorf("--write-out table: for status, list and history; %s writes simple or json", name)
+			case o.limit < 0:
+				err = fmt.Errorf("--limit %d: must not be negative", o.limit)
 			}
 			if err != nil {
 				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
@@ -122,6 +143,10 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 	switch name {
 	case "pause":
 		fs.StringVar(&o.reason, "reason", "", "why, shown by status and to the machines held back")
+	case "resume":
+		fs.StringVar(&o.reason, "reason", "", "why, recorded in the key's history")
+	case "history":
+		fs.IntVar(&o.limit, "limit", 0, "show the last `N` records (0: all that are kept)")
 	case "status":
 		fs.BoolVar(&o.watch, "watch", false, "print the status again each time it changes, until Ctrl-C or --timeout")
 	}
@@ -147,8 +172,8 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 	}
 	defer cli.Close()
 	holder := o.holder
-	if holder == "" && cmd == "pause" {
-		holder = operator() // the pause records who paused, not a process
+	if holder == "" && (cmd == "pause" || cmd == "resume") {
+		holder = operator() // the pause and the resume record who, not a process
 	}
 	unreachable := o.dialTimeout
 	if o.unreachable != etcdbudget.DefaultUnreachable && o.unreachable > 0 {
@@ -190,15 +215,43 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		}
 	case "resume":
 		rctx, cancel := request()
-		was, rerr := b.Resume(rctx, key)
+		st, serr := b.Status(rctx, key)
+		var was bool
+		if err = serr; err == nil {
+			was, err = b.ResumeWith(rctx, key, o.reason)
+		}
 		cancel()
-		if err = rerr; err == nil {
-			out = map[string]any{"key": key, "was_paused": was}
+		if err == nil {
+			m := map[string]any{"key": key, "was_paused": was}
+			if st.Halt != nil && was {
+				m["was_halted"] = st.Halt
+			}
+			out = m
 			if !o.jsonOut {
-				if was {
+				switch {
+				case was && st.Halt != nil:
+					fmt.Fprintf(stdout, "%s resumed (it was halted: %s)\n", key, etcdbudget.HaltSummary(*st.Halt))
+				case was:
 					fmt.Fprintf(stdout, "%s resumed\n", key)
-				} else {
+				default:
 					fmt.Fprintf(stdout, "%s was not paused\n", key)
+				}
+			}
+		}
+	case "history":
+		rctx, cancel := request()
+		recs, herr := b.History(rctx, key, o.limit)
+		cancel()
+		if err = herr; err == nil {
+			out = recs
+			switch o.writeOut {
+			case "json":
+			case "table":
+				historyTable(stdout, recs)
+			default:
+				printHistory(stdout, recs)
+				if len(recs) == 0 {
+					fmt.Fprintf(stderr, "no history of %s under %s\n", etcdbudget.Key(key), o.prefix)
 				}
 			}
 		}
@@ -274,7 +327,8 @@ func watchStatus(ctx context.Context, cli *clientv3.Client, b *etcdbudget.Budget
 					// The prefix also matches longer keys ("k8s" and
 					// "k8s.kubelet"): only this key's own records count.
 					rest := strings.TrimPrefix(string(ev.Kv.Key), o.prefix+key)
-					if rest == "" || rest[0] == '/' || rest[0] == '#' {
+					// Its history is not its status.
+					if rest == "" || rest[0] == '/' || (rest[0] == '#' && !strings.HasPrefix(rest, "#history")) {
 						relevant = true
 					}
 				}
@@ -290,6 +344,7 @@ type keySummary struct {
 	Holders int                     `json:"holders"`
 	Waiters int                     `json:"waiters"`
 	Paused  *etcdbudget.PauseRecord `json:"paused,omitempty"`
+	Halt    *budget.Halt            `json:"halt,omitempty"`
 }
 
 // list prints every key of the budget and returns them (for -w json).
@@ -308,20 +363,20 @@ func list(ctx context.Context, b *etcdbudget.Budget, o *options, request func() 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, keySummary{Key: st.Key, Max: st.Max, Holders: len(st.Holders), Waiters: len(st.Waiters), Paused: st.Paused})
+		out = append(out, keySummary{Key: st.Key, Max: st.Max, Holders: len(st.Holders), Waiters: len(st.Waiters), Paused: st.Paused, Halt: st.Halt})
 	}
 	switch o.writeOut {
 	case "json":
 	case "table":
 		rows := [][]string{{"KEY", "MAX", "HOLDERS", "WAITERS", "PAUSED"}}
 		for _, s := range out {
-			rows = append(rows, []string{s.Key, strconv.Itoa(s.Max), strconv.Itoa(s.Holders), strconv.Itoa(s.Waiters), pausedCell(s.Paused)})
+			rows = append(rows, []string{s.Key, strconv.Itoa(s.Max), strconv.Itoa(s.Holders), strconv.Itoa(s.Waiters), pausedCell(s.Key, s.Paused)})
 		}
 		asciiTable(w, rows)
 	default:
 		// etcdctl's simple: one line per item, fields comma-separated.
 		for _, s := range out {
-			fmt.Fprintf(w, "%s, max %d, %d holding, %d waiting, %s\n", s.Key, s.Max, s.Holders, s.Waiters, pausedCell(s.Paused))
+			fmt.Fprintf(w, "%s, max %d, %d holding, %d waiting, %s\n", s.Key, s.Max, s.Holders, s.Waiters, pausedCell(s.Key, s.Paused))
 		}
 		if len(out) == 0 {
 			fmt.Fprintf(stderr, "no budget keys under %s\n", o.prefix)
@@ -330,9 +385,14 @@ func list(ctx context.Context, b *etcdbudget.Budget, o *options, request func() 
 	return out, nil
 }
 
-func pausedCell(p *etcdbudget.PauseRecord) string {
-	if p == nil {
+// pausedCell says whether key is paused, by whom, or halted, by which
+// restart, and how to resume it.
+func pausedCell(key string, p *etcdbudget.PauseRecord) string {
+	switch {
+	case p == nil:
 		return "not paused"
+	case p.Halt != nil:
+		return fmt.Sprintf("HALTED since %s: %s; resume with: %s", p.Halt.Since.Format(time.RFC3339), etcdbudget.HaltSummary(*p.Halt), etcdbudget.ResumeCommand(key))
 	}
 	return "paused by " + p.By
 }
@@ -355,7 +415,7 @@ func statusTable(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
 	add("waiter", st.Waiters)
 	add("vanished", st.Vanished)
 	asciiTable(w, rows)
-	fmt.Fprintf(w, "max %d, %s\n", st.Max, pausedCell(st.Paused))
+	fmt.Fprintf(w, "max %d, %s\n", st.Max, pausedCell(st.Key, st.Paused))
 }
 
 // asciiTable writes rows (the first the header) as etcdctl's -w table
@@ -425,7 +485,11 @@ func printStatus(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
 		fmt.Fprintf(w, " (max-unavailable %s of %d machines, resolved by %s)", st.Pinned.Spec, st.Pinned.Participants, st.Pinned.By)
 	}
 	fmt.Fprintln(w)
-	if st.Paused != nil {
+	if h := st.Halt; h != nil {
+		fmt.Fprintf(w, "HALTED:   since %s, after %d failed restart(s): %s\n", h.Since.Format(time.RFC3339), h.Failures, etcdbudget.HaltSummary(*h))
+		fmt.Fprintf(w, "          halted by %s; no machine restarts under this key until it is resumed\n", h.Holder)
+		fmt.Fprintf(w, "          resume with: %s\n", etcdbudget.ResumeCommand(st.Key))
+	} else if st.Paused != nil {
 		fmt.Fprintf(w, "paused:   by %s since %s%s\n", st.Paused.By, st.Paused.Since.Format(time.RFC3339), reasonSuffix(st.Paused.Reason))
 	} else {
 		fmt.Fprintln(w, "paused:   no")
@@ -474,4 +538,58 @@ func entryNote(e etcdbudget.Entry, now time.Time) string {
 		return ""
 	}
 	return "\t" + strings.Join(notes, "; ")
+}
+
+// printHistory writes records for people, one line each.
+func printHistory(w io.Writer, recs []budget.Record) {
+	for _, r := range recs {
+		fmt.Fprintf(w, "#%d %s %s\n", r.Seq, r.Time.Format(time.RFC3339), describeRecord(r))
+	}
+}
+
+// describeRecord is a history record in words.
+func describeRecord(r budget.Record) string {
+	switch {
+	case r.Kind == budget.RecordAct && r.Act != nil:
+		a := r.Act
+		who := a.Machine
+		if who == "" {
+			who = a.Holder
+		}
+		msg := fmt.Sprintf("%s: %s's %s of %s", a.Outcome, who, a.Action, strings.Join(a.Services, ", "))
+		if a.Change != "" {
+			msg += " (change " + a.Change + ")"
+		}
+		msg += fmt.Sprintf(", waited %s, held %s", a.Waited.Round(time.Millisecond), a.Held.Round(time.Millisecond))
+		if a.Reason != "" {
+			msg += ": " + a.Reason
+		}
+		return msg
+	case r.Kind == budget.RecordHalted && r.Halt != nil:
+		return fmt.Sprintf("HALTED after %d failed restart(s): %s", r.Halt.Failures, etcdbudget.HaltSummary(*r.Halt))
+	case r.Kind == budget.RecordPaused, r.Kind == budget.RecordResumed:
+		return string(r.Kind) + " by " + r.By + reasonSuffix(r.Reason)
+	}
+	return fmt.Sprintf("%s %s", r.Kind, r.Reason)
+}
+
+// historyTable writes records as a table (etcdctl's -w table).
+func historyTable(w io.Writer, recs []budget.Record) {
+	rows := [][]string{{"SEQ", "TIME", "KIND", "MACHINE", "SERVICES", "CHANGE", "OUTCOME", "WAITED", "HELD", "NOTE"}}
+	for _, r := range recs {
+		row := []string{strconv.FormatInt(r.Seq, 10), r.Time.Format(time.RFC3339), string(r.Kind), "", "", "", "", "", "", ""}
+		switch {
+		case r.Act != nil:
+			a := r.Act
+			row[3], row[4], row[5], row[6] = a.Machine, strings.Join(a.Services, ","), a.Change, string(a.Outcome)
+			row[7], row[8], row[9] = a.Waited.Round(time.Millisecond).String(), a.Held.Round(time.Millisecond).String(), a.Reason
+		case r.Halt != nil:
+			row[3], row[4], row[5] = r.Halt.Machine, strings.Join(r.Halt.Services, ","), r.Halt.Change
+			row[9] = fmt.Sprintf("after %d failed restart(s): %s", r.Halt.Failures, r.Halt.Reason)
+		default:
+			row[9] = "by " + r.By + reasonSuffix(r.Reason)
+		}
+		rows = append(rows, row)
+	}
+	asciiTable(w, rows)
 }

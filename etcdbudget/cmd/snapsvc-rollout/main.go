@@ -45,7 +45,15 @@
 // a slot), --holder (default "HOSTNAME pid PID"), --prefix, --ready-url,
 // --ready-ca, --ready-cert, --ready-key, --ready-insecure,
 // --ready-interval, --ready-timeout, --settle, --reload, --socket, --json,
-// --timeout, --version, --help.
+// --timeout, --version, --help, --halt-after (failed restarts of a key,
+// counted since its last good one or resume, that halt it: no machine
+// restarts under it until `snapsvc-rollout resume KEY`; default 1,
+// negative: never), --admit-command (a shell command asked, once the slot
+// is held and right before restarting, whether the cluster may lose this
+// machine's services now: exit 0 admits, otherwise its first output line
+// says why not, and it is asked again with backoff, the slot kept),
+// --admit-url (the same as a URL: 2xx admits; --admit-ca,
+// --admit-insecure).
 //
 // Operator commands, with the same etcd flags:
 //
@@ -54,7 +62,10 @@
 //	                               who holds the key's slots (since when), who waits, in order
 //	snapsvc-rollout pause KEY [--reason TEXT]
 //	                               hold every machine at the front of the queue until resumed
-//	snapsvc-rollout resume KEY
+//	snapsvc-rollout resume KEY [--reason TEXT]
+//	                               lift the key's pause or halt
+//	snapsvc-rollout history KEY [--limit N]
+//	                               the key's restarts, halts, pauses and resumes, oldest first
 //
 // And, as every binary of the project (github.com/snapsvc/snapsvc/cmd/clistyle):
 // GNU-style flags anywhere among the arguments ("--" ends them), help on
@@ -93,6 +104,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/cmd/clistyle"
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/probe"
@@ -136,6 +148,10 @@ type options struct {
 	ttl, unreachable, maxWait, settle, timeout  time.Duration
 	readyInterval, readyTimeout                 time.Duration
 	names                                       []string
+	limit                                       int // history --limit
+	haltAfter                                   int
+	admitCommand, admitURL, admitCA             string
+	admitInsecure                               bool
 }
 
 // etcdFlags are the flags every command shares: etcdctl's, with its
@@ -152,7 +168,7 @@ func etcdFlags(fs *pflag.FlagSet, o *options) {
 	fs.StringVar(&o.etcdPassword, "password", "", "etcd user's `PASSWORD` ($ETCDCTL_PASSWORD)")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", 2*time.Second, "give up connecting to etcd after this, as etcdctl ($ETCDCTL_DIAL_TIMEOUT)")
 	fs.DurationVar(&o.commandTimeout, "command-timeout", 5*time.Second, "give up an etcd request after this, as etcdctl ($ETCDCTL_COMMAND_TIMEOUT)")
-	fs.StringVarP(&o.writeOut, "write-out", "w", "simple", "output `FORMAT`: simple, table (status, list) or json ($ETCDCTL_WRITE_OUT)")
+	fs.StringVarP(&o.writeOut, "write-out", "w", "simple", "output `FORMAT`: simple, table (status, list, history) or json ($ETCDCTL_WRITE_OUT)")
 	for _, a := range [][2]string{{"etcd-ca", "cacert"}, {"etcd-cert", "cert"}, {"etcd-key", "key"}, {"etcd-user", "user"}, {"etcd-password", "password"}} {
 		f := fs.Lookup(a[1])
 		fs.Var(f.Value, a[0], f.Usage)
@@ -241,9 +257,9 @@ wins over its variable.`
 // rolloutExits are the rollout's exit codes.
 var rolloutExits = clistyle.ExitCodes{
 	{Code: exitOK, Text: "done, and the services are ready again"},
-	{Code: exitFailed, Text: "the restart failed, the service did not become ready in --ready-timeout, or the slot was lost mid-restart: check the service before running again"},
+	{Code: exitFailed, Text: "the restart failed, the service did not become ready in --ready-timeout, or the slot was lost mid-restart: check the service before running again; or the key is halted (nothing was restarted: see status, then resume)"},
 	{Code: exitUsage, Text: "usage error, or etcd refused the client (certificates, credentials)"},
-	{Code: exitRetryable, Text: "retryable, nothing was restarted: etcd unreachable, no slot within --max-wait, snapd unreachable or busy, the key still paused when --timeout ended"},
+	{Code: exitRetryable, Text: "retryable, nothing was restarted: etcd unreachable, no slot within --max-wait, snapd unreachable or busy, the key still paused or the admission check still refusing when --timeout ended"},
 	{Code: exitInterrupted, Text: "interrupted (Ctrl-C, SIGTERM)"},
 }
 
@@ -315,11 +331,16 @@ func (r *runner) newRoot() *cobra.Command {
 	fs.DurationVar(&o.settle, "settle", 0, "keep the slot this long after the service is ready")
 	fs.BoolVar(&o.reload, "reload", false, "reload services that support it instead of restarting")
 	fs.StringVar(&o.socket, "socket", "", "snapd's socket `PATH` (default /run/snapd.socket, or snapctl inside a snap)")
+	fs.IntVar(&o.haltAfter, "halt-after", budget.DefaultHaltAfter, "`N` failed restarts of a key (since its last good one or resume) halt it: no machine restarts under it until resumed (negative: never)")
+	fs.StringVar(&o.admitCommand, "admit-command", "", "shell `COMMAND` asked before restarting, slot held: exit 0 admits, else its first output line is why not, asked again with backoff")
+	fs.StringVar(&o.admitURL, "admit-url", "", "admission `URL` asked before restarting, slot held: 2xx admits, else asked again with backoff")
+	fs.StringVar(&o.admitCA, "admit-ca", "", "CA bundle `FILE` for the admission URL")
+	fs.BoolVar(&o.admitInsecure, "admit-insecure", false, "do not verify the admission URL's certificate")
 	fs.DurationVar(&o.timeout, "timeout", 0, "bound on the whole command (0: none)")
-	for _, name := range []string{"ready-ca", "ready-cert", "ready-key", "socket"} {
+	for _, name := range []string{"ready-ca", "ready-cert", "ready-key", "socket", "admit-ca"} {
 		fs.SetAnnotation(name, cobra.BashCompFilenameExt, nil)
 	}
-	root.AddCommand(r.controlCmd("status"), r.controlCmd("pause"), r.controlCmd("resume"), r.controlCmd("list"), versionCmd())
+	root.AddCommand(r.controlCmd("status"), r.controlCmd("pause"), r.controlCmd("resume"), r.controlCmd("list"), r.controlCmd("history"), versionCmd())
 	for _, c := range root.Commands() {
 		c.DisableFlagsInUseLine = true // their Use lists their flags
 	}
@@ -496,6 +517,12 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 		if ev.Err != nil {
 			m["error"] = ev.Err.Error()
 		}
+		if ev.Act != nil {
+			m["act"] = ev.Act
+		}
+		if ev.Halt != nil {
+			m["halt"] = ev.Halt
+		}
 		json.NewEncoder(p.stdout).Encode(m)
 		return
 	}
@@ -515,6 +542,15 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 		fmt.Fprintf(p.stderr, "%s cannot confirm %s is still ours; not restarting: %v\n", ts, ev.Key, ev.Err)
 	case "lost":
 		fmt.Fprintf(p.stderr, "%s LOST %s: %v\n", ts, ev.Key, ev.Err)
+	case "admission-refused":
+		fmt.Fprintf(p.stderr, "%s admission check refused %s, keeping the slot and asking again: %v\n", ts, ev.Key, ev.Err)
+	case "record-failed":
+		fmt.Fprintf(p.stderr, "%s could not record the restart in %s's history: %v\n", ts, ev.Key, ev.Err)
+	case "halted":
+		if ev.Halt != nil {
+			fmt.Fprintf(p.stderr, "%s HALTED %s after %d failed restart(s): %s; no machine restarts under it until: %s\n",
+				ts, ev.Key, ev.Halt.Failures, etcdbudget.HaltSummary(*ev.Halt), etcdbudget.ResumeCommand(ev.Key))
+		}
 	}
 }
 
@@ -574,8 +610,12 @@ func rollout(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		if o.window != "" {
 			ctl.Window, _ = etcdbudget.ParseWindow(o.window)
 		}
+		haltAfter := o.haltAfter
+		if haltAfter == 0 {
+			haltAfter = budget.DefaultHaltAfter
+		}
 		b, err := etcdbudget.NewControlled(etcdbudget.Config{Client: cli, Prefix: o.prefix, TTL: o.ttl,
-			Holder: o.holder, Unreachable: o.unreachable, FailOpen: o.failOpen, LegacyKeys: legacyKeysOf(o)}, ctl)
+			Holder: o.holder, Unreachable: o.unreachable, FailOpen: o.failOpen, LegacyKeys: legacyKeysOf(o), HaltAfter: haltAfter}, ctl)
 		if err != nil {
 			return p.fail(err, exitUsage)
 		}
@@ -593,6 +633,11 @@ func rollout(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			ready := &probe.HTTP{URL: o.readyURL, CAFile: o.readyCA, CertFile: o.readyCert, KeyFile: o.readyKey, InsecureSkipVerify: o.readyInsecure}
 			bopts.Ready = func(string) probe.Probe { return ready }
 		}
+		admit, err := admission(o)
+		if err != nil {
+			return p.fail(err, exitUsage)
+		}
+		bopts.Admit = admit
 		copts = append(copts, snapsvc.WithRestartBudget(b, bopts))
 	}
 	c, err := snapsvc.New(copts...)
