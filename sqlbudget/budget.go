@@ -31,6 +31,11 @@ const (
 	// DefaultReleaseRetry is how long a slot whose release failed is
 	// still kept alive, so that a retried Release hands it over at once.
 	DefaultReleaseRetry = time.Minute
+	// DefaultHistoryLimit is Config.HistoryLimit's default: records kept
+	// per key.
+	DefaultHistoryLimit = 1000
+	// DefaultHistoryAge is Config.HistoryAge's default: 30 days.
+	DefaultHistoryAge = 30 * 24 * time.Hour
 )
 
 // Config configures a Budget.
@@ -119,6 +124,26 @@ type Config struct {
 	// SkipMigrate: the application applies SchemaUpdates itself; the
 	// budget does not create its tables.
 	SkipMigrate bool
+	// HaltAfter is how many failed acts of a key (budget.OutcomeFailed),
+	// counted since its last ready act (budget.OutcomeReady) or its last
+	// resume, halt it: the Record of the failure that reaches it pauses
+	// the key with the budget.Halt, in the same transaction, and no
+	// holder's Fence lets it act until an operator resumes it (Resume).
+	// 0 means budget.DefaultHaltAfter (the first failure halts);
+	// negative: never halt, keep the history only. Each participant's
+	// Record applies its own: give every participant of a key the same.
+	HaltAfter int
+	// HistoryLimit is how many records of a key's history are kept
+	// (default DefaultHistoryLimit); each Record removes the oldest
+	// beyond it.
+	HistoryLimit int
+	// HistoryAge is how long a key's records are kept (default
+	// DefaultHistoryAge; negative: no bound by age), judged by the
+	// records' times (the database's clock). It is housekeeping only: no
+	// decision reads it, and the key's newest record, which carries its
+	// count of failures, is always kept, so a step of the database's clock
+	// never changes whether a key halts.
+	HistoryAge time.Duration
 	// OnEvent, when set, receives what the budget does (for logs and
 	// metrics). It is called synchronously and must not block.
 	OnEvent func(Event)
@@ -224,6 +249,18 @@ func New(cfg Config) (*Budget, error) {
 	}
 	if cfg.Poll > cfg.TTL/3 {
 		return nil, fmt.Errorf("sqlbudget: Poll %s must be at most TTL/3 (waiters renew their rows while polling)", cfg.Poll)
+	}
+	if cfg.HaltAfter == 0 {
+		cfg.HaltAfter = budget.DefaultHaltAfter
+	}
+	if cfg.HistoryLimit == 0 {
+		cfg.HistoryLimit = DefaultHistoryLimit
+	}
+	if cfg.HistoryLimit < 0 {
+		return nil, fmt.Errorf("sqlbudget: HistoryLimit %d is negative", cfg.HistoryLimit)
+	}
+	if cfg.HistoryAge == 0 {
+		cfg.HistoryAge = DefaultHistoryAge
 	}
 	if cfg.Holder == "" {
 		cfg.Holder = DefaultHolder()

@@ -3,6 +3,7 @@ package sqlbudget
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -24,6 +25,8 @@ const (
 	EventLost           = "lost"             // a held slot was lost (Err, Held)
 	EventReleased       = "released"         // a slot was given back (Held)
 	EventReleaseFailed  = "release-failed"   // a Release failed (Err); a retry tries again
+	EventRecorded       = "recorded"         // a slot's act was appended to its key's history (Act)
+	EventHalted         = "halted"           // a Record's failure halted its key (Act, Halt, Err: a *HaltedError)
 )
 
 // Event is a step of a Budget, for logs and metrics (the counterpart of
@@ -47,8 +50,13 @@ type Event struct {
 	Held time.Duration
 	// Max is the key's slot count as resolved.
 	Max int
-	// Err is the failure, or the pause ("paused").
+	// Err is the failure, or the pause ("paused"), or the halt
+	// ("halted").
 	Err error
+	// Act is the act recorded ("recorded", "halted").
+	Act *budget.Act
+	// Halt is the key's halt ("halted").
+	Halt *budget.Halt
 }
 
 // Metrics is a snapshot of a Budget's counters and gauges, in the shape a
@@ -80,6 +88,9 @@ type Metrics struct {
 	// DelayedTakeovers counts slots taken after waiting behind a vanished
 	// holder's lock-delay.
 	DelayedTakeovers uint64
+	// Records counts acts this Budget's slots appended to the history;
+	// Halts the halts their failures wrote.
+	Records, Halts uint64
 	// Transactions counts transaction attempts; TxFailures the failed
 	// ones.
 	Transactions, TxFailures uint64
@@ -150,10 +161,14 @@ type Entry struct {
 // PauseRecord is a key's pause.
 type PauseRecord struct {
 	// By is who paused the key; Since when (database clock); Reason the
-	// operator's note.
+	// operator's note. For a halt, By is the holder whose failure halted
+	// the key and Reason says which act failed and why.
 	By     string    `json:"by"`
 	Since  time.Time `json:"since"`
 	Reason string    `json:"reason,omitempty"`
+	// Halt is set when the pause is a halt: the budget paused the key
+	// itself after failed acts (Config.HaltAfter).
+	Halt *budget.Halt `json:"halt,omitempty"`
 }
 
 // KeyStatus is what the database says about a key, read in one
@@ -175,6 +190,11 @@ type KeyStatus struct {
 	Vanished []Entry `json:"vanished,omitempty"`
 	// Paused is the key's pause, nil when not paused.
 	Paused *PauseRecord `json:"paused,omitempty"`
+	// Halt is the key's halt, nil when not halted: the key paused itself
+	// after failed acts (Config.HaltAfter), and no holder acts on it
+	// until an operator resumes it (Resume). Paused is then the halt's
+	// pause.
+	Halt *budget.Halt `json:"halt,omitempty"`
 	// Now is the database's clock at the read (for humans).
 	Now time.Time `json:"now"`
 }
@@ -245,6 +265,9 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 			}
 		}
 		st.Paused, err = readPause(ctx, tx, key)
+		if st.Paused != nil {
+			st.Halt = st.Paused.Halt
+		}
 		return err
 	})
 	b.obs.record(read, time.Now())
@@ -254,7 +277,8 @@ func (b *Budget) Status(ctx context.Context, key string) (*KeyStatus, error) {
 func readPause(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, error) {
 	var p PauseRecord
 	var since int64
-	err := tx.QueryRowContext(ctx, `SELECT by, since, reason FROM snapsvc_budget_pauses WHERE key = ?`, key).Scan(&p.By, &since, &p.Reason)
+	var halt string
+	err := tx.QueryRowContext(ctx, `SELECT by, since, reason, halt FROM snapsvc_budget_pauses WHERE key = ?`, key).Scan(&p.By, &since, &p.Reason, &halt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -262,33 +286,49 @@ func readPause(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, error
 		return nil, err
 	}
 	p.Since = msTime(since)
+	p.setHalt(key, halt)
 	return &p, nil
+}
+
+// setHalt decodes a pause row's halt column (empty for an operator's pause).
+// A halt that cannot be decoded still halts: its pause stands, with the
+// row's reason.
+func (p *PauseRecord) setHalt(key, raw string) {
+	if raw == "" {
+		return
+	}
+	var h budget.Halt
+	if err := json.Unmarshal([]byte(raw), &h); err != nil {
+		h = budget.Halt{Key: key, Holder: p.By, Reason: p.Reason, Since: p.Since}
+	}
+	p.Halt = &h
 }
 
 // pauseHolding returns the pause that holds key back, nil for none: the
 // key's own, or else one of its parts' or their snaps'
 // (budget.PauseScopes, in that order), as etcdbudget reads it. It is one
-// query.
+// query. A halt is a pause (PauseRecord.Halt set).
 func pauseHolding(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, error) {
 	scopes := budget.PauseScopes(key)
 	args := make([]any, len(scopes))
 	for i, sc := range scopes {
 		args[i] = sc
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT key, by, since, reason FROM snapsvc_budget_pauses WHERE key IN (?`+strings.Repeat(", ?", len(scopes)-1)+`)`, args...)
+	rows, err := tx.QueryContext(ctx, `SELECT key, by, since, reason, halt FROM snapsvc_budget_pauses WHERE key IN (?`+strings.Repeat(", ?", len(scopes)-1)+`)`, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	found := map[string]*PauseRecord{}
 	for rows.Next() {
-		var k string
+		var k, halt string
 		var since int64
 		var p PauseRecord
-		if err := rows.Scan(&k, &p.By, &since, &p.Reason); err != nil {
+		if err := rows.Scan(&k, &p.By, &since, &p.Reason, &halt); err != nil {
 			return nil, err
 		}
 		p.Since = msTime(since)
+		p.setHalt(k, halt)
 		found[k] = &p
 	}
 	if err := rows.Err(); err != nil {
@@ -306,8 +346,9 @@ func pauseHolding(ctx context.Context, tx *sql.Tx, key string) (*PauseRecord, er
 // holding its slot, until the key is resumed (so no holder acts), and
 // every Acquire that takes a slot keeps it without returning; the
 // machines behind stay queued in order. A restart already sent is not
-// interrupted. Pausing a paused key keeps the first record and returns
-// it.
+// interrupted. Pausing a paused (or halted) key keeps the first record
+// and returns it. The pause is appended to the key's history (a
+// "paused" record: by this Budget's Holder, with reason).
 func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, error) {
 	key, err := normaliseKey(key)
 	if err != nil {
@@ -320,8 +361,21 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO snapsvc_budget_pauses (key, by, since, reason, token) VALUES (?, ?, ?, ?, ?)`, key, b.cfg.Holder, now, reason, token); err != nil {
+		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO snapsvc_budget_pauses (key, by, since, reason, token) VALUES (?, ?, ?, ?, ?)`, key, b.cfg.Holder, now, reason, token)
+		if err != nil {
 			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			failures, err := lastFailures(ctx, tx, key)
+			if err != nil {
+				return err
+			}
+			if _, err := b.appendRecord(ctx, tx, now, histRow{key: key, kind: string(budget.RecordPaused), token: "pause:" + token,
+				by: b.cfg.Holder, reason: reason, failures: failures}); err != nil {
+				return err
+			}
 		}
 		p, err = readPause(ctx, tx, key)
 		return err
@@ -329,30 +383,56 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 	return p, err
 }
 
-// Resume lifts key's pause; the holders it held back act, in queue order.
-// It reports whether the key was paused. It lifts the pause it finds and
-// only that one: a retry after a commit whose answer was lost, or a
-// Resume racing another operator's, leaves alone a pause set after the
-// one it read (by someone else, meanwhile).
+// Resume lifts key's pause, or its halt; the holders it held back act, in
+// queue order. It reports whether the key was paused. It lifts the pause
+// it finds and only that one: a retry after a commit whose answer was
+// lost, or a Resume racing another operator's, leaves alone a pause (or
+// a halt) set after the one it read (by someone else, meanwhile). The
+// resume is appended to the key's history (a "resumed" record: by this
+// Budget's Holder, its reason naming what it lifted), and the key's
+// failures are counted afresh from it (Config.HaltAfter).
 func (b *Budget) Resume(ctx context.Context, key string) (bool, error) {
 	key, err := normaliseKey(key)
 	if err != nil {
 		return false, err
 	}
 	var lifts *string // the token of the pause this Resume lifts, once read
+	var what string   // what it lifts, for the history
+	token := newToken()
 	err = b.tx(ctx, b.cfg.Unreachable, "resuming "+key, func(ctx context.Context, tx *sql.Tx) error {
 		if lifts == nil {
-			var token string
-			err := tx.QueryRowContext(ctx, `SELECT token FROM snapsvc_budget_pauses WHERE key = ?`, key).Scan(&token)
+			var p PauseRecord
+			var ptoken, halt string
+			err := tx.QueryRowContext(ctx, `SELECT token, by, reason, halt FROM snapsvc_budget_pauses WHERE key = ?`, key).Scan(&ptoken, &p.By, &p.Reason, &halt)
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil // not paused
 			}
 			if err != nil {
 				return err
 			}
-			lifts = &token
+			p.setHalt(key, halt)
+			lifts = &ptoken
+			what = "lifted the pause by " + p.By
+			if p.Halt != nil {
+				what = "lifted the halt"
+			}
+			if p.Reason != "" {
+				what += " (" + p.Reason + ")"
+			}
 		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_pauses WHERE key = ? AND token = ?`, key, *lifts)
+		now, err := dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_pauses WHERE key = ? AND token = ?`, key, *lifts)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err // lifted already (this Resume's answer was lost), or by someone else
+		}
+		_, err = b.appendRecord(ctx, tx, now, histRow{key: key, kind: string(budget.RecordResumed), token: "resume:" + token,
+			by: b.cfg.Holder, reason: what})
 		return err
 	})
 	return lifts != nil, err

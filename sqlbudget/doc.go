@@ -189,6 +189,34 @@
 // leaving and never admits more than the share of the members of that
 // moment.
 //
+// # Halt and history
+//
+// A slot is a budget.Recorder: snapsvc records each hold's act (what it
+// restarted, snapd's change id and times, the readiness outcome, how long
+// it waited and held) with Record, in one transaction that appends it to
+// the key's history (snapsvc_budget_history), trims that history
+// (Config.HistoryLimit, HistoryAge) and, when the act failed and the
+// key's failed acts since its last ready act or resume reach
+// Config.HaltAfter (default budget.DefaultHaltAfter: the first failure),
+// halts the key: a pause row carrying the budget.Halt (the machine, the
+// services, the change, the reason), and a "halted" record. A halted key
+// is a paused key: every Fence waits, holding its slot, and every Acquire
+// that takes a slot keeps it without returning, until an operator
+// resumes the key (Resume); when their context ends first their errors
+// (*HaltedError) wrap budget.ErrPaused and budget.ErrHalted, name the
+// halt and say how to lift it. The halt is in the database: it survives
+// the process that wrote it, and two failures recorded at once by two
+// holders halt the key once (the count and the halt are read and written
+// in one transaction). Each record carries the key's count of failures,
+// read from the newest one, which retention never removes: the bounds
+// keep the history small and decide nothing. Pause and Resume are
+// recorded too; a Resume lifts a halt as it lifts a pause (the very one
+// it read), and the failures are counted afresh from it. The Budget is a
+// budget.Historian (History: a key's records, oldest first), Status shows
+// the halt (KeyStatus.Halt), Keys lists every key with rows, a pause, a
+// halt or a history; EventRecorded and EventHalted, and Metrics.Records
+// and Metrics.Halts, count what this Budget's slots recorded.
+//
 // # Keys
 //
 // Keys take the canonical form etcdbudget uses: "+"-joined parts sorted
@@ -209,5 +237,9 @@
 // (ErrBudgetRefused) rather than keep a budget of their own beside it.
 // Upgrade a fleet by upgrading every member: those not yet upgraded
 // refuse to restart (retrying cannot help until they are), none restarts
-// beside the others unbudgeted.
+// beside the others unbudgeted. Version 5 (the history and the halt) is
+// refused the same way by members on version 4: they read the version at
+// every transaction, find it newer than they know and refuse
+// (*SchemaError): during a rolling upgrade they fail closed, and none
+// restarts ignoring a halt.
 package sqlbudget

@@ -50,6 +50,35 @@ import (
 //	    token       TEXT (version 2): random, one per Pause, so that a
 //	                Resume lifts the very pause it read and no later one
 //	                ('' for a pause set before version 2)
+//	    halt        TEXT (version 5): a pause the budget set itself (a
+//	                halt, Config.HaltAfter), the JSON of its budget.Halt;
+//	                '' for an operator's pause
+//	snapsvc_budget_history   (version 5) every key's history: budgeted acts,
+//	    halts, pauses and resumes (budget.Record), appended only
+//	    id          INTEGER PRIMARY KEY AUTOINCREMENT: the order of the
+//	                key's records (budget.Record.Seq)
+//	    key         the canonical budget key
+//	    kind        "act", "halted", "paused", "resumed" (budget.RecordKind)
+//	    token       TEXT UNIQUE: random, one per record written, so a
+//	                retried transaction (a Record whose answer was lost)
+//	                finds the record it made and appends nothing
+//	    time        milliseconds since the Unix epoch by the database's
+//	                clock, for humans (and HistoryAge's housekeeping): no
+//	                decision reads it
+//	    holder, machine, action, services (a JSON array), change_id,
+//	    spawn, ready (RFC 3339 with nanoseconds, as snapd recorded them;
+//	    '' unknown), outcome, reason, waited_ns, held_ns  an act's
+//	                budget.Act
+//	    by          who paused or resumed (reason: the operator's note)
+//	    halt        a "halted" record's budget.Halt (JSON)
+//	    failures    the key's failed acts since its last ready act or
+//	                resume, as of this record: Record reads it from the
+//	                key's newest record, which retention never removes, so
+//	                what retention removes never changes whether a key
+//	                halts
+//	  index snapsvc_budget_history_key (key, id): History reads a key's
+//	  newest records, Record the newest one and retention the oldest,
+//	  through it
 //
 // Version 4 moved the rows from snapsvc_budget_entries (versions 1 to 3,
 // whose expiry compared the database's clock) to snapsvc_budget_slots
@@ -59,11 +88,23 @@ import (
 // one. A schema that changes what decides a grant or an expiry is renamed
 // so again.
 //
+// Version 5 adds the history and the halt without renaming a table: a
+// member still running an earlier sqlbudget (version 4) reads the
+// version at its next transaction, finds 5, newer than it knows, and
+// refuses (*SchemaError, budget.ErrRefused) at once, Config.SkipMigrate
+// or not. During a rolling upgrade the members not yet upgraded refuse
+// to restart (they fail closed: none restarts unbudgeted, and none
+// restarts without the halt the upgraded ones obey) until they run this
+// sqlbudget; their slots' rows expire and hand over as a crashed
+// holder's would. Rows queued or held and pauses set before the
+// migration are kept as they are (a pause is an operator's: its halt
+// is empty).
+//
 // Migrations are idempotent (each is applied only if its version row is
 // missing, in the transaction that inserts that row), so a transaction
 // that is retried, or two machines migrating at once, end with the same
 // schema.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migratedLease is the lease of a row carried over from a schema before
 // version 4: its holder, on an earlier sqlbudget, can no longer renew it
@@ -132,6 +173,30 @@ var migrations = []string{
 			CASE WHEN acted IS NOT NULL AND ready >= acted THEN 1 ELSE 0 END, lock_delay, since, expires, granted, acted, ready
 		FROM snapsvc_budget_entries;
 	DROP TABLE snapsvc_budget_entries;`,
+	// 5: the history of every key, and the halt a pause may carry.
+	`CREATE TABLE IF NOT EXISTS snapsvc_budget_history (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		key TEXT NOT NULL,
+		kind TEXT NOT NULL,
+		token TEXT NOT NULL UNIQUE,
+		time INTEGER NOT NULL,
+		holder TEXT NOT NULL DEFAULT '',
+		machine TEXT NOT NULL DEFAULT '',
+		action TEXT NOT NULL DEFAULT '',
+		services TEXT NOT NULL DEFAULT '',
+		change_id TEXT NOT NULL DEFAULT '',
+		spawn TEXT NOT NULL DEFAULT '',
+		ready TEXT NOT NULL DEFAULT '',
+		outcome TEXT NOT NULL DEFAULT '',
+		reason TEXT NOT NULL DEFAULT '',
+		waited_ns INTEGER NOT NULL DEFAULT 0,
+		held_ns INTEGER NOT NULL DEFAULT 0,
+		by TEXT NOT NULL DEFAULT '',
+		halt TEXT NOT NULL DEFAULT '',
+		failures INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX IF NOT EXISTS snapsvc_budget_history_key ON snapsvc_budget_history (key, id);
+	ALTER TABLE snapsvc_budget_pauses ADD COLUMN halt TEXT NOT NULL DEFAULT '';`,
 }
 
 // SchemaUpdates returns the schema's migrations as functions of the shape

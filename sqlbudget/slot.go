@@ -202,6 +202,7 @@ func (s *slot) Fence(ctx context.Context) (budget.Validity, error) {
 	call := time.Now()
 	b := s.b
 	reported := false
+	var last *PauseRecord // the pause (or halt) seen at the last look
 	for {
 		if err := s.Err(); err != nil {
 			return budget.Validity{}, err
@@ -254,12 +255,13 @@ func (s *slot) Fence(ctx context.Context) (budget.Validity, error) {
 			return budget.Validity{}, s.Err()
 		case err == nil && st.paused != nil:
 			s.renewedAt(sent)
+			last = st.paused
 			if !reported {
 				reported = true
 				b.count(func(m *Metrics) { m.PauseWaits++ })
-				b.emit(Event{Kind: EventPaused, Key: s.key, Err: fmt.Errorf("paused by %s: %s", st.paused.By, st.paused.Reason)})
+				b.emit(Event{Kind: EventPaused, Key: s.key, Err: pauseNote(st.paused), Halt: st.paused.Halt})
 			}
-			if err := s.waitPoll(ctx); err != nil {
+			if err := s.waitPoll(ctx, st.paused); err != nil {
 				return budget.Validity{}, err
 			}
 			continue
@@ -273,8 +275,8 @@ func (s *slot) Fence(ctx context.Context) (budget.Validity, error) {
 			return budget.Validity{}, err
 		case ctx.Err() != nil && reported:
 			// The key was paused at the last look and ctx ended while
-			// looking again: nothing was sent, the pause is why.
-			return budget.Validity{}, fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", budget.ErrPaused, s.key, context.Cause(ctx))
+			// looking again: nothing was sent, the pause (or halt) is why.
+			return budget.Validity{}, pausedError(s.key, last, context.Cause(ctx))
 		case ctx.Err() != nil:
 			return budget.Validity{}, fmt.Errorf("%w: sqlbudget: fencing %s: %w", budget.ErrUnavailable, s.key, context.Cause(ctx))
 		default:
@@ -285,9 +287,10 @@ func (s *slot) Fence(ctx context.Context) (budget.Validity, error) {
 	}
 }
 
-// waitPoll waits one poll interval while paused, or returns why it must
-// stop: the slot was lost or released, or ctx ended (ErrBudgetPaused).
-func (s *slot) waitPoll(ctx context.Context) error {
+// waitPoll waits one poll interval while paused by p, or returns why it
+// must stop: the slot was lost or released, or ctx ended (ErrBudgetPaused;
+// for a halt, a *HaltedError, ErrBudgetHalted too).
+func (s *slot) waitPoll(ctx context.Context, p *PauseRecord) error {
 	t := time.NewTimer(s.b.cfg.Poll)
 	defer t.Stop()
 	select {
@@ -296,8 +299,17 @@ func (s *slot) waitPoll(ctx context.Context) error {
 	case <-s.lost:
 		return s.Err()
 	case <-ctx.Done():
-		return fmt.Errorf("%w: sqlbudget: %s stayed paused while holding its slot: %w", budget.ErrPaused, s.key, context.Cause(ctx))
+		return pausedError(s.key, p, context.Cause(ctx))
 	}
+}
+
+// pauseNote is a "paused" event's Err: who paused the key and why, or
+// the halt.
+func pauseNote(p *PauseRecord) error {
+	if p.Halt != nil {
+		return &HaltedError{Halt: *p.Halt}
+	}
+	return fmt.Errorf("paused by %s: %s", p.By, p.Reason)
 }
 
 // awaitAllowed waits, holding the slot, while its key is paused (Acquire's
@@ -305,31 +317,39 @@ func (s *slot) waitPoll(ctx context.Context) error {
 func (s *slot) awaitAllowed(ctx context.Context, progress func(budget.Wait)) error {
 	b := s.b
 	reported := false
+	var last *PauseRecord // the pause (or halt) seen at the last look
 	for {
 		var p *PauseRecord
 		err := b.tx(ctx, b.cfg.Unreachable, "reading the pause of "+s.key, func(ctx context.Context, tx *sql.Tx) (err error) {
 			p, err = pauseHolding(ctx, tx, s.key)
 			return err
 		})
-		if err != nil {
+		switch {
+		case err != nil && last != nil && ctx.Err() != nil:
+			return pausedError(s.key, last, context.Cause(ctx))
+		case err != nil:
 			return err
 		}
+		last = p
 		if p == nil {
 			return nil
 		}
 		if !reported {
 			reported = true
 			b.count(func(m *Metrics) { m.PauseWaits++ })
-			b.emit(Event{Kind: EventPaused, Key: s.key, Err: fmt.Errorf("paused by %s: %s", p.By, p.Reason)})
+			b.emit(Event{Kind: EventPaused, Key: s.key, Err: pauseNote(p), Halt: p.Halt})
 			if progress != nil {
 				msg := fmt.Sprintf("paused by %s since %s", p.By, p.Since.Format(time.RFC3339))
+				if p.Halt != nil {
+					msg = fmt.Sprintf("halted since %s (resume it to go on)", p.Since.Format(time.RFC3339))
+				}
 				if p.Reason != "" {
 					msg += ": " + p.Reason
 				}
 				progress(budget.Wait{Key: s.key, Holders: []string{msg}, Max: s.max})
 			}
 		}
-		if err := s.waitPoll(ctx); err != nil {
+		if err := s.waitPoll(ctx, p); err != nil {
 			if errors.Is(err, budget.ErrSlotLost) {
 				// Nothing acted on it: a later Acquire may succeed.
 				return fmt.Errorf("%w: the slot was lost while the key was paused: %w", budget.ErrUnavailable, err)
