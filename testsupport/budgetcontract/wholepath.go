@@ -44,6 +44,15 @@ type Unbudgeted interface {
 //	unbudgeted-grants-restart  slots granted without the coordination service (no
 //	                           cluster yet, fail open) lead to their restart (needs
 //	                           Unbudgeted)
+//	halt-stops-the-rollout     five machines whose restart never makes the service
+//	                           ready: one restarts, the key halts itself naming it,
+//	                           nobody restarts while halted; resumed (and the fault
+//	                           fixed), the other four restart one at a time
+//	admission-holds-the-rollout  an admission check that refuses (a mon down): no
+//	                           restart until it agrees, then all three, one at a time
+//	history-is-snapds-record   after a five-machine rollout the key's history holds
+//	                           five acts whose change ids and times are the fake
+//	                           snapds' own
 func RunWholePath(t *testing.T, h Harness, cfg Config) {
 	if cfg.Key == nil {
 		n := 0
@@ -60,6 +69,9 @@ func RunWholePath(t *testing.T, h Harness, cfg Config) {
 	t.Run("held-until-ready", c.heldUntilReady)
 	t.Run("lost-slot-acts-not", c.lostSlotActsNot)
 	t.Run("unbudgeted-grants-restart", c.unbudgetedGrantsRestart)
+	t.Run("halt-stops-the-rollout", c.haltStopsTheRollout)
+	t.Run("admission-holds-the-rollout", c.admissionHoldsTheRollout)
+	t.Run("history-is-snapds-record", c.historyIsSnapdsRecord)
 }
 
 // wholeSnap is the snap every machine's fake snapd has; its service's
@@ -87,10 +99,19 @@ type machine struct {
 // slots from p; the service restarts in about took.
 func newMachine(t *testing.T, name string, p Participant, key string, took time.Duration) *machine {
 	t.Helper()
+	return newMachineWith(t, name, p, key, took, nil)
+}
+
+// newMachineWith is newMachine with its budget options changed by set.
+func newMachineWith(t *testing.T, name string, p Participant, key string, took time.Duration, set func(*snapsvc.BudgetOptions)) *machine {
+	t.Helper()
 	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: wholeSnap, Apps: []fake.App{
 		{Name: "svc", Daemon: "simple", Enabled: true, Active: true, StartDuration: took / 2, StopDuration: took / 2}}}))
 	m := &machine{name: name, srv: srv, p: p, on: map[string]func(){}, changed: make(chan struct{})}
 	opts := snapsvc.BudgetOptions{Key: func(string) string { return key }, Progress: m.progress, MaxHold: time.Minute, ReleaseTimeout: 2 * time.Second}
+	if set != nil {
+		set(&opts)
+	}
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithSnapSocket(srv.SnapSocketPath()), snapsvc.WithMode(snapsvc.ModeREST),
 		snapsvc.WithRestartBudget(p, opts))
 	if err != nil {
