@@ -98,7 +98,11 @@ func (s *Server) getChanges(r *http.Request) *response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []changeJSON{}
-	for _, c := range s.changes {
+	list := s.changes
+	if sel == "in-progress" || sel == "" {
+		list = s.active // the changes not ready are among these
+	}
+	for _, c := range list {
 		if !filter(statusReady(c.status())) {
 			continue
 		}

@@ -30,6 +30,7 @@ type Server struct {
 	closeCh        chan struct{}
 	snaps          map[string]*snapState
 	changes        []*change
+	active         []*change // changes not seen ready yet, in creation order: what settling and conflicts read
 	changeByID     map[string]*change
 	lastChangeID   int
 	lastTaskID     int

@@ -2,6 +2,7 @@ package fake
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -233,6 +234,7 @@ func (s *Server) newChangeLocked(kind, summary string) *change {
 		readyCh: make(chan struct{}),
 	}
 	s.changes = append(s.changes, c)
+	s.active = append(s.active, c)
 	s.changeByID[c.id] = c
 	s.stateChangedLocked()
 	s.counters.ChangesCreated++
@@ -354,10 +356,13 @@ func (s *Server) failTaskLocked(t *task, msg string) {
 // settleLocked starts every task whose prerequisites are done, holds tasks
 // whose prerequisites failed, then updates change statuses, notices and
 // ready channels. Task runners may complete synchronously, so it loops.
+// It reads the changes not ready yet only (s.active, pruned here), so a
+// long test pays nothing for the changes of its past.
 func (s *Server) settleLocked() {
+	defer func() { s.active = slices.DeleteFunc(s.active, (*change).isReady) }()
 	for i := 0; i < 1000; i++ {
 		progressed := false
-		for _, c := range s.changes {
+		for _, c := range s.active {
 			if c.isReady() {
 				continue
 			}
@@ -500,7 +505,7 @@ var irrelevantKinds = map[string]bool{
 // ignoreID and the irrelevant kinds) with any task affecting one of snaps,
 // whatever that task's own status, blocks; exclusive kinds block everything.
 func (s *Server) conflictLocked(snaps []string, ignoreID string) *conflictErr {
-	for _, c := range s.changes {
+	for _, c := range s.active {
 		if statusReady(c.status()) || c.id == ignoreID {
 			continue
 		}
@@ -516,7 +521,7 @@ func (s *Server) conflictLocked(snaps []string, ignoreID string) *conflictErr {
 	for _, n := range snaps {
 		want[n] = true
 	}
-	for _, c := range s.changes {
+	for _, c := range s.active {
 		if statusReady(c.status()) || c.id == ignoreID {
 			continue
 		}
