@@ -37,6 +37,12 @@ const (
 // Act is one budgeted act as its holder records it: what it did, under
 // which slot, what snapd recorded of the change, and how it ended.
 type Act struct {
+	// ID identifies the act (random, unique per act and key): a Record of
+	// an ID already recorded for its key appends nothing and counts
+	// nothing again, however long ago it was written (a retry after a
+	// lost answer, or snapsvc retrying a record that failed). Empty: the
+	// backend makes one per Record call.
+	ID string `json:"id,omitempty"`
 	// Key is the budget key; Holder the slot's holder ("node-1 pid 42").
 	Key    string `json:"key"`
 	Holder string `json:"holder"`
@@ -74,9 +80,13 @@ type Recorder interface {
 	// Record appends act to its key's history. When act failed and the
 	// key's failures since its last successful act or resume reach the
 	// budget's halt threshold, the same write halts the key (a pause with
-	// the Halt), unless it is halted already. It returns the key's halt
-	// when the key is halted after the write (nil otherwise). Record must
-	// be safe to repeat: a retry after a lost answer records act once.
+	// the Halt), unless it is halted already; a key an operator paused
+	// meanwhile is halted all the same (its pause becomes the halt, so a
+	// resume that read the pause lifts nothing). It returns the key's
+	// halt when the key is halted after the write (nil otherwise). Record
+	// must be safe to repeat: a retry of an act (its ID) records it once.
+	// The slot need not be held any more (a slot lost while its change
+	// ran still records the act).
 	Record(ctx context.Context, act Act) (*Halt, error)
 }
 

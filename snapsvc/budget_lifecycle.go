@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,16 +120,22 @@ type hold struct {
 	// change); outcome and reason judge how the act ended, for its
 	// record (budget_record.go), written once (recorded).
 	didAct   bool
+	wrote    bool // this hold wrote a request to act (not a Stop's, not a joined one)
+	joined   bool // it joined another's identical restart: that one's holder records the act
 	outcome  budget.Outcome
 	reason   string
 	recorded bool
+	actID    string       // the act's budget.Act.ID, one per hold
+	spawn    [2]time.Time // the change's spawn and ready times, once read for the record
 	// admitted: BudgetOptions.Admit admitted the operation.
 	admitted bool
 	// what is the operation the hold is for.
 	what request
 }
 
-func newHold(b *budgetRunner) *hold { return &hold{b: b, stop: make(chan struct{})} }
+func newHold(b *budgetRunner) *hold {
+	return &hold{b: b, stop: make(chan struct{}), actID: strconv.FormatUint(rand.Uint64(), 36)}
+}
 
 // setChange records the operation's change, once known.
 func (h *hold) setChange(id string) {
@@ -273,9 +281,26 @@ func (h *hold) fence(ctx context.Context) error {
 // from now on snapd may have acted, and only the slot rule gives h back.
 func (h *hold) acted() {
 	h.mu.Lock()
-	h.didAct = true
+	h.didAct, h.wrote = true, true
 	h.mu.Unlock()
 	h.move(holdActed)
+}
+
+// joinedAct records that the operation joined an identical restart of
+// another (its change restarted the services under h too): h is acted
+// on, and the act is the other's to record.
+func (h *hold) joinedAct() {
+	h.mu.Lock()
+	h.didAct, h.joined = true, true
+	h.mu.Unlock()
+	h.move(holdActed)
+}
+
+// wroteRequest reports whether h wrote a request to act.
+func (h *hold) wroteRequest() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.wrote
 }
 
 // unansweredRequest is a request to act whose answer was never read.
@@ -354,7 +379,12 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 		return err
 	case (v == verdictNothingDone || v == verdictFailed) && h.fromStop:
 		k.log.Info("the start failed: its services are still down, and the restart budget slots their stop kept stay kept", "error", err)
-		h.judge(budget.OutcomeFailed, "the start after a stop failed, its services are still down: "+failureReason(err), changeIDOf(err))
+		if v == verdictFailed || h.wroteRequest() {
+			// A start snapd refused or never got (a fence that could not
+			// tell, an admission refusal, the call's end) is no failed
+			// act: the kept slots wait for the next Start.
+			h.judge(budget.OutcomeFailed, "the start after a stop failed, its services are still down: "+failureReason(err), changeIDOf(err))
+		}
 		h.b.keep(k.ctx, h)
 		return err
 	case v == verdictFailed:
@@ -375,6 +405,7 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 	rk := k.ownChange()
 	h.setChange(res.ChangeID)
 	rerr := h.ready(rk.ctx, o)
+	notReady := rerr // the services' checks failed (judged even when a slot was lost meanwhile)
 	if rerr != nil && rk.ctx.Err() != nil {
 		k.log.Info("services not ready within the call's time; the restart budget slots stay held until they are", "error", rerr)
 		h.settleInBackground(k, o, nil, nil)
@@ -392,8 +423,8 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 		// someone else's identical one, and the request's own may come.
 		k.log.Info("a request to act got no answer and snapd may still carry it out; the restart budget slots stay held until it cannot")
 		h.checked = true
-		if rerr != nil {
-			h.judge(budget.OutcomeFailed, "not ready after the change: "+rerr.Error(), res.ChangeID)
+		if notReady != nil {
+			h.judge(budget.OutcomeFailed, "not ready after the change: "+notReady.Error(), res.ChangeID)
 		}
 		h.settleInBackground(k, o, nil, nil)
 		if rerr != nil {
@@ -401,8 +432,8 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 		}
 		return nil
 	}
-	if rerr != nil && h.lost() == nil {
-		h.judge(budget.OutcomeFailed, "not ready after the change: "+rerr.Error(), res.ChangeID)
+	if notReady != nil {
+		h.judge(budget.OutcomeFailed, "not ready after the change: "+notReady.Error(), res.ChangeID)
 	}
 	h.release(rk.ctx)
 	if rerr != nil {
@@ -537,8 +568,11 @@ func (h *hold) abandon(ctx context.Context) { h.letGo(ctx, true) }
 // letGo is release, or abandon. The act is recorded first (before the
 // slots are free, so that a halt it writes holds the next holder back).
 func (h *hold) letGo(ctx context.Context, abandon bool) {
-	if len(h.slots) > 0 && h.lost() == nil {
-		h.record(ctx, abandon)
+	if len(h.slots) > 0 && !h.record(ctx, abandon) {
+		// A failure whose record (and so its halt) could not be written:
+		// the slots stay held until it is (budget_record.go).
+		h.recordInBackground(abandon)
+		return
 	}
 	switch st := h.current(); {
 	case st == holdReleased || st == holdKept || st == holdLost || st == holdAbandoned:

@@ -85,63 +85,102 @@ func (h *hold) judge(outcome budget.Outcome, reason, change string) {
 
 // record writes the hold's act in the history of each slot whose budget
 // keeps one (budget.Recorder), before the slots are let go of: only a
-// hold that acted has an act (a request to act was written, or it joined
-// a change), and a judgement-less one that is abandoned records
-// OutcomeAbandoned. A failure that halts its key is an event and a
-// warning. Bounded by ReleaseTimeout; a record that fails is an event,
-// never the operation's error.
-func (h *hold) record(ctx context.Context, abandon bool) {
+// hold that acted has an act (it wrote a request to act, or took over the
+// slots of a Stop that did; one that joined another's identical restart
+// leaves the act to that one's holder), and a judgement-less one that is
+// abandoned records OutcomeAbandoned. A slot lost meanwhile records too:
+// the act happened. A failure that halts its key is an event and a
+// warning. It reports false when a failed act could not be recorded on
+// every slot (its halt may be unwritten): the caller must not let go of
+// the slots yet (recordInBackground). Other records that fail are an
+// event, never the operation's error. Each Record is bounded by
+// ReleaseTimeout; the read of the change's times by a bound of its own.
+func (h *hold) record(ctx context.Context, abandon bool) bool {
 	o := h.what
 	h.mu.Lock()
-	acted, outcome, reason, change := h.didAct, h.outcome, h.reason, h.change
+	acted, joined, outcome, reason, change := h.didAct, h.joined && !h.wrote, h.outcome, h.reason, h.change
 	h.mu.Unlock()
-	if !acted || h.recorded || !slices.ContainsFunc(h.slots, func(s *sharedSlot) bool {
+	if !acted || joined || h.recorded || !slices.ContainsFunc(h.slots, func(s *sharedSlot) bool {
 		_, ok := s.slot.(BudgetRecorder)
 		return ok
 	}) {
-		return
+		return true
 	}
 	if outcome == "" {
 		if !abandon {
-			return // nothing snapd did is known to have ended: no act to record
+			return true // nothing snapd did is known to have ended: no act to record
 		}
 		outcome = budget.OutcomeAbandoned
 	}
-	h.recorded = true
 	b := h.b
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.ReleaseTimeout)
-	defer cancel()
-	act := budget.Act{Machine: machineName(), Action: o.action, Services: slices.Clone(o.t.names),
-		Change: change, Outcome: outcome, Reason: reason}
-	if change != "" && b.c.ctl == nil { // snapctl cannot read changes
-		cctx, ccancel := context.WithTimeout(rctx, 2*time.Second)
+	if change != "" && b.c.ctl == nil && h.spawn[0].IsZero() { // snapctl cannot read changes
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		if chg, err := b.c.Change(cctx, change); err == nil {
-			act.Spawn = chg.SpawnTime
+			h.spawn[0] = chg.SpawnTime
 			if chg.ReadyTime != nil {
-				act.Ready = *chg.ReadyTime
+				h.spawn[1] = *chg.ReadyTime
 			}
 		}
 		ccancel()
 	}
+	act := budget.Act{ID: h.actID, Machine: machineName(), Action: o.action, Services: slices.Clone(o.t.names),
+		Change: change, Spawn: h.spawn[0], Ready: h.spawn[1], Outcome: outcome, Reason: reason}
+	ok := true
 	for _, s := range h.slots {
-		r, ok := s.slot.(BudgetRecorder)
-		if !ok || s.slot.Err() != nil {
+		r, isRecorder := s.slot.(BudgetRecorder)
+		if !isRecorder {
 			continue
 		}
 		a := act
 		a.Key, a.Holder, a.Waited, a.Held = s.key, s.slot.Holder(), s.waited, b.held(s)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.ReleaseTimeout)
 		halt, err := r.Record(rctx, a)
+		cancel()
 		if err != nil {
+			ok = ok && !a.Failed()
 			b.emit(BudgetEvent{Kind: BudgetRecordFailed, Key: s.key, Holder: a.Holder, Held: a.Held, Act: &a, Err: err})
 			continue
 		}
 		b.emit(BudgetEvent{Kind: BudgetRecorded, Key: s.key, Holder: a.Holder, Held: a.Held, Act: &a})
-		if halt != nil && a.Failed() {
+		if halt != nil && a.Failed() && halt.Holder == a.Holder && halt.Change == a.Change && slices.Equal(halt.Services, a.Services) {
+			// This act's failure halted the key (a Record on a key
+			// halted before returns that halt: no second event).
 			b.emit(BudgetEvent{Kind: BudgetHalted, Key: s.key, Holder: a.Holder, Held: a.Held, Act: &a, Halt: halt})
 			b.c.logger.Warn("snapsvc: the restart failed and its budget key is halted: no machine restarts it until an operator resumes it",
 				"key", s.key, "change", a.Change, "reason", a.Reason, "halt", halt.Reason)
 		}
 	}
+	h.recorded = ok
+	return ok
+}
+
+// recordInBackground keeps h's slots while its failed act cannot be
+// recorded (the budget's store unreachable past ReleaseTimeout): the
+// record is tried again with backoff (the act's ID makes a repeat count
+// once), and the slots are let go of once it is written. Close ends the
+// tries: the slots are then abandoned (freed as a crashed holder's,
+// behind their lease and lock-delay), with an error logged, since the
+// halt may never be written.
+func (h *hold) recordInBackground(abandon bool) {
+	b := h.b
+	b.emitAll(h, BudgetEvent{Kind: BudgetSettling, Err: errors.New("the failed act could not be recorded yet; the slots stay held until it is")})
+	b.c.bg.run(func() {
+		pause := time.Second
+		for {
+			if err := retry.Sleep(b.base, b.c.clock, pause); err != nil {
+				b.c.logger.Error("snapsvc: a failed restart could not be recorded before the client closed; its budget slots are abandoned and the key may not halt",
+					"keys", h.keys(), "change", h.changeID())
+				h.recorded = true // nothing more to try: let go as a crash would
+				h.letGo(context.Background(), true)
+				return
+			}
+			if h.record(b.base, abandon) {
+				h.letGo(context.Background(), abandon)
+				return
+			}
+			pause = min(2*pause, 30*time.Second)
+		}
+	})
 }
 
 // failureReason says why an operation's error failed its act.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,8 +27,12 @@ func (r *acts) record(a budget.Act) (*budget.Halt, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.acts = append(r.acts, a)
-	if a.Failed() {
-		return r.halt, nil
+	if a.Failed() && r.halt != nil {
+		if r.halt.Holder == "" { // the first failure halts the key, as a backend's would
+			r.halt.Holder, r.halt.Change, r.halt.Services = a.Holder, a.Change, a.Services
+		}
+		h := *r.halt
+		return &h, nil
 	}
 	return nil, nil
 }
@@ -134,9 +140,14 @@ func TestBudgetHaltIsReported(t *testing.T) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("restart into a failing start: %v, want a ChangeError", err)
 	}
+	// A second failure on the halted key (the memBudget does not hold it
+	// back) is recorded, and halts nothing more: no second event.
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err == nil {
+		t.Fatal("the second restart into a failing start succeeded")
+	}
 	got := rec.all()
-	if len(got) != 1 || got[0].Outcome != budget.OutcomeFailed || got[0].Change != ce.ID {
-		t.Fatalf("acts %+v, want one failed act of change %s", got, ce.ID)
+	if len(got) != 2 || got[0].Outcome != budget.OutcomeFailed || got[0].Change != ce.ID || got[0].ID == got[1].ID {
+		t.Fatalf("acts %+v, want two failed acts of their own ids, the first of change %s", got, ce.ID)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -228,4 +239,120 @@ func changeByID(srv interface{ Changes() []fake.ChangeInfo }, id string) (fake.C
 		}
 	}
 	return fake.ChangeInfo{}, false
+}
+
+// A failed act whose record cannot be written (the budget's store away)
+// keeps its slot until it is: the halt it may write must be there before
+// anyone else can act. The act's ID makes the repeats one act.
+func TestBudgetFailedActKeepsItsSlotUntilRecorded(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	srv.SetFailStart("k8s", "kubelet", "kubelet refuses its configuration")
+	b := newMemBudget(1)
+	b.released = make(chan struct{}, 1)
+	var mu sync.Mutex
+	var ids []string
+	fails := 3
+	b.recorder = func(a budget.Act) (*budget.Halt, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, a.ID)
+		if fails > 0 {
+			fails--
+			if n := b.holding("k8s.kubelet"); n != 1 {
+				t.Errorf("the slot was let go of before the failure was recorded (held %d)", n)
+			}
+			return nil, errors.New("etcd unreachable")
+		}
+		return nil, nil
+	}
+	c := newClient(t, srv, snapsvc.WithClock(&instantClock{}), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err == nil {
+		t.Fatal("a restart into a failing start succeeded")
+	}
+	recvT(t, b.released)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) != 4 || ids[0] == "" || slices.Compact(slices.Clone(ids))[0] != ids[0] || len(slices.Compact(slices.Clone(ids))) != 1 {
+		t.Fatalf("records tried with ids %q, want 4 tries of one act id", ids)
+	}
+	steps := b.steps()
+	if i, j := slices.Index(steps, "record k8s.kubelet failed"), slices.Index(steps, "release k8s.kubelet"); i < 0 || j < i || strings.Count(strings.Join(steps, "\n"), "record k8s.kubelet failed") != 4 {
+		t.Fatalf("steps %q: want four tries, then the release", steps)
+	}
+}
+
+// A slot lost while its change ran still records the act: the restart
+// happened, and a failure must still halt the key.
+func TestBudgetLostSlotStillRecordsTheFailure(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	rec := &acts{}
+	b.recorder = rec.record
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
+		Ready: func(string) probe.Probe {
+			return probe.Func("readyz", func(context.Context) error {
+				if s := b.slot("k8s.kubelet"); s != nil && s.Err() == nil {
+					s.lose()
+				}
+				return errors.New("connection refused")
+			})
+		},
+		Probe: probe.Options{Interval: time.Millisecond, Timeout: time.Second, MaxWait: 20 * time.Millisecond},
+	}))
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err == nil {
+		t.Fatal("restart succeeded though its service never became ready")
+	}
+	got := rec.all()
+	if len(got) != 1 || got[0].Outcome != budget.OutcomeFailed {
+		t.Fatalf("acts %+v, want the failure recorded though the slot was lost", got)
+	}
+}
+
+// A Start that takes a Stop's kept slots and fails before it sends
+// anything (here its admission check refuses to the end) is no failed
+// act: nothing is recorded, and the slots stay kept.
+func TestBudgetStartRefusedBeforeSendingRecordsNothing(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	srv := budgetServer(t)
+	b := newMemBudget(1)
+	rec := &acts{}
+	b.recorder = rec.record
+	var refuse atomic.Bool
+	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{
+		StopsAndStarts: true,
+		Admit: func(context.Context, snapsvc.Admission) error {
+			if refuse.Load() {
+				return errors.New("2 of 3 mons in quorum")
+			}
+			return nil
+		},
+		AdmitRetry: snapsvc.AdmitBackoff{Initial: time.Millisecond, Max: 2 * time.Millisecond},
+	}))
+	if _, err := c.Stop(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refuse.Store(true)
+	sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Start(sctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{}); !errors.Is(err, snapsvc.ErrAdmissionRefused) {
+		t.Fatalf("start: %v, want ErrAdmissionRefused", err)
+	}
+	if got := rec.all(); len(got) != 0 {
+		t.Fatalf("acts %+v recorded for a start that sent nothing", got)
+	}
+	if n := b.holding("k8s.kubelet"); n != 1 {
+		t.Fatalf("the stop's slot is no longer kept (held %d)", n)
+	}
+	refuse.Store(false)
+	if _, err := c.Start(ctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.all(); len(got) != 1 || got[0].Outcome != budget.OutcomeReady || got[0].Action != "start" {
+		t.Fatalf("acts %+v, want the start's, ready", got)
+	}
 }

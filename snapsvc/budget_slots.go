@@ -333,9 +333,7 @@ func (b *budgetRunner) releaseInBackground(ctx context.Context, s *sharedSlot) <
 // down). Once the Client is closed nothing is kept: the slots are
 // abandoned.
 func (b *budgetRunner) keep(ctx context.Context, h *hold) {
-	if h.lost() == nil {
-		h.record(ctx, false) // a Start that failed: its services are still down
-	}
+	h.record(ctx, false) // a Start that failed: its services are still down (kept, whatever the record's fate)
 	h.move(holdKept)
 	h.stopListening()
 	var extra []*sharedSlot

@@ -331,7 +331,7 @@ func (op *operation) flightOutcome(out *flightOutcome) (*Result, error, bool) {
 	}
 	k.log.Debug("restart merged into an identical restart of another process", "change", out.ChangeID)
 	if op.hold != nil {
-		op.hold.acted() // its change restarted the services under this slot too (fenced before joining)
+		op.hold.joinedAct() // its change restarted the services under this slot too (fenced before joining)
 	}
 	// The change restarted the services for this process's callers too:
 	// its next restart of them keeps its distance (WithMinRestartInterval).

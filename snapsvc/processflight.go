@@ -83,7 +83,7 @@ func (op *operation) merge() (*Result, error) {
 			return nil, f.err
 		}
 		if op.hold != nil {
-			op.hold.acted() // the change restarted the services under this slot too (fenced before joining)
+			op.hold.joinedAct() // the change restarted the services under this slot too (fenced before joining)
 		}
 		res := *f.res
 		res.WaitedFor = slices.Clone(res.WaitedFor)
@@ -116,8 +116,9 @@ func (op *operation) merge() (*Result, error) {
 // budgeted or not (share.go's rule for budgets): one without a restart
 // budget joins any; a budgeted one only a budgeted one (whose leader
 // fences its own slot before its request), once its own slot is fenced
-// too, so that the budget's pause, window and record of the act hold for
-// the restart it reports as its own. A fence that fails leaves it to act on
+// too, and its admission check admits, so that the budget's pause,
+// window, record of the act and the application's check hold for the
+// restart it reports as its own. A fence that fails leaves it to act on
 // its own, where the fence fails again and says why.
 func (op *operation) mayJoin(budgeted bool) bool {
 	if op.hold == nil {
@@ -126,7 +127,14 @@ func (op *operation) mayJoin(budgeted bool) bool {
 	if !budgeted {
 		return false
 	}
-	return op.hold.fence(op.k.ctx) == nil
+	if op.hold.fence(op.k.ctx) != nil {
+		return false
+	}
+	// Its own admission check too: a restart it reports as its own is
+	// one its application agreed to. While the check refuses, it does
+	// not join (and acting alone, asks again).
+	_, err := op.hold.admit(op.k.ctx, op.o)
+	return err == nil
 }
 
 // close closes the flight of this process's identical restarts an
