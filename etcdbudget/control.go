@@ -10,7 +10,7 @@ package etcdbudget
 //	PREFIX KEY#participants/HOLDER   one per machine taking part, on its lease
 //	PREFIX KEY#max                   a percentage resolved to a count, pinned for the rollout
 //	PREFIX KEY#history/SEQ           the key's history, one record each, no lease (history.go)
-//	PREFIX KEY#history-head          the history's last SEQ and its failures since the last ready act or resume
+//	PREFIX KEY#history-head          the history's last SEQ, its failures since the last ready act or resume, its last act IDs
 //
 // A halt (history.go) is a pause record that carries a budget.Halt: a
 // halted key is a paused key, held back and resumed the same way.

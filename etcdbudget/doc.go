@@ -261,28 +261,33 @@
 // final, and the Budget implements budget.Historian (History, and
 // snapsvc-rollout history KEY). Records live under PREFIX KEY#history/,
 // one key each with no lease, next to a head PREFIX KEY#history-head
-// holding the last sequence number and the failed acts counted since the
-// key's last ready act or resume. Each write of the history (Record,
-// Pause, Resume) is one transaction conditional on the head's revision:
-// concurrent writers of one key are serialised, and a Record whose answer
-// was lost finds its own record (a token stored in it) rather than
-// appending it twice. Retention (Config.HistoryLimit records per key,
-// Config.HistoryAge) is applied by each append, in the same transaction;
-// the age is judged by the records' own times, the writers' clocks, and
-// decides nothing else.
+// holding the last sequence number, the failed acts counted since the
+// key's last ready act or resume, and the IDs of the key's last acts. Each
+// write of the history (Record, Pause, Resume) is one transaction
+// conditional on the head's revision: concurrent writers of one key are
+// serialised, and a Record of an act already recorded (its budget.Act.ID,
+// found in the head or in the records written since the call began: a
+// retry after a lost answer) appends nothing and counts nothing again,
+// whatever retention removed meanwhile. Retention (Config.HistoryLimit
+// records per key, Config.HistoryAge) is applied by each append, in the
+// same transaction; the age is judged by the records' own times, the
+// writers' clocks, and decides nothing else.
 //
 // When a failed act brings the key's failures to Config.HaltAfter (the
-// first failure by default), the same transaction halts the key: it
-// writes the key's pause record, which carries the budget.Halt (machine,
+// first failure by default), the same transaction halts the key: it writes
+// the key's pause record, which carries the budget.Halt (machine,
 // services, change, reason) and has no lease, so it survives the process
-// that wrote it, and a budget.RecordHalted record. A halted key is a paused
-// key: the next holder keeps its slot and its place, its Fence waits until
-// an operator resumes the key (snapsvc-rollout resume KEY), and once its
-// context ends it fails with a *HaltedError, which wraps both
-// budget.ErrPaused and budget.ErrHalted and names the halt and the command
-// that lifts it. Resume lifts a halt as it lifts a pause (only the one it
-// read: a resume retried after a lost answer never lifts a later halt) and
-// records who resumed; failures are counted again from there.
+// that wrote it, and a budget.RecordHalted record. A key an operator
+// paused is halted all the same: its pause record, its By and Reason kept,
+// gains the Halt and a new revision, so a resume that read the pause lifts
+// nothing. A halted key is a paused key: the next holder keeps its slot
+// and its place, its Fence waits until an operator resumes the key
+// (snapsvc-rollout resume KEY), and once its context ends it fails with a
+// *HaltedError, which wraps both budget.ErrPaused and budget.ErrHalted and
+// names the halt and the command that lifts it. Resume lifts a halt as it
+// lifts a pause (only the one it read: a resume retried after a lost
+// answer never lifts a later halt) and records who resumed; failures are
+// counted again from there.
 //
 // # When etcd is unreachable
 //

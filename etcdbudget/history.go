@@ -5,8 +5,9 @@ package etcdbudget
 //
 //	PREFIX KEY#history/SEQ     one record (budget.Record, SEQ as %020d so that
 //	                           etcd's key order is SEQ's), no lease
-//	PREFIX KEY#history-head    the last SEQ, and the failed acts counted since
-//	                           the key's last ready act or resume
+//	PREFIX KEY#history-head    the last SEQ, the failed acts counted since
+//	                           the key's last ready act or resume, and the
+//	                           IDs of the key's last acts (recentIDs)
 //
 // Every write of the history (Record, Pause, Resume) reads the head and
 // writes it again in one transaction conditional on the head's mod
@@ -50,13 +51,42 @@ type historyHead struct {
 	// Failures counts the failed acts since the key's last ready act or
 	// resume.
 	Failures int `json:"failures"`
+	// IDs are the budget.Act IDs of the key's last recentIDs acts,
+	// oldest first: a Record of one of them appends nothing, even once
+	// retention removed its record (HistoryLimit 1, other writers).
+	IDs []string `json:"ids,omitempty"`
 }
 
-// historyValue is a history record as stored: the record and the token
-// of the call that wrote it (a retry after a lost answer finds it).
+// recentIDs is how many act IDs the history head keeps.
+const recentIDs = 16
+
+// withIDs is ids with those of recs' acts appended, the last recentIDs of
+// them kept (a new slice: ids is not modified).
+func withIDs(ids []string, recs []historyValue) []string {
+	out := slices.Clone(ids)
+	for _, r := range recs {
+		if r.Kind == budget.RecordAct && r.Act != nil && r.Act.ID != "" {
+			out = append(out, r.Act.ID)
+		}
+	}
+	if n := len(out) - recentIDs; n > 0 {
+		out = slices.Delete(out, 0, n)
+	}
+	return out
+}
+
+// historyValue is a history record as stored: the record and, for a
+// budget.RecordHalted record, the ID of the act whose failure halted the
+// key (older versions stored the token of the Record call in its act's
+// record too).
 type historyValue struct {
 	budget.Record
 	Token string `json:"token,omitempty"`
+}
+
+// writtenBy reports whether v was written by a Record of the act id.
+func (v historyValue) writtenBy(id string) bool {
+	return v.Token == id || v.Act != nil && v.Act.ID == id
 }
 
 // historyState is what a history write reads first.
@@ -134,22 +164,30 @@ func seqOf(k string) int64 {
 }
 
 // appending returns the operations that append recs after st's head (their
-// Seq and Time set here), write the new head (with failures) and apply
-// retention: the records beyond Config.HistoryLimit and those of st's
-// oldest older than Config.HistoryAge are removed.
+// Seq and Time set here), write the new head (with failures, and the IDs
+// of st's head and of recs' acts: withIDs) and apply retention: the
+// records beyond Config.HistoryLimit and those of st's oldest older than
+// Config.HistoryAge are removed (recs beyond Config.HistoryLimit are not
+// written at all).
 func (b *Budget) appending(key string, st historyState, failures int, now time.Time, recs ...historyValue) []clientv3.Op {
 	var ops []clientv3.Op
-	seq := st.head.Seq
-	for _, r := range recs {
-		seq++
+	last := st.head.Seq + int64(len(recs))
+	// The first SEQ kept: recs before it are not written (etcd refuses a
+	// transaction that writes a key it deletes: HistoryLimit 1, a halt).
+	first := last - int64(b.cfg.HistoryLimit) + 1
+	for i, r := range recs {
+		seq := st.head.Seq + 1 + int64(i)
+		if seq < first {
+			continue
+		}
 		r.Seq, r.Time = seq, now
 		val, _ := json.Marshal(r)
 		ops = append(ops, clientv3.OpPut(b.historyKey(key, seq), string(val)))
 	}
-	head, _ := json.Marshal(historyHead{Seq: seq, Failures: failures})
+	head, _ := json.Marshal(historyHead{Seq: last, Failures: failures, IDs: withIDs(st.head.IDs, recs)})
 	ops = append(ops, clientv3.OpPut(b.historyHead(key), string(head)))
-	if keep := int64(b.cfg.HistoryLimit); seq-keep >= 1 {
-		ops = append(ops, clientv3.OpDelete(b.historyDir(key), clientv3.WithRange(b.historyKey(key, seq-keep+1))))
+	if first > 1 {
+		ops = append(ops, clientv3.OpDelete(b.historyDir(key), clientv3.WithRange(b.historyKey(key, first))))
 	}
 	if b.cfg.HistoryAge > 0 {
 		cutoff := now.Add(-b.cfg.HistoryAge)
@@ -195,14 +233,20 @@ func newToken() string {
 // Config.HaltAfter, halts the key in the same etcd transaction: it writes
 // the key's pause record (no lease: it survives this process) carrying the
 // budget.Halt, and a budget.RecordHalted record after the act, unless the
-// key is paused or halted already (see budget.Recorder). It returns the
-// key's halt when the key is halted after the write (also when it was
-// halted before), nil otherwise. Concurrent Records of one key are
-// serialised by the history's head; a retry after a lost answer finds its
-// record (by a token stored in it) and does not append it again. Record
-// times are this machine's clock (etcd has none), for people. Requests
-// are retried while etcd is unreachable, within ctx and
-// Config.Unreachable.
+// key is halted already (see budget.Recorder). A key an operator paused is
+// halted all the same: its pause record becomes the halt (the operator's
+// By, Since and Reason kept, the Halt set), written again so that it has a
+// new revision, and a Resume that read the pause lifts nothing (it lifts
+// the revision it read). It returns the key's halt when the key is halted
+// after the write (also when it was halted before), nil otherwise.
+// Concurrent Records of one key are serialised by the history's head. A
+// Record of an act ID already recorded for the key (budget.Act.ID; empty:
+// Record makes one) appends nothing and counts nothing again: the head
+// keeps the IDs of the key's last recentIDs acts, whatever retention
+// removed, and a retry after a lost answer also finds its record among
+// those written since its first read. Record times are this machine's
+// clock (etcd has none), for people. Requests are retried while etcd is
+// unreachable, within ctx and Config.Unreachable.
 func (s *slot) Record(ctx context.Context, act budget.Act) (*budget.Halt, error) {
 	h, _, err := s.b.record(ctx, s.key, act)
 	return h, err
@@ -214,7 +258,10 @@ func (b *Budget) record(ctx context.Context, key string, act budget.Act) (h *bud
 	if act.Holder == "" {
 		act.Holder = b.cfg.Holder
 	}
-	token := newToken()
+	if act.ID == "" {
+		act.ID = newToken()
+	}
+	id := act.ID
 	what := "recording the act of " + key
 	out := &outage{bound: b.cfg.Unreachable}
 	after := int64(-1) // the head's SEQ at the first read: a record of ours is after it
@@ -228,16 +275,22 @@ func (b *Budget) record(ctx context.Context, key string, act budget.Act) (h *bud
 		if err != nil {
 			return nil, false, fmt.Errorf("etcdbudget: %s: %w", what, err)
 		}
-		if after >= 0 {
-			for _, kv := range st.since {
-				var v historyValue
-				if json.Unmarshal(kv.Value, &v) == nil && v.Token == token {
-					// Written by an attempt whose answer was lost.
-					return haltOf(st.pause), v.Kind == budget.RecordHalted || halted, nil
-				}
-			}
-		} else {
+		if after < 0 {
 			after = st.head.Seq
+		}
+		// Recorded already: by an attempt of this call whose answer was
+		// lost (its records are after the first read's SEQ, unless
+		// retention removed them), or by an earlier call (the head's IDs).
+		recorded, haltedHere := slices.Contains(st.head.IDs, id), false
+		for _, kv := range st.since {
+			var v historyValue
+			if json.Unmarshal(kv.Value, &v) == nil && v.writtenBy(id) {
+				recorded = true
+				haltedHere = haltedHere || v.Kind == budget.RecordHalted
+			}
+		}
+		if recorded {
+			return haltOf(st.pause), haltedHere, nil
 		}
 		now := time.Now().UTC()
 		failures := st.head.Failures
@@ -248,14 +301,21 @@ func (b *Budget) record(ctx context.Context, key string, act budget.Act) (h *bud
 			failures++
 		}
 		h = haltOf(st.pause)
-		halting := act.Failed() && b.cfg.HaltAfter > 0 && failures >= b.cfg.HaltAfter && st.pause == nil
-		recs := []historyValue{{Record: budget.Record{Kind: budget.RecordAct, Act: &act}, Token: token}}
+		halting := act.Failed() && b.cfg.HaltAfter > 0 && failures >= b.cfg.HaltAfter && h == nil
+		recs := []historyValue{{Record: budget.Record{Kind: budget.RecordAct, Act: &act}}}
 		var ops []clientv3.Op
 		if halting {
 			h = &budget.Halt{Key: key, Machine: act.Machine, Holder: act.Holder, Services: act.Services, Change: act.Change,
 				Reason: act.Reason, Failures: failures, Since: now}
-			recs = append(recs, historyValue{Record: budget.Record{Kind: budget.RecordHalted, Halt: h}, Token: token})
-			val, _ := json.Marshal(PauseRecord{By: act.Holder, Since: now, Reason: "halted: " + HaltSummary(*h), Halt: h})
+			recs = append(recs, historyValue{Record: budget.Record{Kind: budget.RecordHalted, Halt: h}, Token: id})
+			rec := PauseRecord{By: act.Holder, Since: now, Reason: "halted: " + HaltSummary(*h), Halt: h}
+			if p := pauseOf(st.pause); p != nil {
+				// An operator's pause becomes the halt, under a new
+				// revision: a Resume that read the pause lifts nothing.
+				rec = *p
+				rec.Halt = h
+			}
+			val, _ := json.Marshal(rec)
 			ops = append(ops, clientv3.OpPut(pk, string(val)))
 		}
 		ops = append(ops, b.appending(key, st, failures, now, recs...)...)

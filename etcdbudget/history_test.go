@@ -233,9 +233,10 @@ func TestHaltAfterTwo(t *testing.T) {
 	}
 }
 
-// A key paused by an operator is not halted over it, and Record returns
-// no halt for it; a negative HaltAfter never halts.
-func TestNoHaltOverPauseOrNegative(t *testing.T) {
+// A key paused by an operator is halted all the same when a failure
+// reaches HaltAfter: its pause record keeps the operator's By and Reason
+// and gains the Halt; a negative HaltAfter never halts.
+func TestHaltOverPauseOrNegative(t *testing.T) {
 	p := cluster(t)
 	checkLeaks(t)
 	ctx := ctxT(t, time.Minute)
@@ -250,14 +251,14 @@ func TestNoHaltOverPauseOrNegative(t *testing.T) {
 	if _, err := b.Pause(ctx, key, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	if h := record(t, ctx, s, failedAct("node-1", "1")); h != nil {
-		t.Fatalf("halted over an operator's pause: %+v", h)
+	if h := record(t, ctx, s, failedAct("node-1", "1")); h == nil || h.Change != "1" {
+		t.Fatalf("not halted over an operator's pause: %+v", h)
 	}
 	st, err := b.Status(ctx, key)
-	if err != nil || st.Halt != nil || st.Paused == nil || st.Paused.Reason != "maintenance" {
+	if err != nil || st.Halt == nil || st.Halt.Change != "1" || st.Paused == nil || st.Paused.Reason != "maintenance" || st.Paused.By != "node-1 pid 1" {
 		t.Fatalf("status: %+v %v", st, err)
 	}
-	if got := kinds(history(t, ctx, b, key, 0)); got != "paused act:failed:node-1" {
+	if got := kinds(history(t, ctx, b, key, 0)); got != "paused act:failed:node-1 halted" {
 		t.Fatalf("history %q", got)
 	}
 	if _, err := b.Resume(ctx, key); err != nil {
@@ -434,6 +435,136 @@ func TestLostResumeKeepsLaterHalt(t *testing.T) {
 	}
 	if _, err := b.Resume(ctx, key); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// beforeTxnClient is an etcd client that runs f once, before its first KV
+// transaction sent while armed is sent.
+func beforeTxnClient(t *testing.T, endpoints []string, armed *atomic.Bool, f func()) *clientv3.Client {
+	t.Helper()
+	var once sync.Once
+	before := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if armed.Load() && strings.HasSuffix(method, "KV/Txn") {
+			once.Do(f)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cfg := etcdbudget.ClientConfig(endpoints)
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(before))
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// An operator pauses a key, a failure reaches HaltAfter (1), and the
+// operator resumes: a resume that read the pause before the failure
+// turned it into the halt lifts nothing (the key stays halted, the
+// failure counted); a resume after the halt lifts it.
+func TestPauseThenFailureHalts(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	cli := client(t, p.Endpoints()...)
+	key := uniqueKey(t)
+	b := newBudget(t, cli, "node-1 pid 1", 1)
+	s, err := b.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	if _, err := newBudget(t, cli, "operator", 1).Pause(ctx, key, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	// The resume reads the pause; the failure halts the key before the
+	// resume's transaction is sent.
+	var armed atomic.Bool
+	armed.Store(true)
+	var h *budget.Halt
+	racing := beforeTxnClient(t, p.Endpoints(), &armed, func() { h = record(t, ctx, s, failedAct("node-1", "1")) })
+	if _, err := newBudget(t, racing, "operator", 1).Resume(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if h == nil || h.Change != "1" || h.Failures != 1 {
+		t.Fatalf("the failure over the pause did not halt the key: %+v", h)
+	}
+	st, err := b.Status(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Halt == nil || st.Halt.Change != "1" || st.Paused == nil || st.Paused.By != "operator" || st.Paused.Reason != "maintenance" {
+		t.Fatalf("the resume that read the pause lifted the halt, or the pause lost its operator: %+v %+v", st.Paused, st.Halt)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := fencer(t, s).Fence(short); !errors.Is(err, budget.ErrHalted) {
+		t.Fatalf("fence on the halt: %v", err)
+	}
+	if got := kinds(history(t, ctx, b, key, 0)); got != "paused act:failed:node-1 halted" {
+		t.Fatalf("history %q", got)
+	}
+	// A resume that reads the halt lifts it.
+	if was, err := newBudget(t, cli, "operator", 1).Resume(ctx, key); err != nil || !was {
+		t.Fatalf("resume: %v %v", was, err)
+	}
+	if st, err := b.Status(ctx, key); err != nil || st.Paused != nil || st.Halt != nil {
+		t.Fatalf("after the resume: %+v %v", st, err)
+	}
+	if got := kinds(history(t, ctx, b, key, 0)); got != "paused act:failed:node-1 halted resumed" {
+		t.Fatalf("history %q", got)
+	}
+}
+
+// An act ID already recorded for a key is recorded once and counted once,
+// even when retention (HistoryLimit 1) removed its record: a Record whose
+// answer was lost while another writer appended, and a second Record of
+// the same ID after another act.
+func TestRecordIDOnceDespiteRetention(t *testing.T) {
+	p := cluster(t)
+	checkLeaks(t)
+	ctx := ctxT(t, time.Minute)
+	key := uniqueKey(t)
+	limit1 := func(c *etcdbudget.Config) { c.HistoryLimit, c.HaltAfter = 1, 3 }
+	other := newBudget(t, client(t, p.Endpoints()...), "node-2 pid 1", 2, limit1)
+	s2, err := other.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Release(ctx)
+	var armed atomic.Bool
+	lossy := lossyClient(t, p.Endpoints(), &armed, func() {
+		record(t, ctx, s2, failedAct("node-2", "2")) // retention removes node-1's record
+	})
+	b := newBudget(t, lossy, "node-1 pid 1", 2, limit1)
+	s, err := b.Acquire(ctx, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	a := failedAct("node-1", "1")
+	a.ID = "act-1"
+	armed.Store(true)
+	if h := record(t, ctx, s, a); h != nil {
+		t.Fatalf("halted at 2 failures of 3: %+v", h)
+	}
+	armed.Store(false)
+	recs := history(t, ctx, other, key, 0)
+	if len(recs) != 1 || recs[0].Act == nil || recs[0].Act.Change != "2" {
+		t.Fatalf("history %q: want node-2's act alone (HistoryLimit 1)", kinds(recs))
+	}
+	// The same ID again, after another act: nothing appended, nothing
+	// counted (a third failure would halt).
+	if h := record(t, ctx, s, a); h != nil {
+		t.Fatalf("the repeated act counted again and halted: %+v", h)
+	}
+	if recs := history(t, ctx, other, key, 0); len(recs) != 1 || recs[0].Act == nil || recs[0].Act.Change != "2" {
+		t.Fatalf("history %q: the repeated act was appended", kinds(recs))
+	}
+	// A new act is the third failure: it halts, counting 3.
+	if h := record(t, ctx, s, failedAct("node-1", "3")); h == nil || h.Failures != 3 || h.Change != "3" {
+		t.Fatalf("third failure: halt %+v", h)
 	}
 }
 

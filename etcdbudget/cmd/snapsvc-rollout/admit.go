@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/snapsvc/snapsvc/snapsvc"
@@ -20,6 +21,11 @@ import (
 
 // admitTimeout bounds each admission check (within the call's bounds).
 const admitTimeout = 30 * time.Second
+
+// admitWaitDelay bounds how long an admission command's output is waited
+// for once its context ended and its process group was killed (a process
+// that left the group may still hold the output pipes).
+const admitWaitDelay = time.Second
 
 // admission is the admission check of --admit-command and --admit-url
 // (both asked, the command first, when both are given), nil without them.
@@ -51,11 +57,23 @@ func admission(o *options) (func(context.Context, snapsvc.Admission) error, erro
 // admitCommand runs cmd with sh -c: exit 0 admits; otherwise its first
 // line of output (stdout, else stderr) is why not. It is told what is
 // asked in SNAPSVC_ACTION, SNAPSVC_SERVICES and SNAPSVC_KEYS (space-
-// separated) and SNAPSVC_REFUSALS.
+// separated) and SNAPSVC_REFUSALS. It runs in a process group of its own,
+// killed whole when ctx (or admitTimeout) ends, and its output is waited
+// for at most admitWaitDelay after that: no child of the shell keeps the
+// check running beyond its bounds.
 func admitCommand(ctx context.Context, cmd string, a snapsvc.Admission) error {
 	ctx, cancel := context.WithTimeout(ctx, admitTimeout)
 	defer cancel()
 	c := exec.CommandContext(ctx, "sh", "-c", cmd)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error {
+		// The group's id is the shell's pid (Setpgid).
+		if err := syscall.Kill(-c.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+		return nil
+	}
+	c.WaitDelay = admitWaitDelay
 	c.Env = append(os.Environ(), "SNAPSVC_ACTION="+a.Action, "SNAPSVC_SERVICES="+strings.Join(a.Services, " "),
 		"SNAPSVC_KEYS="+strings.Join(a.Keys, " "), fmt.Sprintf("SNAPSVC_REFUSALS=%d", a.Refusals))
 	var stdout, stderr bytes.Buffer

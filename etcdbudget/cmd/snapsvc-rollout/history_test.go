@@ -187,6 +187,27 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
+// An --admit-command whose shell's child keeps the output open ends with
+// its context: the whole process group is killed, and the check returns
+// a refusal well before the child would have ended (5 s: a correctness
+// bound, not a timing claim).
+func TestAdmitCommandEndsWithContext(t *testing.T) {
+	admit, err := admission(&options{admitCommand: "sleep 5; echo hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = admit(ctx, snapsvc.Admission{Action: "restart", Services: []string{"ceph.mon"}})
+	if took := time.Since(start); took >= 5*time.Second {
+		t.Fatalf("returned after %v: the command outlived its context", took)
+	}
+	if err == nil || !strings.HasPrefix(err.Error(), "--admit-command: ") {
+		t.Fatalf("a command killed at its bound admitted: %v", err)
+	}
+}
+
 // waitOutput polls out until it contains want, or done reports the
 // command's end (a failure).
 func waitOutput(t *testing.T, ctx context.Context, out *syncBuffer, want string, done <-chan int) {
