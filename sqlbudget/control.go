@@ -387,7 +387,9 @@ func (b *Budget) Pause(ctx context.Context, key, reason string) (*PauseRecord, e
 // queue order. It reports whether the key was paused. It lifts the pause
 // it finds and only that one: a retry after a commit whose answer was
 // lost, or a Resume racing another operator's, leaves alone a pause (or
-// a halt) set after the one it read (by someone else, meanwhile). The
+// a halt) set after the one it read (by someone else, meanwhile), and so
+// a pause it read that a failure turned into a halt since (Record gives
+// the halt a new token). The
 // resume is appended to the key's history (a "resumed" record: by this
 // Budget's Holder, its reason naming what it lifted), and the key's
 // failures are counted afresh from it (Config.HaltAfter).

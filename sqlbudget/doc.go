@@ -199,10 +199,16 @@
 // key's failed acts since its last ready act or resume reach
 // Config.HaltAfter (default budget.DefaultHaltAfter: the first failure),
 // halts the key: a pause row carrying the budget.Halt (the machine, the
-// services, the change, the reason), and a "halted" record. A halted key
-// is a paused key: every Fence waits, holding its slot, and every Acquire
-// that takes a slot keeps it without returning, until an operator
-// resumes the key (Resume); when their context ends first their errors
+// services, the change, the reason), and a "halted" record; a key an
+// operator paused is halted all the same (its pause becomes the halt,
+// under a new token, so a Resume that read the pause lifts nothing). An
+// act is recorded once per budget.Act.ID, however alike two acts' fields
+// (an empty ID is one act per Record call): the tokens of the key's
+// newest 1024 acts are kept apart from the history, so retention never
+// makes a retried Record count again. A halted key is a paused key:
+// every Fence waits, holding its slot, and every Acquire that takes a
+// slot keeps it without returning, until an operator resumes the key
+// (Resume); when their context ends first their errors
 // (*HaltedError) wrap budget.ErrPaused and budget.ErrHalted, name the
 // halt and say how to lift it. The halt is in the database: it survives
 // the process that wrote it, and two failures recorded at once by two

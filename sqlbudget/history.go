@@ -134,19 +134,91 @@ func (b *Budget) trim(ctx context.Context, tx *sql.Tx, key string, now int64) er
 	return err
 }
 
-// actToken is the token of act's record by the slot whose row's token is
-// slotToken: the same act recorded again by the same hold (a Record
-// retried by its caller after a lost answer) has the same token, and is
-// recorded once. Waited, Held and Reason do not enter it (a caller's
-// retry may measure them again).
-func actToken(slotToken string, a budget.Act) string {
+// actTokensKept is how many act tokens of a key snapsvc_budget_acts
+// keeps (the newest): a Record of an ID is recognised as long as fewer
+// than this many acts of its key were recorded after it, whatever
+// HistoryLimit and HistoryAge removed from the history meanwhile.
+const actTokensKept = 1024
+
+// actToken is the token of the record of the act whose budget.Act.ID is
+// id, of key: the same ID recorded again for the key (a Record retried by
+// its caller, or a transaction retried after its commit's answer was
+// lost) has the same token, and is recorded once; two acts with distinct
+// IDs are two records, however alike their fields.
+func actToken(key, id string) string {
 	h := sha256.New()
-	fields := []string{slotToken, a.Key, a.Holder, a.Machine, a.Action, strings.Join(a.Services, "\x00"), a.Change,
-		timeText(a.Spawn), timeText(a.Ready), string(a.Outcome)}
-	for _, f := range fields {
+	for _, f := range []string{key, id} {
 		fmt.Fprintf(h, "%d:%s;", len(f), f)
 	}
 	return "act:" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// actSeen reports whether the act whose token is token was recorded: its
+// token is kept (snapsvc_budget_acts), or its record is.
+func actSeen(ctx context.Context, tx *sql.Tx, token string) (bool, error) {
+	var seen bool
+	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM snapsvc_budget_acts WHERE token = ?)
+		OR EXISTS (SELECT 1 FROM snapsvc_budget_history WHERE token = ?)`, token, token).Scan(&seen)
+	return seen, err
+}
+
+// keepActToken keeps token, an act of key just recorded, in
+// snapsvc_budget_acts, which history retention does not touch, and
+// removes the key's tokens beyond the newest actTokensKept (through the
+// index (key, id), reading only what it removes and one row more).
+func keepActToken(ctx context.Context, tx *sql.Tx, key, token string) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO snapsvc_budget_acts (key, token) VALUES (?, ?)`, key, token); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `DELETE FROM snapsvc_budget_acts WHERE key = ? AND id <=
+		(SELECT id FROM snapsvc_budget_acts WHERE key = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`, key, key, actTokensKept)
+	return err
+}
+
+// haltKey halts key in tx after act, whose failure brought the key's
+// failures to the threshold: it writes the halt on the key's pause row and
+// appends the "halted" record, with token (chosen before the
+// transaction). A key without a pause gets a pause row carrying the halt
+// (by act's holder, with a reason naming the act). A key an operator
+// paused is halted all the same: its pause row becomes the halt (by and
+// reason kept, the halt set) and takes token, so that a Resume that read
+// the pause, whose delete is conditional on the pause's token, lifts
+// nothing. A key halted already is left as it is: haltKey reports whether
+// it wrote the halt.
+func (b *Budget) haltKey(ctx context.Context, tx *sql.Tx, now int64, key, token string, act *budget.Act, failures int) (bool, error) {
+	var ptoken, phalt string
+	err := tx.QueryRowContext(ctx, `SELECT token, halt FROM snapsvc_budget_pauses WHERE key = ?`, key).Scan(&ptoken, &phalt)
+	paused := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, err
+	}
+	if paused && phalt != "" {
+		return false, nil // halted already: the first halt stands
+	}
+	h := &budget.Halt{Key: key, Machine: act.Machine, Holder: act.Holder, Services: slices.Clone(act.Services),
+		Change: act.Change, Reason: act.Reason, Failures: failures, Since: msTime(now)}
+	if h.Services == nil {
+		h.Services = []string{}
+	}
+	raw, err := json.Marshal(h)
+	if err != nil {
+		return false, err
+	}
+	if paused {
+		_, err = tx.ExecContext(ctx, `UPDATE snapsvc_budget_pauses SET halt = ?, token = ? WHERE key = ? AND token = ?`,
+			string(raw), token, key, ptoken)
+	} else {
+		_, err = tx.ExecContext(ctx, `INSERT INTO snapsvc_budget_pauses (key, by, since, reason, token, halt) VALUES (?, ?, ?, ?, ?, ?)`,
+			key, act.Holder, now, haltReason(h, act.Action), token, string(raw))
+	}
+	if err != nil {
+		return false, err
+	}
+	if _, err := b.appendRecord(ctx, tx, now, histRow{key: key, kind: string(budget.RecordHalted), token: "halt:" + token,
+		halt: h, by: act.Holder, failures: failures}); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // haltReason is the pause reason a halt writes: "halted: node-1's
@@ -170,25 +242,34 @@ func haltReason(h *budget.Halt, action string) string {
 }
 
 // Record appends act to its key's history (budget.Recorder), in one
-// transaction: it appends the act (once: the same act recorded again by
-// this slot, or a transaction retried after its commit's answer was lost,
-// finds its record and appends nothing), trims the key's history to
-// Config.HistoryLimit and HistoryAge, and, when act failed and the key's
-// failed acts since its last ready act or resume reach Config.HaltAfter
-// and the key has no pause of its own, halts it: a pause carrying the
-// budget.Halt (by this holder, with a reason naming the machine, the
-// services, the change and the failure) and a "halted" record. From then
-// on every Fence of the key waits, holding its slot, until an operator
-// resumes it (Budget.Resume). It returns the key's halt when the key is
-// halted after the write, nil otherwise. The slot need not be held: a
-// holder records its act's outcome whether or not it still holds it.
+// transaction: it appends the act once per budget.Act.ID (an ID recorded
+// for the key already, by any slot, appends and counts nothing: the
+// key's newest actTokensKept act tokens are kept in snapsvc_budget_acts,
+// which retention does not touch; an empty ID gets a random one, fixed
+// across the transaction's retries, so a transaction retried after its
+// commit's answer was lost finds its record, and a call of Record is one
+// act), trims the key's history to Config.HistoryLimit and HistoryAge,
+// and, when act failed and the key's failed acts since its last ready
+// act or resume reach Config.HaltAfter, halts it unless it is halted
+// already: a pause carrying the budget.Halt (by this holder, with a
+// reason naming the machine, the services, the change and the failure)
+// and a "halted" record. A key an operator paused is halted all the
+// same: its pause becomes the halt (see haltKey), so a Resume that read
+// the pause lifts nothing. From then on every Fence of the key waits,
+// holding its slot, until an operator resumes it (Budget.Resume). It
+// returns the key's halt when the key is halted after the write, nil
+// otherwise. The slot need not be held: a holder records its act's
+// outcome whether or not it still holds it.
 func (s *slot) Record(ctx context.Context, act budget.Act) (*budget.Halt, error) {
 	b := s.b
 	act.Key = s.key
 	if act.Holder == "" {
 		act.Holder = b.cfg.Holder
 	}
-	token := actToken(s.token, act)
+	if act.ID == "" {
+		act.ID = newToken()
+	}
+	token := actToken(s.key, act.ID)
 	haltToken := newToken()
 	var (
 		halt     *budget.Halt
@@ -202,16 +283,17 @@ func (s *slot) Record(ctx context.Context, act budget.Act) (*budget.Halt, error)
 		if err != nil {
 			return err
 		}
-		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM snapsvc_budget_history WHERE token = ?)`, token).Scan(&exists); err != nil {
+		seen, err := actSeen(ctx, tx, token)
+		if err != nil {
 			return err
 		}
-		if exists {
-			// A retry after a commit whose answer was lost (the act is
-			// this call's if an earlier attempt appended it): did that
-			// commit write the halt?
+		if seen {
+			// Recorded already: by an earlier attempt of this call whose
+			// commit's answer was lost (did that commit write the
+			// halt?), or by an earlier call with this ID.
 			recorded = appended
-			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM snapsvc_budget_history WHERE token = ?)`, "halt:"+haltToken).Scan(&halted); err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM snapsvc_budget_pauses WHERE key = ? AND token = ?)
+				OR EXISTS (SELECT 1 FROM snapsvc_budget_history WHERE token = ?)`, s.key, haltToken, "halt:"+haltToken).Scan(&halted); err != nil {
 				return err
 			}
 		} else {
@@ -229,31 +311,13 @@ func (s *slot) Record(ctx context.Context, act budget.Act) (*budget.Halt, error)
 			if _, err := b.appendRecord(ctx, tx, now, histRow{key: s.key, kind: string(budget.RecordAct), token: token, act: &act, failures: failures}); err != nil {
 				return err
 			}
+			if err := keepActToken(ctx, tx, s.key, token); err != nil {
+				return err
+			}
 			recorded, appended = true, true
 			if act.Failed() && b.cfg.HaltAfter > 0 && failures >= b.cfg.HaltAfter {
-				var paused bool
-				if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM snapsvc_budget_pauses WHERE key = ?)`, s.key).Scan(&paused); err != nil {
+				if halted, err = b.haltKey(ctx, tx, now, s.key, haltToken, &act, failures); err != nil {
 					return err
-				}
-				if !paused {
-					h := &budget.Halt{Key: s.key, Machine: act.Machine, Holder: act.Holder, Services: slices.Clone(act.Services),
-						Change: act.Change, Reason: act.Reason, Failures: failures, Since: msTime(now)}
-					if h.Services == nil {
-						h.Services = []string{}
-					}
-					raw, err := json.Marshal(h)
-					if err != nil {
-						return err
-					}
-					if _, err := tx.ExecContext(ctx, `INSERT INTO snapsvc_budget_pauses (key, by, since, reason, token, halt) VALUES (?, ?, ?, ?, ?, ?)`,
-						s.key, act.Holder, now, haltReason(h, act.Action), haltToken, string(raw)); err != nil {
-						return err
-					}
-					if _, err := b.appendRecord(ctx, tx, now, histRow{key: s.key, kind: string(budget.RecordHalted), token: "halt:" + haltToken,
-						halt: h, by: act.Holder, failures: failures}); err != nil {
-						return err
-					}
-					halted = true
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package sqlbudget_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -281,7 +282,8 @@ func TestConcurrentFailuresHaltOnce(t *testing.T) {
 }
 
 // A Record repeated by its caller (its answer lost) appends the act once
-// and halts once; the same act by another hold is another record.
+// and counts it once: the act's ID, whatever the slot and whatever the
+// caller measured again; acts without an ID are one per Record call.
 func TestRecordRepeatedAppendsOnce(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	_, db := tempDB(t)
@@ -289,6 +291,7 @@ func TestRecordRepeatedAppendsOnce(t *testing.T) {
 	const key = "svc.daemon"
 	s := acquire(t, ctx, b, key)
 	act := failedAct("node-1", "7")
+	act.ID = "act-7"
 	for range 3 {
 		if h := record(t, ctx, s, act); h != nil {
 			t.Fatalf("the same failed act recorded 3 times halted the key (HaltAfter 3): %+v", h)
@@ -304,12 +307,190 @@ func TestRecordRepeatedAppendsOnce(t *testing.T) {
 	s.Release(ctx)
 	s2 := acquire(t, ctx, b, key)
 	defer s2.Release(ctx)
-	record(t, ctx, s2, act)
-	if got := kinds(history(t, ctx, b, key, 0)); got != "act:failed act:failed" {
-		t.Fatalf("history after the same act by a second hold: %s; want two records", got)
+	// The same ID by another hold: still that act.
+	if h := record(t, ctx, s2, act); h != nil {
+		t.Fatalf("the act recorded again by a second hold halted the key: %+v", h)
 	}
-	if m := b.Metrics(); m.Records != 2 {
-		t.Errorf("Metrics.Records %d, want 2", m.Records)
+	// Without an ID, each Record call is an act of its own.
+	noID := act
+	noID.ID = ""
+	record(t, ctx, s2, noID)
+	if h := record(t, ctx, s2, noID); h == nil || h.Failures != 3 {
+		t.Fatalf("two acts without an ID after one with: halt %+v; want 3 failures, halted", h)
+	}
+	if got := kinds(history(t, ctx, b, key, 0)); got != "act:failed act:failed act:failed halted" {
+		t.Fatalf("history: %s; want three acts, then the halt", got)
+	}
+	if m := b.Metrics(); m.Records != 3 {
+		t.Errorf("Metrics.Records %d, want 3", m.Records)
+	}
+}
+
+// Two failed acts of one slot alike in every field but their IDs (a kept
+// slot, no change id known) are two failures: HaltAfter 2 halts. Records
+// without IDs, with every other commit's answer lost, count once each.
+func TestRecordDistinctIDsCount(t *testing.T) {
+	for _, lossy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lossy=%v", lossy), func(t *testing.T) {
+			ctx := ctxT(t, time.Minute)
+			_, db := tempDB(t)
+			var lost atomic.Int64
+			tx := sqlbudget.DBTx(db)
+			if lossy {
+				tx = lossyTx(db, &lost)
+			}
+			b := newBudget(t, tx, "node-1", func(c *sqlbudget.Config) { c.HaltAfter = 2 })
+			const key = "svc.daemon"
+			s := acquire(t, ctx, b, key)
+			defer s.Release(ctx)
+			first, second := failedAct("node-1", ""), failedAct("node-1", "")
+			if lossy {
+				first.ID, second.ID = "", "" // the backend's own, one per call
+			} else {
+				first.ID, second.ID = "a", "b"
+			}
+			if h := record(t, ctx, s, first); h != nil {
+				t.Fatalf("first failure, HaltAfter 2: halt %+v", h)
+			}
+			if h := record(t, ctx, s, second); h == nil || h.Failures != 2 {
+				t.Fatalf("second failure (another act, the same fields), HaltAfter 2: halt %+v; want halted after 2", h)
+			}
+			if got := kinds(history(t, ctx, b, key, 0)); got != "act:failed act:failed halted" {
+				t.Fatalf("history: %s", got)
+			}
+			if m := b.Metrics(); m.Records != 2 || m.Halts != 1 {
+				t.Errorf("Metrics Records %d Halts %d, want 2, 1", m.Records, m.Halts)
+			}
+		})
+	}
+}
+
+// An act's ID is recognised after retention removed its record: with
+// HistoryLimit 1 the halt's record removes the failed act's in the
+// transaction that halts, yet that transaction retried after its
+// commit's answer was lost, and the caller's retry a while later, append
+// and count nothing.
+func TestRecordIDOutlivesRetention(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	var lost atomic.Int64
+	b := newBudget(t, lossyTx(db, &lost), "node-1", func(c *sqlbudget.Config) { c.HistoryLimit, c.HaltAfter = 1, 2 })
+	op := newBudget(t, sqlbudget.DBTx(db), "operator")
+	const key = "svc.daemon"
+	s := acquire(t, ctx, b, key)
+	defer s.Release(ctx)
+	one, two := failedAct("node-1", "1"), failedAct("node-1", "2")
+	one.ID, two.ID = "one", "two"
+	record(t, ctx, s, one)
+	if h := record(t, ctx, s, two); h == nil || h.Failures != 2 || h.Change != "2" {
+		t.Fatalf("two failures, HaltAfter 2: halt %+v", h)
+	}
+	if got := kinds(history(t, ctx, op, key, 0)); got != "halted" {
+		t.Fatalf("history, HistoryLimit 1: %s; want the halt only", got)
+	}
+	if was, err := op.Resume(ctx, key); err != nil || !was {
+		t.Fatalf("Resume: %v %v", was, err)
+	}
+	// Both acts recorded again (their records gone): nothing appended,
+	// nothing counted.
+	for _, a := range []budget.Act{one, two, two} {
+		if h := record(t, ctx, s, a); h != nil {
+			t.Fatalf("act %s recorded again after its record was trimmed: halt %+v", a.ID, h)
+		}
+	}
+	recs := history(t, ctx, op, key, 0)
+	if kinds(recs) != "halted resumed" { // the operator's Budget keeps 1000
+		t.Fatalf("history after the acts were recorded again: %s; want the halt and the resume only", kinds(recs))
+	}
+	if m := b.Metrics(); m.Records != 2 || m.Halts != 1 {
+		t.Errorf("Metrics Records %d Halts %d, want 2, 1", m.Records, m.Halts)
+	}
+	// Counted afresh: one new failure after the resume does not halt.
+	three := failedAct("node-1", "3")
+	three.ID = "three"
+	if h := record(t, ctx, s, three); h != nil {
+		t.Fatalf("one failure after the resume, HaltAfter 2: halt %+v", h)
+	}
+}
+
+// An operator pauses a key; a failed act reaches the threshold meanwhile:
+// the pause becomes the halt (the operator's by and reason kept), so a
+// Resume that read the pause before the failure lifts nothing and the
+// key stays halted; a fresh Resume lifts the halt, and the failures are
+// counted afresh after it.
+func TestPauseThenFailureHalts(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	_, db := tempDB(t)
+	b := newBudget(t, sqlbudget.DBTx(db), "node-1", func(c *sqlbudget.Config) { c.HaltAfter = 1 })
+	op := newBudget(t, sqlbudget.DBTx(db), "operator")
+	const key = "svc.daemon"
+	s := acquire(t, ctx, b, key)
+	defer s.Release(ctx)
+	if _, err := op.Pause(ctx, key, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	// A Resume whose first attempt reads the pause and fails before its
+	// commit; the failure is recorded before its retry.
+	halted := false
+	var h *budget.Halt
+	attempts := 0
+	failing := func(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
+		attempts++
+		if attempts > 1 {
+			return sqlbudget.DBTx(db)(ctx, f)
+		}
+		err := sqlbudget.DBTx(db)(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			if err := f(ctx, tx); err != nil {
+				return err
+			}
+			return errors.New("test: the connection was lost before the commit")
+		})
+		h = record(t, ctx, s, failedAct("node-1", "9"))
+		halted = h != nil
+		return err
+	}
+	stale := newBudget(t, failing, "stale-operator")
+	if _, err := stale.Resume(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if !halted || h.Change != "9" || h.Failures != 1 {
+		t.Fatalf("a failure on a paused key, HaltAfter 1: halt %+v; want change 9's", h)
+	}
+	st, err := op.Status(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Halt == nil || st.Halt.Change != "9" || st.Paused == nil || st.Paused.By != "operator" || st.Paused.Reason != "maintenance" {
+		t.Fatalf("status after a Resume that read the pause before the failure: halt %+v, pause %+v; want the halt, on the operator's pause", st.Halt, st.Paused)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := s.(budget.Fencer).Fence(short); !errors.Is(err, budget.ErrHalted) || !strings.Contains(err.Error(), "change 9") {
+		t.Fatalf("Fence after the stale Resume: %v; want ErrHalted naming change 9", err)
+	}
+	if got := kinds(history(t, ctx, op, key, 0)); got != "paused act:failed halted" {
+		t.Fatalf("history: %s; want the pause, the failure, the halt (no resume)", got)
+	}
+	// A failure while halted: the halt stands, once.
+	if h := record(t, ctx, s, failedAct("node-1", "10")); h == nil || h.Change != "9" {
+		t.Fatalf("a failure while halted: %+v; want the first halt", h)
+	}
+	if was, err := op.Resume(ctx, key); err != nil || !was {
+		t.Fatalf("Resume: %v %v", was, err)
+	}
+	if st, err := op.Status(ctx, key); err != nil || st.Paused != nil || st.Halt != nil {
+		t.Fatalf("status after a fresh Resume: %+v %v; want neither paused nor halted", st, err)
+	}
+	recs := history(t, ctx, op, key, 0)
+	if r := recs[len(recs)-1]; r.Kind != budget.RecordResumed || !strings.Contains(r.Reason, "lifted the halt") {
+		t.Fatalf("last record %+v; want the resume lifting the halt", r)
+	}
+	if _, err := s.(budget.Fencer).Fence(ctx); err != nil {
+		t.Fatalf("Fence once resumed: %v", err)
+	}
+	// Counted afresh: the next failure halts with one failure, not three.
+	if h := record(t, ctx, s, failedAct("node-1", "11")); h == nil || h.Change != "11" || h.Failures != 1 {
+		t.Fatalf("a failure after the resume: halt %+v; want change 11's, 1 failure", h)
 	}
 }
 

@@ -52,16 +52,21 @@ import (
 //	                ('' for a pause set before version 2)
 //	    halt        TEXT (version 5): a pause the budget set itself (a
 //	                halt, Config.HaltAfter), the JSON of its budget.Halt;
-//	                '' for an operator's pause
+//	                '' for an operator's pause. An operator's pause that a
+//	                failure halts becomes the halt: by, since and reason
+//	                stay, halt is set and the token is a new one (a
+//	                Resume that read the pause lifts nothing)
 //	snapsvc_budget_history   (version 5) every key's history: budgeted acts,
 //	    halts, pauses and resumes (budget.Record), appended only
 //	    id          INTEGER PRIMARY KEY AUTOINCREMENT: the order of the
 //	                key's records (budget.Record.Seq)
 //	    key         the canonical budget key
 //	    kind        "act", "halted", "paused", "resumed" (budget.RecordKind)
-//	    token       TEXT UNIQUE: random, one per record written, so a
-//	                retried transaction (a Record whose answer was lost)
-//	                finds the record it made and appends nothing
+//	    token       TEXT UNIQUE: one per record written, so a retried
+//	                transaction finds the record it made and appends
+//	                nothing: an act's is derived from its key and its
+//	                budget.Act.ID (random, one per act: see
+//	                snapsvc_budget_acts), the others' are random
 //	    time        milliseconds since the Unix epoch by the database's
 //	                clock, for humans (and HistoryAge's housekeeping): no
 //	                decision reads it
@@ -79,6 +84,17 @@ import (
 //	  index snapsvc_budget_history_key (key, id): History reads a key's
 //	  newest records, Record the newest one and retention the oldest,
 //	  through it
+//	snapsvc_budget_acts      (version 5) the tokens of every key's newest
+//	    acts (actTokensKept, 1024), apart from the history: a Record of
+//	    an ID recorded already finds its token here when retention
+//	    (HistoryLimit, HistoryAge) removed its record, and appends and
+//	    counts nothing
+//	    id          INTEGER PRIMARY KEY AUTOINCREMENT: the order of the
+//	                key's acts; Record removes the key's oldest beyond
+//	                actTokensKept
+//	    key         the canonical budget key
+//	    token       TEXT UNIQUE: the act's record's token
+//	  index snapsvc_budget_acts_key (key, id)
 //
 // Version 4 moved the rows from snapsvc_budget_entries (versions 1 to 3,
 // whose expiry compared the database's clock) to snapsvc_budget_slots
@@ -88,10 +104,10 @@ import (
 // one. A schema that changes what decides a grant or an expiry is renamed
 // so again.
 //
-// Version 5 adds the history and the halt without renaming a table: a
-// member still running an earlier sqlbudget (version 4) reads the
-// version at its next transaction, finds 5, newer than it knows, and
-// refuses (*SchemaError, budget.ErrRefused) at once, Config.SkipMigrate
+// Version 5 adds the history (with its act tokens) and the halt without
+// renaming a table: a member still running an earlier sqlbudget (version
+// 4) reads the version at its next transaction, finds 5, newer than it
+// knows, and refuses (*SchemaError, budget.ErrRefused) at once, Config.SkipMigrate
 // or not. During a rolling upgrade the members not yet upgraded refuse
 // to restart (they fail closed: none restarts unbudgeted, and none
 // restarts without the halt the upgraded ones obey) until they run this
@@ -196,6 +212,12 @@ var migrations = []string{
 		failures INTEGER NOT NULL DEFAULT 0
 	);
 	CREATE INDEX IF NOT EXISTS snapsvc_budget_history_key ON snapsvc_budget_history (key, id);
+	CREATE TABLE IF NOT EXISTS snapsvc_budget_acts (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		key TEXT NOT NULL,
+		token TEXT NOT NULL UNIQUE
+	);
+	CREATE INDEX IF NOT EXISTS snapsvc_budget_acts_key ON snapsvc_budget_acts (key, id);
 	ALTER TABLE snapsvc_budget_pauses ADD COLUMN halt TEXT NOT NULL DEFAULT '';`,
 }
 
