@@ -156,6 +156,32 @@ type Historian interface {
 // operator resumes the key.
 var ErrHalted = errors.New("restart budget halted")
 
-// DefaultHaltAfter is the halt threshold of a budget that does not set
-// one: the first failed act halts its key.
-const DefaultHaltAfter = 1
+// Defaults of a budget's history and halt, for every backend.
+const (
+	// DefaultHaltAfter is the halt threshold of a budget that does not
+	// set one: the first failed act halts its key.
+	DefaultHaltAfter = 1
+	// DefaultHistoryLimit is how many records a key's history keeps.
+	DefaultHistoryLimit = 1000
+	// DefaultHistoryAge is how long a record is kept, by its own time
+	// (housekeeping only: no safety decision reads it).
+	DefaultHistoryAge = 30 * 24 * time.Hour
+)
+
+// FailuresAfter is the rule every backend counts failed acts by, said
+// here once: given the key's count before act (its failed acts since its
+// last ready act or resume; a resume sets it to 0), it returns the count
+// after act (a ready act ends the run, an abandoned one leaves it) and
+// whether act halts the key: act failed and the count reached haltAfter
+// (> 0; a negative threshold never halts). A key halted already is the
+// backend's to tell (it halts once).
+func FailuresAfter(before int, act Act, haltAfter int) (after int, halts bool) {
+	switch act.Outcome {
+	case OutcomeReady:
+		return 0, false
+	case OutcomeFailed:
+		after = before + 1
+		return after, haltAfter > 0 && after >= haltAfter
+	}
+	return before, false
+}

@@ -42,9 +42,9 @@ const (
 	DefaultRecheck = time.Minute
 	// DefaultHistoryLimit is Config.HistoryLimit's default: history
 	// records kept per key.
-	DefaultHistoryLimit = 1000
+	DefaultHistoryLimit = budget.DefaultHistoryLimit
 	// DefaultHistoryAge is Config.HistoryAge's default: 30 days.
-	DefaultHistoryAge = 30 * 24 * time.Hour
+	DefaultHistoryAge = budget.DefaultHistoryAge
 )
 
 // VanishedHolder is what a waiter knows of a holder whose lease expired

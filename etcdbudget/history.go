@@ -293,15 +293,9 @@ func (b *Budget) record(ctx context.Context, key string, act budget.Act) (h *bud
 			return haltOf(st.pause), haltedHere, nil
 		}
 		now := time.Now().UTC()
-		failures := st.head.Failures
-		switch act.Outcome {
-		case budget.OutcomeReady:
-			failures = 0
-		case budget.OutcomeFailed:
-			failures++
-		}
+		failures, halts := budget.FailuresAfter(st.head.Failures, act, b.cfg.HaltAfter)
 		h = haltOf(st.pause)
-		halting := act.Failed() && b.cfg.HaltAfter > 0 && failures >= b.cfg.HaltAfter && h == nil
+		halting := halts && h == nil
 		recs := []historyValue{{Record: budget.Record{Kind: budget.RecordAct, Act: &act}}}
 		var ops []clientv3.Op
 		if halting {

@@ -33,9 +33,9 @@ const (
 	DefaultReleaseRetry = time.Minute
 	// DefaultHistoryLimit is Config.HistoryLimit's default: records kept
 	// per key.
-	DefaultHistoryLimit = 1000
+	DefaultHistoryLimit = budget.DefaultHistoryLimit
 	// DefaultHistoryAge is Config.HistoryAge's default: 30 days.
-	DefaultHistoryAge = 30 * 24 * time.Hour
+	DefaultHistoryAge = budget.DefaultHistoryAge
 )
 
 // Config configures a Budget.

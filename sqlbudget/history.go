@@ -301,13 +301,7 @@ func (s *slot) Record(ctx context.Context, act budget.Act) (*budget.Halt, error)
 			if err != nil {
 				return err
 			}
-			failures := prev
-			switch act.Outcome {
-			case budget.OutcomeReady:
-				failures = 0
-			case budget.OutcomeFailed:
-				failures++
-			}
+			failures, halts := budget.FailuresAfter(prev, act, b.cfg.HaltAfter)
 			if _, err := b.appendRecord(ctx, tx, now, histRow{key: s.key, kind: string(budget.RecordAct), token: token, act: &act, failures: failures}); err != nil {
 				return err
 			}
@@ -315,7 +309,7 @@ func (s *slot) Record(ctx context.Context, act budget.Act) (*budget.Halt, error)
 				return err
 			}
 			recorded, appended = true, true
-			if act.Failed() && b.cfg.HaltAfter > 0 && failures >= b.cfg.HaltAfter {
+			if halts {
 				if halted, err = b.haltKey(ctx, tx, now, s.key, haltToken, &act, failures); err != nil {
 					return err
 				}
