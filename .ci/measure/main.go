@@ -189,15 +189,14 @@ func carriesContext(fd *ast.FuncDecl) bool {
 	return false
 }
 
-// scopedAt reports whether the go statement on line is marked scoped (a
-// "scoped:" comment on it or the line above).
+// scopedAt reports whether the go statement on line is marked scoped: a
+// comment on it, or a comment of several lines ending on the line above,
+// says "scoped:" (the rule background_internal_test.go applies).
 func scopedAt(f *ast.File, fset *token.FileSet, line int) bool {
 	for _, cg := range f.Comments {
-		for _, c := range cg.List {
-			l := fset.Position(c.Pos()).Line
-			if (l == line || l == line-1) && strings.Contains(c.Text, "scoped:") {
-				return true
-			}
+		end := fset.Position(cg.End()).Line
+		if (end == line || end == line-1) && strings.Contains(cg.Text(), "scoped:") {
+			return true
 		}
 	}
 	return false
