@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -448,15 +449,21 @@ func (op *operation) snapctlDone(a attempt) (*Result, bool, error) {
 			op.res.Queued, op.res.ChangeID = true, id
 			return op.res, true, nil
 		}
-		op.res.ChangeID = claimOpChange(op.k, chgs, op.o, all, a.sent, a.answeredAt, op.known)
+		// snapctl answered once its change was ready: a change not ready
+		// now is someone else's, however alike (an identical restart
+		// made since, where a look-up of another operation took this
+		// one's change for its own). Claimed, it would be reported Done
+		// while it runs.
+		ready := slices.DeleteFunc(slices.Clone(chgs), func(c snapd.Change) bool { return !c.Ready })
+		op.res.ChangeID = claimOpChange(op.k, ready, op.o, all, a.sent, a.answeredAt, op.known)
 		if op.res.ChangeID == "" {
 			// snapd's clock may not read the client's (it has not been
 			// learned in this mode yet): find the change by snapd's
 			// counter instead, where the client had listed the changes
 			// before sending (any earlier operation's listing here did).
-			op.res.ChangeID = op.claimBySequence(chgs, all, a)
+			op.res.ChangeID = op.claimBySequence(ready, all, a)
 		}
-		c.learnClock(chgs, op.res.ChangeID, a)
+		c.learnClock(ready, op.res.ChangeID, a)
 	}
 	op.res.Status = snapd.StatusDone
 	ev := k.event(EventAccepted)
