@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/snapsvc/snapsvc/budget"
@@ -69,8 +70,8 @@ func (h *hold) holders() []string {
 
 // judge sets how the hold's act ended, for its record: the first
 // judgement of a failure stands (a later readiness check of a failed
-// change says nothing new); a ready one replaces nothing but an empty
-// judgement. change is the act's change when known.
+// change says nothing new); any other replaces the one before. change is
+// the act's change when known.
 func (h *hold) judge(outcome budget.Outcome, reason, change string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -192,11 +193,11 @@ func failureReason(err error) string {
 	return err.Error()
 }
 
-// machineName is the host's name, for a record of the act.
-func machineName() string {
+// machineName is the host's name, for a record of the act, read once.
+var machineName = sync.OnceValue(func() string {
 	n, err := os.Hostname()
 	if err != nil {
 		return ""
 	}
 	return n
-}
+})
