@@ -71,6 +71,8 @@ type Client struct {
 	view      snapdView       // what snapd has told the Client (snapdview.go)
 	clockKey  string          // processwait.go: "real", or unique to a Client built WithClock
 	bg        *background     // work owed after calls returned; ended by Close
+	intents   bool            // WithIntents (intent.go)
+	startup   *replayRun      // WithIntents: the replay New began (replay.go)
 }
 
 // New builds a Client. It sends no request.
@@ -190,6 +192,10 @@ func New(opts ...Option) (*Client, error) {
 		c.lockDirs = defaultLockDirs(c.actingSocket(), s.env)
 	}
 	c.machine = newMachine(c.lockDirs, c.hook, c.clockKey == "real")
+	if s.intents && !c.lockDirs.none() {
+		c.intents = true
+		c.startReplay()
+	}
 	return c, nil
 }
 

@@ -197,3 +197,19 @@ func Flights(dir, snap string) int {
 func WithWallClock(f func(time.Time) time.Time) Option {
 	return func(s *settings) { s.wall = f }
 }
+
+// SetIntentPoint calls f at each point of an intent's life (intent.go):
+// the crash tests' workers kill themselves there.
+func SetIntentPoint(f func(point string)) { testIntentPoint = f }
+
+// IntentFiles lists the intent records in dir.
+func IntentFiles(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		if _, ok := intentSnap(e.Name()); ok {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

@@ -23,7 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if runWorker() || runMachineWorker() {
+	if runWorker() || runMachineWorker() || runIntentWorker() {
 		return
 	}
 	code := m.Run()

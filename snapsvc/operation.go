@@ -65,6 +65,10 @@ type operation struct {
 	expired    int             // fences in a row whose confirmation ran out before the write
 	actErr     error           // the failure of the last request to act
 	alone      bool            // a budgeted restart that found an identical one it may not join
+
+	// WithIntents (intent.go, replay.go).
+	intent *intentRecord // its intent, held while it runs
+	replay *replayState  // the intent it replays, for a replay
 }
 
 // newOperation is the bound phase: it validates the request and begins
@@ -95,7 +99,12 @@ func (c *Client) runSync(ctx context.Context, action string, names []string, set
 			return nil, err
 		}
 		defer op.k.end()
-		return op.run()
+		if err := op.recordIntent(); err != nil {
+			return nil, err
+		}
+		res, err := op.run()
+		op.intent.end(ctx, res, err)
+		return res, err
 	}()
 	c.events.opEnded(action, names, started, res, err)
 	return res, err
@@ -146,6 +155,22 @@ func (c *Client) accept(ctx context.Context, action string, names []string, set 
 		return nil, err
 	}
 	defer op.k.end()
+	if err := op.recordIntent(); err != nil {
+		return nil, err
+	}
+	handle, err := op.accept()
+	if err != nil {
+		op.intent.end(ctx, nil, err)
+		return nil, err
+	}
+	op.intent.handedOver() // snapd's change is its own record from now on
+	return handle, nil
+}
+
+// accept is the phases of an asynchronous operation up to snapd's
+// acceptance.
+func (op *operation) accept() (*Operation, error) {
+	c := op.c
 	if err := op.pace(); err != nil {
 		return nil, op.c.opError(op.o, "", 0, err)
 	}
@@ -200,6 +225,12 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 			op.stopWatching() // machinewait.go: before the snap's file lock goes
 		}
 	}()
+	if op.replay != nil {
+		// A replay decides first what is left of its intent (replay.go).
+		if res, done, err, ended := op.resume(wait); ended {
+			return res, done, err // its errors are the operation's already
+		}
+	}
 	for {
 		if err := op.mayTry(); err != nil {
 			return op.fail("", err)
@@ -347,6 +378,9 @@ func (op *operation) try() (attempt, error) {
 	op.lead.set(flightSent) // machineflight.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
+	if err := op.intent.sending(a.sent, c.view.clock.wallAt(a.sent.at)); err != nil {
+		return attempt{}, err // unrecorded, a send could not be told apart from none by a replay
+	}
 	actx, cancel := k.actCtx()
 	if op.hold != nil && !op.hold.sendBy.IsZero() {
 		actx = snapd.WithSendBy(actx, op.hold.sendBy)
@@ -420,6 +454,7 @@ func (op *operation) accepted(a attempt, wait bool) (*Result, bool, error) {
 		return op.snapctlDone(a)
 	}
 	op.res.ChangeID = a.changeID
+	op.intent.accepted(a.changeID)
 	c.view.saw(a.changeID)
 	c.snaps.claim(op.o, a.changeID)
 	ev := k.event(EventAccepted)
@@ -464,6 +499,7 @@ func (op *operation) snapctlDone(a attempt) (*Result, bool, error) {
 			op.res.ChangeID = op.claimBySequence(ready, all, a)
 		}
 		c.learnClock(ready, op.res.ChangeID, a)
+		op.intent.accepted(op.res.ChangeID)
 	}
 	op.res.Status = snapd.StatusDone
 	ev := k.event(EventAccepted)

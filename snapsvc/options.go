@@ -39,6 +39,7 @@ type settings struct {
 	snapdRoot          string // WithSnapdRoot (installed.go)
 	snapdRootSet       bool
 	wall               func(time.Time) time.Time // the machine's wall clock at a reading (tests: export_test.go)
+	intents            bool                      // WithIntents (intent.go)
 }
 
 // WithSocket sets snapd's main socket (default $SNAPSVC_SOCKET, then

@@ -56,6 +56,11 @@ const (
 	// sent yet: it sends nothing itself, and shares that restart's change
 	// (Result.Shared) should it end with one.
 	EventJoined
+	// EventReplayed: Replay (or the replay New begins, WithIntents)
+	// finished an intent a process left unfinished; ChangeID is the
+	// change it found or made, Err its failure. The Replayed values say
+	// more.
+	EventReplayed
 )
 
 func (k EventKind) String() string {
@@ -78,6 +83,8 @@ func (k EventKind) String() string {
 		return "failed"
 	case EventJoined:
 		return "joined"
+	case EventReplayed:
+		return "replayed"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }

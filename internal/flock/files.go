@@ -339,3 +339,52 @@ func sameFile(f *os.File, path string) bool {
 	}
 	return st.Dev == pst.Dev && st.Ino == pst.Ino
 }
+
+// Sync makes the file of a lock made by Create durable: its content, and
+// its name in the directory (a record that must outlive a reboot or a
+// power cut).
+func (l *Lock) Sync() error {
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("cannot sync %s: %w", l.path, err)
+	}
+	d, err := os.Open(filepath.Dir(l.path))
+	if err != nil {
+		return fmt.Errorf("cannot sync the directory of %s: %w", l.path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("cannot sync the directory of %s: %w", l.path, err)
+	}
+	return nil
+}
+
+// Claim takes the lock of path, made by Create, if nobody holds it: the
+// file of a maker that let go of it, or died. ok is false, with no error,
+// when it is held, or when path was removed or replaced meanwhile (so
+// that two claimers of one file never both hold it while it is named by
+// path). A missing path matches fs.ErrNotExist. It never creates path.
+func Claim(path string) (l *Lock, ok bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := checkFile(path, f); err != nil {
+		f.Close()
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("cannot lock %s: %w", path, err)
+	}
+	if !sameFile(f, path) { // removed by an earlier claimer once it was done with it
+		f.Close()
+		return nil, false, nil
+	}
+	return &Lock{f: f, path: path}, true, nil
+}
+
+// Read returns the content of the lock's file, up to max bytes.
+func (l *Lock) Read(max int) ([]byte, error) { return readAt(l.f, l.path, max) }
