@@ -264,6 +264,13 @@ func (r *intentRecord) clear() {
 	_ = r.lock.Unlock() // left for a replay, which finds its outcome written
 }
 
+// rebase makes the record this boot's from its next write.
+func (r *intentRecord) rebase() {
+	r.mu.Lock()
+	r.frame.Boot = bootID()
+	r.mu.Unlock()
+}
+
 // keep lets go of the record, left for a replay.
 func (r *intentRecord) keep() {
 	r.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -40,7 +39,13 @@ type intentWorkerSpec struct {
 	Names                               []string
 	KillAt                              string        // an intent point, "request-out" or "answered"
 	KillAfter                           time.Duration // > 0: killed this long after the call began
+	Boot                                string        // this boot's id, as the worker sees it ("": the machine's)
 }
+
+// noCleanup stands for a test in a worker, which ends with the process.
+type noCleanup struct{}
+
+func (noCleanup) Cleanup(func()) {}
 
 // intentPoints are the points of an intent's life a worker is killed at:
 // the library's (intent.go) and, around the request to act, its
@@ -66,6 +71,9 @@ func runIntentWorker() bool {
 		}
 	}
 	snapsvc.SetIntentPoint(point)
+	if spec.Boot != "" {
+		snapsvc.SetBootID(noCleanup{}, spec.Boot)
+	}
 	p := retry.DefaultPolicy()
 	p.MaxElapsedTime = 30 * time.Second
 	opts := []snapsvc.Option{snapsvc.WithLockDir(spec.LockDir), snapsvc.WithPolicy(p), snapsvc.WithIntents(),
@@ -76,9 +84,6 @@ func runIntentWorker() bool {
 		opts = append(opts, snapsvc.WithSnapSocket(spec.SnapSocket), snapsvc.WithCookie(spec.Cookie), snapsvc.WithSnap("k8s"), snapsvc.WithMode(snapsvc.ModeSnapctl))
 	} else {
 		opts = append(opts, snapsvc.WithSocket(spec.Socket), snapsvc.WithMode(snapsvc.ModeREST))
-	}
-	if os.Getenv("INTENT_DEBUG") != "" {
-		opts = append(opts, snapsvc.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -111,13 +116,7 @@ func runIntentWorker() bool {
 		}
 		out["replayed"], out["error"] = ds, fmt.Sprint(err)
 	}
-	if os.Getenv("INTENT_DEBUG") != "" {
-		fmt.Fprintln(os.Stderr, "closing at", time.Now().Format("05.000"))
-	}
 	c.Close()
-	if os.Getenv("INTENT_DEBUG") != "" {
-		fmt.Fprintln(os.Stderr, "closed at", time.Now().Format("05.000"))
-	}
 	json.NewEncoder(os.Stdout).Encode(out)
 	os.Exit(0)
 	return true
@@ -254,13 +253,7 @@ func runIntentCase(t *testing.T, tc intentCase) (asked, done int, decisions []st
 	before := serviceChanges(srv)
 	act := spec
 	act.Role, act.KillAt, act.KillAfter = "act", tc.killAt, tc.killAfter
-	if os.Getenv("INTENT_DEBUG") != "" {
-		t.Logf("act at %v", time.Now().Format("05.000"))
-	}
 	killed := runIntentProc(t, act)
-	if os.Getenv("INTENT_DEBUG") != "" {
-		t.Logf("killed=%t at %v", killed, time.Now().Format("05.000"))
-	}
 	// Asked: the intent was recorded (its record, or the change it
 	// made, remains).
 	recs := snapsvc.IntentFiles(spec.LockDir)
@@ -286,9 +279,6 @@ func runIntentCase(t *testing.T, tc intentCase) (asked, done int, decisions []st
 		}()
 	}
 	wg.Wait()
-	if os.Getenv("INTENT_DEBUG") != "" {
-		t.Logf("replayed at %v: %q", time.Now().Format("05.000"), outs)
-	}
 	for _, o := range outs {
 		var r struct {
 			Replayed []string `json:"replayed"`
@@ -355,8 +345,39 @@ func runIntentReplay(t *testing.T, spec intentWorkerSpec) string {
 	if err != nil {
 		t.Errorf("replay worker: %v\n%s", err, stderr.String())
 	}
-	if os.Getenv("INTENT_DEBUG") != "" {
-		t.Logf("replay worker:\n%s", stderr.String())
-	}
 	return string(out)
+}
+
+// An intent of an earlier boot whose replay is killed after it decided to
+// act: the next replay must not take the earlier boot's change for the
+// request of the replay it takes over.
+func TestIntentOfAnEarlierBootReplayedAcrossAKill(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	spec := intentWorkerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), "locks"), Action: "stop", Names: []string{"k8s.kubelet"}}
+	act := spec
+	act.Role, act.KillAt, act.Boot = "act", "answered", "boot-1"
+	if !runIntentProc(t, act) {
+		t.Fatal("the worker was not killed")
+	}
+	if n := serviceChanges(srv); n != 1 {
+		t.Fatalf("%d changes before the reboot, want the stop's", n)
+	}
+	// The reboot starts the enabled service again.
+	srv.SetService("k8s", "kubelet", fake.AppState{Enabled: true, Active: true})
+	replay := spec
+	replay.Role, replay.KillAt, replay.Boot = "replay", "replay-taken", "boot-2"
+	if !runIntentProc(t, replay) {
+		t.Fatal("the first replay was not killed")
+	}
+	replay.KillAt = ""
+	out := runIntentReplay(t, replay)
+	if err := srv.WaitIdle(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := srv.Service("k8s", "kubelet"); st.Active {
+		t.Fatalf("kubelet active after the earlier boot's stop was replayed (%s)", out)
+	}
+	if n := serviceChanges(srv); n != 2 {
+		t.Fatalf("%d changes, want the earlier boot's stop and the replay's (%s)", n, out)
+	}
 }

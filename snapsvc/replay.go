@@ -188,7 +188,7 @@ func (c *Client) replayOne(ctx context.Context, f intentFile) (Replayed, bool) {
 	b := rec.body
 	out.Action, out.Names, out.PID = b.Action, b.Names, frame.PID
 	out.EarlierBoot = frame.Boot != bootID()
-	rec.frame.PID, rec.frame.Boot = os.Getpid(), bootID()
+	rec.frame.PID = os.Getpid() // its boot stays the record's until the replay acts (resumeAfterBoot)
 	if b.Outcome != "" {
 		rec.clear()
 		out.Decision = ReplayFinished
@@ -204,6 +204,7 @@ func (c *Client) replayOne(ctx context.Context, f intentFile) (Replayed, bool) {
 		return out, true
 	}
 	_ = rec.update(func(b *intentBody) { b.Replays++ })
+	intentPoint("replay-taken")
 	k := c.newCall(ctx, callOp, o.action, o.t.names)
 	op := c.operationOn(k, o)
 	op.intent = rec
@@ -342,6 +343,13 @@ func (op *operation) resumeAfterBoot() (*Result, bool, error, bool) {
 	}
 	rp.decision = ReplayActed
 	op.res.ChangeID = ""
+	// From now on the record is this boot's, and the earlier boot's send
+	// and change say nothing of what this replay sends: a replay of this
+	// replay must not take that change for its request's.
+	op.intent.rebase()
+	if err := op.intent.update(func(b *intentBody) { b.Sent, b.Change, b.At = nil, "", machineNow() }); err != nil {
+		return nil, false, op.c.opError(op.o, "", 0, err), true
+	}
 	return nil, false, nil, false
 }
 
