@@ -192,7 +192,10 @@ func New(opts ...Option) (*Client, error) {
 		c.lockDirs = defaultLockDirs(c.actingSocket(), s.env)
 	}
 	c.machine = newMachine(c.lockDirs, c.hook, c.clockKey == "real")
-	if s.intents && !c.lockDirs.none() {
+	if s.intents {
+		if c.lockDirs.none() {
+			return nil, errors.New("snapsvc: WithIntents needs a lock directory, where intents are recorded: it cannot be used with WithoutFileLock")
+		}
 		c.intents = true
 		c.startReplay()
 	}

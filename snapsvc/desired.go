@@ -72,8 +72,16 @@ func (c *Client) ensure(ctx context.Context, action string, names []string, diff
 	if err != nil {
 		return nil, err
 	}
+	if err := c.awaitStartup(ctx, o); err != nil {
+		return nil, err
+	}
 	started := c.events.opStarted(action, out.Changed)
-	res, err := c.operationOn(k, o).run()
+	op := c.operationOn(k, o)
+	var res *Result
+	if err = op.recordIntent(); err == nil {
+		res, err = op.run()
+		op.intent.end(ctx, res, err)
+	}
 	c.events.opEnded(action, out.Changed, started, res, err)
 	if err != nil {
 		return nil, err

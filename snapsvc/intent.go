@@ -14,6 +14,8 @@ import (
 
 	"math/rand/v2"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/snapsvc/snapsvc/internal/flock"
 )
 
@@ -47,9 +49,15 @@ type intentBody struct {
 	Enable  bool     `json:"enable,omitempty"`
 	Disable bool     `json:"disable,omitempty"`
 	Reload  bool     `json:"reload,omitempty"`
-	// At is when the intent was recorded, on the machine's monotonic
-	// clock (ns): meaningful in the boot that wrote it only.
-	At int64 `json:"at"`
+	// At is when the intent was recorded, on the machine's boot clock
+	// (CLOCK_BOOTTIME, ns: it counts a suspend, which CLOCK_MONOTONIC
+	// does not), meaningful in the boot that wrote it only; Wall is the
+	// machine's wall clock then (ns since the epoch), on which snapd
+	// stamps its changes; Seen is the highest change id the Client had
+	// seen by then (snapd numbers its changes in order).
+	At   int64 `json:"at"`
+	Wall int64 `json:"wall"`
+	Seen int64 `json:"seen,omitempty"`
 	// Sent is the last request to act, written just before it was sent.
 	Sent *intentSent `json:"sent,omitempty"`
 	// Change is snapd's change for the request, once known.
@@ -57,15 +65,16 @@ type intentBody struct {
 	// Outcome is the change's final status, once known: the record
 	// goes next.
 	Outcome string `json:"outcome,omitempty"`
-	// Replays counts the replays that took the record up before.
-	Replays int `json:"replays,omitempty"`
+	// Act is the restart budget's act id of the operation's hold
+	// (budget.Act.ID), so that a replay records the same act once.
+	Act string `json:"act,omitempty"`
 }
 
 // intentSent is when a request to act was sent, as a replay in another
 // process needs it (sent, matching.go).
 type intentSent struct {
 	Wall    int64 `json:"wall"` // the machine's wall clock, ns since the epoch
-	Mono    int64 `json:"mono"` // the machine's monotonic clock, ns
+	Mono    int64 `json:"mono"` // the machine's boot clock (bootNow), ns
 	Seen    int64 `json:"seen"`
 	Counted bool  `json:"counted,omitempty"`
 }
@@ -83,7 +92,6 @@ const intentFrameSize = 1024
 type intentRecord struct {
 	mu    sync.Mutex
 	lock  *flock.Lock
-	peers string // the snap's peers lock: removals
 	frame recordFrame
 	size  int
 	body  intentBody
@@ -108,11 +116,12 @@ func (c *Client) recordIntent(o request) (*intentRecord, error) {
 	if dir == "" {
 		return nil, nil
 	}
-	body := intentBody{Action: o.action, Names: o.t.names, Enable: o.enable, Disable: o.disable, Reload: o.reload, At: machineNow()}
+	body := intentBody{Action: o.action, Names: o.t.names, Enable: o.enable, Disable: o.disable, Reload: o.reload,
+		At: bootNow(), Wall: c.view.clock.wallAt(time.Now()).UnixNano(), Seen: c.view.maxID.Load()}
 	intentPoint("before-record")
 	for {
 		path := filepath.Join(dir, snap+"."+strconv.FormatUint(rand.Uint64(), 16)+intentSuffix)
-		r, err := createIntent(path, c.lockDirs.path(snap, peersSuffix), body)
+		r, err := createIntent(path, body)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
@@ -126,8 +135,8 @@ func (c *Client) recordIntent(o request) (*intentRecord, error) {
 
 // createIntent makes the record path with body, held by this process,
 // durable before it returns.
-func createIntent(path, peers string, body intentBody) (*intentRecord, error) {
-	r := &intentRecord{peers: peers, body: body, frame: recordFrame{Boot: bootID(), PID: os.Getpid(), ID: rand.Uint64()}}
+func createIntent(path string, body intentBody) (*intentRecord, error) {
+	r := &intentRecord{body: body, frame: recordFrame{Boot: bootID(), PID: os.Getpid(), ID: rand.Uint64()}}
 	b, err := r.encode()
 	if err != nil {
 		return nil, err
@@ -192,14 +201,18 @@ func (r *intentRecord) update(f func(b *intentBody)) error {
 	return nil
 }
 
-// sending writes that a request to act, stamped s, is about to be sent:
-// a replay looks for its change before it sends anything again.
-func (r *intentRecord) sending(s sent, wall time.Time) error {
+// sending writes that a request to act, stamped s, is about to be sent
+// (act: the budget's act id, if any): a replay looks for its change
+// before it sends anything again.
+func (r *intentRecord) sending(s sent, wall time.Time, act string) error {
 	if r == nil {
 		return nil
 	}
 	err := r.update(func(b *intentBody) {
-		b.Sent = &intentSent{Wall: wall.UnixNano(), Mono: machineClock(s.at), Seen: s.seen, Counted: s.counted}
+		b.Sent = &intentSent{Wall: wall.UnixNano(), Mono: bootNow(), Seen: s.seen, Counted: s.counted}
+		if act != "" {
+			b.Act = act
+		}
 	})
 	intentPoint("sending")
 	return err
@@ -247,8 +260,11 @@ func (r *intentRecord) end(ctx context.Context, res *Result, err error) {
 	intentPoint("cleared")
 }
 
-// clear removes the record, under the snap's peers lock, and lets go of
-// it.
+// clear removes the record and lets go of it. Only the holder of a
+// record's lock removes it (its maker, or the replay that took it), and a
+// taker checks that the path still names the file it locked
+// (flock.Claim), so no other lock is needed: none that a stopped peer
+// could hold up.
 func (r *intentRecord) clear() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -256,12 +272,7 @@ func (r *intentRecord) clear() {
 		return
 	}
 	r.ended = true
-	if l, err := flock.Acquire(context.Background(), r.peers); err == nil {
-		_ = r.lock.RemoveIfSame() // closes it, letting go
-		_ = l.Unlock()
-		return
-	}
-	_ = r.lock.Unlock() // left for a replay, which finds its outcome written
+	_ = r.lock.RemoveIfSame() // closes it, letting go
 }
 
 // rebase makes the record this boot's from its next write.
@@ -295,10 +306,11 @@ func (r *intentRecord) keep() {
 // operation's intent ends once snapd accepts it: snapd's change is then
 // snapd's own record, carried out whatever happens to the process.
 //
-// Intents live in the lock directory, so they need one (not with
-// WithoutFileLock); the default for a snap is $SNAP_COMMON/.snapsvc-lock,
+// Intents live in the lock directory, so they need one: New fails with
+// WithoutFileLock. The default for a snap is $SNAP_COMMON/.snapsvc-lock,
 // which outlives a reboot (/run/snapsvc, the default for a snap not
-// installed, does not).
+// installed, does not). EnsureRunning and EnsureStopped record theirs
+// too, for the operation they send.
 func WithIntents() Option { return func(s *settings) { s.intents = true } }
 
 // recordIntent records op's intent (WithIntents; not for a replay, which
@@ -324,4 +336,16 @@ func (r *intentRecord) handedOver() {
 	intentPoint("outcome")
 	r.clear()
 	intentPoint("cleared")
+}
+
+// bootNow reads the machine's boot clock, in ns: CLOCK_BOOTTIME, one
+// clock for every process of this boot that, unlike CLOCK_MONOTONIC,
+// counts a suspend, so that a suspend between a send and a replay does not
+// pass for a step of the wall clock.
+func bootNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return machineNow()
+	}
+	return ts.Nano() + int64(testMachineClockOffset)
 }

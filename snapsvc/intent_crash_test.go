@@ -348,36 +348,54 @@ func runIntentReplay(t *testing.T, spec intentWorkerSpec) string {
 	return string(out)
 }
 
-// An intent of an earlier boot whose replay is killed after it decided to
-// act: the next replay must not take the earlier boot's change for the
-// request of the replay it takes over.
-func TestIntentOfAnEarlierBootReplayedAcrossAKill(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	spec := intentWorkerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), "locks"), Action: "stop", Names: []string{"k8s.kubelet"}}
-	act := spec
-	act.Role, act.KillAt, act.Boot = "act", "answered", "boot-1"
-	if !runIntentProc(t, act) {
-		t.Fatal("the worker was not killed")
-	}
-	if n := serviceChanges(srv); n != 1 {
-		t.Fatalf("%d changes before the reboot, want the stop's", n)
-	}
-	// The reboot starts the enabled service again.
-	srv.SetService("k8s", "kubelet", fake.AppState{Enabled: true, Active: true})
-	replay := spec
-	replay.Role, replay.KillAt, replay.Boot = "replay", "replay-taken", "boot-2"
-	if !runIntentProc(t, replay) {
-		t.Fatal("the first replay was not killed")
-	}
-	replay.KillAt = ""
-	out := runIntentReplay(t, replay)
-	if err := srv.WaitIdle(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := srv.Service("k8s", "kubelet"); st.Active {
-		t.Fatalf("kubelet active after the earlier boot's stop was replayed (%s)", out)
-	}
-	if n := serviceChanges(srv); n != 2 {
-		t.Fatalf("%d changes, want the earlier boot's stop and the replay's (%s)", n, out)
+// Intents of an earlier boot, across kills. A stop whose change snapd made
+// before the reboot is done, though the reboot started the service again
+// (as it would have without the crash); a stop never sent is carried out
+// in this boot, once, even when its first replay is killed after deciding
+// to send it.
+func TestIntentOfAnEarlierBootAcrossKills(t *testing.T) {
+	for _, tc := range []struct {
+		killAt      string // the first process's death
+		replayKill  string // the first replay's death ("": none)
+		wantChanges int
+		wantActive  bool
+	}{
+		{killAt: "answered", wantChanges: 1, wantActive: true},
+		{killAt: "recorded", replayKill: "request-out", wantChanges: 1, wantActive: false},
+		{killAt: "recorded", replayKill: "replay-taken", wantChanges: 1, wantActive: false},
+	} {
+		t.Run(tc.killAt+"/"+tc.replayKill, func(t *testing.T) {
+			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			spec := intentWorkerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), "locks"), Action: "stop", Names: []string{"k8s.kubelet"}}
+			act := spec
+			act.Role, act.KillAt, act.Boot = "act", tc.killAt, "boot-1"
+			if !runIntentProc(t, act) {
+				t.Fatal("the worker was not killed")
+			}
+			// The reboot starts the enabled service again.
+			srv.SetService("k8s", "kubelet", fake.AppState{Enabled: true, Active: true})
+			replay := spec
+			replay.Role, replay.Boot = "replay", "boot-2"
+			if tc.replayKill != "" {
+				replay.KillAt = tc.replayKill
+				if !runIntentProc(t, replay) {
+					t.Fatal("the first replay was not killed")
+				}
+				replay.KillAt = ""
+			}
+			out := runIntentReplay(t, replay)
+			if err := srv.WaitIdle(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := srv.Service("k8s", "kubelet"); st.Active != tc.wantActive {
+				t.Errorf("kubelet active=%t, want %t (%s)", st.Active, tc.wantActive, out)
+			}
+			if n := serviceChanges(srv); n != tc.wantChanges {
+				t.Errorf("%d changes, want %d (%s)", n, tc.wantChanges, out)
+			}
+			if left := snapsvc.IntentFiles(spec.LockDir); len(left) != 0 {
+				t.Errorf("intents left: %q", left)
+			}
+		})
 	}
 }

@@ -35,6 +35,7 @@ import (
 type lockDirs struct {
 	fixed   string                   // every snap's ("" with perSnap nil: no lock directory)
 	perSnap func(snap string) string // the system's snapd: each snap's own
+	scan    func() []string          // the system's snapd: every directory perSnap may name, now
 
 	mu      sync.Mutex
 	watches map[string]*dirWatch
@@ -69,7 +70,14 @@ func defaultLockDirs(socket string, env func(string) string) *lockDirs {
 		ownCommon = filepath.Join(common, ".snapsvc-lock")
 	}
 	euid := lockDirEuid()
-	return &lockDirs{perSnap: func(snap string) string {
+	scan := func() []string {
+		if euid != 0 {
+			return []string{filepath.Join(os.TempDir(), fmt.Sprintf("snapsvc-%d", euid))}
+		}
+		dirs, _ := filepath.Glob(filepath.Join(snapDataDir, "*", "common", ".snapsvc-lock"))
+		return append(dirs, "/run/snapsvc")
+	}
+	return &lockDirs{scan: scan, perSnap: func(snap string) string {
 		if snap == own && ownCommon != "" {
 			return ownCommon
 		}
@@ -85,6 +93,20 @@ func defaultLockDirs(socket string, env func(string) string) *lockDirs {
 		}
 		return filepath.Join(os.TempDir(), fmt.Sprintf("snapsvc-%d", euid))
 	}}
+}
+
+// scanned lists every lock directory of the Client's snaps that exists
+// now: the fixed one, or, for the system's snapd, every snap's.
+func (d *lockDirs) scanned() []string {
+	switch {
+	case d.none():
+		return nil
+	case d.fixed != "":
+		return []string{d.fixed}
+	case d.scan != nil:
+		return d.scan()
+	}
+	return nil
 }
 
 // none reports whether there is no lock directory (WithoutFileLock).

@@ -90,6 +90,8 @@ func (op *operation) resolveLost(st sent) (id string, settled bool, err error) {
 				return "", false, unknown(what, perr)
 			}
 			continue
+		case isForbidden(err) && op.replay != nil:
+			return op.replayUnlisted()
 		case isForbidden(err):
 			if op.o.action == "restart" {
 				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: op.lastAct(), sent: st, known: maps.Clone(op.known)}
@@ -107,6 +109,27 @@ func (op *operation) resolveLost(st sent) (id string, settled bool, err error) {
 			return "", false, unknown(what, perr)
 		}
 	}
+}
+
+// replayUnlisted is resolveLost for a replay where snapd lets the client
+// list no change (snapctl without snap-refresh-observe): no process waits
+// for the request any more, so a start or a stop is settled by the
+// services' state after a settling pause, and sent again where it is not
+// reached (both leave the services as they are if they already are);
+// a restart cannot be told from the state, and its outcome stays unknown.
+func (op *operation) replayUnlisted() (id string, settled bool, err error) {
+	k := op.k
+	if op.o.action == "restart" {
+		return "", false, &outcomeUnknownError{reason: "the restart's process may have sent it, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: errCrashed}
+	}
+	if err := k.sleep(lostAnswerSettle); err != nil {
+		return "", false, op.unknownOutcome("waiting for a request whose process ended to reach snapd", err, sent{})
+	}
+	svcs, err := k.services(op.o.t.names)
+	if err != nil {
+		return "", false, &outcomeUnknownError{reason: "cannot read the services' state to tell whether the request was carried out", last: err}
+	}
+	return "", op.o.reached(svcs), nil
 }
 
 // unknownOutcome is the end of a call, for err (the call's bound, or its

@@ -78,6 +78,9 @@ func (c *Client) newOperation(ctx context.Context, action string, names []string
 	if err != nil {
 		return nil, err
 	}
+	if err := c.awaitStartup(ctx, o); err != nil {
+		return nil, err
+	}
 	return c.operationOn(c.newCall(ctx, callOp, o.action, o.t.names), o), nil
 }
 
@@ -378,7 +381,11 @@ func (op *operation) try() (attempt, error) {
 	op.lead.set(flightSent) // machineflight.go: no process joins from now on
 	a.sent = c.view.sending(c.clock.Now())
 	a.sentAt = a.sent.at
-	if err := op.intent.sending(a.sent, c.view.clock.wallAt(a.sent.at)); err != nil {
+	act := ""
+	if op.hold != nil {
+		act = op.hold.actID
+	}
+	if err := op.intent.sending(a.sent, c.view.clock.wallAt(a.sent.at), act); err != nil {
 		return attempt{}, err // unrecorded, a send could not be told apart from none by a replay
 	}
 	actx, cancel := k.actCtx()
