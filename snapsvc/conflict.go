@@ -59,8 +59,9 @@ func (op *operation) conflict(a attempt) (next, error) {
 	if err := op.aboutToWait(); err != nil {
 		return 0, err
 	}
-	op.res.Conflicts++
 	ce, _ := retry.AsConflict(a.err)
+	op.res.Refused++
+	op.countConflict(ce)
 	op.k.last = ce
 	w, joined := op.blockerWait(a, ce)
 	if w == waitFollowing {
@@ -80,6 +81,22 @@ func (op *operation) conflict(a attempt) (next, error) {
 		return tryAgain, op.retryBlind(ce, a.sentAt)
 	}
 	return op.waitListed(a, ce)
+}
+
+// countConflict counts ce in the result (Result.Conflicts) unless it is
+// the conflict already being waited out: one per blocking change, not one
+// per refusal. A refusal continues the conflict held when its blocker was
+// not seen to end since (a blind poll, a retry at a state file rewrite, a
+// blocker not visible) and it names the same snap and change kind (and
+// the same change, where both are known); the waits that see a blocker
+// end clear held.
+func (op *operation) countConflict(ce *retry.ConflictError) {
+	if h := op.held; h != nil && ce != nil && h.Snap == ce.Snap && h.AllSnaps == ce.AllSnaps && h.ChangeKind == ce.ChangeKind &&
+		(h.ChangeID == "" || ce.ChangeID == "" || h.ChangeID == ce.ChangeID) {
+		return
+	}
+	op.res.Conflicts++
+	op.held = ce
 }
 
 // awaitRewrite is the rewrite wait: it reports the conflict, then waits,
@@ -154,12 +171,14 @@ func (op *operation) waitListed(a attempt, ce *retry.ConflictError) (next, error
 			return 0, err
 		}
 		op.cadence().reset()
+		op.held = nil
 		return tryFresh, nil // the blocker is done: try again at once
 	}
 	op.unseen++
 	if op.unseen == 1 && ferr == nil {
 		// The blocker finished between our request and the listing: try
 		// again straight away.
+		op.held = nil
 		k.log.Info("conflict; blocker already gone, retrying", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 		return tryAgain, nil
 	}

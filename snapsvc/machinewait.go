@@ -450,6 +450,7 @@ func (op *operation) followFacts(ce *retry.ConflictError, joined int64) (next, e
 		op.res.WaitedFor = appendNew(op.res.WaitedFor, f.Blockers...)
 		if f.freeSince(joined) {
 			k.log.Debug("the machine's watcher saw the snap free; trying again", "watcher", fr.PID)
+			op.held = nil
 			return tryFresh, nil
 		}
 		// The watcher's view of snapd's reachability, this call's bounds.
