@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/retry"
@@ -241,5 +244,70 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 		for _, row := range table {
 			fmt.Println(row)
 		}
+	})
+}
+
+// Issue 44, item 3: under WithGiveUp(0) k8sd's V(1) lines said
+// "conflict; waiting for blocking changes" 2 ms before the call gave up,
+// and a missing socket read "snapd unreachable for 0s" after lines saying
+// "retrying" and "backing off". No line announces a wait or a retry that
+// does not happen, and the error says what failed, with no duration when
+// none passed.
+func TestGiveUpZeroSaysWhatHappened(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	noWait := func(t *testing.T, lines []string) {
+		t.Helper()
+		for _, l := range lines {
+			for _, w := range []string{"waiting", "trying again", "retrying", "backing off", "ended while"} {
+				if strings.Contains(l, w) {
+					t.Errorf("line %q announces what did not happen (%q)", l, w)
+				}
+			}
+		}
+	}
+
+	t.Run("conflict", func(t *testing.T) {
+		srv := fake.NewServer(t, fake.WithSnaps(k8sSnapApps(0)))
+		s := newREST(t, srv, snapservices.WithGiveUp(0))
+		srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+		var v1 logrLines
+		err := s.RestartServices(logr.NewContext(ctx, v1.logger(1)), []string{"kubelet"})
+		if !errors.Is(err, snapsvc.ErrGaveUp) {
+			t.Fatalf("%v, want a give-up", err)
+		}
+		noWait(t, v1.all())
+		if n := len(v1.all()); n == 0 {
+			t.Fatal("no line")
+		}
+	})
+
+	socketCase := func(t *testing.T, socket, want string) {
+		t.Helper()
+		s, err := snapservices.New(snapservices.WithInstance("k8s"), snapservices.WithGiveUp(0),
+			snapservices.WithClientOptions(snapsvc.WithSocket(socket), snapsvc.WithLockDir(t.TempDir())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var v1 logrLines
+		err = s.RestartServices(logr.NewContext(ctx, v1.logger(1)), []string{"kubelet"})
+		if !errors.Is(err, snapsvc.ErrGaveUp) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), " for 0s") {
+			t.Fatalf("%v, want a give-up saying %q and no duration", err, want)
+		}
+		noWait(t, v1.all())
+	}
+	t.Run("socket missing", func(t *testing.T) {
+		socketCase(t, filepath.Join(t.TempDir(), "snapd.socket"), "gave up at the first try: snapd unreachable (its socket is missing)")
+	})
+	t.Run("connection refused", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "snapd.socket")
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		l.Close() // the socket stays, nobody listens
+		socketCase(t, path, "gave up at the first try: snapd unreachable (connection refused")
 	})
 }

@@ -1,6 +1,7 @@
 package snapsvc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -99,6 +100,19 @@ func (op *operation) countConflict(ce *retry.ConflictError) {
 	op.held = ce
 }
 
+// reportConflict emits ev, an EventConflict, and reports whether the
+// operation goes on to wait the blocker out: an observer may end the call
+// at the event (snapservices' WithGiveUp(0) does), and a wait that will
+// not happen is not logged as one.
+func (op *operation) reportConflict(ev Event) bool {
+	op.c.events.emit(ev)
+	if op.k.ctx.Err() != nil {
+		op.k.log.Debug("conflict; the call ended there, before waiting", "attempt", op.res.Attempts, "cause", context.Cause(op.k.ctx))
+		return false
+	}
+	return true
+}
+
 // awaitRewrite is the rewrite wait: it reports the conflict, then waits,
 // for at most stateSafety and within the call's bounds, for snapd's state
 // file to be rewritten after the attempt's mark. It reports whether a
@@ -108,7 +122,9 @@ func (op *operation) awaitRewrite(a attempt, ce *retry.ConflictError) (bool, err
 	op.optimistic = true
 	ev := k.event(EventConflict)
 	ev.Err = ce
-	c.events.emit(ev)
+	if !op.reportConflict(ev) {
+		return false, interrupted(k.ctx, ce)
+	}
 	k.log.Info("conflict; trying again when snapd's state changes", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 	var woke bool
 	err := op.withoutFileLocks(func() error {
@@ -155,13 +171,17 @@ func (op *operation) waitListed(a attempt, ce *retry.ConflictError) (next, error
 			return tryAgain, op.retryBlind(ce, a.sentAt)
 		}
 	}
+	if len(ids) > 0 {
+		ce.ChangeID = ids[0]
+	}
 	ev := k.event(EventConflict)
 	ev.Blockers, ev.Err = ids, ce
-	c.events.emit(ev)
+	if !op.reportConflict(ev) {
+		return 0, interrupted(k.ctx, ce)
+	}
 	if len(ids) > 0 {
 		op.unseen = 0
 		op.publishBlockers(ids)
-		ce.ChangeID = ids[0]
 		for _, id := range ids {
 			op.known[id] = true
 		}
@@ -255,11 +275,13 @@ func (op *operation) blind() bool {
 // pauses until the cadence's next retry, within the call's bounds
 // (without the cross-process locks). Its error is final for the operation.
 func (op *operation) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
-	c, k := op.c, op.k
+	k := op.k
 	first := op.cadence().n == 0
 	ev := k.event(EventConflict)
 	ev.Err = ce
-	c.events.emit(ev)
+	if !op.reportConflict(ev) {
+		return interrupted(k.ctx, ce)
+	}
 	if first {
 		k.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 	} else {

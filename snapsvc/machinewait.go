@@ -435,8 +435,10 @@ func (op *operation) followFacts(ce *retry.ConflictError, joined int64) (next, e
 	f := factsOf(fr, ok)
 	ev := k.event(EventConflict)
 	ev.Blockers, ev.Err = f.Blockers, ce
-	c.events.emit(ev)
 	k.last = ce
+	if !op.reportConflict(ev) {
+		return 0, interrupted(k.ctx, ce)
+	}
 	k.log.Info("conflict; another process of this machine waits it out: following what it sees", "watcher", fr.PID, "changes", f.Blockers, "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 	w := c.machine.dirs.watch(snap)
 	for {

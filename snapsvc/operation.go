@@ -270,7 +270,9 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 				return res, done, err
 			}
 		case askAgain:
-			op.k.flog.log(op.k.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", op.res.Attempts, "error", a.err)
+			if !op.k.unreachableNow() || op.k.redials() { // else the pause gives up at once: no back-off to announce
+				op.k.flog.log(op.k.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", op.res.Attempts, "error", a.err)
+			}
 			then = tryPaused
 		}
 		if err != nil {
