@@ -303,7 +303,7 @@ func (op *operation) enterWait(init func(*machineFacts)) (follow bool) {
 		return true
 	}
 	op.startWatching(&machineWatcher{rec: own, peers: c.machine.dirs.path(snap, peersSuffix), facts: facts})
-	k.log.Debug(watchingNote, "snap", snap)
+	k.log.Debug(watchingNote) // the operation's logger names the snap
 	return false
 }
 
