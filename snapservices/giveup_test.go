@@ -311,3 +311,18 @@ func TestGiveUpZeroSaysWhatHappened(t *testing.T) {
 		socketCase(t, path, "gave up at the first try: snapd unreachable (connection refused")
 	})
 }
+
+// A bound shorter than the policy's first pause (250 ms) is a bound like
+// any other: New refused WithGiveUp(100*time.Millisecond) with "retry
+// policy: InitialInterval 250ms is longer than MaxInterval 100ms".
+func TestGiveUpShorterThanTheFirstPause(t *testing.T) {
+	for _, d := range []time.Duration{time.Millisecond, 100 * time.Millisecond, 249 * time.Millisecond} {
+		for _, opts := range [][]snapservices.Option{nil, {snapservices.WithDefaultPolicy()}} {
+			s, err := snapservices.New(append(opts, snapservices.WithInstance("k8s"), snapservices.WithGiveUp(d))...)
+			if err != nil {
+				t.Fatalf("WithGiveUp(%v): %v", d, err)
+			}
+			s.Close()
+		}
+	}
+}

@@ -183,8 +183,13 @@ func giveUpPolicy(p retry.Policy, d time.Duration) retry.Policy {
 	if p.MaxInterval > d {
 		p.MaxInterval = d
 	}
-	if p.MaxInterval > 0 && p.MaxConflictInterval > p.MaxInterval {
-		p.MaxConflictInterval = p.MaxInterval
+	if p.MaxInterval > 0 {
+		// MaxInterval caps every pause (retry.Policy.Validate): a bound
+		// below the first pause, WithGiveUp(100*time.Millisecond), cuts
+		// them all.
+		p.InitialInterval = min(p.InitialInterval, p.MaxInterval)
+		p.MaxConflictInterval = min(p.MaxConflictInterval, p.MaxInterval)
+		p.RedialInterval = min(p.RedialInterval, p.MaxInterval)
 	}
 	return p
 }
