@@ -84,12 +84,15 @@
 // # Logs
 //
 // Each action writes one line, where the snap command printed "Started."
-// or its error: at Info (logr's V(0)) to the call's logger, the
-// logr.Logger in its context (k8sd's), snapsvc.ContextWithLogger's, or
-// WithLogger's, with the services, the change, the conflicts waited out
-// and the time taken; the client's own steps go there one level lower.
-// WithLogLines hands the lines to a logger that takes text (lxd's
-// shared/logger, the log package).
+// or its error, to the call's logger, the logr.Logger in its context
+// (k8sd's), snapsvc.ContextWithLogger's, or WithLogger's: at Info when it
+// is done, with the services, the change, the conflicts waited out (one
+// per blocking change), the requests it took when more than one, and the
+// time taken; at Warn when it failed or gave up, with the error (logr has
+// no warning level: both are V(0) there). The client's own steps go to
+// the same logger one level lower. WithLogLines hands the lines, with
+// their level, to a logger that takes text (lxd's shared/logger, the log
+// package).
 //
 // # Giving up
 //

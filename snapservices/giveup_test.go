@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -89,16 +90,12 @@ func TestGiveUpBoundsTheWait(t *testing.T) {
 }
 
 // WithLogLines hands one line per action, as text, to a logger that
-// takes lines: the message, then the services, the change and the time.
+// takes lines: the message, then the services, the change and the time,
+// with the line's level.
 func TestLogLines(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnapApps(0)))
-	var mu sync.Mutex
-	var lines []string
-	s := newREST(t, srv, snapservices.WithLogLines(func(l string) {
-		mu.Lock()
-		lines = append(lines, l)
-		mu.Unlock()
-	}))
+	var ll levelLines
+	s := newREST(t, srv, snapservices.WithLogLines(ll.print))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := s.RestartServices(ctx, []string{"kubelet"}); err != nil {
@@ -107,11 +104,106 @@ func TestLogLines(t *testing.T) {
 	if err := s.RestartServices(ctx, []string{"nosuch"}); err == nil {
 		t.Fatal("nosuch restarted")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "restarted services services=k8s.kubelet change=") ||
-		!strings.Contains(lines[0], " elapsed=") || !strings.HasPrefix(lines[1], "cannot restart services services=k8s.nosuch ") {
-		t.Errorf("lines %q, want one per action", lines)
+	lines := ll.all()
+	if len(lines) != 2 || !strings.HasPrefix(lines[0].line, "restarted services services=k8s.kubelet change=") ||
+		!strings.Contains(lines[0].line, " elapsed=") || !strings.HasPrefix(lines[1].line, "cannot restart services services=k8s.nosuch ") {
+		t.Errorf("lines %v, want one per action", lines)
+	}
+	if len(lines) == 2 && (lines[0].level != slog.LevelInfo || lines[1].level != slog.LevelWarn) {
+		t.Errorf("levels %v, %v: want an action done at Info, a failure at Warn", lines[0].level, lines[1].level)
+	}
+}
+
+// levelLine is a line WithLogLines handed over, with its level.
+type levelLine struct {
+	level slog.Level
+	line  string
+}
+
+// levelLines keeps what WithLogLines hands over.
+type levelLines struct {
+	mu    sync.Mutex
+	lines []levelLine
+}
+
+func (l *levelLines) print(level slog.Level, line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, levelLine{level, line})
+}
+
+func (l *levelLines) all() []levelLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]levelLine(nil), l.lines...)
+}
+
+// Issue 44, item 3: with WithLogLines wired to logger.Info, as the
+// recipes had it, a 30 s give-up left no line at microceph's warn level,
+// and its quotes came out escaped twice through the adopter's logger
+// (error=\"... \\\"k8s\\\" ...\"). A give-up is a warning, and the line,
+// quoted by the adopter's logger as any message, is escaped once.
+func TestLogLinesGiveUpIsAWarning(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnapApps(0)))
+	var ll levelLines
+	s := newREST(t, srv, snapservices.WithGiveUp(100*time.Millisecond), snapservices.WithLogLines(ll.print))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	if err := s.RestartServices(ctx, []string{"kubelet"}, "--reload"); !errors.Is(err, snapsvc.ErrGaveUp) {
+		t.Fatalf("%v, want a give-up", err)
+	}
+	lines := ll.all()
+	if len(lines) != 1 || lines[0].level != slog.LevelWarn {
+		t.Fatalf("lines %v: want one, at Warn", lines)
+	}
+	line := lines[0].line
+	if want := `cannot restart services services=k8s.kubelet flags=--reload elapsed=`; !strings.HasPrefix(line, want) ||
+		!strings.Contains(line, `: snapsvc: restart k8s.kubelet`) || !strings.Contains(line, `snap "k8s" has a "configure-snap" change in progress`) {
+		t.Errorf("line %q: want %q..., then the error as it reads", line, want)
+	}
+	// Through a logger that quotes its messages (logfmt, as lxd's and
+	// slog's text handlers write them), at its warn level.
+	var out strings.Builder
+	adopter := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	adopter.Log(ctx, lines[0].level, line)
+	if got := out.String(); !strings.Contains(got, `level=WARN`) || !strings.Contains(got, `snap \"k8s\" has`) || strings.Contains(got, `\\`) {
+		t.Errorf("through the adopter's logger: %s: want the line at WARN, its quotes escaped once", got)
+	}
+}
+
+// Issue 44, item 3: in snapctl mode, where a blocker cannot be seen and the
+// client polls, the line said conflicts=20 for one change holding the snap
+// (REST said conflicts=1). It says one conflict, and how many requests it
+// took.
+func TestLogLinesCountWhatHappened(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnapApps(0)), fake.WithoutRefreshObserve())
+	var ll levelLines
+	s, err := snapservices.New(snapservices.WithInstance("k8s"), snapservices.WithSnapctl(), snapservices.WithLogLines(ll.print),
+		snapservices.WithClientOptions(snapsvc.WithSnapSocket(srv.SnapSocketPath()), snapsvc.WithCookie(srv.Cookie("k8s")), snapsvc.WithLockDir(t.TempDir())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	done := make(chan error, 1)
+	go func() { done <- s.RestartServices(ctx, []string{"kubelet"}) }()
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Conflicts() >= 3 }); err != nil { // three polls refused
+		t.Fatal(err)
+	}
+	held.Finish()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	lines := ll.all()
+	if len(lines) != 1 || !strings.Contains(lines[0].line, " conflicts=1 attempts=") {
+		t.Fatalf("lines %v: want one, with one conflict and the attempts", lines)
+	}
+	var attempts int
+	if _, err := fmt.Sscanf(lines[0].line[strings.Index(lines[0].line, "attempts="):], "attempts=%d", &attempts); err != nil || attempts < 4 {
+		t.Errorf("line %q: want attempts=N, N >= 4 (three polls refused, one accepted)", lines[0].line)
 	}
 }
 
@@ -137,13 +229,13 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 	type recipe struct {
 		name, snap string
 		strict     bool // snapctl mode, without snap-refresh-observe
-		opts       func(logLine func(string)) []snapservices.Option
+		opts       func(logLine func(slog.Level, string)) []snapservices.Option
 		call       func(ctx context.Context, s *snapservices.Snap) error
 		ctx        time.Duration // the caller's own deadline (0: none)
 	}
 	recipes := []recipe{
 		{name: "k8sd, one-file port, RetryFor kept", snap: "k8s",
-			opts: func(logLine func(string)) []snapservices.Option {
+			opts: func(logLine func(slog.Level, string)) []snapservices.Option {
 				// docs/k8sd.md: NewSnap's options; logr from the context is
 				// k8sd's, given here as the lines' sink.
 				return []snapservices.Option{snapservices.WithInstance("k8s"), snapservices.WithDefaultInstance("k8s"),
@@ -153,7 +245,7 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 				return retryFor(ctx, 5, 5*time.Second, func() error { return s.StartServices(ctx, []string{"kubelet"}) })
 			}},
 		{name: "microk8s-cluster-agent, classic, /configure handler", snap: "microk8s", ctx: 240 * time.Second,
-			opts: func(logLine func(string)) []snapservices.Option {
+			opts: func(logLine func(slog.Level, string)) []snapservices.Option {
 				return []snapservices.Option{snapservices.SnapctlStyle(), snapservices.WithInstance("microk8s"),
 					snapservices.WithClientOptions(snapsvc.WithMode(snapsvc.ModeREST)),
 					snapservices.WithGiveUp(30 * time.Second), snapservices.WithLogLines(logLine)}
@@ -162,7 +254,7 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 				return s.RestartServices(ctx, []string{"microk8s.daemon-kubelite"})
 			}},
 		{name: "microk8s-cluster-agent, strict, /configure handler", snap: "microk8s", strict: true, ctx: 240 * time.Second,
-			opts: func(logLine func(string)) []snapservices.Option {
+			opts: func(logLine func(slog.Level, string)) []snapservices.Option {
 				return []snapservices.Option{snapservices.SnapctlStyle(), snapservices.WithInstance("microk8s"), snapservices.WithSnapctl(),
 					snapservices.WithGiveUp(30 * time.Second), snapservices.WithLogLines(logLine)}
 			},
@@ -170,7 +262,7 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 				return s.RestartServices(ctx, []string{"microk8s.daemon-kubelite"})
 			}},
 		{name: "microovn, service API handler", snap: "microovn", strict: true,
-			opts: func(logLine func(string)) []snapservices.Option {
+			opts: func(logLine func(slog.Level, string)) []snapservices.Option {
 				return []snapservices.Option{snapservices.SnapctlStyle(), snapservices.WithInstance("microovn"), snapservices.WithSnapctl(),
 					snapservices.WithGiveUp(30 * time.Second), snapservices.WithLogLines(logLine)}
 			},
@@ -178,7 +270,7 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 				return s.RestartServices(ctx, []string{"microovn.ovn-northd"})
 			}},
 		{name: "microceph, hook or API handler", snap: "microceph", strict: true,
-			opts: func(logLine func(string)) []snapservices.Option {
+			opts: func(logLine func(slog.Level, string)) []snapservices.Option {
 				return []snapservices.Option{snapservices.SnapctlStyle(), snapservices.WithInstance("microceph"), snapservices.WithSnapctl(),
 					snapservices.WithGiveUp(30 * time.Second), snapservices.WithLogLines(logLine)}
 			},
@@ -199,7 +291,7 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 			srv := fake.NewServer(t, fopts...)
 			var lines []string
 			var lmu sync.Mutex
-			opts := append(r.opts(func(l string) { lmu.Lock(); lines = append(lines, l); lmu.Unlock() }),
+			opts := append(r.opts(func(_ slog.Level, l string) { lmu.Lock(); lines = append(lines, l); lmu.Unlock() }),
 				snapservices.WithClientOptions(snapsvc.WithSnapSocket(srv.SnapSocketPath()), snapsvc.WithLockDir(filepath.Join(t.TempDir(), "locks"))))
 			if r.strict {
 				// A strict snap reaches the snap socket only, with its

@@ -411,7 +411,8 @@ func (s *Snap) Services(ctx context.Context, services []string) ([]snapsvc.Servi
 // outcome is what an action did, for its log line.
 type outcome struct {
 	change    string
-	conflicts int
+	conflicts int // blocking changes waited out (Result.Conflicts)
+	attempts  int // requests sent to act (Result.Attempts), when the call's own
 	waited    []string
 	queued    bool
 	unchanged bool     // WithEnsureRunning: nothing to start
@@ -514,7 +515,11 @@ func resultOutcome(res *snapsvc.Result) outcome {
 	if res == nil {
 		return outcome{}
 	}
-	return outcome{change: res.ChangeID, conflicts: res.Conflicts, waited: res.WaitedFor, queued: res.Queued}
+	out := outcome{change: res.ChangeID, conflicts: res.Conflicts, waited: res.WaitedFor, queued: res.Queued}
+	if !res.Shared { // a shared restart's requests were another call's
+		out.attempts = res.Attempts
+	}
+	return out
 }
 
 // names maps the names of a call to snapd's, with the call's instance.
