@@ -108,8 +108,9 @@
 // Package snapservicestest has a Recorder that implements Control in
 // memory, for unit tests of callers; package fake serves a snapd for
 // integration tests, and cmd/fakesnapd the same on a socket, which any
-// handle reaches without code through $SNAPPY_GLOBAL_ROOT or
-// $SNAPSVC_SOCKET (see snapsvc.EnvRoot). Tests that assert command lines
+// handle reaches through WithSocket (WithSnapSocket in snapctl mode), or
+// without code through $SNAPPY_GLOBAL_ROOT or $SNAPSVC_SOCKET (see
+// snapsvc.EnvRoot). Tests that assert command lines
 // keep doing so through WithCommandRunner: the handle hands the runner
 // the line in its mode, as its callers wrote it ("snap start k8s.kubelet
 // --enable" for k8sd, "snapctl restart --reload microceph.rgw" in snapctl

@@ -24,7 +24,7 @@ func ExampleSnap_StopServices() {
 	}
 	defer srv.Close()
 	snap, err := snapservices.New(snapservices.WithInstance("k8s"),
-		snapservices.WithClientOptions(snapsvc.WithSocket(srv.SocketPath())))
+		snapservices.WithSocket(srv.SocketPath()))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -377,7 +377,7 @@ func TestGiveUpZeroSaysWhatHappened(t *testing.T) {
 	socketCase := func(t *testing.T, socket, want string) {
 		t.Helper()
 		s, err := snapservices.New(snapservices.WithInstance("k8s"), snapservices.WithGiveUp(0),
-			snapservices.WithClientOptions(snapsvc.WithSocket(socket), snapsvc.WithLockDir(t.TempDir())))
+			snapservices.WithSocket(socket), snapservices.WithClientOptions(snapsvc.WithLockDir(t.TempDir())))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,6 +45,7 @@ type config struct {
 	output        func(ctx context.Context, command []string) (string, error)
 	client        *snapsvc.Client
 	clientOpts    []snapsvc.Option
+	sockets       []snapsvc.Option // WithSocket, WithSnapSocket
 	snapctl       bool
 	fromSnap      bool // WithModeFromConfinement
 	snapDir       string
@@ -101,11 +102,30 @@ func WithCommandOutput(run func(ctx context.Context, command []string) (string, 
 // retry policy, instead of building its own client.
 func WithClient(c *snapsvc.Client) Option { return func(cfg *config) { cfg.client = c } }
 
-// WithClientOptions adds options for the client New builds (a socket, a
-// logger, a policy in place of retry.NestedPolicy, ...). They apply after
+// WithClientOptions adds options for the client New builds (a lock
+// directory, a policy in place of retry.NestedPolicy, a restart budget,
+// ...; the sockets have WithSocket and WithSnapSocket). They apply after
 // the handle's own, so they win.
 func WithClientOptions(opts ...snapsvc.Option) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+}
+
+// WithSocket sets snapd's main socket, the one REST mode dials (default
+// as snapsvc.WithSocket's: $SNAPSVC_SOCKET, then
+// $SNAPPY_GLOBAL_ROOT/run/snapd.socket, then /run/snapd.socket): a test's
+// fake.Server.SocketPath, say. It applies to the client New builds;
+// with WithClient, whose client has its socket, New fails.
+func WithSocket(path string) Option {
+	return func(c *config) { c.sockets = append(c.sockets, snapsvc.WithSocket(path)) }
+}
+
+// WithSnapSocket sets the socket snapctl mode dials (default as
+// snapsvc.WithSnapSocket's: $SNAPSVC_SNAP_SOCKET, then
+// $SNAPPY_GLOBAL_ROOT/run/snapd-snap.socket, then
+// /run/snapd-snap.socket). Like WithSocket, it applies to the client New
+// builds.
+func WithSnapSocket(path string) Option {
+	return func(c *config) { c.sockets = append(c.sockets, snapsvc.WithSnapSocket(path)) }
 }
 
 // WithSnapctl makes the handle act through snapctl (with $SNAP_COOKIE)
@@ -278,6 +298,9 @@ func build(cfg config) (*Snap, error) {
 			return nil, fmt.Errorf("%w: %w %q: not a snap instance name", ErrSetup, snapsvc.ErrInvalidName, cfg.instance)
 		}
 	}
+	if cfg.client != nil && len(cfg.sockets) > 0 {
+		return nil, fmt.Errorf("%w: WithSocket or WithSnapSocket with WithClient: the client given dials its own sockets", ErrSetup)
+	}
 	mode := snapsvc.ModeREST
 	switch {
 	case cfg.client != nil:
@@ -315,6 +338,7 @@ func build(cfg config) (*Snap, error) {
 		if cfg.instance != "" {
 			base = append(base, snapsvc.WithSnap(cfg.instance))
 		}
+		base = append(base, cfg.sockets...)
 		c, err := snapsvc.New(append(base, cfg.clientOpts...)...)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
