@@ -218,7 +218,8 @@ func k8sSnapApps(start time.Duration) fake.Snap {
 // TestAdopterRecipesWorstCase measures each recipe of docs/ as written,
 // against the fake with a change that never ends holding the snap: how
 // long the caller waits before its call fails, how many requests reach
-// snapd, and how many lines reach the adopter's own logger. It is a
+// snapd, and how many lines reach the adopter's own logger (and how many
+// of them at warn, what a logger set to warn shows). It is a
 // measurement, not part of the suite: SNAPSVC_MEASURE_ADOPTERS=1 runs it
 // (about 35 s of wall time, the cases in parallel), and the figures are
 // in docs/*.md.
@@ -290,8 +291,16 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 			}
 			srv := fake.NewServer(t, fopts...)
 			var lines []string
+			var warns int // lines at slog.LevelWarn or above: what a logger set to warn shows
 			var lmu sync.Mutex
-			opts := append(r.opts(func(_ slog.Level, l string) { lmu.Lock(); lines = append(lines, l); lmu.Unlock() }),
+			opts := append(r.opts(func(lv slog.Level, l string) {
+				lmu.Lock()
+				defer lmu.Unlock()
+				lines = append(lines, l)
+				if lv >= slog.LevelWarn {
+					warns++
+				}
+			}),
 				snapservices.WithClientOptions(snapsvc.WithSnapSocket(srv.SnapSocketPath()), snapsvc.WithLockDir(filepath.Join(t.TempDir(), "locks"))))
 			if r.strict {
 				// A strict snap reaches the snap socket only, with its
@@ -320,19 +329,19 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 			}
 			reqs := len(srv.Requests())
 			lmu.Lock()
-			n := len(lines)
+			n, w := len(lines), warns
 			last := ""
 			if n > 0 {
 				last = lines[n-1]
 			}
 			lmu.Unlock()
 			mu.Lock()
-			table = append(table, fmt.Sprintf("| %s | %.1f s | %d | %d | %.160s |", r.name, took.Seconds(), reqs, n, last))
+			table = append(table, fmt.Sprintf("| %s | %.1f s | %d | %d | %d | %.300s |", r.name, took.Seconds(), reqs, n, w, last))
 			mu.Unlock()
 		})
 	}
 	t.Cleanup(func() {
-		fmt.Println("| recipe | gave up after | requests | log lines | last line |")
+		fmt.Println("| recipe | gave up after | requests | log lines | at warn | last line |")
 		for _, row := range table {
 			fmt.Println(row)
 		}
