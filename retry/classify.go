@@ -1,6 +1,13 @@
 // Package retry classifies the errors snapd answers and holds the retry
 // policy snapsvc applies to them.
 //
+// To ask whether retrying an operation that failed with err can help,
+// call IsRetryable(err): the error's own verdict (snapsvc's *OpError
+// knows whether a change was made), else its class. The rest answer other
+// questions: ShouldRetry is the rule of a retry loop kept around the
+// calls (Do, Loop), IsConflict and Classify say what kind of failure it
+// is, for errors as snapd answered them.
+//
 // Classify sorts any error from snapsvc's wire client (or a plain error
 // carrying snapctl's text) into one of four classes: a Conflict (another
 // change holds the snap: retry once it is done), Transient (snapd is
@@ -54,7 +61,10 @@ func (c Class) String() string {
 	return fmt.Sprintf("Class(%d)", int(c))
 }
 
-// Retryable reports whether retrying may help (every class but Permanent).
+// Retryable reports whether retrying may help an error of the class
+// (every class but Permanent). It is the class's answer alone, for errors
+// as snapd answered them; IsRetryable asks the error first (an error of
+// class Conflict whose operation made a change must not be retried).
 func (c Class) Retryable() bool { return c != Permanent }
 
 // Classify returns the class of err. Conflicts are recognised in every
@@ -201,8 +211,26 @@ func badSocket(err error) bool {
 }
 
 // IsRetryable reports whether retrying the operation that failed with err
-// may help.
-func IsRetryable(err error) bool { return Classify(err).Retryable() }
+// can help: it is the one question to ask of any error snapsvc returns.
+// The first error in err's chain with a Retryable() bool method decides
+// (snapsvc's *OpError: not when a change was made or the outcome is
+// unknown; *StoppedError; the budgets' errors); an error without one is
+// judged by its class (Classify: conflicts, an unreachable or restarting
+// snapd, an outcome to look up first). A nil error is not retryable.
+//
+// ShouldRetry, the rule of a retry loop, answers another question: it
+// also retries a failed change, and errors that say nothing of
+// themselves.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var r interface{ Retryable() bool }
+	if errors.As(err, &r) {
+		return r.Retryable()
+	}
+	return Classify(err).Retryable()
+}
 
 // IsConflict reports whether err is a change conflict.
 func IsConflict(err error) bool { return Classify(err) == Conflict }

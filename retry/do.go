@@ -67,7 +67,7 @@ type Loop struct {
 	// Retryable decides whether a failure is worth another attempt. The
 	// default, nil, is ShouldRetry (the rule in Do's documentation). A
 	// loop that wants the operation's own verdict alone (a failed change
-	// not retried either) sets IsRetryableOnce.
+	// not retried either) sets IsRetryable.
 	Retryable func(error) bool
 	// Clock drives the pauses; nil means the real clock.
 	Clock Clock
@@ -128,7 +128,11 @@ func (l Loop) Do(ctx context.Context, fn func() error) error {
 	}
 }
 
-// ShouldRetry is Loop's default rule (see Do), in this order:
+// ShouldRetry is Loop's default rule (see Do): whether a loop kept around
+// the calls, as k8sd's RetryFor, should try again. It is not the answer to
+// "can retrying help?", which is IsRetryable's: it also retries a failed
+// change (a later start may succeed) and errors that say nothing of
+// themselves, as RetryFor did. In this order:
 //
 //  1. an outcome that is not known (Classify answers Indeterminate: a
 //     lost answer to a request to act, an error with Indeterminate()
@@ -170,17 +174,11 @@ func ShouldRetry(err error) bool {
 	return !fromSnapd(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// IsRetryableOnce is the operation's own verdict alone: the first error
-// in err's chain with a Retryable() bool method decides, otherwise
-// Classify does. A failed change and errors nobody classified are not
-// retried. It was Loop's default before v0.2.0.
-func IsRetryableOnce(err error) bool {
-	var r interface{ Retryable() bool }
-	if errors.As(err, &r) {
-		return r.Retryable()
-	}
-	return IsRetryable(err)
-}
+// IsRetryableOnce is IsRetryable, under the name it had as Loop's
+// default before v0.2.0.
+//
+// Deprecated: use IsRetryable, which answers the same.
+func IsRetryableOnce(err error) bool { return IsRetryable(err) }
 
 // fromSnapd reports whether err carries an answer of snapd's or a failure
 // to reach it.

@@ -172,7 +172,7 @@ func TestDoAsksTheErrorFirst(t *testing.T) {
 		t.Fatalf("plain error: calls %d, want 3", calls)
 	}
 	calls = 0
-	_ = retry.Loop{Attempts: 3, Clock: clock, Retryable: retry.IsRetryableOnce}.Do(context.Background(), func() error { calls++; return errors.New("disk full") })
+	_ = retry.Loop{Attempts: 3, Clock: clock, Retryable: retry.IsRetryable}.Do(context.Background(), func() error { calls++; return errors.New("disk full") })
 	if calls != 1 {
 		t.Fatalf("Retryable override: calls %d, want 1", calls)
 	}
@@ -347,3 +347,31 @@ type indeterminate struct{}
 
 func (indeterminate) Error() string       { return "outcome unknown" }
 func (indeterminate) Indeterminate() bool { return true }
+
+// Issue 44, item 7: three predicates beside Retryable() answered "can
+// retrying help?" differently: IsRetryable called a conflict whose
+// operation had made a change (snapsvc's *OpError: not retryable)
+// retryable. IsRetryable is the one question: the error's verdict first,
+// then its class; IsRetryableOnce, deprecated, answers the same.
+func TestIsRetryableAsksTheErrorFirst(t *testing.T) {
+	notFound := &snapd.Error{StatusCode: 404, Kind: "app-not-found", Message: `snap "k8s" has no service "kubelt"`}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a conflict, as snapd answered it", conflict(), true},
+		{"an unknown service", notFound, false},
+		{"a conflict whose operation made a change", &opError{err: conflict(), ok: false}, false},
+		{"wrapped", fmt.Errorf("restarting: %w", &opError{err: conflict(), ok: false}), false},
+		{"an operation that says it may be retried", &opError{err: notFound, ok: true}, true},
+		{"nil", nil, false},
+	} {
+		if got := retry.IsRetryable(c.err); got != c.want {
+			t.Errorf("%s: IsRetryable %v, want %v", c.name, got, c.want)
+		}
+		if got := retry.IsRetryableOnce(c.err); got != c.want {
+			t.Errorf("%s: IsRetryableOnce %v, want %v", c.name, got, c.want)
+		}
+	}
+}

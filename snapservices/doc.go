@@ -84,12 +84,15 @@
 // # Logs
 //
 // Each action writes one line, where the snap command printed "Started."
-// or its error: at Info (logr's V(0)) to the call's logger, the
-// logr.Logger in its context (k8sd's), snapsvc.ContextWithLogger's, or
-// WithLogger's, with the services, the change, the conflicts waited out
-// and the time taken; the client's own steps go there one level lower.
-// WithLogLines hands the lines to a logger that takes text (lxd's
-// shared/logger, the log package).
+// or its error, to the call's logger, the logr.Logger in its context
+// (k8sd's), snapsvc.ContextWithLogger's, or WithLogger's: at Info when it
+// is done, with the services, the change, the conflicts waited out (one
+// per blocking change), the requests it took when more than one, and the
+// time taken; at Warn when it failed or gave up, with the error (logr has
+// no warning level: both are V(0) there). The client's own steps go to
+// the same logger one level lower. WithLogLines hands the lines, with
+// their level, to a logger that takes text (lxd's shared/logger, the log
+// package).
 //
 // # Giving up
 //
@@ -105,8 +108,9 @@
 // Package snapservicestest has a Recorder that implements Control in
 // memory, for unit tests of callers; package fake serves a snapd for
 // integration tests, and cmd/fakesnapd the same on a socket, which any
-// handle reaches without code through $SNAPPY_GLOBAL_ROOT or
-// $SNAPSVC_SOCKET (see snapsvc.EnvRoot). Tests that assert command lines
+// handle reaches through WithSocket (WithSnapSocket in snapctl mode), or
+// without code through $SNAPPY_GLOBAL_ROOT or $SNAPSVC_SOCKET (see
+// snapsvc.EnvRoot). Tests that assert command lines
 // keep doing so through WithCommandRunner: the handle hands the runner
 // the line in its mode, as its callers wrote it ("snap start k8s.kubelet
 // --enable" for k8sd, "snapctl restart --reload microceph.rgw" in snapctl

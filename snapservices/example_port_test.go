@@ -11,7 +11,6 @@ import (
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/retry"
 	"github.com/snapsvc/snapsvc/snapservices"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 // k8sdSnap is the service part of k8sd's snap.Snap after the port. Before,
@@ -100,7 +99,7 @@ func Example_k8sdPort() {
 	}
 	defer srv.Close()
 	services, err := snapservices.New(snapservices.WithInstance("k8s"),
-		snapservices.WithClientOptions(snapsvc.WithSocket(srv.SocketPath())))
+		snapservices.WithSocket(srv.SocketPath()))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
+	"strings"
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/snapservices"
@@ -22,7 +24,7 @@ func ExampleSnap_StopServices() {
 	}
 	defer srv.Close()
 	snap, err := snapservices.New(snapservices.WithInstance("k8s"),
-		snapservices.WithClientOptions(snapsvc.WithSocket(srv.SocketPath())))
+		snapservices.WithSocket(srv.SocketPath()))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,4 +75,38 @@ func ExampleSnapctlStyle() {
 	// snapctl start microceph.nfs --enable
 	// snapctl restart --reload microceph.rgw
 	// snapctl services microceph.rgw
+}
+
+// WithLogLines hands one line per action, with its level, to a logger that
+// takes text: lxd's shared/logger in microovn and microceph, wired so that
+// a failure or a give-up is a warning. Here a command runner stands in for
+// snapd, and the lines are printed without their varying time.
+func ExampleWithLogLines() {
+	s, err := snapservices.New(snapservices.WithInstance("microovn"), snapservices.WithSnapctl(),
+		snapservices.WithCommandRunner(func(_ context.Context, command []string) error {
+			if command[len(command)-1] == "microovn.ovn-nb" {
+				return errors.New(`snap "microovn" has "configure-snap" change in progress`)
+			}
+			return nil
+		}),
+		snapservices.WithLogLines(func(level slog.Level, line string) {
+			before, after, _ := strings.Cut(line, " elapsed=")
+			if _, errText, ok := strings.Cut(after, ": "); ok {
+				before += ": " + errText
+			}
+			if level >= slog.LevelWarn {
+				fmt.Println("warn:", before) // logger.Warn(line)
+				return
+			}
+			fmt.Println("info:", before) // logger.Info(line)
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	_ = s.RestartServices(ctx, []string{"microovn.ovn-northd"}, "--reload")
+	_ = s.RestartServices(ctx, []string{"microovn.ovn-nb"})
+	// Output:
+	// info: restarted services services=microovn.ovn-northd flags=--reload command="snapctl restart --reload microovn.ovn-northd"
+	// warn: cannot restart services services=microovn.ovn-nb command="snapctl restart microovn.ovn-nb": snap "microovn" has "configure-snap" change in progress
 }

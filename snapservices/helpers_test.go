@@ -11,7 +11,6 @@ import (
 
 	"github.com/snapsvc/snapsvc/fake"
 	"github.com/snapsvc/snapsvc/snapservices"
-	"github.com/snapsvc/snapsvc/snapsvc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -20,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func newREST(t *testing.T, srv *fake.Server, opts ...snapservices.Option) *snapservices.Snap {
 	t.Helper()
 	base := []snapservices.Option{snapservices.WithInstance("k8s"),
-		snapservices.WithClientOptions(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithSnapSocket(srv.SnapSocketPath()))}
+		snapservices.WithSocket(srv.SocketPath()), snapservices.WithSnapSocket(srv.SnapSocketPath())}
 	s, err := snapservices.New(append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -32,21 +32,41 @@ import (
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logs.logger = l } }
 
 // WithLogLines is WithLogger for a logger that takes a line of text, so
-// that one line per action reaches an adopter's own log whatever its
-// kind: lxd's shared/logger (microovn: func(l string) { logger.Info(l) }),
-// microceph's logger.Infof, the log package's log.Print. Each line is
-// the action's message and its attributes as slog's text handler writes
-// them, without time or level ("restarted services services=microovn.ovn-
-// northd change=12 elapsed=1.06s"); a failed action's line starts with
-// "cannot". The client's step-by-step lines (below Info) are not passed.
-func WithLogLines(print func(line string)) Option {
+// that one line per action reaches an adopter's own log, at its level,
+// whatever the logger's kind: lxd's shared/logger (microovn, microceph),
+// the log package. print gets each line with its level: slog.LevelInfo
+// for an action done ("restarted services services=microovn.ovn-northd
+// change=12 elapsed=1.06s"), slog.LevelWarn for one that failed or gave
+// up ("cannot restart services services=microovn.ovn-northd
+// elapsed=30s: snapsvc: restart ...": the error last, after a colon, as
+// it reads). Wire the levels to the logger's, so that a give-up shows
+// where warnings do:
+//
+//	snapservices.WithLogLines(func(level slog.Level, line string) {
+//		if level >= slog.LevelWarn {
+//			logger.Warn(line)
+//			return
+//		}
+//		logger.Info(line)
+//	})
+//
+// A line is the action's message and its attributes, key=value, without
+// time or level; a value is quoted only when it has a space in it, and
+// never escaped, so that the adopter's logger, which quotes the line as
+// it quotes any message, escapes it once. The client's step-by-step
+// lines (below Info) are not passed; its own warnings (a restart budget
+// slot not given back) come one level lower, below slog.LevelWarn.
+//
+// In 0.2.0 print took the line alone, and the recipes sent every line,
+// a give-up included, to the logger's Info.
+func WithLogLines(print func(level slog.Level, line string)) Option {
 	return WithLogger(slog.New(lineHandler{print: print}))
 }
 
 // lineHandler formats each record of Info or above as one line of text and
-// hands it to print.
+// hands it to print with its level.
 type lineHandler struct {
-	print func(string)
+	print func(slog.Level, string)
 	attrs []slog.Attr
 }
 
@@ -54,51 +74,58 @@ func (lineHandler) Enabled(_ context.Context, lv slog.Level) bool { return lv >=
 
 func (h lineHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
-	th := slog.NewTextHandler(&b, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-		if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == slog.LevelKey) {
-			return slog.Attr{}
-		}
-		return a
-	}})
-	r2 := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
-	r2.AddAttrs(h.attrs...)
-	r.Attrs(func(a slog.Attr) bool { r2.AddAttrs(a); return true })
-	if err := th.Handle(context.Background(), r2); err != nil {
-		return err
-	}
-	line := strings.TrimSpace(b.String())
-	if m, ok := strings.CutPrefix(line, "msg="); ok {
-		// The message as words, not a quoted value: "restarted services
-		// services=...".
-		if uq, rest, ok := unquoteMsg(m); ok {
-			line = uq + rest
+	b.WriteString(oneLine(r.Message))
+	var errText string
+	add := func(a slog.Attr) {
+		a.Value = a.Value.Resolve()
+		switch {
+		case a.Equal(slog.Attr{}):
+		case a.Key == "error" && errText == "":
+			errText = oneLine(a.Value.String())
+		case a.Value.Kind() == slog.KindGroup:
+			for _, g := range a.Value.Group() {
+				b.WriteString(" " + a.Key + "." + g.Key + "=" + lineValue(g.Value.Resolve().String()))
+			}
+		default:
+			b.WriteString(" " + a.Key + "=" + lineValue(a.Value.String()))
 		}
 	}
-	h.print(line)
+	for _, a := range h.attrs {
+		add(a)
+	}
+	r.Attrs(func(a slog.Attr) bool { add(a); return true })
+	if errText != "" {
+		b.WriteString(": " + errText)
+	}
+	h.print(r.Level, b.String())
 	return nil
 }
 
-// unquoteMsg splits the msg value at the start of s (quoted or not) from
-// the attributes after it.
-func unquoteMsg(s string) (msg, rest string, ok bool) {
-	if strings.HasPrefix(s, `"`) {
-		for i := 1; i < len(s); i++ {
-			if s[i] == '\\' {
-				i++
-				continue
-			}
-			if s[i] == '"' {
-				uq, err := strconv.Unquote(s[:i+1])
-				return uq, s[i+1:], err == nil
-			}
-		}
-		return "", "", false
+// lineValue writes a value of a line: as it is when it is one word; in
+// double quotes, unescaped, when it has spaces (or is empty); quoted as Go
+// quotes strings only when it holds a double quote or a backslash itself,
+// which no value of the handle's own lines does (the error, which may,
+// ends the line unquoted).
+func lineValue(v string) string {
+	v = oneLine(v)
+	switch {
+	case v == "":
+		return `""`
+	case !strings.ContainsAny(v, " =\"\\"):
+		return v
+	case !strings.ContainsAny(v, "\"\\"):
+		return `"` + v + `"`
 	}
-	msg, rest, _ = strings.Cut(s, " ")
-	if rest != "" {
-		rest = " " + rest
+	return strconv.Quote(v)
+}
+
+// oneLine puts text on one line: snapd's change errors list their failed
+// tasks on lines of their own.
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\n\r\t") {
+		return s
 	}
-	return msg, rest, true
+	return strings.Join(strings.Fields(s), " ")
 }
 
 func (h lineHandler) WithAttrs(a []slog.Attr) slog.Handler {
@@ -150,7 +177,10 @@ func (l logs) action(ctx context.Context, req Request, out outcome, err error, e
 		attrs = append(attrs, slog.String("change", out.change))
 	}
 	if out.conflicts > 0 {
-		attrs = append(attrs, slog.Int("conflicts", out.conflicts))
+		attrs = append(attrs, slog.Int("conflicts", out.conflicts)) // one per blocking change
+	}
+	if out.attempts > 1 {
+		attrs = append(attrs, slog.Int("attempts", out.attempts)) // every request sent, polls included
 	}
 	if len(out.waited) > 0 {
 		attrs = append(attrs, slog.String("waited-for", strings.Join(out.waited, ",")))

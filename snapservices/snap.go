@@ -45,6 +45,7 @@ type config struct {
 	output        func(ctx context.Context, command []string) (string, error)
 	client        *snapsvc.Client
 	clientOpts    []snapsvc.Option
+	sockets       []snapsvc.Option // WithSocket, WithSnapSocket
 	snapctl       bool
 	fromSnap      bool // WithModeFromConfinement
 	snapDir       string
@@ -101,11 +102,30 @@ func WithCommandOutput(run func(ctx context.Context, command []string) (string, 
 // retry policy, instead of building its own client.
 func WithClient(c *snapsvc.Client) Option { return func(cfg *config) { cfg.client = c } }
 
-// WithClientOptions adds options for the client New builds (a socket, a
-// logger, a policy in place of retry.NestedPolicy, ...). They apply after
+// WithClientOptions adds options for the client New builds (a lock
+// directory, a policy in place of retry.NestedPolicy, a restart budget,
+// ...; the sockets have WithSocket and WithSnapSocket). They apply after
 // the handle's own, so they win.
 func WithClientOptions(opts ...snapsvc.Option) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+}
+
+// WithSocket sets snapd's main socket, the one REST mode dials (default
+// as snapsvc.WithSocket's: $SNAPSVC_SOCKET, then
+// $SNAPPY_GLOBAL_ROOT/run/snapd.socket, then /run/snapd.socket): a test's
+// fake.Server.SocketPath, say. It applies to the client New builds;
+// with WithClient, whose client has its socket, New fails.
+func WithSocket(path string) Option {
+	return func(c *config) { c.sockets = append(c.sockets, snapsvc.WithSocket(path)) }
+}
+
+// WithSnapSocket sets the socket snapctl mode dials (default as
+// snapsvc.WithSnapSocket's: $SNAPSVC_SNAP_SOCKET, then
+// $SNAPPY_GLOBAL_ROOT/run/snapd-snap.socket, then
+// /run/snapd-snap.socket). Like WithSocket, it applies to the client New
+// builds.
+func WithSnapSocket(path string) Option {
+	return func(c *config) { c.sockets = append(c.sockets, snapsvc.WithSnapSocket(path)) }
 }
 
 // WithSnapctl makes the handle act through snapctl (with $SNAP_COOKIE)
@@ -183,8 +203,13 @@ func giveUpPolicy(p retry.Policy, d time.Duration) retry.Policy {
 	if p.MaxInterval > d {
 		p.MaxInterval = d
 	}
-	if p.MaxInterval > 0 && p.MaxConflictInterval > p.MaxInterval {
-		p.MaxConflictInterval = p.MaxInterval
+	if p.MaxInterval > 0 {
+		// MaxInterval caps every pause (retry.Policy.Validate): a bound
+		// below the first pause, WithGiveUp(100*time.Millisecond), cuts
+		// them all.
+		p.InitialInterval = min(p.InitialInterval, p.MaxInterval)
+		p.MaxConflictInterval = min(p.MaxConflictInterval, p.MaxInterval)
+		p.RedialInterval = min(p.RedialInterval, p.MaxInterval)
 	}
 	return p
 }
@@ -273,6 +298,9 @@ func build(cfg config) (*Snap, error) {
 			return nil, fmt.Errorf("%w: %w %q: not a snap instance name", ErrSetup, snapsvc.ErrInvalidName, cfg.instance)
 		}
 	}
+	if cfg.client != nil && len(cfg.sockets) > 0 {
+		return nil, fmt.Errorf("%w: WithSocket or WithSnapSocket with WithClient: the client given dials its own sockets", ErrSetup)
+	}
 	mode := snapsvc.ModeREST
 	switch {
 	case cfg.client != nil:
@@ -310,6 +338,7 @@ func build(cfg config) (*Snap, error) {
 		if cfg.instance != "" {
 			base = append(base, snapsvc.WithSnap(cfg.instance))
 		}
+		base = append(base, cfg.sockets...)
 		c, err := snapsvc.New(append(base, cfg.clientOpts...)...)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
@@ -406,7 +435,8 @@ func (s *Snap) Services(ctx context.Context, services []string) ([]snapsvc.Servi
 // outcome is what an action did, for its log line.
 type outcome struct {
 	change    string
-	conflicts int
+	conflicts int // blocking changes waited out (Result.Conflicts)
+	attempts  int // requests sent to act (Result.Attempts), when the call's own
 	waited    []string
 	queued    bool
 	unchanged bool     // WithEnsureRunning: nothing to start
@@ -509,7 +539,11 @@ func resultOutcome(res *snapsvc.Result) outcome {
 	if res == nil {
 		return outcome{}
 	}
-	return outcome{change: res.ChangeID, conflicts: res.Conflicts, waited: res.WaitedFor, queued: res.Queued}
+	out := outcome{change: res.ChangeID, conflicts: res.Conflicts, waited: res.WaitedFor, queued: res.Queued}
+	if !res.Shared { // a shared restart's requests were another call's
+		out.attempts = res.Attempts
+	}
+	return out
 }
 
 // names maps the names of a call to snapd's, with the call's instance.

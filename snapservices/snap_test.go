@@ -340,3 +340,44 @@ func TestInstanceAndDefaultMode(t *testing.T) {
 		t.Fatalf("WithSnapctl: %v", err)
 	}
 }
+
+// Issue 44, item 7: the handle had no WithSocket; reaching a fake took
+// WithClientOptions(snapsvc.WithSocket(...)). WithSocket and
+// WithSnapSocket name the sockets of the client New builds, in each mode;
+// with WithClient, whose client has its own, New fails.
+func TestWithSockets(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rest, err := snapservices.New(snapservices.WithInstance("k8s"), snapservices.WithSocket(srv.SocketPath()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rest.Close()
+	if err := rest.StartServices(ctx, []string{"kubelet"}); err != nil {
+		t.Fatalf("REST on WithSocket: %v", err)
+	}
+	ctl, err := snapservices.New(snapservices.WithInstance("k8s"), snapservices.WithSnapctl(), snapservices.WithSnapSocket(srv.SnapSocketPath()),
+		snapservices.WithClientOptions(snapsvc.WithCookie(srv.Cookie("k8s"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	if err := ctl.RestartServices(ctx, []string{"kubelet"}); err != nil {
+		t.Fatalf("snapctl on WithSnapSocket: %v", err)
+	}
+	if n := srv.Counters().Requests["POST /v2/apps"]; n != 1 {
+		t.Errorf("%d POST /v2/apps, want the REST handle's one", n)
+	}
+	if n := srv.Counters().Requests["POST /v2/snapctl"]; n < 1 {
+		t.Errorf("%d POST /v2/snapctl, want the snapctl handle's", n)
+	}
+	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := snapservices.New(snapservices.WithInstance("k8s"), snapservices.WithClient(c), snapservices.WithSocket("/elsewhere")); !errors.Is(err, snapservices.ErrSetup) {
+		t.Errorf("WithClient and WithSocket: %v, want ErrSetup", err)
+	}
+}

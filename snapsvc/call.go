@@ -231,8 +231,23 @@ func (k *call) unreachable(err error) {
 		ev.Socket = ce.Socket
 	}
 	ev.GiveUpAt = k.giveUpAt()
-	k.log.Info("snapd unreachable; retrying", "socket", ev.Socket, "until", ev.GiveUpAt, "error", err)
+	if k.redials() {
+		k.log.Info("snapd unreachable; retrying", "socket", ev.Socket, "until", ev.GiveUpAt, "error", err)
+	} else {
+		k.log.Info("snapd unreachable; the call's bound leaves no time to try again", "socket", ev.Socket, "error", err)
+	}
 	k.c.events.emit(ev)
+}
+
+// redials reports whether the call, having failed to reach snapd, will
+// try again: whether a RedialInterval fits before its give-up instant
+// (a shorter pause would end in the give-up, see sleep).
+func (k *call) redials() bool {
+	if k.rt.exhausted(nil) != "" {
+		return false
+	}
+	left, bounded := k.left()
+	return !bounded || left > k.rt.policy().RedialInterval
 }
 
 // reachable reports the end of a run of unreachability, if one was
@@ -263,12 +278,12 @@ func (k *call) giveUpAt() time.Time {
 // nothing more: its attempts, its policy's time or its MaxUnreachable ran
 // out.
 func (k *call) exhausted(last error) error {
-	reason := k.rt.exhausted()
-	if reason == "" {
-		return nil
-	}
 	if last == nil {
 		last = k.last
+	}
+	reason := k.rt.exhausted(last)
+	if reason == "" {
+		return nil
 	}
 	if last == nil {
 		last = ErrGaveUp

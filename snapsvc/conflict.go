@@ -1,6 +1,7 @@
 package snapsvc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -59,8 +60,9 @@ func (op *operation) conflict(a attempt) (next, error) {
 	if err := op.aboutToWait(); err != nil {
 		return 0, err
 	}
-	op.res.Conflicts++
 	ce, _ := retry.AsConflict(a.err)
+	op.res.Refused++
+	op.countConflict(ce)
 	op.k.last = ce
 	w, joined := op.blockerWait(a, ce)
 	if w == waitFollowing {
@@ -82,6 +84,35 @@ func (op *operation) conflict(a attempt) (next, error) {
 	return op.waitListed(a, ce)
 }
 
+// countConflict counts ce in the result (Result.Conflicts) unless it is
+// the conflict already being waited out: one per blocking change, not one
+// per refusal. A refusal continues the conflict held when its blocker was
+// not seen to end since (a blind poll, a retry at a state file rewrite, a
+// blocker not visible) and it names the same snap and change kind (and
+// the same change, where both are known); the waits that see a blocker
+// end clear held.
+func (op *operation) countConflict(ce *retry.ConflictError) {
+	if h := op.held; h != nil && ce != nil && h.Snap == ce.Snap && h.AllSnaps == ce.AllSnaps && h.ChangeKind == ce.ChangeKind &&
+		(h.ChangeID == "" || ce.ChangeID == "" || h.ChangeID == ce.ChangeID) {
+		return
+	}
+	op.res.Conflicts++
+	op.held = ce
+}
+
+// reportConflict emits ev, an EventConflict, and reports whether the
+// operation goes on to wait the blocker out: an observer may end the call
+// at the event (snapservices' WithGiveUp(0) does), and a wait that will
+// not happen is not logged as one.
+func (op *operation) reportConflict(ev Event) bool {
+	op.c.events.emit(ev)
+	if op.k.ctx.Err() != nil {
+		op.k.log.Debug("conflict; the call ended there, before waiting", "attempt", op.res.Attempts, "cause", context.Cause(op.k.ctx))
+		return false
+	}
+	return true
+}
+
 // awaitRewrite is the rewrite wait: it reports the conflict, then waits,
 // for at most stateSafety and within the call's bounds, for snapd's state
 // file to be rewritten after the attempt's mark. It reports whether a
@@ -91,7 +122,9 @@ func (op *operation) awaitRewrite(a attempt, ce *retry.ConflictError) (bool, err
 	op.optimistic = true
 	ev := k.event(EventConflict)
 	ev.Err = ce
-	c.events.emit(ev)
+	if !op.reportConflict(ev) {
+		return false, interrupted(k.ctx, ce)
+	}
 	k.log.Info("conflict; trying again when snapd's state changes", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 	var woke bool
 	err := op.withoutFileLocks(func() error {
@@ -138,13 +171,17 @@ func (op *operation) waitListed(a attempt, ce *retry.ConflictError) (next, error
 			return tryAgain, op.retryBlind(ce, a.sentAt)
 		}
 	}
+	if len(ids) > 0 {
+		ce.ChangeID = ids[0]
+	}
 	ev := k.event(EventConflict)
 	ev.Blockers, ev.Err = ids, ce
-	c.events.emit(ev)
+	if !op.reportConflict(ev) {
+		return 0, interrupted(k.ctx, ce)
+	}
 	if len(ids) > 0 {
 		op.unseen = 0
 		op.publishBlockers(ids)
-		ce.ChangeID = ids[0]
 		for _, id := range ids {
 			op.known[id] = true
 		}
@@ -154,12 +191,14 @@ func (op *operation) waitListed(a attempt, ce *retry.ConflictError) (next, error
 			return 0, err
 		}
 		op.cadence().reset()
+		op.held = nil
 		return tryFresh, nil // the blocker is done: try again at once
 	}
 	op.unseen++
 	if op.unseen == 1 && ferr == nil {
 		// The blocker finished between our request and the listing: try
 		// again straight away.
+		op.held = nil
 		k.log.Info("conflict; blocker already gone, retrying", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 		return tryAgain, nil
 	}
@@ -236,11 +275,13 @@ func (op *operation) blind() bool {
 // pauses until the cadence's next retry, within the call's bounds
 // (without the cross-process locks). Its error is final for the operation.
 func (op *operation) retryBlind(ce *retry.ConflictError, sentAt time.Time) error {
-	c, k := op.c, op.k
+	k := op.k
 	first := op.cadence().n == 0
 	ev := k.event(EventConflict)
 	ev.Err = ce
-	c.events.emit(ev)
+	if !op.reportConflict(ev) {
+		return interrupted(k.ctx, ce)
+	}
 	if first {
 		k.log.Info("conflict; the blocker cannot be followed here, retrying on the blind cadence", "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 	} else {

@@ -257,3 +257,34 @@ func TestOneAttemptDoesNotWaitOutTheBlocker(t *testing.T) {
 		t.Errorf("%d listings of the blockers, want none: nothing would follow them", n)
 	}
 }
+
+// Issue 44, item 3: a blocker refused the first attempt, a state file
+// rewrite of someone else's woke the retry while it still ran, and snapd
+// refused again; the result said 2 conflicts for one blocking change.
+// It says one conflict, two refusals.
+func TestConflictCountedOncePerBlocker(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithStateFile(),
+		fake.WithSnaps(k8sSnap(0), fake.Snap{Name: "other", Apps: []fake.App{{Name: "d", Daemon: "simple"}}}))
+	c := newClient(t, srv, snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithPollInterval(time.Hour))
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	out := make(chan restartOutcome, 1)
+	restartAsync(c, ctxT(t), out, "k8s.kubelet")
+	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Conflicts() > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	// A change of another snap rewrites the state file: the retry it
+	// wakes is refused by the same blocker, which is then listed.
+	other := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "other"})
+	if err := srv.WaitFor(ctxT(t), func(v fake.View) bool { return v.Conflicts() > 1 && v.Handled("GET /v2/changes") > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	other.Finish()
+	foreign.Finish()
+	o := recvT(t, out)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if res := o.res; res.Conflicts != 1 || res.Refused != 2 || res.Attempts != 3 || !slices.Equal(res.WaitedFor, []string{foreign.ID()}) {
+		t.Fatalf("result %+v: want one conflict (change %s) behind two refusals", res, foreign.ID())
+	}
+}

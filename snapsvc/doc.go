@@ -69,7 +69,9 @@
 // strictly confined snap without snap-refresh-observe, or on snapd 2.57) the
 // request is retried blind, on a jittered grid that never exceeds 20
 // requests a second (cadence.go; docs/blind-waits.md). A blocker that waits
-// for a reboot ends the operation with an error naming it.
+// for a reboot ends the operation with an error naming it. The Result
+// counts one conflict per blocking change (Conflicts), however many
+// requests it refused (Refused: in a blind wait, one per poll).
 //
 // # Lost answers
 //

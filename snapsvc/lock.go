@@ -308,7 +308,7 @@ func (op *operation) pace() error {
 		if wait <= 0 {
 			return nil
 		}
-		k.log.Info("pacing restart", "names", o.t.String(), "wait", wait)
+		k.log.Info("pacing restart", "wait", wait) // the operation's logger names the services
 		if err := k.sleep(wait); err != nil {
 			return fmt.Errorf("waiting for the minimum restart interval: %w", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -186,4 +187,86 @@ func (s *lineSink) all() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.lines...)
+}
+
+// dupCheck is a slog handler that keeps every record as its message and
+// the keys it carries (the logger's With attributes and the record's), and
+// the keys that appear twice on one line.
+type dupCheck struct {
+	mu    *sync.Mutex
+	lines *[]string
+	dups  *[]string
+	with  []string
+}
+
+func newDupCheck() dupCheck {
+	return dupCheck{mu: &sync.Mutex{}, lines: new([]string), dups: new([]string)}
+}
+
+func (d dupCheck) Enabled(context.Context, slog.Level) bool { return true }
+func (d dupCheck) WithGroup(string) slog.Handler            { return d }
+func (d dupCheck) WithAttrs(as []slog.Attr) slog.Handler {
+	with := slices.Clone(d.with)
+	for _, a := range as {
+		with = append(with, a.Key)
+	}
+	d.with = with
+	return d
+}
+func (d dupCheck) Handle(_ context.Context, r slog.Record) error {
+	keys := slices.Clone(d.with)
+	r.Attrs(func(a slog.Attr) bool { keys = append(keys, a.Key); return true })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	*d.lines = append(*d.lines, r.Message)
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[k] {
+			*d.dups = append(*d.dups, fmt.Sprintf("%q: %s twice (%v)", r.Message, k, keys))
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+func (d dupCheck) saw(msg string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.ContainsFunc(*d.lines, func(l string) bool { return strings.Contains(l, msg) })
+}
+
+// Issue 44, item 3: "watching the snap for the machine's processes" said
+// snap=svcdemo twice, the operation's logger carrying it already (as
+// "pacing restart" did names). No line of an operation repeats a key.
+func TestLogLinesRepeatNoAttribute(t *testing.T) {
+	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	d := newDupCheck()
+	c := newClient(t, srv, snapsvc.WithLogger(slog.New(d)), snapsvc.WithLockDir(t.TempDir()),
+		snapsvc.WithMinRestartInterval(50*time.Millisecond), snapsvc.WithPollInterval(time.Millisecond))
+	ctx := ctxT(t)
+	// A conflict waited out, this process the machine's watcher of the snap.
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	out := make(chan restartOutcome, 1)
+	restartAsync(c, ctx, out, "k8s.kubelet")
+	if err := srv.WaitFor(ctx, func(v fake.View) bool { return v.Conflicts() > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	foreign.Finish()
+	if o := recvT(t, out); o.err != nil {
+		t.Fatal(o.err)
+	}
+	// A second restart at once is paced.
+	if _, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, msg := range []string{"watching the snap for the machine's processes", "pacing restart", "conflict; "} {
+		if !d.saw(msg) {
+			t.Errorf("no line %q: the case did not run", msg)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, dup := range *d.dups {
+		t.Error(dup)
+	}
 }

@@ -43,6 +43,7 @@ type flightOutcome struct {
 	Status    string       `json:"status,omitempty"`
 	Attempts  int          `json:"attempts,omitempty"`
 	Conflicts int          `json:"conflicts,omitempty"`
+	Refused   int          `json:"refused,omitempty"`
 	WaitedFor []string     `json:"waited-for,omitempty"`
 	Failed    *ChangeError `json:"failed,omitempty"` // the change's failure
 	// Answer is snapd's answer that reported the failure, where the
@@ -213,7 +214,7 @@ func (f *leadFlight) finish(res *Result, err error) {
 	switch {
 	case err == nil && res != nil:
 		out.Shared = true
-		out.ChangeID, out.Status, out.Attempts, out.Conflicts, out.WaitedFor = res.ChangeID, res.Status, res.Attempts, res.Conflicts, res.WaitedFor
+		out.ChangeID, out.Status, out.Attempts, out.Conflicts, out.Refused, out.WaitedFor = res.ChangeID, res.Status, res.Attempts, res.Conflicts, res.Refused, res.WaitedFor
 	case errors.As(err, &ce):
 		out = sharedFailure(err, ce)
 	}
@@ -339,6 +340,6 @@ func (op *operation) flightOutcome(out *flightOutcome) (*Result, error, bool) {
 	if out.Failed != nil {
 		return nil, c.opError(o, out.ChangeID, out.Attempts, out.failure()), true
 	}
-	return &Result{ChangeID: out.ChangeID, Status: out.Status, Attempts: out.Attempts, Conflicts: out.Conflicts,
+	return &Result{ChangeID: out.ChangeID, Status: out.Status, Attempts: out.Attempts, Conflicts: out.Conflicts, Refused: out.Refused,
 		WaitedFor: slices.Clone(out.WaitedFor), Shared: true}, nil, true
 }

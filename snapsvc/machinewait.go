@@ -303,7 +303,7 @@ func (op *operation) enterWait(init func(*machineFacts)) (follow bool) {
 		return true
 	}
 	op.startWatching(&machineWatcher{rec: own, peers: c.machine.dirs.path(snap, peersSuffix), facts: facts})
-	k.log.Debug(watchingNote, "snap", snap)
+	k.log.Debug(watchingNote) // the operation's logger names the snap
 	return false
 }
 
@@ -435,8 +435,10 @@ func (op *operation) followFacts(ce *retry.ConflictError, joined int64) (next, e
 	f := factsOf(fr, ok)
 	ev := k.event(EventConflict)
 	ev.Blockers, ev.Err = f.Blockers, ce
-	c.events.emit(ev)
 	k.last = ce
+	if !op.reportConflict(ev) {
+		return 0, interrupted(k.ctx, ce)
+	}
 	k.log.Info("conflict; another process of this machine waits it out: following what it sees", "watcher", fr.PID, "changes", f.Blockers, "kind", ce.ChangeKind, "attempt", op.res.Attempts)
 	w := c.machine.dirs.watch(snap)
 	for {
@@ -450,6 +452,7 @@ func (op *operation) followFacts(ce *retry.ConflictError, joined int64) (next, e
 		op.res.WaitedFor = appendNew(op.res.WaitedFor, f.Blockers...)
 		if f.freeSince(joined) {
 			k.log.Debug("the machine's watcher saw the snap free; trying again", "watcher", fr.PID)
+			op.held = nil
 			return tryFresh, nil
 		}
 		// The watcher's view of snapd's reachability, this call's bounds.

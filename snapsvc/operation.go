@@ -56,15 +56,16 @@ type operation struct {
 	followed *peerRecord     // the machine's watcher of its snap, while it follows it (machinewait.go)
 
 	// What it learned on the way.
-	skip       string          // the running hook's own change, never a blocker
-	known      map[string]bool // changes it waited out or ruled out: never its own
-	cad        *cadence        // blind waits (cadence.go), made at the first: see cadence
-	unseen     int             // conflicts in a row whose blocker was not seen
-	fresh      bool            // an attempt is owed right after waiting out a blocker
-	optimistic bool            // the last conflict was retried at a state rewrite
-	expired    int             // fences in a row whose confirmation ran out before the write
-	actErr     error           // the failure of the last request to act
-	alone      bool            // a budgeted restart that found an identical one it may not join
+	skip       string               // the running hook's own change, never a blocker
+	known      map[string]bool      // changes it waited out or ruled out: never its own
+	cad        *cadence             // blind waits (cadence.go), made at the first: see cadence
+	unseen     int                  // conflicts in a row whose blocker was not seen
+	held       *retry.ConflictError // the conflict being waited out, until its blocker is seen to end (countConflict)
+	fresh      bool                 // an attempt is owed right after waiting out a blocker
+	optimistic bool                 // the last conflict was retried at a state rewrite
+	expired    int                  // fences in a row whose confirmation ran out before the write
+	actErr     error                // the failure of the last request to act
+	alone      bool                 // a budgeted restart that found an identical one it may not join
 
 	// WithIntents (intent.go, replay.go).
 	intent *intentRecord // its intent, held while it runs
@@ -244,7 +245,7 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 			if err := op.aboutToWait(); err != nil {
 				return op.fail("", err)
 			}
-			op.res.Conflicts++
+			op.countConflict(ce)
 			then, err := op.follow(ce, joined)
 			if err != nil {
 				return op.fail("", err)
@@ -290,7 +291,8 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 				// No attempt may follow: waiting the blocker out would only
 				// end in giving up (MaxAttempts 1 means one attempt).
 				ce, _ := retry.AsConflict(a.err)
-				op.res.Conflicts++
+				op.res.Refused++
+				op.countConflict(ce)
 				return op.fail("", op.k.exhausted(ce))
 			}
 			then, err = op.conflict(a)
@@ -302,7 +304,9 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 				return res, done, err
 			}
 		case askAgain:
-			op.k.flog.log(op.k.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", op.res.Attempts, "error", a.err)
+			if !op.k.unreachableNow() || op.k.redials() { // else the pause gives up at once: no back-off to announce
+				op.k.flog.log(op.k.log, "unable to reach snapd", "snapd unavailable; backing off", "attempt", op.res.Attempts, "error", a.err)
+			}
 			then = tryPaused
 		}
 		if err != nil {

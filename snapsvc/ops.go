@@ -38,8 +38,18 @@ type Result struct {
 	Queued bool
 	// Attempts counts the requests sent to act (1 when nothing conflicted).
 	Attempts int
-	// Conflicts counts the attempts snapd refused with a change conflict.
+	// Conflicts counts the other changes that held the snap and that the
+	// operation waited out: one per blocking change, however many times
+	// snapd refused while it ran. Where the blocker cannot be seen (a
+	// blind wait: snapctl without snap-refresh-observe, see EventConflict),
+	// refusals in a row naming the same change kind count as one, as do
+	// the refusals retried at a state file rewrite before the blocker is
+	// listed. A conflict followed through another process of the machine
+	// (which sends nothing) counts too.
 	Conflicts int
+	// Refused counts the attempts snapd refused with a change conflict:
+	// in a blind wait, one per poll (Attempts counts every request).
+	Refused int
 	// WaitedFor lists other changes the operation waited out, where it
 	// listed them (a conflict retried at a state file rewrite, or on the
 	// blind cadence where the blocker cannot be listed, names none: see

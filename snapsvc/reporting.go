@@ -119,7 +119,8 @@ type Event struct {
 	Elapsed time.Duration
 	// Status is the change's final status (EventDone).
 	Status string
-	// Conflicts is how many conflicts the operation absorbed (EventDone).
+	// Conflicts is how many conflicts the operation absorbed (EventDone):
+	// Result.Conflicts, one per blocking change.
 	Conflicts int
 }
 

@@ -1,7 +1,10 @@
 package snapsvc
 
 import (
+	"errors"
+	"io/fs"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -21,6 +24,10 @@ type retrier struct {
 	// downSince is when the current run of failures to connect
 	// began (zero while snapd answers).
 	downSince time.Time
+	// downTries counts the failures to connect of this call in the
+	// current run (a run begun by what someone else saw counts two: it
+	// lasted).
+	downTries int
 }
 
 // newRetrier starts a run of policy p now.
@@ -73,8 +80,9 @@ func (r *retrier) outOfAttempts() bool {
 	return r.p.MaxAttempts > 0 && r.n >= r.p.MaxAttempts
 }
 
-// exhausted reports why no further attempt may start, or "" if one may.
-func (r *retrier) exhausted() string {
+// exhausted reports why no further attempt may start, or "" if one may;
+// last is the failure that ended the last attempt, if known.
+func (r *retrier) exhausted(last error) string {
 	if r.p.MaxAttempts > 0 && r.n >= r.p.MaxAttempts {
 		return "gave up after " + strconv.Itoa(r.n) + " attempts"
 	}
@@ -82,7 +90,27 @@ func (r *retrier) exhausted() string {
 		return "gave up after " + r.elapsed().Round(time.Millisecond).String()
 	}
 	if d, ok := r.unreachable(); ok && r.p.MaxUnreachable > 0 && d >= r.p.MaxUnreachable {
-		return "gave up: snapd unreachable for " + d.Round(time.Millisecond).String()
+		if r.downTries <= 1 && d < r.p.RedialInterval {
+			// Tried once, with no time to try again (WithGiveUp(0) in
+			// snapservices): no duration passed worth naming.
+			return "gave up at the first try: snapd unreachable" + unreachableWhy(last)
+		}
+		return "gave up: snapd unreachable for " + d.Round(time.Millisecond).String() + unreachableWhy(last)
+	}
+	return ""
+}
+
+// unreachableWhy says in a few words why snapd could not be reached, from
+// the failure to connect: " (its socket is missing)", " (connection
+// refused: nothing listens on its socket)", or "" (the error says).
+func unreachableWhy(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, fs.ErrNotExist):
+		return " (its socket is missing)"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return " (connection refused: nothing listens on its socket)"
 	}
 	return ""
 }
@@ -93,9 +121,10 @@ func (r *retrier) exhausted() string {
 // It returns true when err starts a new run.
 func (r *retrier) note(err error) (began bool) {
 	if !retry.IsUnreachable(err) {
-		r.downSince = time.Time{}
+		r.downSince, r.downTries = time.Time{}, 0
 		return false
 	}
+	r.downTries++
 	if r.downSince.IsZero() {
 		r.downSince = r.p.Clock.Now()
 		return true
@@ -109,12 +138,8 @@ func (r *retrier) note(err error) (began bool) {
 // is later. A nil or other err ends the run. It returns true when it
 // starts a new run.
 func (r *retrier) noteSince(err error, since time.Time) (began bool) {
-	if err != nil && !retry.IsUnreachable(err) {
-		r.downSince = time.Time{}
-		return false
-	}
-	if err == nil {
-		r.downSince = time.Time{}
+	if err == nil || !retry.IsUnreachable(err) {
+		r.downSince, r.downTries = time.Time{}, 0
 		return false
 	}
 	if since.Before(r.start) {
@@ -124,6 +149,7 @@ func (r *retrier) noteSince(err error, since time.Time) (began bool) {
 	if began || since.Before(r.downSince) {
 		r.downSince = since
 	}
+	r.downTries = max(r.downTries, 2)
 	return began
 }
 

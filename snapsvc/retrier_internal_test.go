@@ -49,7 +49,7 @@ func TestRetrierBounds(t *testing.T) {
 		RandomizationFactor: -1, MaxElapsedTime: 10 * time.Second, Clock: clock}
 	rt := newRetrier(r)
 	ctx := context.Background()
-	for rt.exhausted() == "" {
+	for rt.exhausted(nil) == "" {
 		rt.attempt()
 		if err := rt.pause(ctx); err != nil {
 			t.Fatal(err)
@@ -83,7 +83,7 @@ func TestRetrierConflictPauseIsCapped(t *testing.T) {
 	p := newRetrier(retry.Policy{MaxAttempts: 2, Clock: clock})
 	p.attempt()
 	p.attempt()
-	if p.exhausted() == "" {
+	if p.exhausted(nil) == "" {
 		t.Error("not exhausted after MaxAttempts")
 	}
 }
@@ -111,7 +111,7 @@ func TestRetrierUnreachableIsBoundedAndRedialledQuickly(t *testing.T) {
 			t.Fatalf("pauses while unreachable %v, want RedialInterval", clock.pauses)
 		}
 	}
-	if rt.exhausted() != "" {
+	if rt.exhausted(nil) != "" {
 		t.Fatal("exhausted before MaxUnreachable")
 	}
 	// An answer (even an error one) ends the run: the backoff applies again.
@@ -120,12 +120,12 @@ func TestRetrierUnreachableIsBoundedAndRedialledQuickly(t *testing.T) {
 		t.Fatal("still unreachable after an answer")
 	}
 	clock.now = clock.now.Add(5 * time.Second)
-	if rt.exhausted() != "" {
+	if rt.exhausted(nil) != "" {
 		t.Fatal("exhausted by an unreachability that ended")
 	}
 	rt.note(absent)
 	clock.now = clock.now.Add(time.Second)
-	if reason := rt.exhausted(); !strings.Contains(reason, "snapd unreachable for 1s") {
+	if reason := rt.exhausted(nil); !strings.Contains(reason, "snapd unreachable for 1s") {
 		t.Fatalf("exhausted %q", reason)
 	}
 }
@@ -135,7 +135,7 @@ func TestRetrierNestedPolicyIsShort(t *testing.T) {
 	p := retry.NestedPolicy()
 	p.Clock = clock
 	rt := newRetrier(p)
-	for rt.exhausted() == "" {
+	for rt.exhausted(nil) == "" {
 		rt.attempt()
 		if err := rt.pause(context.Background()); err != nil {
 			t.Fatal(err)

@@ -19,6 +19,16 @@
 // driver: it is its own Go module, and dqlite stays the application's
 // dependency. docs/microcluster.md in the repository is the recipe.
 //
+// # Drivers
+//
+// Any database/sql driver of SQLite's dialect will do. Two are tested:
+// mattn/go-sqlite3 (v1.14.53, cgo; the module's own tests, SQLite in
+// process: open it with "?_txlock=immediate&_busy_timeout=5000&_journal_mode=WAL")
+// and canonical/go-dqlite (Debian's v1.11.5 on libdqlite 1.11.1, three
+// nodes: the test-only module internal/dqlitetest, the contract and the
+// fault runs). modernc.org/sqlite's result codes are read too (a Code
+// method), from a stand-in error only: no test runs that driver.
+//
 // # Design
 //
 // One row per Acquire in snapsvc_budget_slots (schema: SchemaVersion),

@@ -401,7 +401,7 @@ func (l *library) Sequence(ctx context.Context, calls ...Call) []Outcome {
 			return outs
 		}
 		o.Err = nil
-		o.Attempts, o.Conflicts, o.ChangeID, o.Shared = res.Attempts, res.Conflicts, res.ChangeID, res.Shared
+		o.Attempts, o.Conflicts, o.ChangeID, o.Shared = res.Attempts, res.Refused, res.ChangeID, res.Shared
 		if o.Shared {
 			o.Attempts, o.Conflicts = 0, 0 // the requests were the other call's
 		}
