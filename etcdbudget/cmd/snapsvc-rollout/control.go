@@ -80,7 +80,7 @@ var controlExamples = map[string]string{
 // controlExits are the operator commands' exit codes.
 var controlExits = clistyle.ExitCodes{
 	{Code: exitOK, Text: "done"},
-	{Code: exitUsage, Text: "usage error, or etcd refused the client or the request (certificates, credentials, permission)"},
+	{Code: exitUsage, Text: "usage error (a malformed endpoint included), or etcd refused the client or the request (certificates, credentials, permission, an endpoint's scheme that does not match the server's: http:// to a TLS etcd)"},
 	{Code: exitRetryable, Text: "etcd unreachable within --dial-timeout, or no answer within --command-timeout: retryable"},
 }
 
@@ -119,8 +119,6 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 				err = fmt.Errorf("%s: name the budget KEY, e.g. k8s.kube-apiserver", name)
 			case len(args) > 1:
 				err = fmt.Errorf("%s: unexpected arguments %q", name, args[1:])
-			case o.endpoints == "":
-				err = errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required")
 			case o.timeout < 0 || o.unreachable < 0:
 				err = errors.New("--timeout and --unreachable must not be negative")
 			case o.writeOut == "table" && name != "status" && name != "list" && name != "history":
@@ -128,11 +126,12 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 			case o.limit < 0:
 				err = fmt.Errorf("--limit %d: must not be negative", o.limit)
 			}
+			if err == nil && len(args) > 0 {
+				o.key = args[0]
+				err = etcdbudget.CheckKey(o.key) // before anything is sent
+			}
 			if err != nil {
 				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
-			}
-			if len(args) > 0 {
-				o.key = args[0]
 			}
 			return r.do(c, name, o)
 		},
@@ -259,10 +258,8 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 	switch {
 	case err != nil && o.watch && ctx.Err() != nil && !errors.Is(err, snapsvc.ErrBudgetRefused):
 		return exitOK // a watch ends when interrupted or at --timeout
-	case errors.Is(err, snapsvc.ErrBudgetRefused):
-		return fail(err, exitUsage)
 	case err != nil:
-		return fail(err, exitRetryable)
+		return fail(endpointHint(o, err), controlExit(err))
 	}
 	if o.jsonOut && !o.watch && cmd != "status" {
 		enc := json.NewEncoder(stdout)
@@ -270,6 +267,15 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		enc.Encode(out)
 	}
 	return exitOK
+}
+
+// controlExit is the exit code of an operator command's failed request:
+// usage when etcd refused it, retryable otherwise.
+func controlExit(err error) int {
+	if errors.Is(err, snapsvc.ErrBudgetRefused) {
+		return exitUsage
+	}
+	return exitRetryable
 }
 
 // writeStatus writes st in format: simple (printStatus), table, or json

@@ -250,7 +250,6 @@ func TestBootstrapNeedsNoEtcd(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{"k8s.kube-apiserver"},                       // no endpoints
 		{"--endpoints", "http://127.0.0.1:1"},        // no names
 		{"--endpoints", "http://127.0.0.1:1", "K8S"}, // bad name
 		{"--endpoints", "http://127.0.0.1:1", "--max", "0", "k8s.kubelet"},
