@@ -29,7 +29,8 @@ they will be served; a waiter kept out only by a vanished holder's
 lock-delay says so), the holders that vanished (lease expired, not released)
 with what they recorded, whether KEY is paused or halted (which machine's
 restart of which change halted it, why, since when, and how to resume it),
-and the machines taking part. --watch prints it again each time it changes in etcd, until Ctrl-C or
+and the machines taking part. A key nothing has used is shown empty, with
+a note on stderr naming the keys it resembles. --watch prints it again each time it changes in etcd, until Ctrl-C or
 --timeout. -w json prints the etcdbudget.KeyStatus document (--watch: one
 per line), -w table the holders and waiters as a table.`,
 	"list": `list shows every budget key that has anything in etcd under --prefix
@@ -41,17 +42,25 @@ queue keeps its place and its slot without restarting until resume; the
 others stay queued. A restart already under way finishes. The pause stays
 until resumed, and records who paused: $SUDO_USER (else $USER) @ the host,
 unless --holder names someone. A pause of a snap (pause k8s) holds every key
-of its services.`,
+of its services.
+
+KEY must be in use (see list), or the snap or part of a key in use: a key
+nothing has used is refused (exit 1) with the keys it resembles, as kubectl
+refuses to change an object that does not exist, and nothing is written.
+--create pauses such a key anyway, e.g. before its first rollout.`,
 	"resume": `resume lifts KEY's pause, or its halt (a key halts itself when a restart
 fails: --halt-after); the machines go on in queue order, and failures are
 counted again from here. The history records who resumed ($SUDO_USER, else
 $USER, @ the host, unless --holder names someone) and --reason. A resume
 lifts only the pause or halt it read: retried after a lost answer, it never
-lifts a later one.`,
+lifts a later one. A key nothing has used is refused (exit 1) with the keys
+it resembles.`,
 	"history": `history shows KEY's history, oldest first: each restart under the budget
 (its machine, services, snapd change, outcome, time waited and held), each
 halt, pause and resume. --limit N shows the last N records. -w table prints
-a table, -w json the records as one JSON array (budget.Record documents).`,
+a table, -w json the records as one JSON array (budget.Record documents).
+A key nothing has used shows nothing, with a note on stderr naming the
+keys it resembles.`,
 }
 
 // controlShort is each operator command's one-line summary.
@@ -68,7 +77,8 @@ var controlExamples = map[string]string{
 	"status": `  snapsvc-rollout status k8s.kube-apiserver
   snapsvc-rollout status --watch -w table k8s.kube-apiserver
   ETCDCTL_ENDPOINTS=https://10.0.0.1:2379 snapsvc-rollout status -w json k8s`,
-	"pause":  `  snapsvc-rollout pause --reason "CVE-2026-1234 rollback" k8s.kube-apiserver`,
+	"pause": `  snapsvc-rollout pause --reason "CVE-2026-1234 rollback" k8s.kube-apiserver
+  snapsvc-rollout pause --create --reason "not before the audit" k8s.kubelet`,
 	"resume": `  snapsvc-rollout resume --reason "bad config reverted" k8s.kube-apiserver`,
 	"history": `  snapsvc-rollout history k8s.kube-apiserver
   snapsvc-rollout history --limit 20 -w table k8s.kube-apiserver
@@ -80,6 +90,7 @@ var controlExamples = map[string]string{
 // controlExits are the operator commands' exit codes.
 var controlExits = clistyle.ExitCodes{
 	{Code: exitOK, Text: "done"},
+	{Code: exitNotFound, Text: "pause or resume of a KEY nothing has used (a typo?): nothing was written"},
 	{Code: exitUsage, Text: "usage error (a malformed endpoint included), or etcd refused the client or the request (certificates, credentials, permission, an endpoint's scheme that does not match the server's: http:// to a TLS etcd)"},
 	{Code: exitRetryable, Text: "etcd unreachable within --dial-timeout, or no answer within --command-timeout: retryable"},
 }
@@ -91,7 +102,7 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 	use := name + " KEY [flags]"
 	switch name {
 	case "pause":
-		use = "pause KEY [--reason TEXT] [flags]"
+		use = "pause KEY [--reason TEXT] [--create] [flags]"
 	case "status":
 		use = "status KEY [--watch] [-w simple|table|json] [flags]"
 	case "list":
@@ -142,6 +153,7 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 	switch name {
 	case "pause":
 		fs.StringVar(&o.reason, "reason", "", "why, shown by status and to the machines held back")
+		fs.BoolVar(&o.create, "create", false, "pause KEY even if nothing has used it yet (else refused: a typo?)")
 	case "resume":
 		fs.StringVar(&o.reason, "reason", "", "why, recorded in the key's history")
 	case "history":
@@ -186,6 +198,40 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		return fail(err, exitUsage)
 	}
 	request := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, o.commandTimeout) }
+	// A key nothing has used (known.go): a write is refused before it is
+	// sent (unless pause --create); a read, once it succeeded (a watch:
+	// before it starts), notes it on stderr.
+	known := func() (unknown error, err error) {
+		rctx, cancel := request()
+		defer cancel()
+		keys, scopes, err := keysInUse(rctx, b)
+		if err != nil {
+			return nil, err
+		}
+		what := ""
+		if cmd == "pause" || cmd == "resume" {
+			what = cmd
+		}
+		return unknownKey(key, o.prefix, what, keys, scopes), nil
+	}
+	note := func() bool {
+		unknown, err := known()
+		if err == nil && unknown != nil {
+			fmt.Fprintf(stderr, "note: %v\n", unknown)
+		}
+		return unknown != nil
+	}
+	if (cmd == "pause" && !o.create) || cmd == "resume" || o.watch {
+		unknown, kerr := known()
+		switch {
+		case kerr != nil:
+			return fail(endpointHint(o, kerr), controlExit(kerr))
+		case unknown != nil && o.watch:
+			fmt.Fprintf(stderr, "note: %v\n", unknown)
+		case unknown != nil:
+			return fail(unknown, exitNotFound)
+		}
+	}
 	var out any
 	switch cmd {
 	case "status":
@@ -199,6 +245,7 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		if err = serr; err == nil {
 			out = st
 			writeStatus(stdout, o.writeOut, st, time.Now())
+			note()
 		}
 	case "list":
 		out, err = list(ctx, b, o, request, stdout, stderr)
@@ -249,9 +296,9 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 				historyTable(stdout, recs)
 			default:
 				printHistory(stdout, recs)
-				if len(recs) == 0 {
-					fmt.Fprintf(stderr, "no history of %s under %s\n", etcdbudget.Key(key), o.prefix)
-				}
+			}
+			if len(recs) == 0 && !note() && o.writeOut == "simple" {
+				fmt.Fprintf(stderr, "no history of %s under %s\n", etcdbudget.Key(key), o.prefix)
 			}
 		}
 	}

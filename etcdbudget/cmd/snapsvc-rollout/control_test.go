@@ -334,7 +334,7 @@ func TestListWatchAndWriteOut(t *testing.T) {
 	}
 	t.Setenv("SUDO_USER", "alice")
 	for _, k := range []string{"k8s.kubelet", "k8s"} {
-		if code, _, errs := cmd("pause", k, "--reason", "test"); code != exitOK {
+		if code, _, errs := cmd("pause", "--create", k, "--reason", "test"); code != exitOK {
 			t.Fatalf("pause %s: %q", k, errs)
 		}
 	}

@@ -131,8 +131,12 @@ func TestHaltedStatusHistoryResume(t *testing.T) {
 		t.Fatalf("status once resumed: %d\n%s", code, out)
 	}
 	code, _, errs = cmd("history", "nothing.here", "--endpoints", eps)
-	if code != exitOK || !strings.Contains(errs, "no history of nothing.here") {
+	if code != exitOK || !strings.Contains(errs, `note: budget key "nothing.here" not found under /snapsvc/restart-budget/`) {
 		t.Fatalf("history of an unknown key: %d %q", code, errs)
+	}
+	code, _, errs = cmd("history", "k8s.kube-apiservr", "--endpoints", eps)
+	if code != exitOK || !strings.Contains(errs, "Did you mean k8s.kube-apiserver?") {
+		t.Fatalf("history of a typo: %d %q", code, errs)
 	}
 	if code, _, _ := cmd("history", key, "--endpoints", eps, "--limit", "-1"); code != exitUsage {
 		t.Fatalf("--limit -1: exit %d", code)

@@ -60,12 +60,17 @@
 //	snapsvc-rollout list           every budget key: holders, waiters, pause
 //	snapsvc-rollout status KEY [--watch]
 //	                               who holds the key's slots (since when), who waits, in order
-//	snapsvc-rollout pause KEY [--reason TEXT]
+//	                               (--watch: again at each change)
+//	snapsvc-rollout pause KEY [--reason TEXT] [--create]
 //	                               hold every machine at the front of the queue until resumed
 //	snapsvc-rollout resume KEY [--reason TEXT]
 //	                               lift the key's pause or halt
 //	snapsvc-rollout history KEY [--limit N]
 //	                               the key's restarts, halts, pauses and resumes, oldest first
+//
+// pause and resume refuse a KEY nothing has used (exit 1: a typo?),
+// naming the keys it resembles, and write nothing; pause --create pauses
+// it anyway. status and history of such a key say so on stderr.
 //
 // And, as every binary of the project (github.com/snapsvc/snapsvc/cmd/clistyle):
 // GNU-style flags anywhere among the arguments ("--" ends them), help on

@@ -303,7 +303,7 @@ func TestPausedProgressLine(t *testing.T) {
 	defer cl.Close()
 	eps := strings.Join(cl.Endpoints(), ",")
 	var out, errb bytes.Buffer
-	if code := run(ctx, []string{"pause", "k8s.kube-apiserver", "--endpoints", eps, "--holder", "alice@ops-1", "--reason", "disk alarm"}, &out, &errb); code != exitOK {
+	if code := run(ctx, []string{"pause", "--create", "k8s.kube-apiserver", "--endpoints", eps, "--holder", "alice@ops-1", "--reason", "disk alarm"}, &out, &errb); code != exitOK {
 		t.Fatalf("pause: %d %s", code, errb.String())
 	}
 	srv := fake.NewServer(t, k8s())
