@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,9 +31,11 @@ lock-delay says so), the holders that vanished (lease expired, not released)
 with what they recorded, whether KEY is paused or halted (which machine's
 restart of which change halted it, why, since when, and how to resume it),
 and the machines taking part. A key nothing has used is shown empty, with
-a note on stderr naming the keys it resembles. --watch prints it again each time it changes in etcd, until Ctrl-C or
---timeout. -w json prints the etcdbudget.KeyStatus document (--watch: one
-per line), -w table the holders and waiters as a table.`,
+a note on stderr naming the keys it resembles. --watch prints it again each
+time it changes (as kubectl get -w, only on a change: a write to etcd that
+changes nothing shown prints nothing), until Ctrl-C or --timeout. -w json
+prints the etcdbudget.KeyStatus document (--watch: one per line), -w table
+the holders and waiters as a table.`,
 	"list": `list shows every budget key that has anything in etcd under --prefix
 (holders, waiters, a pause or halt, machines that joined, a history), with
 how many hold and wait and whether it is paused or halted. -w table prints a table, -w json a document
@@ -348,22 +351,29 @@ func watchStatus(ctx context.Context, cli *clientv3.Client, b *etcdbudget.Budget
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	changes := cli.Watch(wctx, o.prefix+key, clientv3.WithPrefix())
-	for n := 0; ; n++ {
+	var shown *etcdbudget.KeyStatus // the status last printed
+	for {
 		rctx, rcancel := request()
 		st, err := b.Status(rctx, key)
 		rcancel()
 		if err != nil {
 			return err
 		}
-		switch {
-		case o.writeOut == "json":
-			json.NewEncoder(w).Encode(st)
-		default:
-			if n > 0 {
-				fmt.Fprintln(w)
+		// Only a change prints, as kubectl get -w: a write that changes
+		// nothing this format shows (a record put again, a lock-delay
+		// guard beside its entry) prints nothing.
+		if now := time.Now(); shown == nil || !sameStatus(o.writeOut, shown, st, now) {
+			switch {
+			case o.writeOut == "json":
+				json.NewEncoder(w).Encode(st)
+			default:
+				if shown != nil {
+					fmt.Fprintln(w)
+				}
+				fmt.Fprintf(w, "-- %s (revision %d)\n", now.Format(time.RFC3339), st.Revision)
+				writeStatus(w, o.writeOut, st, now)
 			}
-			fmt.Fprintf(w, "-- %s (revision %d)\n", time.Now().Format(time.RFC3339), st.Revision)
-			writeStatus(w, o.writeOut, st, time.Now())
+			shown = st
 		}
 		for relevant := false; !relevant; {
 			select {
@@ -388,6 +398,23 @@ func watchStatus(ctx context.Context, cli *clientv3.Client, b *etcdbudget.Budget
 			}
 		}
 	}
+}
+
+// sameStatus reports whether a and b print the same in format at now:
+// the same document but for its revision (json), the same text (simple,
+// table).
+func sameStatus(format string, a, b *etcdbudget.KeyStatus, now time.Time) bool {
+	var x, y bytes.Buffer
+	if format == "json" {
+		ac, bc := *a, *b
+		ac.Revision, bc.Revision = 0, 0
+		json.NewEncoder(&x).Encode(ac)
+		json.NewEncoder(&y).Encode(bc)
+	} else {
+		writeStatus(&x, format, a, now)
+		writeStatus(&y, format, b, now)
+	}
+	return bytes.Equal(x.Bytes(), y.Bytes())
 }
 
 // keySummary is one key of list.
@@ -460,7 +487,7 @@ func statusTable(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
 			if !e.Acquired.IsZero() {
 				since = e.Acquired
 			}
-			rows = append(rows, []string{st.Key, role, strconv.Itoa(i + 1), e.Holder, since.Format(time.RFC3339), now.Sub(since).Round(time.Second).String(),
+			rows = append(rows, []string{st.Key, role, strconv.Itoa(i + 1), e.Holder, since.Format(time.RFC3339), age(now, since),
 				fmt.Sprintf("%x", e.Lease), strings.TrimPrefix(entryNote(e, now), "\t")})
 		}
 	}
@@ -558,7 +585,7 @@ func printStatus(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
 			if !e.Acquired.IsZero() {
 				since = e.Acquired // held since
 			}
-			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x%s\n", i+1, e.Holder, since.Format(time.RFC3339), now.Sub(since).Round(time.Second), e.Lease, entryNote(e, now))
+			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x%s\n", i+1, e.Holder, since.Format(time.RFC3339), age(now, since), e.Lease, entryNote(e, now))
 		}
 	}
 	section("holders", st.Holders)
@@ -576,21 +603,38 @@ func entryNote(e etcdbudget.Entry, now time.Time) string {
 	if len(e.BlockedBy) > 0 {
 		notes = append(notes, "blocked by the lock-delay of "+strings.Join(e.BlockedBy, ", "))
 	}
-	if e.Acts > 0 && e.Acted.IsZero() {
+	switch {
+	case e.Acts > 0 && e.Acted.IsZero():
 		notes = append(notes, "may have acted (no act record: an earlier version)")
-	} else if e.Acts > 0 {
-		n := fmt.Sprintf("acted %s ago", now.Sub(e.Acted).Round(time.Second))
-		if !e.ReadyAt.IsZero() {
-			n += ", ready since " + e.ReadyAt.Format(time.RFC3339)
-		} else {
-			n += ", not ready since"
-		}
-		notes = append(notes, n)
+	case e.Acts > 0 && e.ReadyAt.IsZero():
+		notes = append(notes, "acted "+ago(now, e.Acted)+", not marked ready since")
+	case e.Acts > 0:
+		notes = append(notes, "acted "+ago(now, e.Acted)+", marked ready "+ago(now, e.ReadyAt))
 	}
 	if len(notes) == 0 {
 		return ""
 	}
 	return "\t" + strings.Join(notes, "; ")
+}
+
+// ago says when t was, seen from now, in words: "7s ago", "just now"
+// (under a second), or how far ahead of this machine's clock it is (t is
+// another machine's clock).
+func ago(now, t time.Time) string {
+	switch d := now.Sub(t); {
+	case d > -time.Second && d < time.Second:
+		return "just now"
+	case d < 0:
+		return fmt.Sprintf("%s ahead of this machine's clock", (-d).Round(time.Second))
+	default:
+		return d.Round(time.Second).String() + " ago"
+	}
+}
+
+// age is how long ago t was, in whole seconds, as kubectl's AGE column:
+// "0s" under a second, and so for a time ahead of this machine's clock.
+func age(now, t time.Time) string {
+	return max(now.Sub(t), 0).Round(time.Second).String()
 }
 
 // printHistory writes records for people, one line each.

@@ -226,10 +226,37 @@ func TestPrintStatusBlockedAndVanished(t *testing.T) {
 	var b bytes.Buffer
 	printStatus(&b, st, now)
 	out := b.String()
-	for _, want := range []string{"holders (0)", "waiters (1)", "node-b", "blocked by the lock-delay of node-a", "vanished holders", "node-a", "acted 7s ago, not ready since"} {
+	for _, want := range []string{"holders (0)", "waiters (1)", "node-b", "blocked by the lock-delay of node-a", "vanished holders", "node-a", "acted 7s ago, not marked ready since\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// What a holder recorded, in words that say what is true when the times
+// are zero, now, or ahead of this machine's clock (issue 44, item 4:
+// "acted 0s ago, not ready since").
+func TestEntryNote(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 35, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		e    etcdbudget.Entry
+		want string
+	}{
+		{etcdbudget.Entry{}, ""},
+		{etcdbudget.Entry{Acts: 1, Acted: now.Add(-300 * time.Millisecond)}, "acted just now, not marked ready since"},
+		{etcdbudget.Entry{Acts: 1, Acted: now}, "acted just now, not marked ready since"},
+		{etcdbudget.Entry{Acts: 2, Acted: now.Add(-9 * time.Second), ReadyAt: now.Add(-2 * time.Second)}, "acted 9s ago, marked ready 2s ago"},
+		{etcdbudget.Entry{Acts: 1, Acted: now.Add(-time.Second), ReadyAt: now.Add(-100 * time.Millisecond)}, "acted 1s ago, marked ready just now"},
+		{etcdbudget.Entry{Acts: 1, Acted: now.Add(3 * time.Second)}, "acted 3s ahead of this machine's clock, not marked ready since"},
+		{etcdbudget.Entry{Acts: 1}, "may have acted (no act record: an earlier version)"},
+		{etcdbudget.Entry{BlockedBy: []string{"node-a"}}, "blocked by the lock-delay of node-a"},
+	} {
+		if got := strings.TrimPrefix(entryNote(tc.e, now), "\t"); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.e, got, tc.want)
+		}
+	}
+	if got := age(now, now.Add(2*time.Second)); got != "0s" {
+		t.Errorf("age of a time ahead of the clock: %q, want 0s", got)
 	}
 }
 

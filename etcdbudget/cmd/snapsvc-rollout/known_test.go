@@ -135,6 +135,95 @@ func TestUnknownKeyIsRefused(t *testing.T) {
 	}
 }
 
+// status --watch prints a status only when it changed, as kubectl get -w
+// (issue 44, item 4: the same snapshot three times): a write to etcd that
+// changes nothing shown prints nothing.
+func TestWatchPrintsOnChangeOnly(t *testing.T) {
+	checkLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := etcdtest.StartProcesses(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cli, err := etcdtest.Client(cl.Endpoints()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	const key = "k8s.kubelet"
+	for _, format := range []string{"simple", "json"} {
+		t.Run(format, func(t *testing.T) {
+			b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Holder: "alice@ops-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Pause(ctx, key, "disk alarm"); err != nil {
+				t.Fatal(err)
+			}
+			o := &options{key: key, prefix: etcdbudget.DefaultPrefix, writeOut: format}
+			request := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 5*time.Second) }
+			var out syncBuffer
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			done := make(chan error, 1)
+			go func() { done <- watchStatus(wctx, cli, b, o, request, &out) }()
+			shown := func() int {
+				if format == "json" {
+					return strings.Count(out.String(), "\n")
+				}
+				return strings.Count(out.String(), "(revision ")
+			}
+			await := func(what string, cond func() bool) {
+				t.Helper()
+				for !cond() {
+					select {
+					case err := <-done:
+						t.Fatalf("watch ended (%v) before %s:\n%s", err, what, out.String())
+					case <-ctx.Done():
+						t.Fatalf("no %s:\n%s", what, out.String())
+					case <-time.After(10 * time.Millisecond): // polling the output and a counter, not a synchronisation
+					}
+				}
+			}
+			await("first status", func() bool { return shown() == 1 })
+			// The pause record written again as it is: an event, the
+			// status read again, nothing changed.
+			resp, err := cli.Get(ctx, etcdbudget.DefaultPrefix+key+"#pause")
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("the pause record: %v", err)
+			}
+			reads := b.Stats().Requests
+			if _, err := cli.Put(ctx, string(resp.Kvs[0].Key), string(resp.Kvs[0].Value)); err != nil {
+				t.Fatal(err)
+			}
+			await("the status read again", func() bool { return b.Stats().Requests > reads })
+			// A change: printed.
+			if _, err := b.Resume(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			await("the status once resumed", func() bool { return shown() >= 2 })
+			stop()
+			if err := <-done; err != context.Canceled {
+				t.Fatalf("watch ended with %v", err)
+			}
+			got := out.String()
+			if shown() != 2 {
+				t.Fatalf("%d statuses, want 2:\n%s", shown(), got)
+			}
+			second := got[strings.LastIndex(strings.TrimSuffix(got, "\n"), "\n")+1:]
+			if format == "simple" {
+				second = got[strings.LastIndex(got, "(revision "):]
+			}
+			if strings.Contains(second, "alice@ops-1") {
+				t.Fatalf("the second status is not the resumed one:\n%s", got)
+			}
+			t.Logf("%s", got)
+		})
+	}
+}
+
 // checkLeaks verifies, at the end of the test (after the clients and
 // etcd members it made are closed), that no goroutine of ours is left.
 func checkLeaks(t *testing.T) {
