@@ -61,9 +61,9 @@ it resembles.`,
 	"history": `history shows KEY's history, oldest first: each restart under the budget
 (its machine, services, snapd change, outcome, time waited and held), each
 halt, pause and resume. --limit N shows the last N records. -w table prints
-a table, -w json the records as one JSON array (budget.Record documents).
-A key nothing has used shows nothing, with a note on stderr naming the
-keys it resembles.`,
+a table, -w json the records as one JSON array (budget.Record documents,
+an act's durations in seconds: waited_seconds, held_seconds). A key nothing
+has used shows nothing, with a note on stderr naming the keys it resembles.`,
 }
 
 // controlShort is each operator command's one-line summary.
@@ -292,7 +292,7 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		recs, herr := b.History(rctx, key, o.limit)
 		cancel()
 		if err = herr; err == nil {
-			out = recs
+			out = recordDocs(recs)
 			switch o.writeOut {
 			case "json":
 			case "table":

@@ -119,8 +119,19 @@ func TestHaltedStatusHistoryResume(t *testing.T) {
 	if r := recs[3]; r.Kind != budget.RecordResumed || r.By != "alice@"+host || r.Reason != "reverted the flag" || r.Seq != 4 {
 		t.Fatalf("resumed record %+v", r)
 	}
-	if recs[1].Act == nil || recs[1].Act.Change != "42" || recs[1].Act.Held != 30*time.Second || recs[2].Halt == nil {
+	if recs[1].Act == nil || recs[1].Act.Change != "42" || recs[2].Halt == nil {
 		t.Fatalf("records %+v", recs)
+	}
+	// Durations are seconds in *_seconds fields, as in every command's
+	// JSON (issue 44, item 4), not the nanoseconds stored in etcd.
+	var docs []struct {
+		Act map[string]any `json:"act"`
+	}
+	if err := json.Unmarshal([]byte(out), &docs); err != nil {
+		t.Fatal(err)
+	}
+	if a := docs[1].Act; a["held_seconds"] != 30.0 || a["waited_seconds"] != 2.0 || a["held"] != nil || a["waited"] != nil || a["change"] != "42" {
+		t.Fatalf("act document %v, want held_seconds 30 and waited_seconds 2 only", a)
 	}
 	code, out, _ = cmd("history", key, "--endpoints", eps, "--limit", "1")
 	if code != exitOK || !strings.HasPrefix(out, "#4 ") || strings.Count(out, "\n") != 1 {

@@ -13,7 +13,9 @@
 //
 // Progress lines on stderr say who holds the slot and how many wait ahead;
 // with --json, stdout carries one JSON object per event and a final
-// {"result": ...} or {"error": ...} object.
+// {"result": ...} or {"error": ...} object. In every command's JSON, times
+// are RFC 3339 strings and durations numbers of seconds in fields named
+// *_seconds ("waited_seconds", "held_seconds").
 //
 // Flags: etcdctl's, with its defaults, --endpoints (default 127.0.0.1:2379,
 // as etcdctl; each URL checked before anything is sent), --cacert, --cert, --key (etcd's client key file),
@@ -259,7 +261,9 @@ kept in etcd. Run the same command on every machine: each waits for a slot,
 restarts, waits until the service is ready again (--ready-url answers 2xx,
 then --settle) and only then gives the slot to the next machine. Progress
 goes to stderr; --json prints one JSON object per event on stdout and a
-final "result" or "error" object.
+final "result" or "error" object. In every command's JSON, times are
+RFC 3339 strings and durations numbers of seconds in fields named so
+("waited_seconds", "held_seconds").
 
 NAME is a snap ("k8s": all its services) or a service ("k8s.kube-apiserver").
 Without --budget-key each service is its own budget key, a snap name
@@ -531,10 +535,10 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 			m["holders"], m["ahead"], m["max"] = ev.Wait.Holders, ev.Wait.Ahead, ev.Wait.Max
 		}
 		if ev.Waited > 0 {
-			m["waited"] = ev.Waited.String()
+			m["waited_seconds"] = seconds(ev.Waited)
 		}
 		if ev.Held > 0 {
-			m["held"] = ev.Held.String()
+			m["held_seconds"] = seconds(ev.Held)
 		}
 		if ev.Attempt > 0 {
 			m["attempt"] = ev.Attempt
@@ -543,7 +547,7 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 			m["error"] = ev.Err.Error()
 		}
 		if ev.Act != nil {
-			m["act"] = ev.Act
+			m["act"] = newActDoc(ev.Act)
 		}
 		if ev.Halt != nil {
 			m["halt"] = ev.Halt

@@ -207,6 +207,20 @@ func twoMachines(t *testing.T, ctx context.Context, eps string, args ...[]string
 			if err := json.Unmarshal([]byte(line), &ev); err != nil {
 				t.Fatalf("not JSON: %q", line)
 			}
+			// Durations are seconds in *_seconds fields, never Go's
+			// strings (issue 44, item 4).
+			if _, ok := ev["waited_seconds"].(float64); ev["event"] == "acquired" && !ok {
+				t.Errorf("acquired event without waited_seconds: %q", line)
+			}
+			if _, ok := ev["held_seconds"].(float64); ev["event"] == "released" && !ok {
+				t.Errorf("released event without held_seconds: %q", line)
+			}
+			if ev["waited"] != nil || ev["held"] != nil {
+				t.Errorf("a duration as a string: %q", line)
+			}
+			if act, _ := ev["act"].(map[string]any); act != nil && (act["held"] != nil || act["held_seconds"] == nil) {
+				t.Errorf("act without held_seconds: %q", line)
+			}
 			if ev["event"] == "waiting" {
 				waited++
 				other := []string{"node-b", "node-a"}[i]
