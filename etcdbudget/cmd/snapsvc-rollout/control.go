@@ -121,7 +121,7 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 		Long:              controlExits.Help(controlIntro[name]),
 		Example:           controlExamples[name],
 		Annotations:       map[string]string{clistyle.ManLong: controlExits.Man(controlIntro[name])},
-		ValidArgsFunction: cobra.NoFileCompletions,
+		ValidArgsFunction: completeKeys(o, name == "pause", true),
 		// The key may come before, between or after the flags.
 		RunE: func(c *cobra.Command, args []string) error {
 			err := fromEnv(c.Flags(), o)

@@ -16,6 +16,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/snapsvc/snapsvc/budget"
 	"github.com/snapsvc/snapsvc/etcdbudget"
@@ -142,4 +145,54 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
+}
+
+// completeTimeout bounds reading the keys for a shell completion: a
+// completion that waits on an unreachable etcd would hang the shell.
+const completeTimeout = time.Second
+
+// completeKeys is the completion of an operator command's KEY argument
+// (arg) or of --budget-key: the keys in use, read from etcd with the
+// command line's etcd flags and etcdctl's variables within
+// completeTimeout; with scopes, also the snaps and parts whose pause holds
+// them (for pause). Nothing when etcd cannot be read in time (the error
+// as cobra's active help, shown where the shell and
+// SNAPSVC_ROLLOUT_ACTIVE_HELP allow).
+func completeKeys(o *options, scopes, arg bool) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if (arg && len(args) > 0) || fromEnv(c.Flags(), o) != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx := c.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		ctx, cancel := context.WithTimeout(ctx, completeTimeout)
+		defer cancel()
+		co := *o
+		co.dialTimeout = min(o.dialTimeout, completeTimeout)
+		cli, err := etcdClient(&co)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer cli.Close()
+		b, err := etcdbudget.New(etcdbudget.Config{Client: cli, Prefix: o.prefix, Unreachable: completeTimeout, Attempt: completeTimeout})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		keys, inUse, err := keysInUse(ctx, b)
+		if err != nil {
+			return cobra.AppendActiveHelp(nil, "cannot read the keys from etcd: "+err.Error()), cobra.ShellCompDirectiveNoFileComp
+		}
+		if scopes {
+			keys = inUse
+		}
+		var out []cobra.Completion
+		for _, k := range keys {
+			if strings.HasPrefix(k, toComplete) {
+				out = append(out, k)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
 }

@@ -41,7 +41,7 @@ func TestNearKeys(t *testing.T) {
 // notes it (issue 44, item 4: a typo'd key was paused, exit 0, then
 // listed). kubectl answers `Error from server (NotFound)`, exit 1;
 // etcdctl's writes to a user or lease that does not exist fail the same
-// way, exit 1.
+// way, exit 1. The KEY arguments complete from etcd.
 func TestUnknownKeyIsRefused(t *testing.T) {
 	checkLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -132,6 +132,29 @@ func TestUnknownKeyIsRefused(t *testing.T) {
 	}
 	if code, out, _ := cmd("list"); code != exitOK || strings.Contains(out, "apiservr") {
 		t.Fatalf("list: %d %q", code, out)
+	}
+
+	// Completion of KEY: the keys in use (pause: also their snaps and
+	// parts), read from etcd.
+	if code, out, _ := cmd("__complete", "status", "k8s.k"); code != exitOK || !strings.HasPrefix(out, "k8s.kube-apiserver\n:4\n") {
+		t.Fatalf("completion of status KEY: %d %q", code, out)
+	}
+	if code, out, _ := cmd("__complete", "pause", ""); code != exitOK || !strings.HasPrefix(out, "k8s\nk8s.kube-apiserver\n:4\n") {
+		t.Fatalf("completion of pause KEY: %d %q", code, out)
+	}
+	if code, out, _ := cmd("__complete", "status", "k8s", ""); code != exitOK || out != ":4\n" {
+		t.Fatalf("completion after KEY: %d %q", code, out)
+	}
+	if code, out, _ := cmd("__complete", "--budget-key", "k8s.ku"); code != exitOK || !strings.HasPrefix(out, "k8s.kube-apiserver\n:4\n") {
+		t.Fatalf("completion of --budget-key: %d %q", code, out)
+	}
+	// etcd unreachable: nothing, within the completion's bound.
+	start := time.Now()
+	if code, out, _ := cmd("__complete", "status", "--endpoints", "http://127.0.0.1:1", "--dial-timeout", "10s", ""); code != exitOK || strings.Contains(out, "k8s") {
+		t.Fatalf("completion with etcd unreachable: %d %q", code, out)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("completion with etcd unreachable took %s, want about %s", d, completeTimeout)
 	}
 }
 

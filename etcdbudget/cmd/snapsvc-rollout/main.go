@@ -72,7 +72,9 @@
 //
 // pause and resume refuse a KEY nothing has used (exit 1: a typo?),
 // naming the keys it resembles, and write nothing; pause --create pauses
-// it anyway. status and history of such a key say so on stderr.
+// it anyway. status and history of such a key say so on stderr. KEY (and
+// --budget-key) complete in the shell from the keys in etcd, read within
+// a second.
 //
 // And, as every binary of the project (github.com/snapsvc/snapsvc/cmd/clistyle):
 // GNU-style flags anywhere among the arguments ("--" ends them), help on
@@ -371,6 +373,7 @@ func (r *runner) newRoot() *cobra.Command {
 	for _, name := range []string{"ready-ca", "ready-cert", "ready-key", "socket", "admit-ca"} {
 		fs.SetAnnotation(name, cobra.BashCompFilenameExt, nil)
 	}
+	root.RegisterFlagCompletionFunc("budget-key", completeKeys(o, false, false))
 	root.AddCommand(r.controlCmd("status"), r.controlCmd("pause"), r.controlCmd("resume"), r.controlCmd("list"), r.controlCmd("history"), versionCmd())
 	for _, c := range root.Commands() {
 		c.DisableFlagsInUseLine = true // their Use lists their flags
