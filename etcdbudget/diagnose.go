@@ -75,7 +75,8 @@ func isTLSFailure(err error) bool {
 		return false
 	}
 	var r serverRejected
-	if errors.As(err, &r) {
+	var se *SchemeError
+	if errors.As(err, &r) || errors.As(err, &se) {
 		return true
 	}
 	msg := err.Error()
@@ -100,14 +101,12 @@ func (e serverRejected) Error() string {
 }
 
 // clientTLS remembers the TLS configuration of the clients NewClient
-// built, until they are closed, so that a diagnosis can make a TLS
-// handshake of its own and read the server's verdict.
+// built (nil: none), until they are closed, so that a diagnosis can make
+// a TLS handshake of its own and read the server's verdict, and knows
+// whether a bare HOST:PORT endpoint is dialled with TLS.
 var clientTLS sync.Map // *clientv3.Client -> *tls.Config
 
 func rememberTLS(cli *clientv3.Client, cfg *tls.Config) {
-	if cfg == nil {
-		return
-	}
 	clientTLS.Store(cli, cfg)
 	context.AfterFunc(cli.Ctx(), func() { clientTLS.Delete(cli) })
 }
@@ -117,7 +116,24 @@ func rememberTLS(cli *clientv3.Client, cfg *tls.Config) {
 type refusedEndpoints []EndpointError
 
 func (r refusedEndpoints) Error() string {
-	return "TLS failed on " + endpointsString(r)
+	for _, e := range r {
+		var se *SchemeError
+		if e.Err != nil && !errors.As(e.Err, &se) {
+			return "TLS failed on " + endpointsString(r)
+		}
+	}
+	return "wrong scheme: " + endpointsString(r)
+}
+
+// Unwrap returns each endpoint's error (errors.As finds a *SchemeError).
+func (r refusedEndpoints) Unwrap() []error {
+	var errs []error
+	for _, e := range r {
+		if e.Err != nil {
+			errs = append(errs, e.Err)
+		}
+	}
+	return errs
 }
 
 // tlsRefusal returns an error naming the endpoints when at least one of
@@ -209,6 +225,11 @@ func (b *Budget) probeEndpoint(ctx context.Context, ep string) error {
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
 		msg := connectionError(st.Message())
+		if plain, known := b.dialsPlain(ep); known {
+			if serr := schemeMismatch(pctx, ep, msg, plain); serr != nil {
+				return serr
+			}
+		}
 		if !secure(ep) || isTLSFailure(errors.New(msg)) || strings.HasPrefix(msg, "dial ") {
 			return errors.New(msg)
 		}
@@ -218,7 +239,7 @@ func (b *Budget) probeEndpoint(ctx context.Context, ep string) error {
 		// handshake of our own when the configuration is known
 		// (NewClient): it sends nothing after the handshake and reads the
 		// alert.
-		if cfg, ok := clientTLS.Load(b.cfg.Client); ok {
+		if cfg, ok := clientTLS.Load(b.cfg.Client); ok && cfg.(*tls.Config) != nil {
 			if herr := handshake(pctx, ep, cfg.(*tls.Config)); isTLSFailure(herr) {
 				return herr
 			}
@@ -232,6 +253,24 @@ func (b *Budget) probeEndpoint(ctx context.Context, ep string) error {
 		return errors.New(msg)
 	}
 	return rpctypes.Error(err)
+}
+
+// dialsPlain reports whether the budget's client dials ep without TLS,
+// and whether that is known: http:// is plain and https:// TLS whatever
+// the client's configuration (etcd's client/v3 internal/endpoint); a bare
+// HOST:PORT is TLS when the client has a TLS configuration, known only
+// for a client NewClient built.
+func (b *Budget) dialsPlain(ep string) (plain, known bool) {
+	switch {
+	case strings.HasPrefix(ep, "http://"):
+		return true, true
+	case strings.HasPrefix(ep, "https://"):
+		return false, true
+	case strings.Contains(ep, "://") || strings.HasPrefix(ep, "unix"):
+		return false, false
+	}
+	cfg, ok := clientTLS.Load(b.cfg.Client)
+	return ok && cfg.(*tls.Config) == nil, ok
 }
 
 // askStatus asks ep for its status on a connection of its own, made with
@@ -271,7 +310,9 @@ func (b *Budget) connecting() bool {
 	return conn != nil && conn.GetState() != connectivity.Ready
 }
 
-// NewClient is clientv3.New with errors that say which endpoints were
+// NewClient is clientv3.New with endpoints checked first
+// (CheckEndpoints: a malformed one fails at once, neither unavailable nor
+// refused: a configuration error) and errors that say which endpoints were
 // tried and why each failed. A budget whose client NewClient built also
 // knows its TLS configuration, which makes its diagnosis of a server that
 // rejects the client's certificate exact. When the client cannot be built (it
@@ -281,6 +322,9 @@ func (b *Budget) connecting() bool {
 // or a refused authentication wraps budget.ErrRefused (retrying
 // cannot help), anything else budget.ErrUnavailable.
 func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
+	if err := CheckEndpoints(cfg.Endpoints); err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(cfg)
 	if err == nil {
 		rememberTLS(cli, cfg.TLS)
@@ -301,7 +345,20 @@ func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			es[i] = EndpointError{Endpoint: ep, Err: handshake(ctx, ep, cfg.TLS)}
+			err := handshake(ctx, ep, cfg.TLS)
+			// A scheme that does not match the server: the handshake
+			// of a plain endpoint is only a TCP connection.
+			plain := strings.HasPrefix(ep, "http://") || (!strings.Contains(ep, "://") && cfg.TLS == nil)
+			if (err == nil) == plain {
+				msg := ""
+				if err != nil {
+					msg = err.Error()
+				}
+				if serr := schemeMismatch(ctx, ep, msg, plain); serr != nil {
+					err = serr
+				}
+			}
+			es[i] = EndpointError{Endpoint: ep, Err: err}
 		}()
 	}
 	wg.Wait()

@@ -26,16 +26,26 @@ func Key(names ...string) string {
 	return budget.CanonicalKey(strings.Join(names, "+"))
 }
 
+// CheckKey reports whether key can be a budget key (Acquire, Status,
+// Pause and Resume refuse it otherwise, wrapping budget.ErrRefused): not
+// empty, and no '/', '#', spaces or control characters.
+func CheckKey(key string) error {
+	k := budget.CanonicalKey(key)
+	if k == "" {
+		return fmt.Errorf("empty budget key %q", key)
+	}
+	if i := strings.IndexFunc(k, func(r rune) bool { return r == '/' || r == '#' || unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+		return fmt.Errorf("invalid budget key %q (no '/', '#', spaces or control characters)", key)
+	}
+	return nil
+}
+
 // normaliseKey checks key and returns its canonical form (see Key). A key
 // etcdbudget cannot use fails at once with an error wrapping
 // budget.ErrRefused: no retry can fix it.
 func normaliseKey(key string) (string, error) {
-	k := budget.CanonicalKey(key)
-	if k == "" {
-		return "", fmt.Errorf("%w: etcdbudget: empty key %q", budget.ErrRefused, key)
+	if err := CheckKey(key); err != nil {
+		return "", fmt.Errorf("%w: etcdbudget: %w", budget.ErrRefused, err)
 	}
-	if i := strings.IndexFunc(k, func(r rune) bool { return r == '/' || r == '#' || unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
-		return "", fmt.Errorf("%w: etcdbudget: invalid key %q (no '/', '#', spaces or control characters)", budget.ErrRefused, key)
-	}
-	return k, nil
+	return budget.CanonicalKey(key), nil
 }

@@ -50,9 +50,15 @@ func TestKeysNormalised(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	r.slot.Release(ctx)
+	if err := etcdbudget.CheckKey("k8s.b+k8s.a"); err != nil {
+		t.Errorf("CheckKey: %v", err)
+	}
 	for _, bad := range []string{"", "+", "a/b", "a#b", "a b"} {
 		if _, err := newBudget(t, cli, "x", 1).Acquire(ctx, bad, nil); !errors.Is(err, budget.ErrRefused) {
 			t.Errorf("key %q: %v, want a refusal", bad, err)
+		}
+		if err := etcdbudget.CheckKey(bad); err == nil {
+			t.Errorf("CheckKey(%q) = nil", bad)
 		}
 	}
 }

@@ -103,7 +103,7 @@ func admitClient(o *options) (*http.Client, error) {
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--admit-ca %s: no PEM certificate", o.admitCA)
+			return nil, fmt.Errorf("--admit-ca: no certificate found in CA file %s", o.admitCA)
 		}
 		cfg.RootCAs = pool
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,9 +30,12 @@ they will be served; a waiter kept out only by a vanished holder's
 lock-delay says so), the holders that vanished (lease expired, not released)
 with what they recorded, whether KEY is paused or halted (which machine's
 restart of which change halted it, why, since when, and how to resume it),
-and the machines taking part. --watch prints it again each time it changes in etcd, until Ctrl-C or
---timeout. -w json prints the etcdbudget.KeyStatus document (--watch: one
-per line), -w table the holders and waiters as a table.`,
+and the machines taking part. A key nothing has used is shown empty, with
+a note on stderr naming the keys it resembles. --watch prints it again each
+time it changes (as kubectl get -w, only on a change: a write to etcd that
+changes nothing shown prints nothing), until Ctrl-C or --timeout. -w json
+prints the etcdbudget.KeyStatus document (--watch: one per line), -w table
+the holders and waiters as a table.`,
 	"list": `list shows every budget key that has anything in etcd under --prefix
 (holders, waiters, a pause or halt, machines that joined, a history), with
 how many hold and wait and whether it is paused or halted. -w table prints a table, -w json a document
@@ -41,17 +45,25 @@ queue keeps its place and its slot without restarting until resume; the
 others stay queued. A restart already under way finishes. The pause stays
 until resumed, and records who paused: $SUDO_USER (else $USER) @ the host,
 unless --holder names someone. A pause of a snap (pause k8s) holds every key
-of its services.`,
+of its services.
+
+KEY must be in use (see list), or the snap or part of a key in use: a key
+nothing has used is refused (exit 1) with the keys it resembles, as kubectl
+refuses to change an object that does not exist, and nothing is written.
+--create pauses such a key anyway, e.g. before its first rollout.`,
 	"resume": `resume lifts KEY's pause, or its halt (a key halts itself when a restart
 fails: --halt-after); the machines go on in queue order, and failures are
 counted again from here. The history records who resumed ($SUDO_USER, else
 $USER, @ the host, unless --holder names someone) and --reason. A resume
 lifts only the pause or halt it read: retried after a lost answer, it never
-lifts a later one.`,
+lifts a later one. A key nothing has used is refused (exit 1) with the keys
+it resembles.`,
 	"history": `history shows KEY's history, oldest first: each restart under the budget
 (its machine, services, snapd change, outcome, time waited and held), each
 halt, pause and resume. --limit N shows the last N records. -w table prints
-a table, -w json the records as one JSON array (budget.Record documents).`,
+a table, -w json the records as one JSON array (budget.Record documents,
+an act's durations in seconds: waited_seconds, held_seconds). A key nothing
+has used shows nothing, with a note on stderr naming the keys it resembles.`,
 }
 
 // controlShort is each operator command's one-line summary.
@@ -68,7 +80,8 @@ var controlExamples = map[string]string{
 	"status": `  snapsvc-rollout status k8s.kube-apiserver
   snapsvc-rollout status --watch -w table k8s.kube-apiserver
   ETCDCTL_ENDPOINTS=https://10.0.0.1:2379 snapsvc-rollout status -w json k8s`,
-	"pause":  `  snapsvc-rollout pause --reason "CVE-2026-1234 rollback" k8s.kube-apiserver`,
+	"pause": `  snapsvc-rollout pause --reason "CVE-2026-1234 rollback" k8s.kube-apiserver
+  snapsvc-rollout pause --create --reason "not before the audit" k8s.kubelet`,
 	"resume": `  snapsvc-rollout resume --reason "bad config reverted" k8s.kube-apiserver`,
 	"history": `  snapsvc-rollout history k8s.kube-apiserver
   snapsvc-rollout history --limit 20 -w table k8s.kube-apiserver
@@ -80,7 +93,8 @@ var controlExamples = map[string]string{
 // controlExits are the operator commands' exit codes.
 var controlExits = clistyle.ExitCodes{
 	{Code: exitOK, Text: "done"},
-	{Code: exitUsage, Text: "usage error, or etcd refused the client or the request (certificates, credentials, permission)"},
+	{Code: exitNotFound, Text: "pause or resume of a KEY nothing has used (a typo?): nothing was written"},
+	{Code: exitUsage, Text: "usage error (a malformed endpoint included), or etcd refused the client or the request (certificates, credentials, permission, an endpoint's scheme that does not match the server's: http:// to a TLS etcd)"},
 	{Code: exitRetryable, Text: "etcd unreachable within --dial-timeout, or no answer within --command-timeout: retryable"},
 }
 
@@ -91,7 +105,7 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 	use := name + " KEY [flags]"
 	switch name {
 	case "pause":
-		use = "pause KEY [--reason TEXT] [flags]"
+		use = "pause KEY [--reason TEXT] [--create] [flags]"
 	case "status":
 		use = "status KEY [--watch] [-w simple|table|json] [flags]"
 	case "list":
@@ -107,7 +121,7 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 		Long:              controlExits.Help(controlIntro[name]),
 		Example:           controlExamples[name],
 		Annotations:       map[string]string{clistyle.ManLong: controlExits.Man(controlIntro[name])},
-		ValidArgsFunction: cobra.NoFileCompletions,
+		ValidArgsFunction: completeKeys(o, name == "pause", true),
 		// The key may come before, between or after the flags.
 		RunE: func(c *cobra.Command, args []string) error {
 			err := fromEnv(c.Flags(), o)
@@ -119,8 +133,6 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 				err = fmt.Errorf("%s: name the budget KEY, e.g. k8s.kube-apiserver", name)
 			case len(args) > 1:
 				err = fmt.Errorf("%s: unexpected arguments %q", name, args[1:])
-			case o.endpoints == "":
-				err = errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required")
 			case o.timeout < 0 || o.unreachable < 0:
 				err = errors.New("--timeout and --unreachable must not be negative")
 			case o.writeOut == "table" && name != "status" && name != "list" && name != "history":
@@ -128,11 +140,12 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 			case o.limit < 0:
 				err = fmt.Errorf("--limit %d: must not be negative", o.limit)
 			}
+			if err == nil && len(args) > 0 {
+				o.key = args[0]
+				err = etcdbudget.CheckKey(o.key) // before anything is sent
+			}
 			if err != nil {
 				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
-			}
-			if len(args) > 0 {
-				o.key = args[0]
 			}
 			return r.do(c, name, o)
 		},
@@ -143,6 +156,7 @@ func (r *runner) controlCmd(name string) *cobra.Command {
 	switch name {
 	case "pause":
 		fs.StringVar(&o.reason, "reason", "", "why, shown by status and to the machines held back")
+		fs.BoolVar(&o.create, "create", false, "pause KEY even if nothing has used it yet (else refused: a typo?)")
 	case "resume":
 		fs.StringVar(&o.reason, "reason", "", "why, recorded in the key's history")
 	case "history":
@@ -187,6 +201,40 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		return fail(err, exitUsage)
 	}
 	request := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, o.commandTimeout) }
+	// A key nothing has used (known.go): a write is refused before it is
+	// sent (unless pause --create); a read, once it succeeded (a watch:
+	// before it starts), notes it on stderr.
+	known := func() (unknown error, err error) {
+		rctx, cancel := request()
+		defer cancel()
+		keys, scopes, err := keysInUse(rctx, b)
+		if err != nil {
+			return nil, err
+		}
+		what := ""
+		if cmd == "pause" || cmd == "resume" {
+			what = cmd
+		}
+		return unknownKey(key, o.prefix, what, keys, scopes), nil
+	}
+	note := func() bool {
+		unknown, err := known()
+		if err == nil && unknown != nil {
+			fmt.Fprintf(stderr, "note: %v\n", unknown)
+		}
+		return unknown != nil
+	}
+	if (cmd == "pause" && !o.create) || cmd == "resume" || o.watch {
+		unknown, kerr := known()
+		switch {
+		case kerr != nil:
+			return fail(endpointHint(o, kerr), controlExit(kerr))
+		case unknown != nil && o.watch:
+			fmt.Fprintf(stderr, "note: %v\n", unknown)
+		case unknown != nil:
+			return fail(unknown, exitNotFound)
+		}
+	}
 	var out any
 	switch cmd {
 	case "status":
@@ -200,6 +248,7 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		if err = serr; err == nil {
 			out = st
 			writeStatus(stdout, o.writeOut, st, time.Now())
+			note()
 		}
 	case "list":
 		out, err = list(ctx, b, o, request, stdout, stderr)
@@ -243,26 +292,24 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		recs, herr := b.History(rctx, key, o.limit)
 		cancel()
 		if err = herr; err == nil {
-			out = recs
+			out = recordDocs(recs)
 			switch o.writeOut {
 			case "json":
 			case "table":
 				historyTable(stdout, recs)
 			default:
 				printHistory(stdout, recs)
-				if len(recs) == 0 {
-					fmt.Fprintf(stderr, "no history of %s under %s\n", etcdbudget.Key(key), o.prefix)
-				}
+			}
+			if len(recs) == 0 && !note() && o.writeOut == "simple" {
+				fmt.Fprintf(stderr, "no history of %s under %s\n", etcdbudget.Key(key), o.prefix)
 			}
 		}
 	}
 	switch {
 	case err != nil && o.watch && ctx.Err() != nil && !errors.Is(err, snapsvc.ErrBudgetRefused):
 		return exitOK // a watch ends when interrupted or at --timeout
-	case errors.Is(err, snapsvc.ErrBudgetRefused):
-		return fail(err, exitUsage)
 	case err != nil:
-		return fail(err, exitRetryable)
+		return fail(endpointHint(o, err), controlExit(err))
 	}
 	if o.jsonOut && !o.watch && cmd != "status" {
 		enc := json.NewEncoder(stdout)
@@ -270,6 +317,15 @@ func control(ctx context.Context, cmd string, o *options, stdout, stderr io.Writ
 		enc.Encode(out)
 	}
 	return exitOK
+}
+
+// controlExit is the exit code of an operator command's failed request:
+// usage when etcd refused it, retryable otherwise.
+func controlExit(err error) int {
+	if errors.Is(err, snapsvc.ErrBudgetRefused) {
+		return exitUsage
+	}
+	return exitRetryable
 }
 
 // writeStatus writes st in format: simple (printStatus), table, or json
@@ -295,22 +351,29 @@ func watchStatus(ctx context.Context, cli *clientv3.Client, b *etcdbudget.Budget
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	changes := cli.Watch(wctx, o.prefix+key, clientv3.WithPrefix())
-	for n := 0; ; n++ {
+	var shown *etcdbudget.KeyStatus // the status last printed
+	for {
 		rctx, rcancel := request()
 		st, err := b.Status(rctx, key)
 		rcancel()
 		if err != nil {
 			return err
 		}
-		switch {
-		case o.writeOut == "json":
-			json.NewEncoder(w).Encode(st)
-		default:
-			if n > 0 {
-				fmt.Fprintln(w)
+		// Only a change prints, as kubectl get -w: a write that changes
+		// nothing this format shows (a record put again, a lock-delay
+		// guard beside its entry) prints nothing.
+		if now := time.Now(); shown == nil || !sameStatus(o.writeOut, shown, st, now) {
+			switch {
+			case o.writeOut == "json":
+				json.NewEncoder(w).Encode(st)
+			default:
+				if shown != nil {
+					fmt.Fprintln(w)
+				}
+				fmt.Fprintf(w, "-- %s (revision %d)\n", now.Format(time.RFC3339), st.Revision)
+				writeStatus(w, o.writeOut, st, now)
 			}
-			fmt.Fprintf(w, "-- %s (revision %d)\n", time.Now().Format(time.RFC3339), st.Revision)
-			writeStatus(w, o.writeOut, st, time.Now())
+			shown = st
 		}
 		for relevant := false; !relevant; {
 			select {
@@ -335,6 +398,23 @@ func watchStatus(ctx context.Context, cli *clientv3.Client, b *etcdbudget.Budget
 			}
 		}
 	}
+}
+
+// sameStatus reports whether a and b print the same in format at now:
+// the same document but for its revision (json), the same text (simple,
+// table).
+func sameStatus(format string, a, b *etcdbudget.KeyStatus, now time.Time) bool {
+	var x, y bytes.Buffer
+	if format == "json" {
+		ac, bc := *a, *b
+		ac.Revision, bc.Revision = 0, 0
+		json.NewEncoder(&x).Encode(ac)
+		json.NewEncoder(&y).Encode(bc)
+	} else {
+		writeStatus(&x, format, a, now)
+		writeStatus(&y, format, b, now)
+	}
+	return bytes.Equal(x.Bytes(), y.Bytes())
 }
 
 // keySummary is one key of list.
@@ -407,7 +487,7 @@ func statusTable(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
 			if !e.Acquired.IsZero() {
 				since = e.Acquired
 			}
-			rows = append(rows, []string{st.Key, role, strconv.Itoa(i + 1), e.Holder, since.Format(time.RFC3339), now.Sub(since).Round(time.Second).String(),
+			rows = append(rows, []string{st.Key, role, strconv.Itoa(i + 1), e.Holder, since.Format(time.RFC3339), age(now, since),
 				fmt.Sprintf("%x", e.Lease), strings.TrimPrefix(entryNote(e, now), "\t")})
 		}
 	}
@@ -505,7 +585,7 @@ func printStatus(w io.Writer, st *etcdbudget.KeyStatus, now time.Time) {
 			if !e.Acquired.IsZero() {
 				since = e.Acquired // held since
 			}
-			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x%s\n", i+1, e.Holder, since.Format(time.RFC3339), now.Sub(since).Round(time.Second), e.Lease, entryNote(e, now))
+			fmt.Fprintf(tw, "  %d\t%s\tsince %s\t(%s)\tlease %x%s\n", i+1, e.Holder, since.Format(time.RFC3339), age(now, since), e.Lease, entryNote(e, now))
 		}
 	}
 	section("holders", st.Holders)
@@ -523,21 +603,38 @@ func entryNote(e etcdbudget.Entry, now time.Time) string {
 	if len(e.BlockedBy) > 0 {
 		notes = append(notes, "blocked by the lock-delay of "+strings.Join(e.BlockedBy, ", "))
 	}
-	if e.Acts > 0 && e.Acted.IsZero() {
+	switch {
+	case e.Acts > 0 && e.Acted.IsZero():
 		notes = append(notes, "may have acted (no act record: an earlier version)")
-	} else if e.Acts > 0 {
-		n := fmt.Sprintf("acted %s ago", now.Sub(e.Acted).Round(time.Second))
-		if !e.ReadyAt.IsZero() {
-			n += ", ready since " + e.ReadyAt.Format(time.RFC3339)
-		} else {
-			n += ", not ready since"
-		}
-		notes = append(notes, n)
+	case e.Acts > 0 && e.ReadyAt.IsZero():
+		notes = append(notes, "acted "+ago(now, e.Acted)+", not marked ready since")
+	case e.Acts > 0:
+		notes = append(notes, "acted "+ago(now, e.Acted)+", marked ready "+ago(now, e.ReadyAt))
 	}
 	if len(notes) == 0 {
 		return ""
 	}
 	return "\t" + strings.Join(notes, "; ")
+}
+
+// ago says when t was, seen from now, in words: "7s ago", "just now"
+// (under a second), or how far ahead of this machine's clock it is (t is
+// another machine's clock).
+func ago(now, t time.Time) string {
+	switch d := now.Sub(t); {
+	case d > -time.Second && d < time.Second:
+		return "just now"
+	case d < 0:
+		return fmt.Sprintf("%s ahead of this machine's clock", (-d).Round(time.Second))
+	default:
+		return d.Round(time.Second).String() + " ago"
+	}
+}
+
+// age is how long ago t was, in whole seconds, as kubectl's AGE column:
+// "0s" under a second, and so for a time ahead of this machine's clock.
+func age(now, t time.Time) string {
+	return max(now.Sub(t), 0).Round(time.Second).String()
 }
 
 // printHistory writes records for people, one line each.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/snapsvc/snapsvc/etcdbudget"
 	"github.com/snapsvc/snapsvc/etcdbudget/internal/etcdtest"
+	"github.com/snapsvc/snapsvc/fake"
 )
 
 func TestStatusPauseResumeCommands(t *testing.T) {
@@ -79,8 +80,7 @@ func TestStatusPauseResumeCommands(t *testing.T) {
 func TestControlUsageAndUnreachable(t *testing.T) {
 	ctx := context.Background()
 	for _, args := range [][]string{
-		{"status"},      // no key
-		{"status", "k"}, // no endpoints
+		{"status"}, // no key
 		{"pause", "a/b", "--endpoints", "http://127.0.0.1:1"}, // bad key
 		{"resume", "k", "extra", "--endpoints", "http://127.0.0.1:1"},
 	} {
@@ -113,14 +113,14 @@ func TestControlUsageAndUnreachable(t *testing.T) {
 // where the budget key went (issue 36).
 func TestKeys(t *testing.T) {
 	var errb bytes.Buffer
-	a, err := parse([]string{"--endpoints", "x", "k8s.b", "k8s.a", "k8s.b"}, &errb, &errb)
+	a, err := parse([]string{"--endpoints", "http://10.0.0.1:2379", "k8s.b", "k8s.a", "k8s.b"}, &errb, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.key != "" {
 		t.Fatalf("default key %q, want none (each service's own)", a.key)
 	}
-	b, err := parse([]string{"--endpoints", "x", "--budget-key", "k8s.b+k8s.a", "k8s.a"}, &errb, &errb)
+	b, err := parse([]string{"--endpoints", "http://10.0.0.1:2379", "--budget-key", "k8s.b+k8s.a", "k8s.a"}, &errb, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,31 +130,31 @@ func TestKeys(t *testing.T) {
 	// A v0.1.1 machine's key, verbatim (v0.1.1 never sorted it), and
 	// v0.1.1's whole-snap keys counted unless switched off (issue 41,
 	// item 7: the upgrade advice named a flag that no longer did it).
-	l, err := parse([]string{"--endpoints", "x", "--legacy-key", "k8s.b+k8s.a", "k8s.a", "k8s.b"}, &errb, &errb)
+	l, err := parse([]string{"--endpoints", "http://10.0.0.1:2379", "--legacy-key", "k8s.b+k8s.a", "k8s.a", "k8s.b"}, &errb, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := legacyKeysOf(l)("k8s.a"); !slices.Equal(got, []string{"k8s", "k8s.b+k8s.a"}) {
 		t.Errorf("--legacy-key k8s.b+k8s.a: legacy keys %q, want [k8s k8s.b+k8s.a]", got)
 	}
-	n, err := parse([]string{"--endpoints", "x", "--legacy-snap-keys=false", "k8s.a"}, &errb, &errb)
+	n, err := parse([]string{"--endpoints", "http://10.0.0.1:2379", "--legacy-snap-keys=false", "k8s.a"}, &errb, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := legacyKeysOf(n)("k8s.a"); len(got) != 0 {
 		t.Errorf("--legacy-snap-keys=false: legacy keys %q, want none", got)
 	}
-	if _, err := parse([]string{"--endpoints", "x", "--legacy-key", "a/b", "k8s.a"}, &errb, &errb); err == nil || !strings.Contains(err.Error(), "--legacy-key") {
+	if _, err := parse([]string{"--endpoints", "http://10.0.0.1:2379", "--legacy-key", "a/b", "k8s.a"}, &errb, &errb); err == nil || !strings.Contains(err.Error(), "--legacy-key") {
 		t.Errorf("--legacy-key a/b: %v, want a usage error", err)
 	}
-	if _, err := parse([]string{"--endpoints", "x", "--key", "k8s.b+k8s.a", "k8s.a"}, &errb, &errb); err == nil ||
+	if _, err := parse([]string{"--endpoints", "http://10.0.0.1:2379", "--key", "k8s.b+k8s.a", "k8s.a"}, &errb, &errb); err == nil ||
 		!strings.Contains(err.Error(), "--key is etcd's client key FILE (as etcdctl's); the budget key is --budget-key") {
 		t.Errorf("v0.2's --key KEY: %v, want the way to --budget-key", err)
 	}
 	for _, args := range [][]string{
-		{"--endpoints", "x", "--max", "2", "--max-unavailable", "2", "k8s.a"},
-		{"--endpoints", "x", "--max-unavailable", "0%", "k8s.a"},
-		{"--endpoints", "x", "--window", "Mon 25:00-01:00", "k8s.a"},
+		{"--endpoints", "http://10.0.0.1:2379", "--max", "2", "--max-unavailable", "2", "k8s.a"},
+		{"--endpoints", "http://10.0.0.1:2379", "--max-unavailable", "0%", "k8s.a"},
+		{"--endpoints", "http://10.0.0.1:2379", "--window", "Mon 25:00-01:00", "k8s.a"},
 	} {
 		if _, err := parse(args, &errb, &errb); err == nil {
 			t.Errorf("%q accepted", args)
@@ -168,7 +168,7 @@ func TestKeys(t *testing.T) {
 // 36); v0.2's --etcd-* spellings still work, deprecated.
 func TestEtcdFromEnvironment(t *testing.T) {
 	var errb bytes.Buffer
-	o, err := parse([]string{"k8s.kubelet", "--endpoints", "x"}, &errb, &errb)
+	o, err := parse([]string{"k8s.kubelet", "--endpoints", "http://10.0.0.1:2379"}, &errb, &errb)
 	if err != nil || o.dialTimeout != 2*time.Second || o.commandTimeout != 5*time.Second || o.writeOut != "simple" {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
@@ -207,11 +207,11 @@ func TestEtcdFromEnvironment(t *testing.T) {
 
 func TestFlagsAnywhere(t *testing.T) {
 	var errb bytes.Buffer
-	o, err := parse([]string{"k8s.kubelet", "--endpoints", "x", "--max-unavailable=25%", "k8s.containerd", "--", "k8s.kube-proxy"}, &errb, &errb)
+	o, err := parse([]string{"k8s.kubelet", "--endpoints", "http://10.0.0.1:2379", "--max-unavailable=25%", "k8s.containerd", "--", "k8s.kube-proxy"}, &errb, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.endpoints != "x" || o.maxUnavailable != "25%" || strings.Join(o.names, " ") != "k8s.kubelet k8s.containerd k8s.kube-proxy" {
+	if o.endpoints != "http://10.0.0.1:2379" || o.maxUnavailable != "25%" || strings.Join(o.names, " ") != "k8s.kubelet k8s.containerd k8s.kube-proxy" {
 		t.Fatalf("%+v", o)
 	}
 }
@@ -226,10 +226,37 @@ func TestPrintStatusBlockedAndVanished(t *testing.T) {
 	var b bytes.Buffer
 	printStatus(&b, st, now)
 	out := b.String()
-	for _, want := range []string{"holders (0)", "waiters (1)", "node-b", "blocked by the lock-delay of node-a", "vanished holders", "node-a", "acted 7s ago, not ready since"} {
+	for _, want := range []string{"holders (0)", "waiters (1)", "node-b", "blocked by the lock-delay of node-a", "vanished holders", "node-a", "acted 7s ago, not marked ready since\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// What a holder recorded, in words that say what is true when the times
+// are zero, now, or ahead of this machine's clock (issue 44, item 4:
+// "acted 0s ago, not ready since").
+func TestEntryNote(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 35, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		e    etcdbudget.Entry
+		want string
+	}{
+		{etcdbudget.Entry{}, ""},
+		{etcdbudget.Entry{Acts: 1, Acted: now.Add(-300 * time.Millisecond)}, "acted just now, not marked ready since"},
+		{etcdbudget.Entry{Acts: 1, Acted: now}, "acted just now, not marked ready since"},
+		{etcdbudget.Entry{Acts: 2, Acted: now.Add(-9 * time.Second), ReadyAt: now.Add(-2 * time.Second)}, "acted 9s ago, marked ready 2s ago"},
+		{etcdbudget.Entry{Acts: 1, Acted: now.Add(-time.Second), ReadyAt: now.Add(-100 * time.Millisecond)}, "acted 1s ago, marked ready just now"},
+		{etcdbudget.Entry{Acts: 1, Acted: now.Add(3 * time.Second)}, "acted 3s ahead of this machine's clock, not marked ready since"},
+		{etcdbudget.Entry{Acts: 1}, "may have acted (no act record: an earlier version)"},
+		{etcdbudget.Entry{BlockedBy: []string{"node-a"}}, "blocked by the lock-delay of node-a"},
+	} {
+		if got := strings.TrimPrefix(entryNote(tc.e, now), "\t"); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.e, got, tc.want)
+		}
+	}
+	if got := age(now, now.Add(2*time.Second)); got != "0s" {
+		t.Errorf("age of a time ahead of the clock: %q, want 0s", got)
 	}
 }
 
@@ -281,6 +308,34 @@ func TestTLSFromEnvironment(t *testing.T) {
 		t.Fatalf("status with a CA that does not trust etcd: exit %d (want %d)\n%s", code, exitUsage, errb.String())
 	}
 	t.Logf("%s", errb.String())
+
+	// http:// to a member serving TLS: a usage error that says to use
+	// https://, at once, for the operator commands and a rollout alike
+	// (issue 44, item 4: retryable, exit 3, after the dial timeout; a
+	// rollout said "restart failed", exit 1). etcdctl 3.4: "context
+	// deadline exceeded" after 5 s.
+	t.Setenv("ETCDCTL_CACERT", ca.File)
+	host := strings.TrimPrefix(cl.Endpoint(0), "https://")
+	t.Setenv("ETCDCTL_ENDPOINTS", "http://"+host)
+	t.Setenv("ETCDCTL_DIAL_TIMEOUT", "10s")
+	snapd := fake.NewServer(t, k8s())
+	for _, args := range [][]string{{"status", "k8s.kube-apiserver"}, {"--socket", snapd.SocketPath(), "--unreachable", "10s", "k8s.kube-apiserver"}} {
+		out.Reset()
+		errb.Reset()
+		start := time.Now()
+		code = run(ctx, args, &out, &errb)
+		took := time.Since(start)
+		if code != exitUsage || !strings.Contains(errb.String(), "http://"+host+": the server speaks TLS, not plain gRPC: use https://"+host) {
+			t.Fatalf("%q with http:// to TLS: exit %d (want %d)\n%s", args, code, exitUsage, errb.String())
+		}
+		if took > 5*time.Second {
+			t.Errorf("%q with http:// to TLS: %s, want at the first diagnosis, not the 10s bound", args, took)
+		}
+		t.Logf("%q after %s: %s", args, took.Round(time.Millisecond), errb.String())
+	}
+	if n := len(snapd.Changes()); n != 0 {
+		t.Fatalf("%d restarts", n)
+	}
 }
 
 // Issue 36: etcdctl's habits. list shows every key, -w simple|table|json
@@ -306,7 +361,7 @@ func TestListWatchAndWriteOut(t *testing.T) {
 	}
 	t.Setenv("SUDO_USER", "alice")
 	for _, k := range []string{"k8s.kubelet", "k8s"} {
-		if code, _, errs := cmd("pause", k, "--reason", "test"); code != exitOK {
+		if code, _, errs := cmd("pause", "--create", k, "--reason", "test"); code != exitOK {
 			t.Fatalf("pause %s: %q", k, errs)
 		}
 	}

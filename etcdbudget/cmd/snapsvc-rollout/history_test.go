@@ -119,8 +119,19 @@ func TestHaltedStatusHistoryResume(t *testing.T) {
 	if r := recs[3]; r.Kind != budget.RecordResumed || r.By != "alice@"+host || r.Reason != "reverted the flag" || r.Seq != 4 {
 		t.Fatalf("resumed record %+v", r)
 	}
-	if recs[1].Act == nil || recs[1].Act.Change != "42" || recs[1].Act.Held != 30*time.Second || recs[2].Halt == nil {
+	if recs[1].Act == nil || recs[1].Act.Change != "42" || recs[2].Halt == nil {
 		t.Fatalf("records %+v", recs)
+	}
+	// Durations are seconds in *_seconds fields, as in every command's
+	// JSON (issue 44, item 4), not the nanoseconds stored in etcd.
+	var docs []struct {
+		Act map[string]any `json:"act"`
+	}
+	if err := json.Unmarshal([]byte(out), &docs); err != nil {
+		t.Fatal(err)
+	}
+	if a := docs[1].Act; a["held_seconds"] != 30.0 || a["waited_seconds"] != 2.0 || a["held"] != nil || a["waited"] != nil || a["change"] != "42" {
+		t.Fatalf("act document %v, want held_seconds 30 and waited_seconds 2 only", a)
 	}
 	code, out, _ = cmd("history", key, "--endpoints", eps, "--limit", "1")
 	if code != exitOK || !strings.HasPrefix(out, "#4 ") || strings.Count(out, "\n") != 1 {
@@ -131,8 +142,12 @@ func TestHaltedStatusHistoryResume(t *testing.T) {
 		t.Fatalf("status once resumed: %d\n%s", code, out)
 	}
 	code, _, errs = cmd("history", "nothing.here", "--endpoints", eps)
-	if code != exitOK || !strings.Contains(errs, "no history of nothing.here") {
+	if code != exitOK || !strings.Contains(errs, `note: budget key "nothing.here" not found under /snapsvc/restart-budget/`) {
 		t.Fatalf("history of an unknown key: %d %q", code, errs)
+	}
+	code, _, errs = cmd("history", "k8s.kube-apiservr", "--endpoints", eps)
+	if code != exitOK || !strings.Contains(errs, "Did you mean k8s.kube-apiserver?") {
+		t.Fatalf("history of a typo: %d %q", code, errs)
 	}
 	if code, _, _ := cmd("history", key, "--endpoints", eps, "--limit", "-1"); code != exitUsage {
 		t.Fatalf("--limit -1: exit %d", code)

@@ -13,10 +13,12 @@
 //
 // Progress lines on stderr say who holds the slot and how many wait ahead;
 // with --json, stdout carries one JSON object per event and a final
-// {"result": ...} or {"error": ...} object.
+// {"result": ...} or {"error": ...} object. In every command's JSON, times
+// are RFC 3339 strings and durations numbers of seconds in fields named
+// *_seconds ("waited_seconds", "held_seconds").
 //
-// Flags: etcdctl's, --endpoints (required unless --bootstrap or
-// $ETCDCTL_ENDPOINTS), --cacert, --cert, --key (etcd's client key file),
+// Flags: etcdctl's, with its defaults, --endpoints (default 127.0.0.1:2379,
+// as etcdctl; each URL checked before anything is sent), --cacert, --cert, --key (etcd's client key file),
 // --user, --password, --dial-timeout (2s), --command-timeout (5s),
 // -w/--write-out simple|table|json, each also from its ETCDCTL_* variable
 // ($ETCDCTL_USER as USER or USER:PASSWORD), as etcdctl reads them (a flag
@@ -60,12 +62,19 @@
 //	snapsvc-rollout list           every budget key: holders, waiters, pause
 //	snapsvc-rollout status KEY [--watch]
 //	                               who holds the key's slots (since when), who waits, in order
-//	snapsvc-rollout pause KEY [--reason TEXT]
+//	                               (--watch: again at each change)
+//	snapsvc-rollout pause KEY [--reason TEXT] [--create]
 //	                               hold every machine at the front of the queue until resumed
 //	snapsvc-rollout resume KEY [--reason TEXT]
 //	                               lift the key's pause or halt
 //	snapsvc-rollout history KEY [--limit N]
 //	                               the key's restarts, halts, pauses and resumes, oldest first
+//
+// pause and resume refuse a KEY nothing has used (exit 1: a typo?),
+// naming the keys it resembles, and write nothing; pause --create pauses
+// it anyway. status and history of such a key say so on stderr. KEY (and
+// --budget-key) complete in the shell from the keys in etcd, read within
+// a second.
 //
 // And, as every binary of the project (github.com/snapsvc/snapsvc/cmd/clistyle):
 // GNU-style flags anywhere among the arguments ("--" ends them), help on
@@ -74,9 +83,11 @@
 // a usage error adds how to get the help.
 //
 // Exit codes: 0 done and ready, 1 failed (check the service before
-// running again), 2 usage or etcd refused the client, 3 retryable (nothing
-// was restarted), 130 interrupted; --help and the man page list what each
-// covers (rolloutExits).
+// running again), 2 usage (a malformed endpoint, a CA file with no
+// certificate) or etcd refused the client (an endpoint's scheme that does
+// not match the server's included: said at once, not retried), 3
+// retryable (nothing was restarted), 130 interrupted; --help and the man
+// page list what each covers (rolloutExits, controlExits).
 //
 // The command is in the module github.com/snapsvc/snapsvc/etcdbudget/cmd,
 // apart from the library etcdbudget, so that the CLI's dependencies
@@ -132,6 +143,8 @@ const (
 
 type options struct {
 	endpoints, key, holder, prefix, socket      string
+	endpointsFrom                               string // where --endpoints came from: the flag, $ETCDCTL_ENDPOINTS or etcdctl's default
+	create                                      bool   // pause --create
 	etcdCA, etcdCert, etcdKey                   string
 	etcdUser, etcdPassword                      string
 	dialTimeout, commandTimeout                 time.Duration
@@ -154,13 +167,20 @@ type options struct {
 	admitInsecure                               bool
 }
 
+// defaultEndpoint is etcdctl's default --endpoints; defaultEndpointsFrom
+// says the endpoints are that default (options.endpointsFrom).
+const (
+	defaultEndpoint      = "127.0.0.1:2379"
+	defaultEndpointsFrom = "the default --endpoints (etcdctl's)"
+)
+
 // etcdFlags are the flags every command shares: etcdctl's, with its
-// names and defaults (--endpoints, --cacert, --cert, --key, --user,
+// names and defaults (--endpoints 127.0.0.1:2379, --cacert, --cert, --key, --user,
 // --password, --dial-timeout 2s, --command-timeout 5s, -w/--write-out),
 // each also read from its ETCDCTL_* variable (fromEnv); v0.2's --etcd-*
 // spellings stay as deprecated aliases.
 func etcdFlags(fs *pflag.FlagSet, o *options) {
-	fs.StringVar(&o.endpoints, "endpoints", "", "etcd client `URLs`, comma-separated ($ETCDCTL_ENDPOINTS)")
+	fs.StringVar(&o.endpoints, "endpoints", defaultEndpoint, "etcd client `URLs`, comma-separated: http://HOST:PORT, https://HOST:PORT or HOST:PORT ($ETCDCTL_ENDPOINTS)")
 	fs.StringVar(&o.etcdCA, "cacert", "", "verify etcd's certificate with this CA bundle `FILE` ($ETCDCTL_CACERT)")
 	fs.StringVar(&o.etcdCert, "cert", "", "client certificate `FILE` for etcd ($ETCDCTL_CERT)")
 	fs.StringVar(&o.etcdKey, "key", "", "client key `FILE` for etcd ($ETCDCTL_KEY); the budget key is --budget-key")
@@ -190,9 +210,16 @@ var etcdctlEnv = []string{"endpoints", "cacert", "cert", "key", "user", "passwor
 
 // fromEnv sets each etcdctl flag not given on the command line from its
 // ETCDCTL_* variable, then applies what follows from the flags: USER:PASSWORD,
-// --json as -w json. A variable whose value the flag refuses is a usage
-// error naming it.
+// --json as -w json. A variable whose value the flag refuses, or an
+// endpoint etcd's client cannot read, is a usage error naming it.
 func fromEnv(fs *pflag.FlagSet, o *options) error {
+	o.endpointsFrom = "--endpoints"
+	if !fs.Changed("endpoints") {
+		o.endpointsFrom = defaultEndpointsFrom
+		if v, ok := os.LookupEnv("ETCDCTL_ENDPOINTS"); ok && v != "" {
+			o.endpointsFrom = "$ETCDCTL_ENDPOINTS"
+		}
+	}
 	for _, name := range etcdctlEnv {
 		env := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 		v, ok := os.LookupEnv(env)
@@ -219,6 +246,9 @@ func fromEnv(fs *pflag.FlagSet, o *options) error {
 	if o.dialTimeout <= 0 || o.commandTimeout <= 0 {
 		return errors.New("--dial-timeout and --command-timeout must be positive")
 	}
+	if err := etcdbudget.CheckEndpoints(strings.Split(o.endpoints, ",")); err != nil {
+		return fmt.Errorf("%s: %v", o.endpointsFrom, err)
+	}
 	if o.etcdKey != "" {
 		// v0.2's --key was the budget key: a key that is no file is that.
 		if _, err := os.Stat(o.etcdKey); err != nil && o.etcdCert == "" {
@@ -233,7 +263,9 @@ kept in etcd. Run the same command on every machine: each waits for a slot,
 restarts, waits until the service is ready again (--ready-url answers 2xx,
 then --settle) and only then gives the slot to the next machine. Progress
 goes to stderr; --json prints one JSON object per event on stdout and a
-final "result" or "error" object.
+final "result" or "error" object. In every command's JSON, times are
+RFC 3339 strings and durations numbers of seconds in fields named so
+("waited_seconds", "held_seconds").
 
 NAME is a snap ("k8s": all its services) or a service ("k8s.kube-apiserver").
 Without --budget-key each service is its own budget key, a snap name
@@ -248,7 +280,8 @@ snap's name (--legacy-snap-keys, on by default) and of each --legacy-key
 KEY, given exactly as the v0.1.1 machines were (not sorted). Set
 --legacy-snap-keys=false once no machine runs v0.1.1.
 
-The etcd flags are etcdctl's, with its defaults, and read its environment
+The etcd flags are etcdctl's, with its defaults (--endpoints 127.0.0.1:2379,
+--dial-timeout 2s, --command-timeout 5s), and read its environment
 variables as it does: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT,
 ETCDCTL_KEY, ETCDCTL_USER (USER or USER:PASSWORD), ETCDCTL_PASSWORD,
 ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT and ETCDCTL_WRITE_OUT; a flag
@@ -258,7 +291,7 @@ wins over its variable.`
 var rolloutExits = clistyle.ExitCodes{
 	{Code: exitOK, Text: "done, and the services are ready again"},
 	{Code: exitFailed, Text: "the restart failed, the service did not become ready in --ready-timeout, or the slot was lost mid-restart: check the service before running again; or the key is halted (nothing was restarted: see status, then resume)"},
-	{Code: exitUsage, Text: "usage error, or etcd refused the client (certificates, credentials)"},
+	{Code: exitUsage, Text: "usage error (a malformed endpoint included), or etcd refused the client before anything was restarted (certificates, credentials, an endpoint's scheme that does not match the server's: http:// to a TLS etcd)"},
 	{Code: exitRetryable, Text: "retryable, nothing was restarted: etcd unreachable, no slot within --max-wait, snapd unreachable or busy, the key still paused or the admission check still refusing when --timeout ended"},
 	{Code: exitInterrupted, Text: "interrupted (Ctrl-C, SIGTERM)"},
 }
@@ -340,6 +373,7 @@ func (r *runner) newRoot() *cobra.Command {
 	for _, name := range []string{"ready-ca", "ready-cert", "ready-key", "socket", "admit-ca"} {
 		fs.SetAnnotation(name, cobra.BashCompFilenameExt, nil)
 	}
+	root.RegisterFlagCompletionFunc("budget-key", completeKeys(o, false, false))
 	root.AddCommand(r.controlCmd("status"), r.controlCmd("pause"), r.controlCmd("resume"), r.controlCmd("list"), r.controlCmd("history"), versionCmd())
 	for _, c := range root.Commands() {
 		c.DisableFlagsInUseLine = true // their Use lists their flags
@@ -431,8 +465,6 @@ func validateRollout(o *options, maxSet bool) error {
 		return errors.New("give --max or --max-unavailable, not both")
 	case len(o.names) == 0:
 		return errors.New("name at least one service, e.g. k8s.kube-apiserver")
-	case o.endpoints == "" && !o.bootstrap:
-		return errors.New("--endpoints (or $ETCDCTL_ENDPOINTS) is required (or --bootstrap when no cluster exists yet)")
 	case o.max < 1:
 		return fmt.Errorf("--max %d: must be at least 1", o.max)
 	}
@@ -506,10 +538,10 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 			m["holders"], m["ahead"], m["max"] = ev.Wait.Holders, ev.Wait.Ahead, ev.Wait.Max
 		}
 		if ev.Waited > 0 {
-			m["waited"] = ev.Waited.String()
+			m["waited_seconds"] = seconds(ev.Waited)
 		}
 		if ev.Held > 0 {
-			m["held"] = ev.Held.String()
+			m["held_seconds"] = seconds(ev.Held)
 		}
 		if ev.Attempt > 0 {
 			m["attempt"] = ev.Attempt
@@ -518,7 +550,7 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 			m["error"] = ev.Err.Error()
 		}
 		if ev.Act != nil {
-			m["act"] = ev.Act
+			m["act"] = newActDoc(ev.Act)
 		}
 		if ev.Halt != nil {
 			m["halt"] = ev.Halt
@@ -602,7 +634,7 @@ func rollout(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	if !o.bootstrap {
 		cli, err := etcdClient(o)
 		if err != nil {
-			return p.fail(err, clientExit(err))
+			return p.fail(endpointHint(o, err), clientExit(err))
 		}
 		defer cli.Close()
 		mu, _ := etcdbudget.ParseMaxUnavailable(o.maxUnavailable) // checked by validateRollout
@@ -646,7 +678,7 @@ func rollout(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	res, err := c.Restart(ctx, o.names, snapsvc.RestartOptions{Reload: o.reload})
-	p.done(res, err)
+	p.done(res, endpointHint(o, err))
 	return exitCode(ctx, err)
 }
 
@@ -660,6 +692,9 @@ func clientExit(err error) int {
 	return exitUsage
 }
 
+// exitCode is the rollout's exit code for err: etcd's refusal before
+// any request to act was sent (TLS, credentials, an endpoint's scheme) is
+// the command line's (exitUsage), as it is for the operator commands.
 func exitCode(ctx context.Context, err error) int {
 	var opErr *snapsvc.OpError
 	switch {
@@ -667,6 +702,9 @@ func exitCode(ctx context.Context, err error) int {
 		return exitOK
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return exitInterrupted
+	case errors.As(err, &opErr) && opErr.Attempts == 0 && opErr.ChangeID == "" &&
+		errors.Is(err, snapsvc.ErrBudgetRefused) && !errors.Is(err, snapsvc.ErrBudgetHalted):
+		return exitUsage
 	case errors.As(err, &opErr) && opErr.Retryable():
 		return exitRetryable
 	}
@@ -683,6 +721,14 @@ func etcdClient(o *options) (*clientv3.Client, error) {
 	cfg.Username, cfg.Password = o.etcdUser, o.etcdPassword
 	cfg.DialTimeout = o.dialTimeout
 	if o.etcdCA != "" || o.etcdCert != "" {
+		if o.etcdCA != "" {
+			// etcd's transport reads a CA file without a certificate as
+			// an empty pool: every server would then be "signed by
+			// unknown authority".
+			if err := pemHasCert(o.etcdCA, "CA file"); err != nil {
+				return nil, err
+			}
+		}
 		if o.etcdCert != "" {
 			if err := certValid(o.etcdCert, time.Now()); err != nil {
 				return nil, err
@@ -697,15 +743,21 @@ func etcdClient(o *options) (*clientv3.Client, error) {
 	return etcdbudget.NewClient(cfg)
 }
 
-// certValid checks that the first certificate in file is valid at now.
+// certValid checks that the first certificate in file is valid at now
+// (and that there is one).
 func certValid(file string, now time.Time) error {
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("etcd TLS: %w", err)
 	}
-	block, _ := pem.Decode(raw)
+	var block *pem.Block
+	for rest := raw; ; {
+		if block, rest = pem.Decode(rest); block == nil || block.Type == "CERTIFICATE" {
+			break
+		}
+	}
 	if block == nil {
-		return fmt.Errorf("etcd TLS: %s: no PEM certificate", file)
+		return pemHasCert(file, "certificate file")
 	}
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
@@ -718,4 +770,42 @@ func certValid(file string, now time.Time) error {
 		return fmt.Errorf("%w: etcd TLS: client certificate %s (%s) is not valid before %s", snapsvc.ErrBudgetRefused, file, cert.Subject.CommonName, cert.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// endpointHint adds to err, when etcd was unreachable and no endpoint was
+// given, that etcdctl's default endpoint was tried.
+func endpointHint(o *options, err error) error {
+	if err == nil || o.endpointsFrom != defaultEndpointsFrom || !errors.Is(err, snapsvc.ErrBudgetUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w (no --endpoints or $ETCDCTL_ENDPOINTS given: tried etcdctl's default, %s)", err, defaultEndpoint)
+}
+
+// pemHasCert checks that file (a what: "CA file") holds at least one PEM
+// certificate, and says what it holds otherwise.
+func pemHasCert(file, what string) error {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("etcd TLS: %w", err)
+	}
+	var others []string
+	for rest := raw; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" {
+			return nil
+		}
+		others = append(others, block.Type)
+	}
+	why := "no PEM block: want -----BEGIN CERTIFICATE-----"
+	switch {
+	case len(raw) == 0:
+		why = "the file is empty"
+	case len(others) > 0:
+		why = "it holds " + strings.Join(others, ", ") + ", no CERTIFICATE"
+	}
+	return fmt.Errorf("etcd TLS: no certificate found in %s %s (%s)", what, file, why)
 }

@@ -207,6 +207,20 @@ func twoMachines(t *testing.T, ctx context.Context, eps string, args ...[]string
 			if err := json.Unmarshal([]byte(line), &ev); err != nil {
 				t.Fatalf("not JSON: %q", line)
 			}
+			// Durations are seconds in *_seconds fields, never Go's
+			// strings (issue 44, item 4).
+			if _, ok := ev["waited_seconds"].(float64); ev["event"] == "acquired" && !ok {
+				t.Errorf("acquired event without waited_seconds: %q", line)
+			}
+			if _, ok := ev["held_seconds"].(float64); ev["event"] == "released" && !ok {
+				t.Errorf("released event without held_seconds: %q", line)
+			}
+			if ev["waited"] != nil || ev["held"] != nil {
+				t.Errorf("a duration as a string: %q", line)
+			}
+			if act, _ := ev["act"].(map[string]any); act != nil && (act["held"] != nil || act["held_seconds"] == nil) {
+				t.Errorf("act without held_seconds: %q", line)
+			}
 			if ev["event"] == "waiting" {
 				waited++
 				other := []string{"node-b", "node-a"}[i]
@@ -250,7 +264,6 @@ func TestBootstrapNeedsNoEtcd(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{"k8s.kube-apiserver"},                       // no endpoints
 		{"--endpoints", "http://127.0.0.1:1"},        // no names
 		{"--endpoints", "http://127.0.0.1:1", "K8S"}, // bad name
 		{"--endpoints", "http://127.0.0.1:1", "--max", "0", "k8s.kubelet"},
@@ -304,7 +317,7 @@ func TestPausedProgressLine(t *testing.T) {
 	defer cl.Close()
 	eps := strings.Join(cl.Endpoints(), ",")
 	var out, errb bytes.Buffer
-	if code := run(ctx, []string{"pause", "k8s.kube-apiserver", "--endpoints", eps, "--holder", "alice@ops-1", "--reason", "disk alarm"}, &out, &errb); code != exitOK {
+	if code := run(ctx, []string{"pause", "--create", "k8s.kube-apiserver", "--endpoints", eps, "--holder", "alice@ops-1", "--reason", "disk alarm"}, &out, &errb); code != exitOK {
 		t.Fatalf("pause: %d %s", code, errb.String())
 	}
 	srv := fake.NewServer(t, k8s())

@@ -323,7 +323,7 @@ func serve(ctx context.Context, envFile string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stderr, `rollout-demo: etcd serves until Ctrl-C, which stops it and removes its data.
 In another shell, run the export line above%s, then for example:
   snapsvc-rollout status k8s.kube-apiserver
-  snapsvc-rollout pause --reason "trying it" k8s.kube-apiserver
+  snapsvc-rollout pause --create --reason "trying it" k8s.kube-apiserver   # --create: no machine used the key yet
   snapsvc-rollout resume k8s.kube-apiserver
   fakesnapd --dir /tmp/machine-1 &          # a fake snapd with a k8s snap, as one machine
   snapsvc-rollout --socket /tmp/machine-1/snapd.socket --settle 5s k8s.kube-apiserver
