@@ -25,8 +25,8 @@ a terminal as a self-erasing line, as snap watch does. It prints nothing
 more when the change is Done and fails (exit 1) with snapd's error when
 the change is not.
 
-Ctrl-C stops waiting, not the change: exit 130 with the command that
-waits again.
+Ctrl-C stops waiting, not the change: exit 130 (SIGTERM: 143) with the
+command that waits again.
 
 Deprecated: "watch [SNAP]" without a change id follows every change as
 it happens; that is "snapsvc follow [SNAP]" now.`,
@@ -99,7 +99,7 @@ func (a *app) waitChange(pos []string, last string, summary bool) func(ctx conte
 		chg, err := c.WaitChange(ctx, id)
 		a.prog.end()
 		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-			err = &interruptedError{change: id, err: err}
+			err = &interruptedError{change: id, err: err, sig: terminatedBy(ctx)}
 		}
 		switch {
 		case a.json && err != nil && chg != nil:

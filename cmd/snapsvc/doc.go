@@ -78,8 +78,10 @@
 // answers again.
 //
 // Ctrl-C (SIGINT) or SIGTERM stops the waiting, not the change (snap
-// aborts it): exit 130 with the change's id, "snapsvc watch ID" to wait
-// again and "snapsvc abort ID" to stop it.
+// aborts it): exit 130 (SIGTERM: 143) with the change's id, "snapsvc
+// watch ID" to wait again and "snapsvc abort ID" to stop it. logs -f ends
+// so too, silently, as snap logs -f does (a shell shows snap, which the
+// signal kills, with the same 130 or 143).
 //
 // # Errors
 //
@@ -112,7 +114,8 @@
 //	     change could not be found. Running the command again would act
 //	     again (a second restart): the message names the change when there
 //	     is one, for "snapsvc watch ID"
-//	130  interrupted (SIGINT/SIGTERM), follow and watch included
+//	130  interrupted (SIGINT, Ctrl-C), follow, watch and logs -f included
+//	143  terminated (SIGTERM): as 130
 //
 // # JSON output
 //
@@ -126,7 +129,7 @@
 //
 // retryable is always there and agrees with the exit code: true exactly
 // when running the same command again later may succeed (exit 3; an
-// interrupted command, exit 130, says which it would have been). change,
+// interrupted command, exit 130 or 143, says which it would have been). change,
 // status, kind (snapd's error kind, e.g. "app-not-found") and detail
 // appear when known; detail is what the command found before failing
 // (watch: the change, with its tasks and error; demo: its report). The

@@ -26,14 +26,15 @@ const (
 	exitTimeout     = 3
 	exitNotFound    = 4
 	exitUnknown     = 5
-	exitInterrupted = 130
+	exitInterrupted = 130 // SIGINT (Ctrl-C): 128+2, as a shell reports a command SIGINT killed
+	exitTerminated  = 143 // SIGTERM: 128+15, what a shell reports of snap killed by SIGTERM
 )
 
 // verdict is what the command line tells of an outcome: the exit code,
 // and whether running the same command again later may succeed (the
 // "retryable" of --json). Both come from judge, so they always agree:
 // retryable is true for exit 3, false for 1, 2, 4 and 5, and either for
-// 130 (an interrupted command tells which it would have been).
+// 130 and 143 (an interrupted command tells which it would have been).
 type verdict struct {
 	code      int
 	retryable bool
@@ -194,6 +195,15 @@ func (a *app) report(err error) int {
 	if v.code == exitOK {
 		return v.code
 	}
+	if v.code == exitInterrupted && a.signal == syscall.SIGTERM {
+		v.code = exitTerminated
+	}
+	var ie *interruptedError
+	if errors.As(err, &ie) && ie.quiet {
+		// logs -f: following ends so, with nothing to say (snap logs
+		// -f, killed by the signal, says nothing either).
+		return v.code
+	}
 	var ue *clistyle.UsageError
 	var ce *snapsvc.ChangeError
 	change := changeOf(err)
@@ -209,7 +219,7 @@ func (a *app) report(err error) int {
 		switch {
 		case v.code == exitUnknown && change != "":
 			fmt.Fprintf(a.stderr, "The change may still be running: 'snapsvc watch %s' waits for it; running %s again would act again.\n", change, cmd)
-		case v.code == exitInterrupted && change != "":
+		case (v.code == exitInterrupted || v.code == exitTerminated) && change != "":
 			// Ctrl-C stops the waiting, not the change: a service
 			// command's change is short and half of one aborted leaves
 			// services in a mix of states (snap aborts it; we leave that
@@ -518,17 +528,26 @@ func jsonRequested(args []string) bool {
 }
 
 // interruptedError is a wait that Ctrl-C (or SIGTERM) ended: the change,
-// if any, goes on in snapd. Exit 130.
+// if any, goes on in snapd. Exit 130 (143 for SIGTERM).
 type interruptedError struct {
 	change string
 	err    error
+	// quiet: nothing is printed (logs -f, which only a signal or
+	// --timeout ends), only the exit code says it.
+	quiet bool
+	// sig is the signal, when one ended the wait (terminatedBy).
+	sig os.Signal
 }
 
 func (e *interruptedError) Error() string {
-	if e.change == "" {
-		return "interrupted"
+	what := "interrupted"
+	if e.sig == syscall.SIGTERM {
+		what = "terminated (SIGTERM)"
 	}
-	return "interrupted while waiting for change " + e.change
+	if e.change == "" {
+		return what
+	}
+	return what + " while waiting for change " + e.change
 }
 func (e *interruptedError) Unwrap() error { return e.err }
 
