@@ -294,13 +294,14 @@ func AsUsage(err error, ran bool, path string) (*UsageError, bool) {
 	return nil, false
 }
 
-// Execute runs one command line through root, every binary's way: args,
-// output on stdout and stderr, an empty stdin. It returns the path of the
+// Execute runs one command line through root, every binary's way: args
+// (a command's own flags may come before its name, as the global ones
+// may: commandFirst), output on stdout and stderr, an empty stdin. It returns the path of the
 // command that ran or was asked for ("snapsvc restart") and its error: a
 // *UsageError when the command line is at fault (AsUsage; ran reports,
 // once it returns, whether a command's work began), else as it is.
 func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer, ran func() bool) (path string, err error) {
-	root.SetArgs(args)
+	root.SetArgs(commandFirst(root, args))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetIn(strings.NewReader(""))

@@ -59,7 +59,8 @@
 //
 // Durations are Go durations (30s, 5m, 1h30m), never negative; a value that
 // is not one is a usage error saying why. Flags are GNU-style, as pflag
-// reads them.
+// reads them; a command's own flags may come before its name too, as the
+// global ones may ("snapsvc --no-wait restart k8s").
 //
 // Inside a snap (SNAP_COOKIE set) the library acts through snapctl on the
 // snap socket, and only on the snap's own services.
