@@ -24,6 +24,7 @@ type errorDoc struct {
 		ExitCode  int    `json:"exit-code"`
 		Change    string `json:"change"`
 		Status    string `json:"status"`
+		Kind      string `json:"kind"`
 		Cause     string `json:"cause"`
 		Retryable *bool  `json:"retryable"`
 	} `json:"error"`
@@ -224,16 +225,26 @@ func TestWaitIdleUnknownSnap(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0), fake.Snap{Name: "hello", Apps: []fake.App{{Name: "hello"}}}))
 	ctx := safetyNet(t)
 
+	// Said once ("is not installed ...: reading services nosuch: snap
+	// "nosuch" not found" said it twice).
 	code, _, errOut := runWithSocket(ctx, srv.SocketPath(), false, "wait-idle", "nosuch")
-	if code != exitNotFound || !strings.Contains(errOut, `snap "nosuch" is not installed and no change in progress touches it`) {
-		t.Errorf("wait-idle nosuch: exit %d, stderr %q; want exit 4", code, errOut)
+	if want := "error: snap \"nosuch\" is not installed and no change in progress touches it\n"; code != exitNotFound || errOut != want {
+		t.Errorf("wait-idle nosuch: exit %d, stderr %q; want exit 4, %q", code, errOut, want)
 	}
 	code, out, _ := runWithSocket(ctx, srv.SocketPath(), false, "--json", "wait-idle", "nosuch")
-	if doc := decodeError(t, code, out); code != exitNotFound || *doc.Error.Retryable {
+	if doc := decodeError(t, code, out); code != exitNotFound || *doc.Error.Retryable || doc.Error.Kind != "snap-not-found" || strings.Count(doc.Error.Cause, "not") != 1 {
 		t.Errorf("--json wait-idle nosuch: exit %d: %s", code, out)
 	}
-	if code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "wait-idle", "hello"); code != exitOK || !strings.Contains(out, `snap "hello" is idle`) {
-		t.Errorf("wait-idle of a snap without services: exit %d %q %q", code, out, errOut)
+	// Done, it prints nothing on stdout, as snap watch; on a terminal (or
+	// with -v) stderr says so; --json prints its document.
+	if code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "wait-idle", "hello"); code != exitOK || out != "" || errOut != "" {
+		t.Errorf("wait-idle of a snap without services: exit %d %q %q; want 0 and nothing", code, out, errOut)
+	}
+	if code, out, errOut := runWithSocket(ctx, srv.SocketPath(), true, "wait-idle", "hello"); code != exitOK || out != "" || !strings.Contains(errOut, `snap "hello" is idle`) {
+		t.Errorf("wait-idle on a terminal: exit %d %q %q; want the sentence on stderr", code, out, errOut)
+	}
+	if code, out, _ := runWithSocket(ctx, srv.SocketPath(), false, "--json", "wait-idle", "hello"); code != exitOK || out != "{\n  \"snap\": \"hello\",\n  \"idle\": true\n}\n" {
+		t.Errorf("--json wait-idle: exit %d %q", code, out)
 	}
 
 	// A snap being installed is not listed yet, but its install change
@@ -260,7 +271,7 @@ func TestWaitIdleUnknownSnap(t *testing.T) {
 	default:
 	}
 	install.Finish()
-	if code := <-done; code != exitOK || !strings.Contains(stdout.String(), `snap "newsnap" is idle`) {
+	if code := <-done; code != exitOK || stdout.String() != "" {
 		t.Errorf("wait-idle newsnap after its install: exit %d %q %q", code, stdout.String(), stderr.String())
 	}
 }
