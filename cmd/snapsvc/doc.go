@@ -87,12 +87,16 @@
 // # Errors
 //
 // An error is printed once on stderr after "error: ", each fact once: what
-// failed (the command and its services), why, and "[retryable]" when
-// running the same command later may help (exit 3). A change that failed
+// failed (the command and its services) and why. A change that failed
 // prints snapd's own text as snap does: a short message, then each failed
-// task on a line of its own. A second line may say how to wait for a change
-// that may still run. -v adds the library's whole error on a "detail:"
-// line; --json has it as "cause".
+// task on a line of its own. A second line may follow, for a person: that
+// trying again later may help (exit 3: "Trying again later may help.", or
+// "Trying again once change 5 is done may help: 'snapsvc watch 5' waits
+// for it."), or how to wait for a change that may still run. -v adds the
+// library's whole error on a "detail:" line; --json has it as "cause".
+// Under --json the error is the JSON document on stdout, and only there:
+// stderr gets no "error: " line (what is said while the command runs, such
+// as a snapd it cannot reach, and -v's log stay on stderr).
 //
 // # Exit codes
 //
@@ -134,8 +138,11 @@
 // status, kind (snapd's error kind, e.g. "app-not-found") and detail
 // appear when known; detail is what the command found before failing
 // (watch: the change, with its tasks and error; demo: its report). The
-// message is stderr's, on one line; cause is the library's whole error,
-// every layer's words.
+// message is what stderr says without --json, on one line; cause is the
+// library's whole error, every layer's words, without what a layer
+// repeats of the one it wraps (the socket and the request are named
+// once). Nothing is printed on stderr for the error: a program reads the
+// one document on stdout and the exit code.
 //
 // follow --json prints JSON Lines (https://jsonlines.org): one JSON object
 // per line, one line per event, and a failure as a last {"error":...}
