@@ -479,3 +479,36 @@ func TestAccessDeniedSuggestsSudo(t *testing.T) {
 		}
 	}
 }
+
+// TestOverviewNamesEveryCommand checks that the help's opening paragraph,
+// which sorts the commands into snap's and snapsvc's own, names every
+// command of each group, from the command tree: it left out logs.
+func TestOverviewNamesEveryCommand(t *testing.T) {
+	code, out, _ := runWithSocket(context.Background(), "/unused.socket", false, "--help")
+	text := strings.Join(strings.Fields(out), " ")
+	m := regexp.MustCompile(`where they overlap \(([a-z, -]+)\); ([a-z, -]+) are its own\.`).FindStringSubmatch(text)
+	if code != exitOK || m == nil {
+		t.Fatalf("--help: exit %d, no overview of the commands:\n%s", code, out)
+	}
+	lists := map[string]map[string]bool{groupSnap: {}, groupExtras: {}}
+	for group, list := range map[string]string{groupSnap: m[1], groupExtras: strings.ReplaceAll(m[2], " and ", ", ")} {
+		for _, name := range strings.Split(list, ", ") {
+			lists[group][name] = true
+		}
+	}
+	a := &app{}
+	for _, c := range a.newRoot().Commands() {
+		if c.Hidden || c.GroupID == "" || c.Name() == "help" || c.Name() == "completion" || c.Name() == "man" {
+			continue
+		}
+		if !lists[c.GroupID][c.Name()] {
+			t.Errorf("the overview's list of group %s lacks %s: %q", c.GroupID, c.Name(), m[0])
+		}
+		delete(lists[c.GroupID], c.Name())
+	}
+	for group, left := range lists {
+		for name := range left {
+			t.Errorf("the overview names %s in group %s, which has no such command", name, group)
+		}
+	}
+}
