@@ -34,7 +34,6 @@
 //	completion bash|zsh|fish                the shell completion script
 //	help [COMMAND]                          help, on stdout (also --help, -h,
 //	                                        and snapsvc alone, as snap)
-//	man DIR                                 write a man page per command into DIR
 //
 // Deprecated until v0.3.0, with a notice on stderr: "wait ID" (use watch
 // ID; snap's wait is "snap wait SNAP KEY"), "watch [SNAP]" without a change
@@ -159,7 +158,9 @@
 // # Completion and manual
 //
 // "snapsvc completion bash|zsh|fish" prints the completion script (service
-// names, change ids and --last's kinds are completed from snapd); "snapsvc
-// man DIR" writes a man page per command. Both come from the same
-// definitions as the help; the .deb packages install both.
+// names, change ids and --last's kinds are completed from snapd). The man
+// pages, a page per command, come from the same definitions as the help;
+// a build with the manpages tag writes them ("go run -tags manpages
+// ./cmd/snapsvc man DIR": the generator, cobra/doc and go-md2man, is not
+// linked into the shipped binary). The .deb packages install both.
 package main
