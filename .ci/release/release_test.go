@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -177,6 +178,14 @@ packages:
 		if !strings.Contains(string(list), "-rwxr-xr-x root/root") {
 			t.Errorf("the binary is not executable by all:\n%s", list)
 		}
+	}
+	// The copyright names the Go standard library's licence: every Go
+	// binary links it statically (Debian policy 12.5).
+	copyright, err := os.ReadFile(filepath.Join(outs[0], "build", "debian", "tool", "copyright"))
+	goVersion := runtime.Version()
+	if err != nil || !strings.Contains(string(copyright), "\nFiles: go-toolchain/"+goVersion+"/*\nCopyright: Copyright 2009 The Go Authors.\nLicense: BSD-3-clause\n Copyright 2009 The Go Authors.\n .\n Redistribution and use") ||
+		!strings.Contains(string(copyright), "Comment: Go's standard library and runtime, "+goVersion+", linked into tool. Go's patent grant (PATENTS):") {
+		t.Errorf("copyright (%v):\n%s", err, copyright)
 	}
 	if err := run(repo, filepath.Join(repo, "release.yaml"), outs[0], ""); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("a second run into the same directory: %v, want a refusal", err)
