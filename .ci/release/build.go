@@ -22,6 +22,10 @@ type builder struct {
 	repo string
 	out  string
 	v    version
+	// modproxy is .ci/modproxy's directory; src what the binaries are
+	// built from (prepareSource).
+	modproxy string
+	src      source
 }
 
 // binDir is where the binaries of t are built.
@@ -40,10 +44,14 @@ func (b *builder) completionDir(shell string) string {
 }
 
 // binaries builds every binary for every target: static (CGO_ENABLED=0),
-// -trimpath, stripped, the version stamped; always in the repository's
-// workspace (GOWORK is set to its go.work, whatever the tool was run
-// with). None may link the man page generator (noManGenerator).
+// -trimpath, stripped, the version stamped; from the module proxy of
+// prepareSource, or in the repository's workspace for a dirty tree
+// (GOWORK is set to its go.work, whatever the tool was run with). None
+// may link the man page generator (noManGenerator).
 func (b *builder) binaries() error {
+	if err := b.prepareSource(); err != nil {
+		return err
+	}
 	for _, t := range b.def.Targets {
 		for _, bin := range b.def.Binaries {
 			if err := b.build(t, bin, b.binDir(t), ""); err != nil {
@@ -96,11 +104,17 @@ func (b *builder) build(t target, bin binary, dir, tags string) error {
 	env := []string{"GOOS=" + t.OS, "GOARCH=" + t.Arch, "CGO_ENABLED=0"}
 	dst := filepath.Join(dir, bin.Name)
 	start := time.Now()
-	cmd := exec.Command("go", append(append([]string{"build", "-buildvcs=false"}, flags...), "-o", dst, bin.Main)...)
-	cmd.Dir = b.repo
-	cmd.Env = append(append(os.Environ(), env...), "GOWORK="+filepath.Join(b.repo, "go.work"), "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s for %s: %v\n%s", bin.Main, t, err, out)
+	if b.src.proxy != "" {
+		if err := b.install(t, bin, dst, flags, env); err != nil {
+			return err
+		}
+	} else {
+		cmd := exec.Command("go", append(append([]string{"build", "-buildvcs=false"}, flags...), "-o", dst, bin.Main)...)
+		cmd.Dir = b.repo
+		cmd.Env = append(append(os.Environ(), env...), "GOWORK="+filepath.Join(b.repo, "go.work"), "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s for %s: %v\n%s", bin.Main, t, err, out)
+		}
 	}
 	what := ""
 	if tags != "" {
