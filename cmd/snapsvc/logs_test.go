@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/snapsvc/snapsvc/fake"
 )
 
@@ -207,6 +209,7 @@ func shellStatus(ps *os.ProcessState) int {
 // watch ID on a held change ends so too, naming the change (snap 2.57.6's
 // watch ignores SIGINT, and SIGTERM kills it: 143).
 func TestLogsFollowSignals(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
