@@ -162,8 +162,8 @@ type cdxDep struct {
 // sbom writes the archive's SBOM: a CycloneDX 1.5 JSON document whose
 // components are the archive's binaries and every Go module built into
 // them, read from the build information each binary carries (what "go
-// version -m" prints), so it lists exactly what was linked. nfpm makes no
-// SBOM; this is the tool's.
+// version -m" prints), so it lists exactly what was linked, at the
+// versions the binaries name. nfpm makes no SBOM; this is the tool's.
 func (b *builder) sbom(t target, name string) error {
 	var doc cdx
 	doc.BOMFormat, doc.SpecVersion, doc.Version = "CycloneDX", "1.5", 1
@@ -191,14 +191,20 @@ func (b *builder) sbom(t target, name string) error {
 		var deps []string
 		mods := append([]*debug.Module{&bi.Main}, bi.Deps...)
 		for _, m := range mods {
+			devel := false
 			switch {
-			case b.ownModule(m.Path):
-				// Built from the repository (the workspace: "(devel)"):
-				// the project's own modules are the release's version.
-				m = &debug.Module{Path: m.Path, Version: b.v.Tag}
+			case m.Version == "(devel)":
+				// Built in the workspace (a tree with changes not
+				// committed: no module version names it): the
+				// release's version, from git, and the build
+				// information's word beside it.
+				m, devel = &debug.Module{Path: m.Path, Version: b.v.Tag}, true
 			case m.Replace != nil:
 				m = m.Replace
 			}
+			// Otherwise the version the binary's build information
+			// names: the module proxy's (prepareSource), for the
+			// project's own modules too.
 			mref := "pkg:golang/" + m.Path + "@" + m.Version
 			deps = append(deps, mref)
 			if seen[mref] {
@@ -208,6 +214,9 @@ func (b *builder) sbom(t target, name string) error {
 			mc := cdxComponent{Type: "library", BOMRef: mref, Name: m.Path, Version: m.Version, PURL: mref}
 			if m.Sum != "" {
 				mc.Props = []cdxProp{{Name: "go:sum", Value: m.Sum}}
+			}
+			if devel {
+				mc.Props = []cdxProp{{Name: "go:buildinfo-version", Value: "(devel)"}}
 			}
 			doc.Components = append(doc.Components, mc)
 		}

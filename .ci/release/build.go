@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"debug/buildinfo"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,10 @@ type builder struct {
 	repo string
 	out  string
 	v    version
+	// modproxy is .ci/modproxy's directory; src what the binaries are
+	// built from (prepareSource).
+	modproxy string
+	src      source
 }
 
 // binDir is where the binaries of t are built.
@@ -39,12 +44,20 @@ func (b *builder) completionDir(shell string) string {
 }
 
 // binaries builds every binary for every target: static (CGO_ENABLED=0),
-// -trimpath, stripped, the version stamped; always in the repository's
-// workspace (GOWORK is set to its go.work, whatever the tool was run with).
+// -trimpath, stripped, the version stamped; from the module proxy of
+// prepareSource, or in the repository's workspace for a dirty tree
+// (GOWORK is set to its go.work, whatever the tool was run with). None
+// may link the man page generator (noManGenerator).
 func (b *builder) binaries() error {
+	if err := b.prepareSource(); err != nil {
+		return err
+	}
 	for _, t := range b.def.Targets {
 		for _, bin := range b.def.Binaries {
-			if err := b.build(t, bin, b.binDir(t)); err != nil {
+			if err := b.build(t, bin, b.binDir(t), ""); err != nil {
+				return err
+			}
+			if err := noManGenerator(filepath.Join(b.binDir(t), bin.Name)); err != nil {
 				return err
 			}
 		}
@@ -52,28 +65,69 @@ func (b *builder) binaries() error {
 	return nil
 }
 
-func (b *builder) build(t target, bin binary, dir string) error {
+// manGenerator are the modules that write man pages (cobra/doc's):
+// package clistyle/manpage brings them, in a build with the manpages tag
+// only.
+var manGenerator = []string{"github.com/cpuguy83/go-md2man/v2", "github.com/russross/blackfriday/v2"}
+
+// noManGenerator refuses a shipped binary that links the man page
+// generator: its pages are written at build time (docs), by a build of
+// its own.
+func noManGenerator(path string) error {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for _, m := range bi.Deps {
+		for _, g := range manGenerator {
+			if m.Path == g {
+				return fmt.Errorf("%s links %s, the man page generator: only a build with the manpages tag may (package clistyle/manpage)", path, g)
+			}
+		}
+	}
+	return nil
+}
+
+// build builds bin for t into dir, with the build tags tags ("" for
+// none).
+func (b *builder) build(t target, bin binary, dir, tags string) error {
 	ldflags := []string{"-s", "-w"}
 	if bin.Stamp != "" {
 		for _, s := range [][2]string{{"stampedVersion", b.v.Tag}, {"stampedRevision", b.v.Commit}, {"stampedTime", b.v.Time.Format(time.RFC3339)}} {
 			ldflags = append(ldflags, "-X", bin.Stamp+"."+s[0]+"="+s[1])
 		}
 	}
-	dst := filepath.Join(dir, bin.Name)
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", strings.Join(ldflags, " "), "-o", dst, bin.Main)
-	cmd.Dir = b.repo
-	cmd.Env = append(os.Environ(), "GOOS="+t.OS, "GOARCH="+t.Arch, "CGO_ENABLED=0", "GOWORK="+filepath.Join(b.repo, "go.work"), "GOFLAGS=")
-	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s for %s: %v\n%s", bin.Main, t, err, out)
+	flags := []string{"-trimpath", "-ldflags", strings.Join(ldflags, " ")}
+	if tags != "" {
+		flags = append(flags, "-tags", tags)
 	}
-	fmt.Printf("release: built %s for %s (%.1fs)\n", rel(b.out, dst), t, time.Since(start).Seconds())
+	env := []string{"GOOS=" + t.OS, "GOARCH=" + t.Arch, "CGO_ENABLED=0"}
+	dst := filepath.Join(dir, bin.Name)
+	start := time.Now()
+	if b.src.proxy != "" {
+		if err := b.install(t, bin, dst, flags, env); err != nil {
+			return err
+		}
+	} else {
+		cmd := exec.Command("go", append(append([]string{"build", "-buildvcs=false"}, flags...), "-o", dst, bin.Main)...)
+		cmd.Dir = b.repo
+		cmd.Env = append(append(os.Environ(), env...), "GOWORK="+filepath.Join(b.repo, "go.work"), "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s for %s: %v\n%s", bin.Main, t, err, out)
+		}
+	}
+	what := ""
+	if tags != "" {
+		what = " (tags " + tags + ")"
+	}
+	fmt.Printf("release: built %s for %s%s (%.1fs)\n", rel(b.out, dst), t, what, time.Since(start).Seconds())
 	return nil
 }
 
 // docs runs each binary that makes them, built for this machine, for its
-// man pages (gzipped without name or time, as Debian ships them) and its
-// bash, zsh and fish completion.
+// bash, zsh and fish completion, and a build of it with the manpages tag
+// (the man command and its generator, which the shipped binary has not)
+// for its man pages (gzipped without name or time, as Debian ships them).
 func (b *builder) docs() error {
 	host := target{runtime.GOOS, runtime.GOARCH}
 	hostDir := filepath.Join(b.out, "build", "host")
@@ -82,6 +136,7 @@ func (b *builder) docs() error {
 			hostDir = b.binDir(t)
 		}
 	}
+	manDir := filepath.Join(b.out, "build", "host-manpages")
 	raw := filepath.Join(b.out, "build", "man-raw")
 	for _, bin := range b.def.Binaries {
 		if !bin.Man && !bin.Completion {
@@ -89,14 +144,17 @@ func (b *builder) docs() error {
 		}
 		exe := filepath.Join(hostDir, bin.Name)
 		if _, err := os.Stat(exe); err != nil {
-			if err := b.build(host, bin, hostDir); err != nil {
+			if err := b.build(host, bin, hostDir, ""); err != nil {
 				return err
 			}
 		}
 		if bin.Man {
+			if err := b.build(host, bin, manDir, "manpages"); err != nil {
+				return err
+			}
 			dir := filepath.Join(raw, bin.Name)
-			if out, err := exec.Command(exe, "man", dir).CombinedOutput(); err != nil {
-				return fmt.Errorf("%s man %s: %v\n%s", bin.Name, dir, err, out)
+			if out, err := exec.Command(filepath.Join(manDir, bin.Name), "man", dir).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s man %s (built with the manpages tag): %v\n%s", bin.Name, dir, err, out)
 			}
 		}
 		if bin.Completion {
@@ -128,6 +186,9 @@ func (b *builder) docs() error {
 		}
 	}
 	fmt.Printf("release: %d man pages, completions for %s\n", len(pages), strings.Join(b.completing(), ", "))
+	if err := os.RemoveAll(manDir); err != nil {
+		return err
+	}
 	return os.RemoveAll(raw)
 }
 

@@ -97,14 +97,21 @@ type module struct {
 }
 
 // copyright is the DEP-5 copyright of a package whose binaries are bins:
-// the project's own files, then every other module they link, sorted.
+// the project's own files, then every other module they link, sorted,
+// then the Go toolchain's standard library and runtime, which every Go
+// binary links statically (goStanza).
 func (b *builder) copyright(t target, homepage string, bins []string) ([]byte, error) {
 	mods := map[string]*module{}
+	goVersion := ""
 	for _, bin := range bins {
 		bi, err := buildinfo.ReadFile(filepath.Join(b.binDir(t), bin))
 		if err != nil {
 			return nil, err
 		}
+		if goVersion != "" && bi.GoVersion != goVersion {
+			return nil, fmt.Errorf("%s was built with %s, the others with %s", bin, bi.GoVersion, goVersion)
+		}
+		goVersion = bi.GoVersion
 		for _, m := range bi.Deps {
 			if b.ownModule(m.Path) {
 				continue
@@ -127,7 +134,7 @@ func (b *builder) copyright(t target, homepage string, bins []string) ([]byte, e
 	var w strings.Builder
 	fmt.Fprintf(&w, "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n")
 	fmt.Fprintf(&w, "Upstream-Name: %s\nSource: %s\n", b.def.Project, homepage)
-	fmt.Fprintf(&w, "Comment: The binaries (%s) are statically linked Go programs: each Go\n module they link is listed below with its licence, read from the module.\n", strings.Join(bins, ", "))
+	fmt.Fprintf(&w, "Comment: The binaries (%s) are statically linked Go programs: each Go\n module they link is listed below with its licence, read from the module,\n then Go's standard library and runtime (%s), read from the toolchain.\n", strings.Join(bins, ", "), goVersion)
 	fmt.Fprintf(&w, "\nFiles: *\nCopyright: %d The %s authors\nLicense: Apache-2.0\n", b.v.Time.Year(), b.def.Project)
 	for _, k := range keys {
 		m := mods[k]
@@ -152,8 +159,50 @@ func (b *builder) copyright(t target, homepage string, bins []string) ([]byte, e
 		}
 		fmt.Fprintf(&w, "Comment: %s", fieldText(comment)[1:])
 	}
+	stanza, err := goStanza(goVersion, bins)
+	if err != nil {
+		return nil, err
+	}
+	w.WriteString(stanza)
 	w.WriteString("\nLicense: Apache-2.0\n On Debian systems, the complete text of the Apache License, Version 2.0\n can be found in /usr/share/common-licenses/Apache-2.0.\n")
 	return []byte(w.String()), nil
+}
+
+// goStanza is the copyright stanza of the Go standard library and runtime
+// that built bins (goVersion: go1.26.8), which a Go binary links
+// statically, as it links the modules above: Debian's policy (12.5) wants
+// the licence of everything the binary package contains. Its text is the
+// toolchain's own LICENSE (BSD-3-clause, The Go Authors), read from the
+// GOROOT of the go command that built them, with Go's patent grant
+// (PATENTS) as its comment.
+func goStanza(goVersion string, bins []string) (string, error) {
+	out, err := exec.Command("go", "env", "GOROOT", "GOVERSION").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOROOT GOVERSION: %v", err)
+	}
+	goroot, toolchain, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if toolchain != goVersion {
+		return "", fmt.Errorf("the binaries were built with %s, the go command here is %s: its licence would not be theirs", goVersion, toolchain)
+	}
+	lic, text, _, holders := readLicence(goroot)
+	if lic == "" {
+		return "", fmt.Errorf("no licence in %s", goroot)
+	}
+	patents, err := os.ReadFile(filepath.Join(goroot, "PATENTS"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	var w strings.Builder
+	fmt.Fprintf(&w, "\nFiles: go-toolchain/%s/*\nCopyright: %s\nLicense: %s\n", goVersion, strings.Join(holders, "\n "), lic)
+	if lic != "Apache-2.0" {
+		w.WriteString(fieldText(text))
+	}
+	comment := fmt.Sprintf("Go's standard library and runtime, %s, linked into %s.", goVersion, strings.Join(uniq(append([]string(nil), bins...)), ", "))
+	if len(patents) > 0 {
+		comment += " Go's patent grant (PATENTS):\n\n" + strings.TrimSpace(string(patents))
+	}
+	fmt.Fprintf(&w, "Comment: %s", fieldText(comment)[1:])
+	return w.String(), nil
 }
 
 // fieldText is text as the continuation lines of a DEP-5 field: each line

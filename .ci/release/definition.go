@@ -30,8 +30,9 @@ type binary struct {
 	// Stamp is the package whose stampedVersion, stampedRevision and
 	// stampedTime get the version from git ("" for none).
 	Stamp string `yaml:"stamp"`
-	// Man: "NAME man DIR" writes its man pages. Completion: "NAME
-	// completion bash|zsh|fish" prints its completion scripts.
+	// Man: "NAME man DIR", in a build with the manpages tag, writes its
+	// man pages. Completion: "NAME completion bash|zsh|fish" prints its
+	// completion scripts.
 	Man        bool `yaml:"man"`
 	Completion bool `yaml:"completion"`
 }

@@ -6,10 +6,15 @@
 //	cd .ci/release && GOWORK=off go run . -out /tmp/dist
 //	cd .ci/release && GOWORK=off go run . -out /tmp/dist -targets linux/amd64
 //
-// It builds in the repository's workspace (go.work), so the commands are
-// built from the working tree's modules, as `go run ./cmd/snapsvc` does;
-// every file it writes is the same for the same commit (times are the
-// commit's).
+// It builds the commands as a user's `go install MODULE/cmd/NAME@VERSION`
+// does, from the repository's modules as committed at HEAD, published at
+// the release's module version in a file module proxy (.ci/modproxy), so
+// that each binary's build information (`go version -m`) names that
+// version for the project's own modules (source.go); a tree with changes
+// not committed is built in the workspace (go.work) instead, "(devel)".
+// The man pages come from a build of each command with the manpages tag,
+// which no shipped binary is. Every file it writes is the same for the
+// same commit (times are the commit's).
 package main
 
 import (
@@ -25,20 +30,27 @@ func main() {
 	def := flag.String("def", "release.yaml", "the release definition")
 	out := flag.String("out", "", "the directory to write (created; must be empty or absent)")
 	targets := flag.String("targets", "", "build only these of the definition's targets (comma-separated GOOS/GOARCH)")
+	modproxy := flag.String("modproxy", "", "the directory of .ci/modproxy, which publishes the modules the binaries are built from (default: REPO/.ci/modproxy)")
 	flag.Parse()
 	if *out == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: release [-repo DIR] [-def FILE] [-targets LIST] -out DIR")
+		fmt.Fprintln(os.Stderr, "usage: release [-repo DIR] [-def FILE] [-targets LIST] [-modproxy DIR] -out DIR")
 		os.Exit(2)
 	}
-	if err := run(*repo, *def, *out, *targets); err != nil {
+	if err := run(*repo, *def, *out, *targets, *modproxy); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
 		os.Exit(1)
 	}
 }
 
-func run(repo, defPath, out, only string) error {
+func run(repo, defPath, out, only, modproxy string) error {
 	var err error
 	if repo, err = filepath.Abs(repo); err != nil {
+		return err
+	}
+	if modproxy == "" {
+		modproxy = filepath.Join(repo, ".ci", "modproxy")
+	}
+	if modproxy, err = filepath.Abs(modproxy); err != nil {
 		return err
 	}
 	if defPath, err = filepath.Abs(defPath); err != nil {
@@ -68,7 +80,8 @@ func run(repo, defPath, out, only string) error {
 	if err := os.Chdir(repo); err != nil {
 		return err
 	}
-	b := &builder{def: d, repo: repo, out: out, v: v}
+	b := &builder{def: d, repo: repo, out: out, v: v, modproxy: modproxy}
+	defer b.cleanSource()
 	steps := []struct {
 		what string
 		do   func() error

@@ -2,12 +2,15 @@ package main
 
 import (
 	"crypto/sha256"
+	"debug/buildinfo"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goreleaser/nfpm/v2/files"
 )
@@ -129,9 +132,10 @@ packages:
 
 	wd, _ := os.Getwd()
 	t.Cleanup(func() { os.Chdir(wd) }) // run changes into the repository
+	modproxy := filepath.Join(wd, "..", "modproxy")
 	outs := []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
 	for _, out := range outs {
-		if err := run(repo, filepath.Join(repo, "release.yaml"), out, ""); err != nil {
+		if err := run(repo, filepath.Join(repo, "release.yaml"), out, "", modproxy); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,9 +160,16 @@ packages:
 			t.Errorf("%s: checksum does not match (%v)", name, err)
 		}
 	}
-	out, err := exec.Command(filepath.Join(outs[0], "build", "linux_amd64", "tool"), "--version").Output()
+	tool := filepath.Join(outs[0], "build", "linux_amd64", "tool")
+	out, err := exec.Command(tool, "--version").Output()
 	if err != nil || !strings.HasPrefix(string(out), "tool v1.2.0-1-g") {
 		t.Errorf("--version: %q, %v", out, err)
+	}
+	// The build information names the module version (go version -m;
+	// it said "(devel)"): a commit after v1.2.0, Go's pseudo-version.
+	head := strings.TrimSpace(gitOut(t, repo, "rev-parse", "HEAD"))
+	if bi, err := buildinfo.ReadFile(tool); err != nil || bi.Main.Path != "example.com/tool/cmd" || bi.Main.Version != "v1.2.1-0.20260102030405-"+head[:12] || bi.Main.Sum == "" {
+		t.Errorf("build information: %+v, %v", bi, err)
 	}
 	if _, err := exec.LookPath("dpkg-deb"); err == nil {
 		debs, _ := filepath.Glob(filepath.Join(outs[0], "*.deb"))
@@ -178,8 +189,80 @@ packages:
 			t.Errorf("the binary is not executable by all:\n%s", list)
 		}
 	}
-	if err := run(repo, filepath.Join(repo, "release.yaml"), outs[0], ""); err == nil || !strings.Contains(err.Error(), "not empty") {
+	if err := run(repo, filepath.Join(repo, "release.yaml"), outs[0], "", modproxy); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("a second run into the same directory: %v, want a refusal", err)
+	}
+
+	// The copyright names the Go standard library's licence: every Go
+	// binary links it statically (Debian policy 12.5).
+	copyright, err := os.ReadFile(filepath.Join(outs[0], "build", "debian", "tool", "copyright"))
+	goVersion := runtime.Version()
+	if err != nil || !strings.Contains(string(copyright), "\nFiles: go-toolchain/"+goVersion+"/*\nCopyright: Copyright 2009 The Go Authors.\nLicense: BSD-3-clause\n Copyright 2009 The Go Authors.\n .\n Redistribution and use") ||
+		!strings.Contains(string(copyright), "Comment: Go's standard library and runtime, "+goVersion+", linked into tool. Go's patent grant (PATENTS):") {
+		t.Errorf("copyright (%v):\n%s", err, copyright)
+	}
+
+	// A release: tagged at HEAD, the binaries name it; and the SBOM the
+	// same version.
+	git("tag", "v1.3.0")
+	rel := filepath.Join(t.TempDir(), "rel")
+	if err := run(repo, filepath.Join(repo, "release.yaml"), rel, "", modproxy); err != nil {
+		t.Fatal(err)
+	}
+	tool = filepath.Join(rel, "build", "linux_amd64", "tool")
+	if bi, err := buildinfo.ReadFile(tool); err != nil || bi.Main.Version != "v1.3.0" {
+		t.Errorf("release build information: %+v, %v", bi, err)
+	}
+	sbom, err := os.ReadFile(filepath.Join(rel, "tool_1.3.0_linux_amd64.sbom.cdx.json"))
+	if err != nil || !strings.Contains(string(sbom), `"purl": "pkg:golang/example.com/tool/cmd@v1.3.0"`) {
+		t.Errorf("SBOM: %v\n%s", err, sbom)
+	}
+
+	// Changes not committed: no module version describes the tree, so
+	// it is built in the workspace and says "(devel)".
+	if err := os.WriteFile(filepath.Join(repo, "LICENSE"), []byte("another licence\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirty := filepath.Join(t.TempDir(), "dirty")
+	if err := run(repo, filepath.Join(repo, "release.yaml"), dirty, "", modproxy); err != nil {
+		t.Fatal(err)
+	}
+	if bi, err := buildinfo.ReadFile(filepath.Join(dirty, "build", "linux_amd64", "tool")); err != nil || bi.Main.Version != "(devel)" {
+		t.Errorf("dirty build information: %+v, %v", bi, err)
+	}
+}
+
+// gitOut runs git in repo and returns its output.
+func gitOut(t *testing.T, repo string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %v: %v", args, err)
+	}
+	return string(out)
+}
+
+// TestModuleVersion checks the module version a build is published at:
+// the release, Go's pseudo-version past one, none for a dirty tree.
+func TestModuleVersion(t *testing.T) {
+	at := time.Date(2026, 12, 6, 8, 44, 0, 0, time.UTC)
+	commit := "0123456789abcdef0123456789abcdef01234567"
+	for tag, want := range map[string]string{
+		"v0.2.0":                  "v0.2.0",
+		"v0.2.0-rc1":              "v0.2.0-rc1",
+		"v0.2.0-3-g0123456":       "v0.2.1-0.20261206084400-0123456789ab",
+		"v0.2.0-rc1-3-g0123456":   "v0.2.0-rc1.0.20261206084400-0123456789ab",
+		"v0.0.0-303-g0123456":     "v0.0.0-20261206084400-0123456789ab",
+		"v1.9.9-1-g0123456":       "v1.9.10-0.20261206084400-0123456789ab",
+		"v0.2.0-dirty":            "",
+		"v0.2.0-3-g0123456-dirty": "",
+	} {
+		got, release, err := moduleVersion(version{Tag: tag, Commit: commit, Time: at})
+		if err != nil || got != want || release != (want == tag) {
+			t.Errorf("moduleVersion(%q) = %q, release %t, %v; want %q", tag, got, release, err, want)
+		}
 	}
 }
 

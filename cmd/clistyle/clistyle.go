@@ -2,9 +2,9 @@
 // (snapsvc, fakesnapd and bench in this module; snapsvc-rollout and
 // rollout-demo in github.com/snapsvc/snapsvc/etcdbudget/cmd): help on
 // stdout, GNU-style flag errors that exit 2, suggestions for mistyped
-// commands, shell completion, man pages, and one --version flag that
-// prints the build from debug.ReadBuildInfo, or what the release tool
-// stamped.
+// commands, shell completion, and one --version flag that prints the
+// build from debug.ReadBuildInfo, or what the release tool stamped. Man
+// pages come from package manpage, which no shipped binary links.
 //
 // It is public only so that the etcd commands, a module of their own, can
 // share it: Go's internal rule would keep it from a module outside cmd/,
@@ -13,26 +13,22 @@
 //
 // It is built on cobra (and its pflag), as k8sd and kubectl are, rather
 // than on go-flags as snap and pebble are: cobra generates the bash, zsh
-// and fish completion scripts and the man pages (cobra/doc) from the same
-// command definitions, so help, completion and manual never disagree, and
-// it is the library the Kubernetes-side users of snapsvc already know.
+// and fish completion scripts and the man pages (cobra/doc, in package
+// manpage) from the same command definitions, so help, completion and
+// manual never disagree, and it is the library the Kubernetes-side users
+// of snapsvc already know.
 package clistyle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/cobra/doc"
 )
 
 // Build is what a binary knows of its own build.
@@ -137,9 +133,10 @@ func Usagef(format string, args ...any) error {
 //     *UsageError;
 //   - unknown commands are *UsageError with cobra's suggestions;
 //   - --version prints Build.Line;
-//   - completion bash|zsh|fish (cobra's), and a "man DIR" command writing
-//     man pages for every command (a command's ManLong annotation, when
-//     set, is its description there).
+//   - completion bash|zsh|fish (cobra's);
+//   - whatever Extend registered: package manpage's "man DIR", in the
+//     builds that import it (never the shipped binaries: see its
+//     documentation).
 func Apply(root *cobra.Command) {
 	root.SilenceErrors = true
 	root.SilenceUsage = true
@@ -151,129 +148,25 @@ func Apply(root *cobra.Command) {
 		return &UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
 	})
 	root.CompletionOptions.HiddenDefaultCmd = false
-	root.AddCommand(manCommand(root))
+	for _, f := range extensions {
+		f(root)
+	}
 }
+
+// extensions are what Extend registered.
+var extensions []func(root *cobra.Command)
+
+// Extend registers f to run on every root Apply styles, after the style's
+// own settings. Call it from an init function: package manpage does, to
+// add its man command to the builds that import it (the release's build
+// for man pages, the tests), and only to those.
+func Extend(f func(root *cobra.Command)) { extensions = append(extensions, f) }
 
 // ManLong is the annotation key of a command's description for its man
 // page, in go-md2man's markdown, when the help's plain text would not
 // render there (an aligned list becomes one paragraph in roff; a
 // definition list, "TERM\n: TEXT", becomes a tagged paragraph).
 const ManLong = "clistyle/man-long"
-
-// manCommand writes the man pages of every command of root into a
-// directory; packaging runs it.
-func manCommand(root *cobra.Command) *cobra.Command {
-	return &cobra.Command{
-		Use:   "man DIR",
-		Short: "Write a man page for every command into DIR",
-		Long: `The man command writes a man page (section 1) for every command into DIR,
-from the same definitions as the help; the packages install them.`,
-		Example: "  " + root.Name() + " man ./man && man -l ./man/" + root.Name() + ".1",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			return WriteMan(root, args[0])
-		},
-	}
-}
-
-// WriteMan writes a man page (section 1) for every available command of
-// root into dir, named as cobra names them (NAME-SUB.1): each titled by its
-// own name (SNAPSVC-RESTART(1)), with a short footer (the binary and its
-// version, the build's date; a long version string overprinted the date
-// and title), the synopsis as the help writes it (markdown ate its
-// brackets), and each command's Example under EXAMPLES.
-func WriteMan(root *cobra.Command, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	manLong(root)
-	completionExamples(root)
-	root.DisableAutoGenTag = true
-	b := ReadBuild()
-	hdr := doc.GenManHeader{Section: "1", Source: root.Name() + " " + strings.TrimPrefix(b.Version, "v"), Manual: "User Commands"}
-	if t, err := time.Parse(time.RFC3339, b.Time); err == nil {
-		hdr.Date = &t
-	}
-	return writeManTree(root, hdr, dir)
-}
-
-// writeManTree writes c's page and those of its available commands.
-func writeManTree(c *cobra.Command, hdr doc.GenManHeader, dir string) error {
-	for _, sub := range c.Commands() {
-		if !sub.IsAvailableCommand() || sub.IsAdditionalHelpTopicCommand() {
-			continue
-		}
-		if err := writeManTree(sub, hdr, dir); err != nil {
-			return err
-		}
-	}
-	page, err := manPage(c, hdr)
-	if err != nil {
-		return err
-	}
-	name := strings.ReplaceAll(c.CommandPath(), " ", "-") + "." + hdr.Section
-	return os.WriteFile(filepath.Join(dir, name), page, 0o644)
-}
-
-// manPage is c's page. hdr is a copy: GenMan fills in the title, which is
-// the command's own.
-func manPage(c *cobra.Command, hdr doc.GenManHeader) ([]byte, error) {
-	// The synopsis goes through markdown, where "[--flag] (A | B)" is a
-	// link: escape what markdown would take, for the page only.
-	use := c.Use
-	defer func() { c.Use = use }()
-	c.Use = markdownEscaper.Replace(use)
-	var buf bytes.Buffer
-	if err := doc.GenMan(c, &hdr, &buf); err != nil {
-		return nil, err
-	}
-	// man-pages(7) calls the section EXAMPLES; cobra writes EXAMPLE.
-	return bytes.ReplaceAll(buf.Bytes(), []byte("\n.SH EXAMPLE\n"), []byte("\n.SH EXAMPLES\n")), nil
-}
-
-// markdownEscaper escapes the characters markdown gives a meaning to in a
-// synopsis: links ([...](...)), emphasis (*, _), code (`).
-var markdownEscaper = strings.NewReplacer(`[`, `\[`, `]`, `\]`, `(`, `\(`, `)`, `\)`, `*`, `\*`, `_`, `\_`, "`", "\\`", `<`, `\<`, `>`, `\>`)
-
-// completionExamples gives cobra's completion commands, which have none,
-// an example each, for their man pages.
-func completionExamples(root *cobra.Command) {
-	root.InitDefaultCompletionCmd()
-	name := root.Name()
-	for _, c := range root.Commands() {
-		if c.Name() != "completion" {
-			continue
-		}
-		if c.Example == "" {
-			c.Example = "  " + name + " completion bash > /etc/bash_completion.d/" + name + "\n  " + name + " completion zsh > \"${fpath[1]}/_" + name + "\"\n  " + name + " completion fish > ~/.config/fish/completions/" + name + ".fish"
-		}
-		for _, sub := range c.Commands() {
-			if sub.Example != "" {
-				continue
-			}
-			switch sub.Name() {
-			case "bash":
-				sub.Example = "  source <(" + name + " completion bash)                  # this shell\n  " + name + " completion bash > /etc/bash_completion.d/" + name + "   # every new one"
-			case "zsh":
-				sub.Example = "  " + name + " completion zsh > \"${fpath[1]}/_" + name + "\""
-			case "fish":
-				sub.Example = "  " + name + " completion fish > ~/.config/fish/completions/" + name + ".fish"
-			case "powershell":
-				sub.Example = "  " + name + " completion powershell | Out-String | Invoke-Expression"
-			}
-		}
-	}
-}
-
-// manLong puts each command's ManLong annotation in place of its Long.
-func manLong(c *cobra.Command) {
-	if long := c.Annotations[ManLong]; long != "" {
-		c.Long = long
-	}
-	for _, sub := range c.Commands() {
-		manLong(sub)
-	}
-}
 
 // AsUsage reports whether err, returned by root.Execute, is a bad
 // command line, and returns it as a *UsageError. Errors cobra makes
@@ -294,13 +187,14 @@ func AsUsage(err error, ran bool, path string) (*UsageError, bool) {
 	return nil, false
 }
 
-// Execute runs one command line through root, every binary's way: args,
-// output on stdout and stderr, an empty stdin. It returns the path of the
+// Execute runs one command line through root, every binary's way: args
+// (a command's own flags may come before its name, as the global ones
+// may: commandFirst), output on stdout and stderr, an empty stdin. It returns the path of the
 // command that ran or was asked for ("snapsvc restart") and its error: a
 // *UsageError when the command line is at fault (AsUsage; ran reports,
 // once it returns, whether a command's work began), else as it is.
 func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer, ran func() bool) (path string, err error) {
-	root.SetArgs(args)
+	root.SetArgs(commandFirst(root, args))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetIn(strings.NewReader(""))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -63,6 +64,8 @@ type app struct {
 	followMode bool
 
 	prog *progress
+	// signal is the signal that ended the command, if one did.
+	signal os.Signal
 }
 
 // Command groups in the help.
@@ -74,9 +77,9 @@ const (
 const rootIntro = `snapsvc starts, stops and restarts snap services through snapd, waiting out
 other changes that hold the snap (conflicts) and then for its own change.
 
-Its commands follow the snap command's where they overlap (services, start,
-stop, restart, changes, tasks, watch, abort); status, wait-idle, follow and
-demo are its own.
+Its commands follow the snap command's where they overlap (services, logs,
+start, stop, restart, changes, tasks, watch, abort, version); status,
+wait-idle, follow and demo are its own.
 
 NAME is a snap ("k8s": all its services) or a service ("k8s.kubelet").`
 
@@ -89,7 +92,8 @@ var exitCodes = clistyle.ExitCodes{
 	{Code: exitTimeout, Text: "nothing was done and retrying later may help: timed out (--timeout), gave up waiting for another change or for an unreachable snapd (--wait-snapd)"},
 	{Code: exitNotFound, Text: "not found (unknown snap, service or change)"},
 	{Code: exitUnknown, Text: "the request was, or may have been, carried out but its outcome is not known (timed out or snapd vanished while waiting for its change, or snapd's answer was lost): check before running it again"},
-	{Code: exitInterrupted, Text: "interrupted (Ctrl-C, SIGTERM): the change, if one was made, goes on in snapd; the message says which and how to wait for it again"},
+	{Code: exitInterrupted, Text: "interrupted (Ctrl-C, SIGINT): the change, if one was made, goes on in snapd; the message says which and how to wait for it again; logs -f ends so, silently"},
+	{Code: exitTerminated, Text: "terminated (SIGTERM): as 130"},
 }
 
 // rootLong is the root's help: the exit codes as an aligned list;
@@ -156,6 +160,7 @@ func (a *app) newRoot() *cobra.Command {
 func run(ctx context.Context, args []string, e env) int {
 	a := &app{env: e, waitSnapd: retry.DefaultPolicy().MaxUnreachable}
 	path, err := clistyle.Execute(ctx, a.newRoot(), args, e.stdout, e.stderr, func() bool { return a.ran })
+	a.signal = terminatedBy(ctx)
 	if a.cmd == "" {
 		a.cmd = path
 	}

@@ -135,9 +135,10 @@ func TestWaitJSONFailedChange(t *testing.T) {
 	}
 }
 
-// TestUsageErrorsJSON checks the one rule for usage errors: exit 2, the
-// problem on stderr, and under --json (wherever it is on the line) one
-// error document on stdout; without --json nothing on stdout.
+// TestUsageErrorsJSON checks the one rule for usage errors: exit 2; under
+// --json (wherever it is on the line) one error document on stdout and
+// nothing on stderr; without --json the problem on stderr and nothing on
+// stdout.
 func TestUsageErrorsJSON(t *testing.T) {
 	ctx := context.Background()
 	sock := t.TempDir() + "/unused.socket" // no request may be made
@@ -154,8 +155,8 @@ func TestUsageErrorsJSON(t *testing.T) {
 		{[]string{"change", "abc", "--json"}, `change id "abc" is not a number`},
 	} {
 		code, out, errOut := runWithSocket(ctx, sock, false, tc.args...)
-		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
-			t.Errorf("%q: exit %d, stderr %q; want exit 2 saying %q", tc.args, code, errOut, tc.msg)
+		if code != exitUsage || errOut != "" {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2, nothing on stderr", tc.args, code, errOut)
 			continue
 		}
 		var doc struct {
@@ -169,9 +170,14 @@ func TestUsageErrorsJSON(t *testing.T) {
 			t.Errorf("%q: error document %s", tc.args, out)
 		}
 	}
-	for _, args := range [][]string{{"frobnicate"}, {"restart", "--bogus"}, {"restart", "--json=false", "--bogus"}, {"restart", "--", "--json"}} {
-		if code, out, _ := runWithSocket(ctx, sock, false, args...); code != exitUsage || out != "" {
-			t.Errorf("%q: exit %d, stdout %q; want exit 2 and nothing on stdout", args, code, out)
+	for args, msg := range map[string]string{
+		"frobnicate":                   `unknown command "frobnicate"`,
+		"restart --bogus":              "unknown flag: --bogus",
+		"restart --json=false --bogus": "unknown flag: --bogus",
+		"restart -- --json":            `invalid service name "--json"`,
+	} {
+		if code, out, errOut := runWithSocket(ctx, sock, false, strings.Fields(args)...); code != exitUsage || out != "" || !strings.Contains(errOut, "error: "+msg) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, stderr saying %q", args, code, out, errOut, msg)
 		}
 	}
 }
@@ -186,20 +192,25 @@ func TestUnreachableSnapd(t *testing.T) {
 	for _, args := range [][]string{{"status", "k8s"}, {"changes"}, {"change", "1"}, {"--json", "status"}, {"services"}, {"watch", "1"}, {"wait-idle", "k8s"}, {"abort", "1"}, {"follow"}} {
 		args = append(args, "--wait-snapd", "100ms")
 		code, out, errOut := runWithSocket(ctx, sock, false, args...)
-		if code != exitTimeout || !regexp.MustCompile(`(?m)^error: cannot reach snapd at `+regexp.QuoteMeta(sock)+`: no socket there \(is snapd running\?\)(; gave up after 100ms \(--wait-snapd\))? \[retryable\]$`).MatchString(errOut) {
-			t.Errorf("%q against a missing socket: exit %d, stderr %q; want exit 3 naming the socket", args, code, errOut)
-		}
+		said := `cannot reach snapd at ` + regexp.QuoteMeta(sock) + `: no socket there \(is snapd running\?\)(; gave up after 100ms \(--wait-snapd\))?`
 		if args[0] == "--json" {
+			// The error on stdout alone; stderr has only what was said
+			// while it tried.
 			var doc struct {
 				Error struct {
-					ExitCode  int  `json:"exit-code"`
-					Retryable bool `json:"retryable"`
+					Message   string `json:"message"`
+					ExitCode  int    `json:"exit-code"`
+					Retryable bool   `json:"retryable"`
 				} `json:"error"`
 			}
 			decodeOne(t, out, &doc)
-			if doc.Error.ExitCode != exitTimeout || !doc.Error.Retryable {
-				t.Errorf("--json: %s", out)
+			if code != exitTimeout || doc.Error.ExitCode != exitTimeout || !doc.Error.Retryable || !regexp.MustCompile(`^`+said+`$`).MatchString(doc.Error.Message) || strings.Contains(errOut, "error") {
+				t.Errorf("%q: exit %d, %s; stderr %q", args, code, out, errOut)
 			}
+			continue
+		}
+		if code != exitTimeout || !regexp.MustCompile(`(?m)^error: `+said+`\nTrying again later may help.\n\z`).MatchString(errOut) {
+			t.Errorf("%q against a missing socket: exit %d, stderr %q; want exit 3 naming the socket, then that trying again may help", args, code, errOut)
 		}
 	}
 }

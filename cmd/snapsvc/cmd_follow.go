@@ -66,9 +66,9 @@ func (a *app) followCmd() *cobra.Command {
 		Short: "Follow changes, their tasks and logs as they happen",
 		Long: `The follow command prints a line whenever a change (touching SNAP) appears or
 changes status, one of its tasks does, or a task logs something; with --json
-one object per line. It runs until interrupted (exit 130) or, with
---until-idle, until no change is in progress. It was "watch [SNAP]" in
-v0.1.`,
+one object per line. It runs until interrupted (exit 130; SIGTERM: 143)
+or, with --until-idle, until no change is in progress. It was "watch
+[SNAP]" in v0.1.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, pos []string) error {
 			a.followMode = true
@@ -170,7 +170,7 @@ func (a *app) runFollow(c *cobra.Command, f *followFlags, pos []string) error {
 // or --timeout (exit 3).
 func watchEnd(ctx context.Context) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return &interruptedError{err: context.Canceled}
+		return &interruptedError{err: context.Canceled, sig: terminatedBy(ctx)}
 	}
 	return fmt.Errorf("following changes: %w", context.Cause(ctx))
 }

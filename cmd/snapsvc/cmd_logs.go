@@ -27,7 +27,8 @@ func (a *app) logsCmd() *cobra.Command {
 chronological order, as snap logs does: the last 10 lines by default, each
 "TIME SID[PID]: MESSAGE" with the time in RFC 3339, in the local time zone
 (--abs-time: in UTC). -f waits for new lines and prints them as they come
-in, until interrupted (Ctrl-C) or --timeout. --json prints each entry as a
+in, until interrupted (Ctrl-C: exit 130, as every command; SIGTERM: 143) or
+--timeout (exit 0). --json prints each entry as a
 JSON object on a line of its own (snapd's fields: timestamp, message, sid,
 pid).
 
@@ -63,8 +64,10 @@ serves logs only there).`,
 }
 
 // logs prints the journal's entries as they arrive. Following ends
-// without an error when interrupted or at --timeout: that is how one
-// stops it.
+// without an error at --timeout, and, as snap logs -f, with nothing said
+// when interrupted, but with the exit code of every interrupted command
+// (130; 143 for SIGTERM): snap, killed by the signal, shows as 130 or
+// 143 in a shell.
 func (a *app) logs(ctx context.Context, opts snapd.LogsOptions, absTime bool) error {
 	loc := time.Local
 	if absTime {
@@ -87,7 +90,12 @@ func (a *app) logs(ctx context.Context, opts snapd.LogsOptions, absTime bool) er
 		_, err := fmt.Fprintln(a.stdout, l.String(loc))
 		return err
 	})
-	if opts.Follow && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+	switch {
+	case !opts.Follow || err == nil:
+		return err
+	case errors.Is(ctx.Err(), context.Canceled):
+		return &interruptedError{err: err, quiet: true, sig: terminatedBy(ctx)}
+	case errors.Is(err, context.DeadlineExceeded):
 		return nil
 	}
 	return err

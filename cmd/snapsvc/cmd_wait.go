@@ -25,8 +25,8 @@ a terminal as a self-erasing line, as snap watch does. It prints nothing
 more when the change is Done and fails (exit 1) with snapd's error when
 the change is not.
 
-Ctrl-C stops waiting, not the change: exit 130 with the command that
-waits again.
+Ctrl-C stops waiting, not the change: exit 130 (SIGTERM: 143) with the
+command that waits again.
 
 Deprecated: "watch [SNAP]" without a change id follows every change as
 it happens; that is "snapsvc follow [SNAP]" now.`,
@@ -99,7 +99,7 @@ func (a *app) waitChange(pos []string, last string, summary bool) func(ctx conte
 		chg, err := c.WaitChange(ctx, id)
 		a.prog.end()
 		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-			err = &interruptedError{change: id, err: err}
+			err = &interruptedError{change: id, err: err, sig: terminatedBy(ctx)}
 		}
 		switch {
 		case a.json && err != nil && chg != nil:
@@ -165,7 +165,9 @@ func (a *app) waitIdleCmd() *cobra.Command {
 		Short: "Wait until no change in progress holds SNAP",
 		Long: `The wait-idle command returns once no change in progress touches SNAP
 (changes made through snapctl included): what a service command on SNAP
-would wait for first.`,
+would wait for first. Like snap watch it prints nothing on stdout when
+done (--json: {"snap": SNAP, "idle": true}); on a terminal, or with -v,
+stderr says so.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeSnaps,
 		RunE: func(c *cobra.Command, pos []string) error {
@@ -190,10 +192,12 @@ would wait for first.`,
 				if err != nil {
 					return err
 				}
-				if a.json {
+				switch {
+				case a.json:
 					a.printJSON(idleOutput{Snap: snap, Idle: true})
-				} else {
-					fmt.Fprintf(a.stdout, "snap %q is idle: no change in progress holds it\n", snap)
+				case a.chatty():
+					// Not data: stdout stays empty, as snap watch's.
+					a.note("snap %q is idle: no change in progress holds it", snap)
 				}
 				return nil
 			})
@@ -228,7 +232,22 @@ func checkSnapKnown(ctx context.Context, c *snapsvc.Client, snap string) error {
 		return nil
 	}
 	if gone, err := unknown(); gone {
-		return fmt.Errorf("snap %q is not installed and no change in progress touches it: %w", snap, err)
+		return &unknownSnapError{snap: snap, err: err}
 	}
 	return nil
 }
+
+// unknownSnapError is wait-idle's refusal of a snap snapd does not know.
+// It says so once, in its own words: snapd's answer ("snap "nope" not
+// found", kind snap-not-found) is wrapped, for errors.Is(err,
+// snapsvc.ErrNotFound) and --json's kind, but not repeated.
+type unknownSnapError struct {
+	snap string
+	err  error
+}
+
+func (e *unknownSnapError) Error() string {
+	return fmt.Sprintf("snap %q is not installed and no change in progress touches it", e.snap)
+}
+
+func (e *unknownSnapError) Unwrap() error { return e.err }

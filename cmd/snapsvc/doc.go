@@ -34,7 +34,6 @@
 //	completion bash|zsh|fish                the shell completion script
 //	help [COMMAND]                          help, on stdout (also --help, -h,
 //	                                        and snapsvc alone, as snap)
-//	man DIR                                 write a man page per command into DIR
 //
 // Deprecated until v0.3.0, with a notice on stderr: "wait ID" (use watch
 // ID; snap's wait is "snap wait SNAP KEY"), "watch [SNAP]" without a change
@@ -59,7 +58,8 @@
 //
 // Durations are Go durations (30s, 5m, 1h30m), never negative; a value that
 // is not one is a usage error saying why. Flags are GNU-style, as pflag
-// reads them.
+// reads them; a command's own flags may come before its name too, as the
+// global ones may ("snapsvc --no-wait restart k8s").
 //
 // Inside a snap (SNAP_COOKIE set) the library acts through snapctl on the
 // snap socket, and only on the snap's own services.
@@ -78,18 +78,24 @@
 // answers again.
 //
 // Ctrl-C (SIGINT) or SIGTERM stops the waiting, not the change (snap
-// aborts it): exit 130 with the change's id, "snapsvc watch ID" to wait
-// again and "snapsvc abort ID" to stop it.
+// aborts it): exit 130 (SIGTERM: 143) with the change's id, "snapsvc
+// watch ID" to wait again and "snapsvc abort ID" to stop it. logs -f ends
+// so too, silently, as snap logs -f does (a shell shows snap, which the
+// signal kills, with the same 130 or 143).
 //
 // # Errors
 //
 // An error is printed once on stderr after "error: ", each fact once: what
-// failed (the command and its services), why, and "[retryable]" when
-// running the same command later may help (exit 3). A change that failed
+// failed (the command and its services) and why. A change that failed
 // prints snapd's own text as snap does: a short message, then each failed
-// task on a line of its own. A second line may say how to wait for a change
-// that may still run. -v adds the library's whole error on a "detail:"
-// line; --json has it as "cause".
+// task on a line of its own. A second line may follow, for a person: that
+// trying again later may help (exit 3: "Trying again later may help.", or
+// "Trying again once change 5 is done may help: 'snapsvc watch 5' waits
+// for it."), or how to wait for a change that may still run. -v adds the
+// library's whole error on a "detail:" line; --json has it as "cause".
+// Under --json the error is the JSON document on stdout, and only there:
+// stderr gets no "error: " line (what is said while the command runs, such
+// as a snapd it cannot reach, and -v's log stay on stderr).
 //
 // # Exit codes
 //
@@ -112,7 +118,8 @@
 //	     change could not be found. Running the command again would act
 //	     again (a second restart): the message names the change when there
 //	     is one, for "snapsvc watch ID"
-//	130  interrupted (SIGINT/SIGTERM), follow and watch included
+//	130  interrupted (SIGINT, Ctrl-C), follow, watch and logs -f included
+//	143  terminated (SIGTERM): as 130
 //
 // # JSON output
 //
@@ -126,12 +133,15 @@
 //
 // retryable is always there and agrees with the exit code: true exactly
 // when running the same command again later may succeed (exit 3; an
-// interrupted command, exit 130, says which it would have been). change,
+// interrupted command, exit 130 or 143, says which it would have been). change,
 // status, kind (snapd's error kind, e.g. "app-not-found") and detail
 // appear when known; detail is what the command found before failing
 // (watch: the change, with its tasks and error; demo: its report). The
-// message is stderr's, on one line; cause is the library's whole error,
-// every layer's words.
+// message is what stderr says without --json, on one line; cause is the
+// library's whole error, every layer's words, without what a layer
+// repeats of the one it wraps (the socket and the request are named
+// once). Nothing is printed on stderr for the error: a program reads the
+// one document on stdout and the exit code.
 //
 // follow --json prints JSON Lines (https://jsonlines.org): one JSON object
 // per line, one line per event, and a failure as a last {"error":...}
@@ -148,7 +158,9 @@
 // # Completion and manual
 //
 // "snapsvc completion bash|zsh|fish" prints the completion script (service
-// names, change ids and --last's kinds are completed from snapd); "snapsvc
-// man DIR" writes a man page per command. Both come from the same
-// definitions as the help; the .deb packages install both.
+// names, change ids and --last's kinds are completed from snapd). The man
+// pages, a page per command, come from the same definitions as the help;
+// a build with the manpages tag writes them ("go run -tags manpages
+// ./cmd/snapsvc man DIR": the generator, cobra/doc and go-md2man, is not
+// linked into the shipped binary). The .deb packages install both.
 package main

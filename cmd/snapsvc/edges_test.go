@@ -24,6 +24,7 @@ type errorDoc struct {
 		ExitCode  int    `json:"exit-code"`
 		Change    string `json:"change"`
 		Status    string `json:"status"`
+		Kind      string `json:"kind"`
 		Cause     string `json:"cause"`
 		Retryable *bool  `json:"retryable"`
 	} `json:"error"`
@@ -53,8 +54,9 @@ func safetyNet(t *testing.T) context.Context {
 }
 
 // TestTimedOutOperations runs each way a start/stop/restart can run out of
-// time against the fake and checks exit code, stderr and --json together:
-// only a restart that did nothing is retryable.
+// time against the fake and checks exit code, stderr and --json (each run
+// on a fake of its own): only a restart that did nothing is retryable,
+// which stderr says in words on a second line, --json in its field.
 func TestTimedOutOperations(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fakes' own cleanup
 	for _, tc := range []struct {
@@ -70,7 +72,7 @@ func TestTimedOutOperations(t *testing.T) {
 			held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
 			t.Cleanup(held.Finish)
 			return srv
-		}, exitTimeout, true, false, "[retryable]"},
+		}, exitTimeout, true, false, "which holds snap \"k8s\"; nothing was done\nTrying again once change 1 is done may help: 'snapsvc watch 1' waits for it.\n"},
 		{"its change still running", func(t *testing.T) *fake.Server {
 			// Nothing moves on a manual clock: the restart's change stays Doing.
 			return fake.NewServer(t, fake.WithClock(fake.NewManualClock(time.Now())), fake.WithSnaps(k8sSnap(1)))
@@ -91,30 +93,26 @@ func TestTimedOutOperations(t *testing.T) {
 		}, exitUnknown, false, false, "timed out after 200ms (--timeout) while snapd's answer was pending\nsnapd may have acted on the request: check with 'snapsvc status'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := tc.setup(t)
-			code, out, errOut := runWithSocket(safetyNet(t), srv.SocketPath(), false, "-v", "--json", "restart", "k8s.kubelet", "--timeout", "200ms")
+			code, _, errOut := runWithSocket(safetyNet(t), tc.setup(t).SocketPath(), false, "-v", "restart", "k8s.kubelet", "--timeout", "200ms")
 			if code != tc.code || !strings.Contains(errOut, tc.stderrWant) {
 				t.Fatalf("exit %d, want %d; stderr lacks %q:\n%s", code, tc.code, tc.stderrWant, errOut)
 			}
+			code, out, jsonErrOut := runWithSocket(safetyNet(t), tc.setup(t).SocketPath(), false, "--json", "restart", "k8s.kubelet", "--timeout", "200ms")
 			doc := decodeError(t, code, out)
-			if *doc.Error.Retryable != tc.retryable || (doc.Error.Change != "") != tc.change {
-				t.Errorf("JSON retryable %t change %q, want retryable %t, a change %t", *doc.Error.Retryable, doc.Error.Change, tc.retryable, tc.change)
+			if code != tc.code || *doc.Error.Retryable != tc.retryable || (doc.Error.Change != "") != tc.change || jsonErrOut != "" {
+				t.Errorf("--json: exit %d, retryable %t, change %q, stderr %q; want exit %d, retryable %t, a change %t, nothing on stderr", code, *doc.Error.Retryable, doc.Error.Change, jsonErrOut, tc.code, tc.retryable, tc.change)
 			}
-			// -v's detail line (the library's whole error) aside, the
-			// error says retryable once, or not at all; --json's
-			// "retryable" field says it, never its text (issue 36).
-			said := regexp.MustCompile(`(?m)^detail: .*$`).ReplaceAllString(errOut, "")
-			if want := map[bool]int{true: 1, false: 0}[tc.retryable]; strings.Count(said, "retryable]") != want {
-				t.Errorf("retryable marker not said exactly %d time(s) on stderr:\n%s", want, errOut)
+			// No marker: stderr says it in words, once, or not at all;
+			// --json's "retryable" field says it, never its text (issue
+			// 36).
+			if strings.Contains(errOut, "retryable") || strings.Contains(doc.Error.Message, "retryable") || strings.Contains(doc.Error.Cause, "retryable") {
+				t.Errorf("a retryable marker: stderr %q, --json %+v", errOut, doc.Error)
 			}
-			if strings.Contains(doc.Error.Message, "retryable]") || strings.Contains(doc.Error.Cause, "retryable]") {
-				t.Errorf("a retryable marker in --json's text: %+v", doc.Error)
+			if want := map[bool]int{true: 1, false: 0}[tc.retryable]; strings.Count(errOut, "may help") != want {
+				t.Errorf("trying again not said to help exactly %d time(s) on stderr:\n%s", want, errOut)
 			}
 			if n := len(regexp.MustCompile(`(?m)^error: `).FindAllString(errOut, -1)); n != 1 || !strings.Contains(errOut, "\ndetail: snapsvc: restart k8s.kubelet") {
 				t.Errorf("%d error: prefixes, want 1, and -v's detail line:\n%s", n, errOut)
-			}
-			if !tc.retryable && strings.Contains(errOut, "retrying later may help") {
-				t.Errorf("a request that acted is said to be worth retrying:\n%s", errOut)
 			}
 		})
 	}
@@ -177,13 +175,20 @@ func TestWaitSnapd(t *testing.T) {
 
 	sock := filepath.Join(t.TempDir(), "nosuch.socket")
 	for _, wait := range []string{"100ms", "0"} {
-		code, out, errOut := runWithSocket(safetyNet(t), sock, false, "--json", "--wait-snapd", wait, "restart", "k8s.kubelet")
-		if code != exitTimeout || !strings.Contains(errOut, "error: restart k8s.kubelet: cannot reach snapd at "+sock+": no socket there (is snapd running?); gave up after "+wait) {
-			t.Errorf("--wait-snapd %s: exit %d, stderr %q; want exit 3, giving up on the absent snapd", wait, code, errOut)
+		code, out, _ := runWithSocket(safetyNet(t), sock, false, "--json", "--wait-snapd", wait, "restart", "k8s.kubelet")
+		doc := decodeError(t, code, out)
+		if code != exitTimeout || !strings.HasPrefix(doc.Error.Message, "restart k8s.kubelet: cannot reach snapd at "+sock+": no socket there (is snapd running?); gave up after "+wait) {
+			t.Errorf("--wait-snapd %s: exit %d, %s; want exit 3, giving up on the absent snapd", wait, code, out)
 			continue
 		}
-		if doc := decodeError(t, code, out); !*doc.Error.Retryable {
+		if !*doc.Error.Retryable {
 			t.Errorf("--wait-snapd %s: not retryable: %s", wait, out)
+		}
+		// The cause, the library's whole error, names the socket and
+		// the request once (net/http's and the dial's words named them
+		// again: three sockets, two requests).
+		if strings.Count(doc.Error.Cause, sock) != 1 || strings.Count(doc.Error.Cause, "/v2/apps") != 1 || !strings.HasSuffix(doc.Error.Cause, "POST /v2/apps, cannot connect): the socket does not exist (is snapd running?): connect: no such file or directory") {
+			t.Errorf("--wait-snapd %s: cause %q", wait, doc.Error.Cause)
 		}
 	}
 }
@@ -206,8 +211,12 @@ func TestSocketNotASocket(t *testing.T) {
 			t.Errorf("status --socket %s: exit %d, stderr %q; want exit 1 saying %q", path, code, errOut, want)
 		}
 		code, out, errOut := runWithSocket(safetyNet(t), path, false, "--json", "restart", "k8s.kubelet")
-		if doc := decodeError(t, code, out); code != exitFailed || *doc.Error.Retryable || !strings.Contains(errOut, "error: restart k8s.kubelet: cannot reach snapd at "+want) {
-			t.Errorf("restart --socket %s: exit %d, stderr %q; want exit 1, not retryable, saying %q", path, code, errOut, want)
+		doc := decodeError(t, code, out)
+		if code != exitFailed || *doc.Error.Retryable || doc.Error.Message != "restart k8s.kubelet: cannot reach snapd at "+want || errOut != "" {
+			t.Errorf("restart --socket %s: exit %d, %s, stderr %q; want exit 1, not retryable, saying %q", path, code, out, errOut, want)
+		}
+		if strings.Count(doc.Error.Cause, path) != 1 {
+			t.Errorf("restart --socket %s: the cause names it %d times: %q", path, strings.Count(doc.Error.Cause, path), doc.Error.Cause)
 		}
 		// At once: the default --wait-snapd is 30 s.
 		if d := time.Since(start); d > 10*time.Second {
@@ -224,16 +233,26 @@ func TestWaitIdleUnknownSnap(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0), fake.Snap{Name: "hello", Apps: []fake.App{{Name: "hello"}}}))
 	ctx := safetyNet(t)
 
+	// Said once ("is not installed ...: reading services nosuch: snap
+	// "nosuch" not found" said it twice).
 	code, _, errOut := runWithSocket(ctx, srv.SocketPath(), false, "wait-idle", "nosuch")
-	if code != exitNotFound || !strings.Contains(errOut, `snap "nosuch" is not installed and no change in progress touches it`) {
-		t.Errorf("wait-idle nosuch: exit %d, stderr %q; want exit 4", code, errOut)
+	if want := "error: snap \"nosuch\" is not installed and no change in progress touches it\n"; code != exitNotFound || errOut != want {
+		t.Errorf("wait-idle nosuch: exit %d, stderr %q; want exit 4, %q", code, errOut, want)
 	}
 	code, out, _ := runWithSocket(ctx, srv.SocketPath(), false, "--json", "wait-idle", "nosuch")
-	if doc := decodeError(t, code, out); code != exitNotFound || *doc.Error.Retryable {
+	if doc := decodeError(t, code, out); code != exitNotFound || *doc.Error.Retryable || doc.Error.Kind != "snap-not-found" || strings.Count(doc.Error.Cause, "not") != 1 {
 		t.Errorf("--json wait-idle nosuch: exit %d: %s", code, out)
 	}
-	if code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "wait-idle", "hello"); code != exitOK || !strings.Contains(out, `snap "hello" is idle`) {
-		t.Errorf("wait-idle of a snap without services: exit %d %q %q", code, out, errOut)
+	// Done, it prints nothing on stdout, as snap watch; on a terminal (or
+	// with -v) stderr says so; --json prints its document.
+	if code, out, errOut := runWithSocket(ctx, srv.SocketPath(), false, "wait-idle", "hello"); code != exitOK || out != "" || errOut != "" {
+		t.Errorf("wait-idle of a snap without services: exit %d %q %q; want 0 and nothing", code, out, errOut)
+	}
+	if code, out, errOut := runWithSocket(ctx, srv.SocketPath(), true, "wait-idle", "hello"); code != exitOK || out != "" || !strings.Contains(errOut, `snap "hello" is idle`) {
+		t.Errorf("wait-idle on a terminal: exit %d %q %q; want the sentence on stderr", code, out, errOut)
+	}
+	if code, out, _ := runWithSocket(ctx, srv.SocketPath(), false, "--json", "wait-idle", "hello"); code != exitOK || out != "{\n  \"snap\": \"hello\",\n  \"idle\": true\n}\n" {
+		t.Errorf("--json wait-idle: exit %d %q", code, out)
 	}
 
 	// A snap being installed is not listed yet, but its install change
@@ -260,7 +279,7 @@ func TestWaitIdleUnknownSnap(t *testing.T) {
 	default:
 	}
 	install.Finish()
-	if code := <-done; code != exitOK || !strings.Contains(stdout.String(), `snap "newsnap" is idle`) {
+	if code := <-done; code != exitOK || stdout.String() != "" {
 		t.Errorf("wait-idle newsnap after its install: exit %d %q %q", code, stdout.String(), stderr.String())
 	}
 }
@@ -447,10 +466,49 @@ func TestAccessDeniedSuggestsSudo(t *testing.T) {
 		Body: fake.ErrorBody(401, "login-required", "access denied")})
 	for uid, want := range map[int]string{1000: "error: restart k8s.kubelet: access denied (try with sudo)\n", 0: "error: restart k8s.kubelet: access denied\n"} {
 		var stdout, stderr lockedBuffer
-		code := run(safetyNet(t), []string{"--json", "restart", "k8s.kubelet"}, env{stdout: &stdout, stderr: &stderr,
+		code := run(safetyNet(t), []string{"restart", "k8s.kubelet"}, env{stdout: &stdout, stderr: &stderr,
 			getenv: socketEnv(srv.SocketPath()), geteuid: func() int { return uid }})
-		if doc := decodeError(t, code, stdout.String()); code != exitFailed || *doc.Error.Retryable || stderr.String() != want {
-			t.Errorf("uid %d: exit %d, stderr %q; want exit 1, not retryable, %q", uid, code, stderr.String(), want)
+		if code != exitFailed || stderr.String() != want {
+			t.Errorf("uid %d: exit %d, stderr %q; want exit 1, %q", uid, code, stderr.String(), want)
+		}
+		stdout, stderr = lockedBuffer{}, lockedBuffer{}
+		code = run(safetyNet(t), []string{"--json", "restart", "k8s.kubelet"}, env{stdout: &stdout, stderr: &stderr,
+			getenv: socketEnv(srv.SocketPath()), geteuid: func() int { return uid }})
+		if doc := decodeError(t, code, stdout.String()); code != exitFailed || *doc.Error.Retryable || "error: "+doc.Error.Message+"\n" != want {
+			t.Errorf("uid %d, --json: exit %d, %s; want exit 1, not retryable, %q", uid, code, stdout.String(), want)
+		}
+	}
+}
+
+// TestOverviewNamesEveryCommand checks that the help's opening paragraph,
+// which sorts the commands into snap's and snapsvc's own, names every
+// command of each group, from the command tree: it left out logs.
+func TestOverviewNamesEveryCommand(t *testing.T) {
+	code, out, _ := runWithSocket(context.Background(), "/unused.socket", false, "--help")
+	text := strings.Join(strings.Fields(out), " ")
+	m := regexp.MustCompile(`where they overlap \(([a-z, -]+)\); ([a-z, -]+) are its own\.`).FindStringSubmatch(text)
+	if code != exitOK || m == nil {
+		t.Fatalf("--help: exit %d, no overview of the commands:\n%s", code, out)
+	}
+	lists := map[string]map[string]bool{groupSnap: {}, groupExtras: {}}
+	for group, list := range map[string]string{groupSnap: m[1], groupExtras: strings.ReplaceAll(m[2], " and ", ", ")} {
+		for _, name := range strings.Split(list, ", ") {
+			lists[group][name] = true
+		}
+	}
+	a := &app{}
+	for _, c := range a.newRoot().Commands() {
+		if c.Hidden || c.GroupID == "" || c.Name() == "help" || c.Name() == "completion" || c.Name() == "man" {
+			continue
+		}
+		if !lists[c.GroupID][c.Name()] {
+			t.Errorf("the overview's list of group %s lacks %s: %q", c.GroupID, c.Name(), m[0])
+		}
+		delete(lists[c.GroupID], c.Name())
+	}
+	for group, left := range lists {
+		for name := range left {
+			t.Errorf("the overview names %s in group %s, which has no such command", name, group)
 		}
 	}
 }

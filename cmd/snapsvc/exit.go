@@ -26,14 +26,15 @@ const (
 	exitTimeout     = 3
 	exitNotFound    = 4
 	exitUnknown     = 5
-	exitInterrupted = 130
+	exitInterrupted = 130 // SIGINT (Ctrl-C): 128+2, as a shell reports a command SIGINT killed
+	exitTerminated  = 143 // SIGTERM: 128+15, what a shell reports of snap killed by SIGTERM
 )
 
 // verdict is what the command line tells of an outcome: the exit code,
 // and whether running the same command again later may succeed (the
 // "retryable" of --json). Both come from judge, so they always agree:
 // retryable is true for exit 3, false for 1, 2, 4 and 5, and either for
-// 130 (an interrupted command tells which it would have been).
+// 130 and 143 (an interrupted command tells which it would have been).
 type verdict struct {
 	code      int
 	retryable bool
@@ -176,15 +177,22 @@ type detailError struct {
 func (e *detailError) Error() string { return e.err.Error() }
 func (e *detailError) Unwrap() error { return e.err }
 
-// report prints err (if any) and returns the exit code. stderr gets one
-// "error: " and the message (message): for a change that failed, snapd's
-// own text as snap prints it, a short line and the failed tasks on lines
-// of their own; otherwise one line, each fact once. A hint may follow on a
-// line of its own (how to wait for a change that may still run). -v adds
-// the library's whole error on a "detail:" line. Under --json stdout gets
-// exactly one document for a failure, usage errors included: the error
-// object, whose cause is the library's whole error (commands print nothing
-// on stdout when they fail).
+// report prints err (if any) once, on the stream its reader reads, and
+// returns the exit code.
+//
+// Without --json, stderr gets one "error: " and the message (message):
+// for a change that failed, snapd's own text as snap prints it, a short
+// line and the failed tasks on lines of their own; otherwise one line,
+// each fact once. A line of its own may follow for a person: how to wait
+// for a change that may still run, or that trying again later may help
+// (exit 3). -v adds the library's whole error on a "detail:" line.
+//
+// Under --json the error is the one document on stdout, usage errors
+// included, and nothing is said on stderr: the error object, whose
+// retryable says what the second line would, and whose cause is the
+// library's whole error (commands print nothing on stdout when they
+// fail). stderr keeps only what is said while a command runs (snapd
+// unreachable, -v's log).
 func (a *app) report(err error) int {
 	cmd := a.name
 	if cmd == "" {
@@ -194,44 +202,71 @@ func (a *app) report(err error) int {
 	if v.code == exitOK {
 		return v.code
 	}
-	var ue *clistyle.UsageError
-	var ce *snapsvc.ChangeError
-	change := changeOf(err)
-	errors.As(err, &ce)
+	if v.code == exitInterrupted && a.signal == syscall.SIGTERM {
+		v.code = exitTerminated
+	}
+	var ie *interruptedError
+	if errors.As(err, &ie) && ie.quiet {
+		// logs -f: following ends so, with nothing to say (snap logs
+		// -f, killed by the signal, says nothing either).
+		return v.code
+	}
 	msg := a.message(err, v)
+	if a.json {
+		a.reportJSON(err, v, msg, cmd)
+		return v.code
+	}
+	var ue *clistyle.UsageError
 	if errors.As(err, &ue) {
 		if ue.Cmd == "" {
 			ue.Cmd = "snapsvc"
 		}
 		ue.Fprint(a.stderr)
-	} else {
-		fmt.Fprintf(a.stderr, "error: %s\n", msg)
-		switch {
-		case v.code == exitUnknown && change != "":
-			fmt.Fprintf(a.stderr, "The change may still be running: 'snapsvc watch %s' waits for it; running %s again would act again.\n", change, cmd)
-		case v.code == exitInterrupted && change != "":
-			// Ctrl-C stops the waiting, not the change: a service
-			// command's change is short and half of one aborted leaves
-			// services in a mix of states (snap aborts it; we leave that
-			// to an explicit abort).
-			fmt.Fprintf(a.stderr, "Change %s goes on in snapd: 'snapsvc watch %s' waits for it again, 'snapsvc abort %s' stops what has not started.\n", change, change, change)
-		case v.code == exitUnknown:
-			fmt.Fprintf(a.stderr, "snapd may have acted on the request: check with 'snapsvc status' and 'snapsvc changes' before running %s again.\n", cmd)
-		}
-		if a.verbose {
-			fmt.Fprintf(a.stderr, "detail: %s\n", oneLine(err.Error()))
-		}
-	}
-	if !a.json {
 		return v.code
 	}
+	fmt.Fprintf(a.stderr, "error: %s\n", msg)
+	change := changeOf(err)
+	switch {
+	case v.code == exitUnknown && change != "":
+		fmt.Fprintf(a.stderr, "The change may still be running: 'snapsvc watch %s' waits for it; running %s again would act again.\n", change, cmd)
+	case (v.code == exitInterrupted || v.code == exitTerminated) && change != "":
+		// Ctrl-C stops the waiting, not the change: a service
+		// command's change is short and half of one aborted leaves
+		// services in a mix of states (snap aborts it; we leave that
+		// to an explicit abort).
+		fmt.Fprintf(a.stderr, "Change %s goes on in snapd: 'snapsvc watch %s' waits for it again, 'snapsvc abort %s' stops what has not started.\n", change, change, change)
+	case v.code == exitUnknown:
+		fmt.Fprintf(a.stderr, "snapd may have acted on the request: check with 'snapsvc status' and 'snapsvc changes' before running %s again.\n", cmd)
+	case v.code == exitTimeout && v.retryable:
+		fmt.Fprintln(a.stderr, retryHint(err))
+	}
+	if a.verbose {
+		fmt.Fprintf(a.stderr, "detail: %s\n", causeText(err))
+	}
+	return v.code
+}
+
+// retryHint is the line that says, in words, that trying again later may
+// help (exit 3; --json's retryable): once the change that holds the snap
+// is done, when one does.
+func retryHint(err error) string {
+	if c, ok := retry.AsConflict(err); ok && c.ChangeID != "" && !c.AllSnaps {
+		return fmt.Sprintf("Trying again once change %s is done may help: 'snapsvc watch %s' waits for it.", c.ChangeID, c.ChangeID)
+	}
+	return "Trying again later may help."
+}
+
+// reportJSON prints err as --json's error object on stdout: one document,
+// or, for follow's JSON Lines, the last line.
+func (a *app) reportJSON(err error, v verdict, msg, cmd string) {
 	var je jsonError
 	// The "retryable" field says it: no "[retryable]" in the text.
 	je.Error.Message = oneLine(dropMarkers(msg))
-	je.Error.Cause = oneLine(dropMarkers(err.Error()))
+	je.Error.Cause = causeText(err)
 	je.Error.ExitCode = v.code
-	je.Error.Change = change
-	if ce != nil {
+	je.Error.Change = changeOf(err)
+	var ce *snapsvc.ChangeError
+	if errors.As(err, &ce) {
 		je.Error.Status = ce.Status
 	}
 	je.Error.Retryable = v.retryable
@@ -247,10 +282,9 @@ func (a *app) report(err error) int {
 		// watch prints JSON Lines: the error is the last line.
 		b, _ := json.Marshal(je)
 		fmt.Fprintf(a.stdout, "%s\n", b)
-		return v.code
+		return
 	}
 	a.printJSON(je)
-	return v.code
 }
 
 // changeOf is the change err names: the operation's, the failed one, or
@@ -275,8 +309,8 @@ func changeOf(err error) string {
 // message is what stderr says of err after "error: ", each fact once and
 // without the library's prefixes ("snapsvc: ", "snapd: ") or snapd's
 // request details (method, path, HTTP status, kind: --json and -v have
-// them). "[retryable]" ends it when running the command again later may
-// help (exit 3); the exit code says the rest.
+// them). Whether trying again may help is report's second line (exit 3)
+// and --json's retryable; the exit code says the rest.
 //
 //   - A change that failed: snapd's text as snap prints it (the failed
 //     tasks on lines of their own, "cannot perform the following
@@ -329,11 +363,8 @@ func (a *app) message(err error, v verdict) string {
 	if head != "" {
 		msg = head + ": " + why
 	}
-	if v.code == exitTimeout && v.retryable {
-		if oe != nil && oe.ChangeID == "" && !strings.Contains(msg, "nothing was done") {
-			msg += "; nothing was done"
-		}
-		msg += " [retryable]"
+	if v.code == exitTimeout && v.retryable && oe != nil && oe.ChangeID == "" && !strings.Contains(msg, "nothing was done") {
+		msg += "; nothing was done"
 	}
 	return msg
 }
@@ -487,9 +518,9 @@ func plain(err error) string {
 	return oneLine(dropMarkers(s))
 }
 
-// dropMarkers removes the retryable markers the library's OpError and
-// the human message end with ("[retryable]", "[not retryable]"): under
-// --json the "retryable" field says it, by the command's verdict.
+// dropMarkers removes the retryable markers the library's OpError ends
+// with ("[retryable]", "[not retryable]"): the command's verdict says it
+// (--json's retryable, the exit code, the human error's second line).
 func dropMarkers(s string) string {
 	for _, m := range []string{" [retryable]", " [not retryable]"} {
 		s = strings.ReplaceAll(s, m, "")
@@ -518,17 +549,26 @@ func jsonRequested(args []string) bool {
 }
 
 // interruptedError is a wait that Ctrl-C (or SIGTERM) ended: the change,
-// if any, goes on in snapd. Exit 130.
+// if any, goes on in snapd. Exit 130 (143 for SIGTERM).
 type interruptedError struct {
 	change string
 	err    error
+	// quiet: nothing is printed (logs -f, which only a signal or
+	// --timeout ends), only the exit code says it.
+	quiet bool
+	// sig is the signal, when one ended the wait (terminatedBy).
+	sig os.Signal
 }
 
 func (e *interruptedError) Error() string {
-	if e.change == "" {
-		return "interrupted"
+	what := "interrupted"
+	if e.sig == syscall.SIGTERM {
+		what = "terminated (SIGTERM)"
 	}
-	return "interrupted while waiting for change " + e.change
+	if e.change == "" {
+		return what
+	}
+	return what + " while waiting for change " + e.change
 }
 func (e *interruptedError) Unwrap() error { return e.err }
 
@@ -561,7 +601,7 @@ func (a *app) unreachableLine(err error, v verdict) (string, bool) {
 	if oe != nil {
 		line += "; nothing was done"
 	}
-	return line + " [retryable]", true
+	return line, true
 }
 
 // refusedLine is the one line for what retrying cannot change and only

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -137,6 +138,7 @@ func TestVerdicts(t *testing.T) {
 			if lib := oe.Retryable(); v.code != exitUnknown && v.retryable != lib {
 				t.Errorf("the CLI says retryable %t (exit %d), the library %t", v.retryable, v.code, lib)
 			}
+			// --json: the error once, on stdout; nothing on stderr.
 			var stdout, stderr lockedBuffer
 			a := &app{env: env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, json: true}
 			a.name = "restart"
@@ -147,17 +149,27 @@ func TestVerdicts(t *testing.T) {
 			if *doc.Error.Retryable != tc.retryable {
 				t.Errorf("JSON retryable %t, want %t", *doc.Error.Retryable, tc.retryable)
 			}
-			// stderr: one "error: ", "[retryable]" exactly when it is
-			// (exit 3), no "not retryable" (the exit code says it), no
-			// library or snapd prefix.
+			if stderr.String() != "" {
+				t.Errorf("--json: stderr %q, want nothing (the error is stdout's document)", stderr.String())
+			}
+			// Without: stderr has one "error: ", and, exactly when
+			// trying again may help (exit 3), a line saying so in words
+			// (no "[retryable]" marker); no "not retryable" (the exit
+			// code says it), no library or snapd prefix; stdout nothing.
+			stdout, stderr = lockedBuffer{}, lockedBuffer{}
+			a = &app{env: env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}}
+			a.name = "restart"
+			if got := a.report(tc.err); got != tc.code || stdout.String() != "" {
+				t.Errorf("report returned %d, stdout %q; want %d and nothing", got, stdout.String(), tc.code)
+			}
 			errOut := stderr.String()
 			if n := strings.Count(errOut, "error: "); n != 1 || !strings.HasPrefix(errOut, "error: ") {
 				t.Errorf("%d \"error: \" on stderr, want one, first:\n%s", n, errOut)
 			}
-			if said := strings.Contains(errOut, "[retryable]"); said != (tc.code == exitTimeout) {
-				t.Errorf("stderr says [retryable] %t, want %t:\n%s", said, tc.code == exitTimeout, errOut)
+			if said := regexp.MustCompile(`(?m)^Trying again (later|once change \d+ is done) may help`).MatchString(errOut); said != (tc.code == exitTimeout) {
+				t.Errorf("stderr says trying again may help %t, want %t:\n%s", said, tc.code == exitTimeout, errOut)
 			}
-			for _, bad := range []string{"not retryable", "snapsvc: ", "error: snapd: ", ": snapd: "} {
+			for _, bad := range []string{"retryable", "snapsvc: ", "error: snapd: ", ": snapd: "} {
 				if strings.Contains(errOut, bad) {
 					t.Errorf("stderr says %q:\n%s", bad, errOut)
 				}
@@ -183,8 +195,13 @@ func TestSnapdNotInstalled(t *testing.T) {
 			t.Errorf("%q without snapd: exit %d, want 1\n%s", args, code, stderr.String())
 		}
 		doc := decodeError(t, code, stdout.String())
-		if *doc.Error.Retryable || strings.Contains(stderr.String(), "[retryable]") || !strings.Contains(stderr.String(), "snapd is not installed here") {
-			t.Errorf("%q without snapd: retryable %t; stderr:\n%s", args, *doc.Error.Retryable, stderr.String())
+		if *doc.Error.Retryable || !strings.Contains(doc.Error.Message, "snapd is not installed here") {
+			t.Errorf("%q without snapd: retryable %t; %s", args, *doc.Error.Retryable, stdout.String())
+		}
+		stdout, stderr = lockedBuffer{}, lockedBuffer{}
+		run(safetyNet(t), args, env{stdout: &stdout, stderr: &stderr, getenv: socketEnv(sock), snapdRoot: root})
+		if errOut := stderr.String(); strings.Contains(errOut, "Trying again") || !strings.Contains(errOut, "snapd is not installed here") {
+			t.Errorf("%q without snapd: stderr:\n%s", args, errOut)
 		}
 	}
 }

@@ -10,8 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/snapsvc/snapsvc/fake"
 )
@@ -147,8 +150,8 @@ func TestLogsMatchDebianSnap(t *testing.T) {
 }
 
 // TestLogsFollow checks logs -f in this process: the last lines, then
-// each line as it comes in, until interrupted, which ends it with exit 0
-// and nothing on stderr.
+// each line as it comes in, until interrupted, which ends it with exit 130
+// (every interrupted command's) and nothing on stderr.
 func TestLogsFollow(t *testing.T) {
 	srv, _ := logsFake(t)
 	ctx, cancel := context.WithCancel(safetyNet(t))
@@ -182,10 +185,101 @@ func TestLogsFollow(t *testing.T) {
 	go io.Copy(io.Discard, pr)
 	select {
 	case code := <-done:
-		if code != exitOK || stderr.String() != "" {
-			t.Errorf("interrupted: exit %d, stderr %q; want 0 and nothing", code, stderr.String())
+		if code != exitInterrupted || stderr.String() != "" {
+			t.Errorf("interrupted: exit %d, stderr %q; want 130 and nothing", code, stderr.String())
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("logs -f did not end when interrupted")
+	}
+}
+
+// shellStatus is the status a shell reports for a process that ended:
+// its exit code, or 128+N for one a signal N killed.
+func shellStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// TestLogsFollowSignals sends SIGINT and SIGTERM to the snapsvc binary
+// following logs (logs -f): it ends with 130 and 143 and says nothing, as
+// Debian's snap logs -f does, which the signal kills (a shell shows 130
+// and 143), when SNAPSVC_SNAP_CLIENT names it (v0.2.0's logs -f exited 0).
+// watch ID on a held change ends so too, naming the change (snap 2.57.6's
+// watch ignores SIGINT, and SIGTERM kills it: 143).
+func TestLogsFollowSignals(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, root := logsFake(t)
+	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
+	defer held.Finish()
+	bins := map[string]string{"snapsvc": self}
+	if snapBin := os.Getenv("SNAPSVC_SNAP_CLIENT"); snapBin != "" {
+		bins["snap"] = snapBin
+	}
+	// start runs NAME ARGS... and returns once it has printed its first
+	// line, on stdout for logs (the last line so far), on stderr for
+	// watch (-v: that it waits), so that it is following or waiting, its
+	// signal handling in place; stderr returns all it printed there once
+	// it has ended.
+	start := func(name string, args ...string) (c *exec.Cmd, stderr func() string) {
+		t.Helper()
+		c = exec.CommandContext(safetyNet(t), bins[name], args...)
+		c.Args[0] = name // the test binary is snapsvc when called so (TestMain)
+		c.Env = []string{"PATH=/usr/bin:/bin", "SNAP_REEXEC=0", "SNAPPY_GLOBAL_ROOT=" + root, "HOME=" + t.TempDir(), "TZ=UTC"}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errOut bytes.Buffer
+		first := bufio.NewReader(r)
+		if args[0] == "logs" {
+			c.Stdout, c.Stderr = w, &errOut
+		} else {
+			c.Stderr = w
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		line, err := first.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s %q printed nothing: %v", name, args, err)
+		}
+		rest := make(chan string, 1)
+		go func() {
+			b, _ := io.ReadAll(first)
+			r.Close()
+			rest <- string(b)
+		}()
+		return c, func() string {
+			if args[0] == "logs" {
+				<-rest
+				return errOut.String()
+			}
+			return line + <-rest
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		want := 128 + int(sig)
+		for name := range bins {
+			c, stderr := start(name, "logs", "-f", "-n=1", "k8s")
+			c.Process.Signal(sig)
+			c.Wait()
+			if got, errOut := shellStatus(c.ProcessState), stderr(); got != want || errOut != "" {
+				t.Errorf("%s logs -f, %v: status %d, stderr %q; want %d and nothing", name, sig, got, errOut, want)
+			}
+		}
+		c, stderr := start("snapsvc", "-v", "watch", held.ID())
+		c.Process.Signal(sig)
+		c.Wait()
+		words := map[syscall.Signal]string{syscall.SIGINT: "interrupted", syscall.SIGTERM: "terminated (SIGTERM)"}[sig]
+		if got, errOut := shellStatus(c.ProcessState), stderr(); got != want || !strings.Contains(errOut, "error: "+words+" while waiting for change "+held.ID()+"\n") {
+			t.Errorf("snapsvc watch, %v: status %d, stderr %q; want %d", sig, got, errOut, want)
+		}
 	}
 }

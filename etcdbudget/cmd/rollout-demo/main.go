@@ -19,7 +19,8 @@
 //
 // It shares the CLI style of every binary of the project
 // (github.com/snapsvc/snapsvc/cmd/clistyle): help on stdout, GNU flags,
-// usage errors exit 2, --version, completion bash|zsh|fish, man DIR.
+// usage errors exit 2, --version, completion bash|zsh|fish; its man pages
+// come from a build with the manpages tag (package clistyle/manpage).
 // Exit codes: 0 done (with --serve: stopped by Ctrl-C or SIGTERM); 1 etcd
 // did not start or a restart failed; 2 usage; 130 interrupted.
 //

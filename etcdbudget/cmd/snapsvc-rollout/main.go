@@ -79,7 +79,9 @@
 // And, as every binary of the project (github.com/snapsvc/snapsvc/cmd/clistyle):
 // GNU-style flags anywhere among the arguments ("--" ends them), help on
 // stdout (--help, help COMMAND), --version (and version), completion
-// bash|zsh|fish, man DIR. Errors are one line on stderr after "error: ";
+// bash|zsh|fish; man pages from a build with the manpages tag ("go run
+// -tags manpages ./cmd/snapsvc-rollout man DIR"; the shipped binary has no
+// man command). Errors are one line on stderr after "error: ";
 // a usage error adds how to get the help.
 //
 // Exit codes: 0 done and ready, 1 failed (check the service before
@@ -422,7 +424,8 @@ func (r *runner) execute(ctx context.Context, args []string) (int, *clistyle.Usa
 	}
 	var ue *clistyle.UsageError
 	if !errors.As(err, &ue) {
-		// Only the style's own commands (man DIR) fail after they ran.
+		// Only the style's own commands (man DIR, in a build with the
+		// manpages tag) fail after they ran.
 		ue = &clistyle.UsageError{Msg: err.Error(), Cmd: path}
 	}
 	return exitUsage, ue
