@@ -102,7 +102,7 @@ func TestIntentKilledProcessRestartsOnce(t *testing.T) {
 			dir := t.TempDir()
 			before := maxChangeID(t, w)
 			spec := intentWorker{Socket: e.Socket, LockDir: dir, KillAt: at}
-			if !runKilled(t, spec) {
+			if _, killed := runIntentProc(t, spec); !killed {
 				t.Fatal("the worker was not killed")
 			}
 			made := restartsAfter(t, w, before)
@@ -111,7 +111,7 @@ func TestIntentKilledProcessRestartsOnce(t *testing.T) {
 				t.Fatalf("killed at %s: %d restart changes %v before the replay, want %d", at, len(made), made, want)
 			}
 			spec.Replay, spec.KillAt = true, ""
-			out := runWorker(t, spec)
+			out, _ := runIntentProc(t, spec)
 			w.waitIdle(t)
 			made = restartsAfter(t, w, before)
 			if len(made) != 1 {
@@ -155,33 +155,22 @@ func restartsAfter(t *testing.T, w *wire, before int) []string {
 	return out
 }
 
-func runKilled(t *testing.T, spec intentWorker) bool {
+// runIntentProc runs a worker: its output, and whether it was killed.
+func runIntentProc(t *testing.T, spec intentWorker) (out string, killed bool) {
 	t.Helper()
 	raw, _ := json.Marshal(spec)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), intentWorkerEnv+"="+string(raw))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err := cmd.Run()
+	b, err := cmd.Output()
 	if ee, ok := err.(*exec.ExitError); ok {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-			return true
+			return string(b), true
 		}
 	}
-	t.Logf("worker: %v\n%s", err, stderr.String())
-	return false
-}
-
-func runWorker(t *testing.T, spec intentWorker) string {
-	t.Helper()
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), intentWorkerEnv+"="+string(raw))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("replay worker: %v\n%s", err, stderr.String())
+		t.Fatalf("worker: %v\n%s", err, stderr.String())
 	}
-	return string(out)
+	return string(b), false
 }

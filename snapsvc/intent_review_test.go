@@ -295,13 +295,10 @@ func TestIntentOfAnotherSnapIsLeftToItsOwnClient(t *testing.T) {
 	}
 }
 
-// Replayed.Result is documented nil with ReplayReached.
+// ReplayReached reports Done, with no change: none was made.
 func TestIntentReachedResult(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	snapsvc.SetBootID(t, "boot-1")
-	foreign := leaveIntent(t, srv, "restart")
-	foreign.Finish()
-	snapsvc.SetBootID(t, "boot-2")
+	leaveEarlierBootIntent(t, srv, "restart")
 	rs, err := newClient(t, srv).Replay(ctxT(t), "k8s")
 	if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayReached {
 		t.Fatalf("%+v %v", rs, err)
@@ -311,14 +308,10 @@ func TestIntentReachedResult(t *testing.T) {
 	}
 }
 
-// an earlier boot's restart intent takes a budget slot to decide
-// nothing is left to do.
+// An earlier boot's restart intent takes no budget slot: it never acts.
 func TestIntentOfAnEarlierBootRestartTakesNoSlot(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	snapsvc.SetBootID(t, "boot-1")
-	foreign := leaveIntent(t, srv, "restart")
-	foreign.Finish()
-	snapsvc.SetBootID(t, "boot-2")
+	leaveEarlierBootIntent(t, srv, "restart")
 	b := newMemBudget(1)
 	rs, err := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{})).Replay(ctxT(t), "k8s")
 	if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayReached {
@@ -332,11 +325,8 @@ func TestIntentOfAnEarlierBootRestartTakesNoSlot(t *testing.T) {
 // an earlier boot's stop, reached (nothing sent), keeps a budget slot.
 func TestIntentReachedStopKeepsNoSlot(t *testing.T) {
 	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-	snapsvc.SetBootID(t, "boot-1")
-	foreign := leaveIntent(t, srv, "stop")
-	foreign.Finish()
+	leaveEarlierBootIntent(t, srv, "stop")
 	srv.SetService("k8s", "kubelet", fake.AppState{Enabled: false, Active: false})
-	snapsvc.SetBootID(t, "boot-2")
 	b := newMemBudget(1)
 	rs, err := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{})).Replay(ctxT(t), "k8s")
 	if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayReached {

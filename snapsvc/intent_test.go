@@ -42,6 +42,15 @@ func leaveIntent(t *testing.T, srv *fake.Server, action string) *fake.Change {
 	return foreign
 }
 
+// leaveEarlierBootIntent leaves an intent of action in boot "boot-1",
+// its blocker finished, and makes this boot "boot-2".
+func leaveEarlierBootIntent(t *testing.T, srv *fake.Server, action string) {
+	t.Helper()
+	snapsvc.SetBootID(t, "boot-1")
+	leaveIntent(t, srv, action).Finish()
+	snapsvc.SetBootID(t, "boot-2")
+}
+
 // ownChanges are the service-control changes of srv.
 func ownChanges(srv *fake.Server) []fake.ChangeInfo {
 	var out []fake.ChangeInfo
@@ -111,10 +120,7 @@ func TestIntentOfAnEarlierBoot(t *testing.T) {
 	checkLeaks(t)
 	t.Run("restart: every process now started after it", func(t *testing.T) {
 		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-		snapsvc.SetBootID(t, "boot-1")
-		foreign := leaveIntent(t, srv, "restart")
-		foreign.Finish()
-		snapsvc.SetBootID(t, "boot-2")
+		leaveEarlierBootIntent(t, srv, "restart")
 		rs, err := newClient(t, srv).Replay(ctxT(t), "k8s")
 		if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayReached || !rs[0].EarlierBoot {
 			t.Fatalf("replayed %+v, %v; want the restart reached by the boot", rs, err)
@@ -125,10 +131,7 @@ func TestIntentOfAnEarlierBoot(t *testing.T) {
 	})
 	t.Run("stop: carried out where the boot started the service again", func(t *testing.T) {
 		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-		snapsvc.SetBootID(t, "boot-1")
-		foreign := leaveIntent(t, srv, "stop")
-		foreign.Finish()
-		snapsvc.SetBootID(t, "boot-2")
+		leaveEarlierBootIntent(t, srv, "stop")
 		rs, err := newClient(t, srv).Replay(ctxT(t), "k8s")
 		if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayActed {
 			t.Fatalf("replayed %+v, %v; want the stop acted", rs, err)
@@ -139,11 +142,8 @@ func TestIntentOfAnEarlierBoot(t *testing.T) {
 	})
 	t.Run("stop: reached where the service is stopped", func(t *testing.T) {
 		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
-		snapsvc.SetBootID(t, "boot-1")
-		foreign := leaveIntent(t, srv, "stop")
-		foreign.Finish()
+		leaveEarlierBootIntent(t, srv, "stop")
 		srv.SetService("k8s", "kubelet", fake.AppState{Enabled: false, Active: false})
-		snapsvc.SetBootID(t, "boot-2")
 		rs, err := newClient(t, srv).Replay(ctxT(t), "k8s")
 		if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayReached {
 			t.Fatalf("replayed %+v, %v; want the stop reached", rs, err)
