@@ -75,7 +75,8 @@ type Client struct {
 	startup   *replayRun      // WithIntents: the replay New began (replay.go)
 }
 
-// New builds a Client. It sends no request.
+// New builds a Client. It sends no request (but, with WithIntents, the
+// replay of what a dead process left, in the background).
 //
 // The mode defaults to ModeAuto: snapctl inside a snap, REST outside.
 // snapctl is the default inside because it is the one path every snap

@@ -298,8 +298,9 @@ func (r *intentRecord) keep() {
 // directory before it waits for or sends anything, and removes it once its
 // caller has the outcome. A process killed meanwhile (kill -9, an OOM
 // kill, a reboot) leaves the intent, and the next Client built with this
-// option replays it when it is made (Startup reports what that did), as
-// Replay does: once on the machine, from snapd's records, never sending a
+// option replays it when it is made (Startup reports what that did; the
+// Client's own operations wait for it, so that an older intent never
+// undoes a newer call), as Replay does: once on the machine, from snapd's records, never sending a
 // request whose change snapd already made. A call that ends with its
 // context (a daemon shutting down), or without knowing what its request
 // did (ErrOutcomeUnknown), leaves its intent too. An asynchronous
