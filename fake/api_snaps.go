@@ -39,6 +39,9 @@ type snapJSON struct {
 	License          string     `json:"license,omitempty"`
 	MountedFrom      string     `json:"mounted-from,omitempty"`
 	Contact          string     `json:"contact"`
+	// Hold is the system hold of the snap's refreshes (snap refresh
+	// --hold), from 2.58 (daemon/snap.go mapLocal).
+	Hold *time.Time `json:"hold,omitempty"`
 }
 
 // snapJSONLinksNull adds the always-present "links": null of 2.62..2.68.
@@ -71,6 +74,10 @@ func (s *Server) snapJSONLocked(ss *snapState) any {
 	}
 	if in.TrackingChannel != "" {
 		j.Channel = in.TrackingChannel
+	}
+	if ss.hold != nil && s.cfg.version.hasHold() {
+		h := ss.hold.until
+		j.Hold = &h
 	}
 	var names []string
 	for n := range ss.apps {
