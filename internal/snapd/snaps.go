@@ -44,6 +44,8 @@ type SnapInstruction struct {
 	Revision  string `json:"revision,omitempty"`
 	Time      string `json:"time,omitempty"`
 	HoldLevel string `json:"hold-level,omitempty"`
+	Amend     bool   `json:"amend,omitempty"`
+	Classic   bool   `json:"classic,omitempty"`
 }
 
 // PostSnap sends inst for snap name and returns the id of the change snapd
@@ -74,6 +76,8 @@ type Sideload struct {
 	Name string
 	// Dangerous installs the file without assertions ("dangerous").
 	Dangerous bool
+	// Classic allows a classically confined snap ("classic").
+	Classic bool
 }
 
 // PostSideload uploads s's file to POST /v2/snaps and returns the id of the
@@ -127,6 +131,12 @@ func (s Sideload) body() (*uploadBody, error) {
 	fields := [][2]string{{"action", "install"}, {"name", s.Name}, {"snap-path", s.Path}}
 	if s.Dangerous {
 		fields = append(fields, [2]string{"dangerous", "true"})
+	}
+	if s.Classic {
+		fields = append(fields, [2]string{"classic", "true"})
+	}
+	if s.Classic {
+		fields = append(fields, [2]string{"classic", "true"})
 	}
 	for _, kv := range fields {
 		if kv[1] == "" {
