@@ -169,7 +169,7 @@ func TestRefreshInSnapctlModeIsRefused(t *testing.T) {
 	if _, err := c.HoldRefresh(context.Background(), "svcdemo", snapsvc.HoldOptions{}); !errors.Is(err, snapsvc.ErrRefreshInSnapctl) {
 		t.Fatalf("hold: %v", err)
 	}
-	if n := srv.Counters().Requests["POST /v2/snaps/{name}"]; n != 0 {
+	if n := srv.Counters().Requests["POST /v2/snaps/svcdemo"]; n != 0 {
 		t.Fatalf("%d refresh requests", n)
 	}
 }
