@@ -210,14 +210,27 @@ func (s *Server) startSnapOpLocked(op *snapOp, summary string) *response {
 	if v.atLeast("2.77") {
 		pd = free("process-delayed-security-backend-effects", "Process delayed security backend side effects for affected snaps")
 	}
+	// The chain may run to its end within one settle pass (no durations),
+	// before the free tasks, later in the list, were started: end them
+	// from Do as well as from Doing.
+	endFree := func(t *task) bool {
+		switch t.status {
+		case StatusDo:
+			s.setTaskStatusLocked(t, StatusDoing)
+		case StatusDoing:
+		default:
+			return false
+		}
+		return true
+	}
 	last.onDone = func() {
-		if rr != nil && rr.status == StatusDoing {
+		if rr != nil && endFree(rr) {
 			if !v.atLeast(Version268) {
 				s.logLocked(rr, "INFO", "No re-refreshes found.")
 			}
 			s.setTaskStatusLocked(rr, StatusDone)
 		}
-		if pd != nil && pd.status == StatusDoing {
+		if pd != nil && endFree(pd) {
 			sp := s.newTaskLocked(c, "setup-profiles", fmt.Sprintf("Setup snap %q (%s) security profiles", name, op.to.rev), name)
 			sp.waitFor = []*task{pd}
 			sp.run = func() { s.handlerDoneLocked(sp) }

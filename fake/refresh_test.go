@@ -387,3 +387,35 @@ func TestControlStoreAndHold(t *testing.T) {
 		t.Errorf("GET /hold after: %d %s", code, out)
 	}
 }
+
+// TestRefreshInstantaneous: with no durations anywhere the whole chain runs
+// at once; the change still ends Done (check-rerefresh and
+// process-delayed-security-backend-effects ended with it), for a store
+// refresh and for two local installs in a row, on every version.
+func TestRefreshInstantaneous(t *testing.T) {
+	for _, v := range []fake.Version{fake.Version257, fake.Version268, fake.Version277} {
+		t.Run(string(v), func(t *testing.T) {
+			s := fake.NewServer(t, fake.WithVersion(v), fake.WithSnaps(fake.Snap{Name: "svcdemo", Revision: "1", Apps: []fake.App{
+				{Name: "alpha", Daemon: "simple", Enabled: true, Active: true},
+				{Name: "beta", Daemon: "simple", Enabled: true, Active: true}}}),
+				fake.WithStoreRevision("svcdemo", fake.StoreRevision{Revision: "2"}))
+			file := []byte("name: svcdemo\nversion: '1.1'\napps:\n  alpha:\n    daemon: simple\n  beta:\n    daemon: simple\n")
+			var ids []string
+			_, e := call(t, s.SocketPath(), "POST", "/v2/snaps/svcdemo", `{"action":"refresh"}`)
+			ids = append(ids, e.Change)
+			for i := 0; i < 2; i++ {
+				_, b := sideload(t, s.SocketPath(), "svcdemo_1.1_amd64.snap", file)
+				ids = append(ids, changeID(t, b))
+			}
+			for _, id := range ids {
+				ci, ok := s.ChangeByID(id)
+				if !ok || ci.Status != "Done" || !ci.Ready {
+					t.Errorf("change %q: %s %v", id, ci.Status, taskKinds(ci))
+				}
+			}
+			if sn := snapOf(t, s, "svcdemo"); sn["revision"] != "x2" || sn["version"] != "1.1" {
+				t.Errorf("at the end: %v %v", sn["revision"], sn["version"])
+			}
+		})
+	}
+}
