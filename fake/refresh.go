@@ -66,12 +66,13 @@ type snapOp struct {
 	file    string // a local install's file name (its summary)
 
 	// while running
-	from     revState
-	fromApps map[string]*appState
-	fromSeq  []revState
-	fromDate time.Time
-	stopped  []*appState // what stop-snap-services stopped
-	started  []*appState // what start-snap-services started
+	from                      revState
+	fromApps                  map[string]*appState
+	fromSeq                   []revState
+	fromDate                  time.Time
+	fromGating, fromFirstHeld time.Time
+	stopped                   []*appState // what stop-snap-services stopped
+	started                   []*appState // what start-snap-services started
 }
 
 // startSnapOpLocked makes op's change with snapd's tasks (the list
@@ -344,6 +345,10 @@ func (s *Server) linkSnapLocked(op *snapOp, seq []revState) {
 	ss.info.Revision, ss.info.Version = op.to.rev, op.to.version
 	ss.installed = s.nowLocked()
 	ss.seq = append([]revState(nil), seq...)
+	// refreshed: its gate-auto-refresh hold is over (snapstate drops the
+	// gating holds of refreshed snaps)
+	op.fromGating, op.fromFirstHeld = ss.gatingHold, ss.gatingFirstHeld
+	ss.gatingHold, ss.gatingFirstHeld = time.Time{}, time.Time{}
 }
 
 // undoLinkSnapLocked links the old revision again.
@@ -356,6 +361,7 @@ func (s *Server) undoLinkSnapLocked(op *snapOp) {
 	ss.info.Revision, ss.info.Version = op.from.rev, op.from.version
 	ss.installed = op.fromDate
 	ss.seq = op.fromSeq
+	ss.gatingHold, ss.gatingFirstHeld = op.fromGating, op.fromFirstHeld
 }
 
 // startSnapServicesLocked mirrors start-snap-services: the enabled

@@ -419,3 +419,63 @@ func TestRefreshInstantaneous(t *testing.T) {
 		})
 	}
 }
+
+func TestSnapctlRefreshGateHook(t *testing.T) {
+	clk := fake.NewManualClock(t0)
+	s := fake.NewServer(t, fake.WithSnaps(k8sStore(), fake.Snap{Name: "other", Apps: []fake.App{{Name: "d", Daemon: "simple"}}}),
+		fake.WithClock(clk), fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11", Version: "1.31"}))
+	ctl := func(cookie string, args ...string) (int, string, errRes) {
+		t.Helper()
+		code, e := call(t, s.SnapSocketPath(), "POST", "/v2/snapctl", cookieBody(cookie, args...))
+		if e.Type == "error" {
+			return code, "", errOf(t, e)
+		}
+		var r struct{ Stdout string }
+		decode(t, e.Result, &r)
+		return code, r.Stdout, errRes{}
+	}
+	h := s.StartHook("k8s", "gate-auto-refresh")
+	if ci, _ := s.ChangeByID(h.ChangeID()); ci.Kind != "auto-refresh" || ci.Tasks[0].Summary != `Run hook gate-auto-refresh of snap "k8s"` {
+		t.Errorf("gate hook change: %+v", ci)
+	}
+	code, out, _ := ctl(h.Cookie(), "refresh", "--pending")
+	if code != 200 || out != "pending: ready\nchannel: latest/stable\nversion: \"1.31\"\nrevision: 11\nbase: false\nrestart: false\n" {
+		t.Errorf("--pending: %d %q", code, out)
+	}
+	clk.Advance(24 * time.Hour)
+	code, out, _ = ctl(h.Cookie(), "refresh", "--hold")
+	if code != 200 || out != "hold: 2136h0m0s\n" || h.RefreshAction() != "hold" {
+		t.Errorf("--hold: %d %q %q", code, out, h.RefreshAction())
+	}
+	if g := snapOf(t, s, "k8s")["gating-hold"]; g != t0.Add(90*24*time.Hour).Format(time.RFC3339) {
+		t.Errorf("gating-hold read back %v", g)
+	}
+	for _, c := range []struct {
+		cookie string
+		args   []string
+		msg    string
+	}{
+		{h.Cookie(), []string{"refresh", "--hold", "--proceed"}, "cannot use --proceed and --hold together"},
+		{h.Cookie(), []string{"refresh", "--frob"}, "unknown flag `frob'"},
+		{s.Cookie("k8s"), []string{"refresh", "--hold"}, "cannot hold outside of gate-auto-refresh hook"},
+		{s.Cookie("k8s"), []string{"refresh", "--proceed"}, "cannot proceed: requires snap-refresh-control interface"},
+		{s.StartHook("other", "configure").Cookie(), []string{"refresh", "--proceed"}, "can only be used from gate-auto-refresh hook"},
+		{s.StartHook("other", "gate-auto-refresh").Cookie(), []string{"refresh", "--hold"}, `internal error: snap "other" is not affected by any snaps`},
+	} {
+		if code, _, r := ctl(c.cookie, c.args...); code != 400 || r.Message != "snapctl: "+c.msg {
+			t.Errorf("%v: %d %q", c.args, code, r.Message)
+		}
+	}
+	code, out, _ = ctl(h.Cookie(), "refresh", "--proceed")
+	if code != 200 || out != "" || h.RefreshAction() != "proceed" {
+		t.Errorf("--proceed: %d %q %q", code, out, h.RefreshAction())
+	}
+	if g := snapOf(t, s, "k8s")["gating-hold"]; g != nil {
+		t.Errorf("gating-hold after --proceed: %v", g)
+	}
+	// a snap with nothing pending
+	code, out, _ = ctl(s.Cookie("other"), "refresh", "--pending")
+	if code != 200 || out != "pending: none\nbase: false\nrestart: false\n" {
+		t.Errorf("--pending, nothing pending: %d %q", code, out)
+	}
+}

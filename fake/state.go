@@ -60,6 +60,10 @@ type snapState struct {
 	seq []revState
 	// hold is the system (user) hold of its refreshes (2.58+), nil when none.
 	hold *refreshHold
+	// gatingHold is until when the snap's gate-auto-refresh hook held its
+	// own auto-refresh (snapctl refresh --hold), zero when not held;
+	// gatingFirstHeld when it first did.
+	gatingHold, gatingFirstHeld time.Time
 }
 
 func (ss *snapState) services() []*appState {
