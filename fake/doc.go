@@ -73,7 +73,13 @@
 //     hooks behave like the ephemeral context but their own change does not
 //     conflict. Errors carry the version's prefix ("error running snapctl: "
 //     before 2.70, "snapctl: " after). SetSnapctlUnsuccessful makes a command
-//     answer snapd's "unsuccessful" result (HTTP 200, exit code).
+//     answer snapd's "unsuccessful" result (HTTP 200, exit code). refresh
+//     (ctlcmd/refresh.go, hidden): --pending prints the snap's refresh
+//     candidate (the fake's store) as YAML; from a gate-auto-refresh hook
+//     (StartHook(snap, "gate-auto-refresh"), an auto-refresh change)
+//     --hold holds the snap's own auto-refresh (prints "hold: <time
+//     left>", read back as "gating-hold") and --proceed lets it go
+//     (Hook.RefreshAction); elsewhere snapd's errors.
 //   - GET /v2/notices (2.62+, else 404 "not found"): change-update notices
 //     (one per change, counting spawn, each status change and ready), types,
 //     keys, after (strictly after last-repeated), timeout long-poll that
