@@ -374,7 +374,10 @@ func ownHookChange(k *call, snaps []string) string {
 				continue
 			}
 			for _, s := range snaps {
-				if t.Summary == fmt.Sprintf("Run %s hook of %q snap", c.hook, s) {
+				// hookstate: `Run configure hook of "x" snap`; the
+				// gate-auto-refresh hook's (SetupGateAutoRefreshHook)
+				// is `Run hook gate-auto-refresh of snap "x"`.
+				if t.Summary == fmt.Sprintf("Run %s hook of %q snap", c.hook, s) || t.Summary == fmt.Sprintf("Run hook %s of snap %q", c.hook, s) {
 					return chg.ID
 				}
 			}
