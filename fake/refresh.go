@@ -71,6 +71,7 @@ type snapOp struct {
 	fromSeq                   []revState
 	fromDate                  time.Time
 	fromGating, fromFirstHeld time.Time
+	fromTracking              string
 	stopped                   []*appState // what stop-snap-services stopped
 	started                   []*appState // what start-snap-services started
 }
@@ -342,6 +343,12 @@ func (s *Server) linkSnapLocked(op *snapOp, seq []revState) {
 		apps[def.Name] = a
 	}
 	ss.apps = apps
+	op.fromTracking = ss.info.TrackingChannel
+	if op.channel != "" {
+		// a store refresh: the snap tracks the channel it came from
+		// (GET /v2/snaps: tracking-channel and channel "latest/beta")
+		ss.info.TrackingChannel = op.channel
+	}
 	ss.info.Revision, ss.info.Version = op.to.rev, op.to.version
 	ss.installed = s.nowLocked()
 	ss.seq = append([]revState(nil), seq...)
@@ -358,6 +365,7 @@ func (s *Server) undoLinkSnapLocked(op *snapOp) {
 		return
 	}
 	ss.apps = op.fromApps
+	ss.info.TrackingChannel = op.fromTracking
 	ss.info.Revision, ss.info.Version = op.from.rev, op.from.version
 	ss.installed = op.fromDate
 	ss.seq = op.fromSeq

@@ -121,6 +121,27 @@ func TestRefreshFromStore(t *testing.T) {
 	if r := errOf(t, e); code != 404 || r.Kind != "snap-channel-not-available" || r.Message != "no snap revision on specified channel" {
 		t.Errorf("unknown channel: %d %+v", code, r)
 	}
+	if sn["tracking-channel"] != "latest/stable" || sn["channel"] != "latest/stable" {
+		t.Errorf("after a refresh from latest/stable: tracking %v channel %v", sn["tracking-channel"], sn["channel"])
+	}
+	// another channel: the snap tracks it from then on
+	s.SetStoreRevision("k8s", fake.StoreRevision{Revision: "14", Version: "1.32", Channel: "beta"})
+	code, e = call(t, s.SocketPath(), "POST", "/v2/snaps/k8s", `{"action":"refresh","channel":"beta"}`)
+	if code != 202 {
+		t.Fatalf("refresh --beta: %d %s", code, e.Result)
+	}
+	if ci, _ := s.ChangeByID(e.Change); ci.Summary != `Refresh "k8s" snap from "beta" channel` {
+		t.Errorf("summary %q", ci.Summary)
+	}
+	s.AdvanceUntilReady(ctx, e.Change)
+	if sn := snapOf(t, s, "k8s"); sn["tracking-channel"] != "latest/beta" || sn["channel"] != "latest/beta" || sn["revision"] != "14" {
+		t.Errorf("after a refresh from beta: tracking %v channel %v revision %v", sn["tracking-channel"], sn["channel"], sn["revision"])
+	}
+	// and a plain refresh now looks at beta: nothing newer there
+	code, e = call(t, s.SocketPath(), "POST", "/v2/snaps/k8s", `{"action":"refresh"}`)
+	if r := errOf(t, e); code != 400 || r.Kind != "snap-no-update-available" {
+		t.Errorf("refresh tracking beta: %d %+v", code, r)
+	}
 }
 
 func TestRefreshNewServicesFailToStart(t *testing.T) {
