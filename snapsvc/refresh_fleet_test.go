@@ -255,3 +255,24 @@ func TestFleetRefreshLostAnswer(t *testing.T) {
 		t.Fatalf("%d refresh requests from the machine whose answer was lost, want 1", n)
 	}
 }
+
+// TestBudgetedRefreshNoUpdate: a refresh with nothing newer gives its
+// slots back at once and records no act.
+func TestBudgetedRefreshNoUpdate(t *testing.T) {
+	b := newQueueBudget(1)
+	ms := newFleet(t, 1, b, time.Millisecond, fake.StoreRevision{Revision: "1", Version: "1.0"}, time.Second)
+	res, err := ms[0].c.Refresh(context.Background(), "svcdemo", snapsvc.RefreshOptions{})
+	if err != nil || !res.NoUpdate {
+		t.Fatalf("refresh: %+v %v", res, err)
+	}
+	op, err := ms[0].c.RefreshAsync(context.Background(), "svcdemo", snapsvc.RefreshOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := op.Wait(doneCtx()); err != nil || !r.NoUpdate {
+		t.Fatalf("async: %+v %v", r, err)
+	}
+	if len(b.history()) != 0 || b.holding("svcdemo.alpha")+b.holding("svcdemo.beta") != 0 || len(changesOf(ms[0].srv, "refresh-snap")) != 0 {
+		t.Fatalf("acts %+v, slots held %d", b.history(), b.holding("svcdemo.alpha")+b.holding("svcdemo.beta"))
+	}
+}
