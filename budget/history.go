@@ -48,8 +48,8 @@ type Act struct {
 	Holder string `json:"holder"`
 	// Machine is the holder's host name.
 	Machine string `json:"machine,omitempty"`
-	// Action is "restart", "stop" or "start"; Services the services it
-	// named ("k8s.kubelet").
+	// Action is "restart", "stop", "start" or "refresh"; Services the
+	// services it named ("k8s.kubelet"; a refresh names its snap, "k8s").
 	Action   string   `json:"action"`
 	Services []string `json:"services"`
 	// Change is snapd's change id ("" when none is known: snapctl mode,

@@ -114,7 +114,7 @@ func TestSnapsList(t *testing.T) {
 				t.Errorf("find: %d %+v", code, r)
 			}
 			code, e = call(t, s.SocketPath(), "POST", "/v2/snaps/k8s", `{"action":"remove"}`)
-			if r := errOf(t, e); code != 400 || !strings.Contains(r.Message, "does not install, remove or refresh") {
+			if r := errOf(t, e); code != 400 || !strings.Contains(r.Message, "fake snapd does not remove snaps") {
 				t.Errorf("POST /v2/snaps/k8s: %d %+v", code, r)
 			}
 		})

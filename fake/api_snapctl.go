@@ -88,6 +88,8 @@ func (s *Server) postSnapctl(ctx context.Context, body []byte, stopping <-chan s
 		return s.snapctlGet(cctx, args, fail)
 	case "set":
 		return s.snapctlSet(cctx, args, fail)
+	case "refresh":
+		return s.snapctlRefresh(cctx, args, fail)
 	case "unset":
 		s.mu.Lock()
 		for _, k := range args {
@@ -100,6 +102,9 @@ func (s *Server) postSnapctl(ctx context.Context, body []byte, stopping <-chan s
 }
 
 func knownCommand(v Version, cmd string) bool {
+	if cmd == "refresh" {
+		return true // hidden: in no go-flags list (ctlcmd/refresh.go cmd.hidden)
+	}
 	for _, c := range strings.Split(strings.NewReplacer(" or ", ", ").Replace(v.unknownCommandList()), ", ") {
 		if c == cmd {
 			return true

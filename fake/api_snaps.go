@@ -39,6 +39,11 @@ type snapJSON struct {
 	License          string     `json:"license,omitempty"`
 	MountedFrom      string     `json:"mounted-from,omitempty"`
 	Contact          string     `json:"contact"`
+	// Hold is the system hold of the snap's refreshes (snap refresh
+	// --hold), from 2.58 (daemon/snap.go mapLocal).
+	Hold *time.Time `json:"hold,omitempty"`
+	// GatingHold is until when a snap's gate-auto-refresh hook held it.
+	GatingHold *time.Time `json:"gating-hold,omitempty"`
 }
 
 // snapJSONLinksNull adds the always-present "links": null of 2.62..2.68.
@@ -71,6 +76,14 @@ func (s *Server) snapJSONLocked(ss *snapState) any {
 	}
 	if in.TrackingChannel != "" {
 		j.Channel = in.TrackingChannel
+	}
+	if ss.hold != nil && s.cfg.version.hasHold() {
+		h := ss.hold.until
+		j.Hold = &h
+	}
+	if !ss.gatingHold.IsZero() && s.cfg.version.hasHold() {
+		g := ss.gatingHold
+		j.GatingHold = &g
 	}
 	var names []string
 	for n := range ss.apps {

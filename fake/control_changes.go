@@ -241,16 +241,22 @@ type Hook struct {
 	cookie string
 	c      *change
 	t      *task
+	// refreshAction is what a gate-auto-refresh hook answered through
+	// snapctl refresh ("hold", "proceed").
+	refreshAction string
 }
 
 var hookChangeKinds = map[string]string{
 	"configure": "configure-snap", "default-configure": "install-snap", "install": "install-snap",
 	"post-refresh": "refresh-snap", "pre-refresh": "refresh-snap", "remove": "remove-snap",
+	"gate-auto-refresh": "auto-refresh",
 }
 
 // StartHook starts hook (e.g. "configure") of snap and returns it. The
-// hook's change (configure-snap for "configure") blocks other changes on
-// the snap until Finish or Fail. snapctl start/stop/restart from a
+// hook's change (configure-snap for "configure", auto-refresh for
+// "gate-auto-refresh", whose snapctl refresh --hold/--proceed the fake
+// answers: Hook.RefreshAction) blocks other changes on the snap until
+// Finish or Fail. snapctl start/stop/restart from a
 // configure or default-configure hook are queued into this change and run
 // after the hook finishes; from other hooks they make their own change,
 // ignoring this one in the conflict check.
@@ -269,7 +275,12 @@ func (s *Server) StartHook(snap, hook string) *Hook {
 		summary, _ = defaultSpec(kind, snap)
 	}
 	c := s.newChangeLocked(kind, summary)
-	t := s.newTaskLocked(c, "run-hook", fmt.Sprintf("Run %s hook of %q snap", hook, snap), snap)
+	tsum := fmt.Sprintf("Run %s hook of %q snap", hook, snap)
+	if hook == "gate-auto-refresh" {
+		// hookstate.SetupGateAutoRefreshHook, in the auto-refresh change
+		tsum = fmt.Sprintf("Run hook %s of snap %q", hook, snap)
+	}
+	t := s.newTaskLocked(c, "run-hook", tsum, snap)
 	s.lastHookSeq++
 	h := &Hook{s: s, snap: snap, name: hook, c: c, t: t,
 		cookie: fmt.Sprintf("%s-hook-%d-%s", snap, s.lastHookSeq, cookieFor(snap + hook)[:12])}

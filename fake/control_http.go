@@ -35,6 +35,8 @@ import (
 //	POST /fail-start                 {"snap","app","message"}: make starts fail (message "" clears; omitted: systemctl's usual text)
 //	POST /durations                  {"snap","app","start","stop"}: start/stop durations
 //	POST /service                    {"snap","app","enabled","active"}: set a service's state
+//	POST /store                      {"snap","revision","version","channel","apps":[app as in a snaps file]}: what a refresh finds in the store
+//	GET  /hold?snap=S                {"until","level"}: the system hold of S's refreshes ("until" omitted when none)
 //	POST /warnings                   {"message"}: add a snapd warning
 //	POST /logs                       {"snap","app","message"}: add a line to a service's journal
 //	POST /latency                    {"latency":"100ms"}: delay every answer
@@ -142,6 +144,20 @@ func (s *Server) ControlHandler() http.Handler {
 		s.SetService(req.Snap, req.App, AppState{Enabled: req.Enabled, Active: req.Active})
 		st, _ := s.Service(req.Snap, req.App)
 		ctlReply(w, st, nil)
+	})
+	mux.HandleFunc("POST /store", s.ctlStore)
+	mux.HandleFunc("GET /hold", func(w http.ResponseWriter, r *http.Request) {
+		snap := r.URL.Query().Get("snap")
+		if s.Cookie(snap) == "" {
+			ctlReply(w, nil, notFoundErr("no snap %q", snap))
+			return
+		}
+		until, level := s.Hold(snap)
+		out := map[string]any{"snap": snap}
+		if !until.IsZero() {
+			out["until"], out["level"] = until, level
+		}
+		ctlReply(w, out, nil)
 	})
 	mux.HandleFunc("POST /warnings", func(w http.ResponseWriter, r *http.Request) {
 		var req struct{ Message string }
@@ -421,4 +437,38 @@ func (s *Server) ctlWait(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctlReply(w, s.Counters(), nil)
+}
+
+// ctlStore serves POST /store: SetStoreRevision, the apps given as in a
+// snaps file (durations, fail-start, dies-after-start).
+func (s *Server) ctlStore(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Snap, Revision, Version, Channel string
+		Apps                             json.RawMessage
+	}
+	if !ctlDecode(w, r, &req) {
+		return
+	}
+	if s.Cookie(req.Snap) == "" {
+		ctlReply(w, nil, notFoundErr("no snap %q", req.Snap))
+		return
+	}
+	rev := StoreRevision{Revision: req.Revision, Version: req.Version, Channel: req.Channel}
+	if len(req.Apps) > 0 && string(req.Apps) != "null" {
+		doc, _ := json.Marshal(map[string]any{"snaps": []any{map[string]any{"name": req.Snap, "apps": req.Apps}}})
+		sns, err := ParseSnaps(doc)
+		if err != nil {
+			ctlReply(w, nil, badInput("apps: %v", err))
+			return
+		}
+		rev.Apps = sns[0].Apps
+		if rev.Apps == nil {
+			rev.Apps = []App{}
+		}
+	}
+	if err := s.SetStoreRevision(req.Snap, rev); err != nil {
+		ctlReply(w, nil, badInput("%v", err))
+		return
+	}
+	ctlReply(w, map[string]string{"snap": req.Snap, "revision": rev.Revision, "channel": channelKey(rev.Channel)}, nil)
 }

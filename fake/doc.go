@@ -41,7 +41,8 @@
 // New is the same without testing.TB (call Close). Options: WithSnaps,
 // WithVersion (Version257, Version262, Version268, Version270, Version277 —
 // the default), WithClock (RealClock or a *ManualClock), WithConflictAs409,
-// WithDir, WithSnapctlTimeout, WithoutListening, WithSnapSocketObserveDenied.
+// WithDir, WithSnapctlTimeout, WithoutListening, WithSnapSocketObserveDenied,
+// WithStoreRevision (what a refresh finds in the store).
 //
 // # What it serves
 //
@@ -72,7 +73,13 @@
 //     hooks behave like the ephemeral context but their own change does not
 //     conflict. Errors carry the version's prefix ("error running snapctl: "
 //     before 2.70, "snapctl: " after). SetSnapctlUnsuccessful makes a command
-//     answer snapd's "unsuccessful" result (HTTP 200, exit code).
+//     answer snapd's "unsuccessful" result (HTTP 200, exit code). refresh
+//     (ctlcmd/refresh.go, hidden): --pending prints the snap's refresh
+//     candidate (the fake's store) as YAML; from a gate-auto-refresh hook
+//     (StartHook(snap, "gate-auto-refresh"), an auto-refresh change)
+//     --hold holds the snap's own auto-refresh (prints "hold: <time
+//     left>", read back as "gating-hold") and --proceed lets it go
+//     (Hook.RefreshAction); elsewhere snapd's errors.
 //   - GET /v2/notices (2.62+, else 404 "not found"): change-update notices
 //     (one per change, counting spawn, each status change and ready), types,
 //     keys, after (strictly after last-repeated), timeout long-poll that
@@ -95,10 +102,31 @@
 //     GET /v2/snaps/{name} (404 snap-not-found "snap not installed"): the
 //     fields mapLocal fills for a sideloaded local snap (daemon/snap.go,
 //     client/packages.go), apps with daemon fields, per profile ("links"
-//     null from 2.62 to 2.68, "grade" from 2.77). GET /v2/find, which
-//     `snap info` also asks, is an empty store: name= 404 snap-not-found
-//     "snap not found", a search []. POST /v2/snaps and /v2/snaps/{name}
-//     (install, remove, refresh, ...) are refused with a 400 saying so.
+//     null from 2.62 to 2.68, "grade" from 2.77, "hold" from 2.58 while
+//     held). GET /v2/find, which `snap info` also asks, is an empty store:
+//     name= 404 snap-not-found "snap not found", a search [].
+//   - POST /v2/snaps/{name} (daemon/api_snaps.go postSnap, checked against
+//     real 2.57.6, 2.68.3 and 2.77.1: testdata/refresh): "refresh" to what
+//     the fake's store offers (WithStoreRevision, SetStoreRevision) or to
+//     a revision a local snap still has: a refresh-snap change with
+//     snapd's tasks, which stops the snap's running services
+//     (stop-snap-services, with the "Waiting for" log), links the new
+//     revision, starts its enabled services (start-snap-services: a
+//     FailStart there fails the change and undoes it, the old revision
+//     and its services back) and runs the configure hook; snap-local 400
+//     for a sideloaded snap the store does not know,
+//     snap-no-update-available 400 when nothing is newer (no change),
+//     409 snap-change-conflict. "hold"/"unhold" (2.58+; 2.57.6: "unknown
+//     action hold"): a Done change without tasks, read back as "hold" in
+//     GET /v2/snaps/{name}; never a conflict. Other actions (install,
+//     remove, ...) are refused with a 400 saying so.
+//   - POST /v2/snaps multipart (sideloadOrTrySnap): a local file over the
+//     installed snap, as `snap install --dangerous FILE`: an install-snap
+//     change with the refresh's tasks and a new local revision (x2, x3,
+//     ...). The file is read as meta/snap.yaml or a one-snap snaps file;
+//     a real squashfs gives its name and version through its file name
+//     (NAME_VERSION_ARCH.snap). Without dangerous: snapd's "cannot find
+//     signatures with metadata for snap ...".
 //   - GET /v2/logs (daemon/api_apps.go getLogs: names=, n= default 10,
 //     negative for all, follow=): an application/json-seq stream of
 //     client.Log records ("\x1e{...}\n") from the services' journal: the
@@ -153,10 +181,20 @@
 //   - snapctl: only services, start, stop, restart, get, set, unset; no
 //     --help text, no "Notes" other than "-".
 //   - The caller is always root: no polkit, no 401, user-id filters allowed.
-//   - Snaps cannot be installed, removed or refreshed through the API; the
-//     store is empty. Every snap is active, sideloaded-looking (revision
-//     x1 unless set, no publisher) with installed-size 4096 and its
-//     install date when the Server learnt of it.
+//   - Snaps cannot be installed new or removed through the API, and a
+//     local file goes only over an installed snap. The store holds only
+//     what WithStoreRevision/SetStoreRevision put there (one revision per
+//     channel; no cohorts, no amend, no epochs, no assertions). Every snap
+//     is active, sideloaded-looking (revision x1 unless set, no
+//     publisher) with installed-size 4096 and its install date when the
+//     Server learnt of it (or of its last refresh). Refresh hooks
+//     (pre-refresh, post-refresh, health check) take no time; the
+//     configure hook runs as for PUT conf. snapd's refresh.retain is 2.
+//     The "time" of an RFC3339 hold is kept to the second given; holds
+//     on all snaps (POST /v2/snaps) and gating holds are not modelled.
+//   - A failing start in start-snap-services is reported for the failing
+//     unit alone ("systemctl command [start snap.S.A.service] ..."), as
+//     service-control reports it; real snapd's text there is not captured.
 //   - A configure hook started by PUT conf has no cookie of its own, so
 //     snapctl from inside it cannot be scripted (StartHook can).
 //   - /v2/logs has no injected faults or latency, and reads no real
@@ -177,7 +215,11 @@
 //   - AddChange(ChangeSpec{Kind: "configure-snap", Snap: "k8s"}) blocks the
 //     snap until Change.Finish or Change.Fail (Change.Next walks a
 //     multi-task change one task at a time); StartHook runs a hook.
-//   - App.FailStart / SetFailStart make a start fail like systemctl.
+//   - App.FailStart / SetFailStart make a start fail like systemctl;
+//     App.DiesAfterStart makes a service whose start succeeds but which is
+//     inactive right after (a refreshed service that never becomes
+//     ready). A StoreRevision's Apps give a refresh's new revision such
+//     services.
 //   - InjectFault(Fault{Kind, Method, Path, Socket, Match, Times}) breaks
 //     the answers of matching requests: FaultDrop (handled, then no
 //     answer), FaultCut (handled, body cut short), FaultGarble (handled,

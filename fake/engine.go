@@ -241,7 +241,8 @@ func (s *Server) runStepsLocked(r *svcRun) {
 
 func (s *Server) applyStepLocked(r *svcRun, st *step) string {
 	a := st.app
-	defer s.noteServiceLocked(a, stateOf(a))
+	before := stateOf(a)
+	defer func() { s.noteServiceLocked(a, before) }()
 	switch st.kind {
 	case stepEnable:
 		a.Enabled = true
@@ -273,6 +274,12 @@ func (s *Server) applyStepLocked(r *svcRun, st *step) string {
 			s.startedLocked(a)
 		}
 		a.Active = true
+		if a.DiesAfterStart {
+			// started, then its process exited: systemctl start succeeded
+			s.noteServiceLocked(a, before)
+			s.diedLocked(a)
+			before = stateOf(a)
+		}
 	}
 	return ""
 }

@@ -26,6 +26,11 @@ type App struct {
 	// FailStart, when non-empty, makes starting the service fail; it is
 	// systemctl's stderr text (see SystemctlJobFailed for the usual one).
 	FailStart string
+	// DiesAfterStart makes the service's process exit as soon as it has
+	// started: systemctl start succeeds (a simple daemon is started once
+	// its process runs), so the change that started it ends Done, but the
+	// service is inactive right after. A service that never becomes ready.
+	DiesAfterStart bool
 }
 
 // Snap describes an installed snap.
@@ -199,6 +204,7 @@ type config struct {
 	snapSocketDenied bool
 	noRefreshObserve bool
 	stateFile        bool
+	store            []storeEntry
 }
 
 // Option configures a Server.

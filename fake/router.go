@@ -462,8 +462,10 @@ func (s *Server) routeSnaps(sock string, r *http.Request, body []byte) *response
 		if sock != "main" {
 			return forbidden("access denied")
 		}
-		// install, remove, refresh, ... are not modelled
-		return badRequest("fake snapd does not install, remove or refresh snaps (POST %s)", r.URL.Path)
+		if rest == "" {
+			return s.postSnaps(r, body)
+		}
+		return s.postSnap(name, body)
 	}
 	if rsp := s.observeDenied(sock); rsp != nil {
 		return rsp

@@ -65,6 +65,8 @@ type Server struct {
 	logWake        chan struct{}
 	lastPID        int
 	stateDirty     bool
+	store          map[string]map[string]StoreRevision // snap -> channel -> what the store offers (store.go)
+	localInstalls  int                                 // sideloads so far (their temporary file names)
 }
 
 // New starts a fake snapd. The caller must Close it.
@@ -88,6 +90,12 @@ func New(opts ...Option) (*Server, error) {
 		timers:       map[int]Timer{},
 		counters:     Counters{Requests: map[string]int{}},
 		handled:      map[string]int{},
+	}
+	for _, e := range cfg.store {
+		if err := e.rev.check(); err != nil {
+			return nil, err
+		}
+		s.setStoreLocked(e.snap, e.rev)
 	}
 	for _, sn := range cfg.snaps {
 		if err := s.addSnapLocked(sn); err != nil {

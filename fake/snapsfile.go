@@ -23,8 +23,8 @@ import (
 //	      - {name: k8s}
 //
 // Durations are Go durations ("1.5s"). fail-start is systemctl's stderr, or
-// true for the usual "Job for ... failed" text. Keys are checked: a
-// misspelt one is an error.
+// true for the usual "Job for ... failed" text; dies-after-start: true is
+// App.DiesAfterStart. Keys are checked: a misspelt one is an error.
 type snapsFile struct {
 	Snaps []snapSpec `yaml:"snaps"`
 }
@@ -60,6 +60,7 @@ type appSpec struct {
 	StartDuration duration  `yaml:"start-duration"`
 	StopDuration  duration  `yaml:"stop-duration"`
 	FailStart     failStart `yaml:"fail-start"`
+	DiesAfter     bool      `yaml:"dies-after-start"`
 }
 
 type duration time.Duration
@@ -157,7 +158,7 @@ func ParseSnaps(data []byte) ([]Snap, error) {
 			a := App{Name: as.Name, Daemon: as.Daemon, DaemonScope: as.DaemonScope, Enabled: as.Enabled,
 				Active: as.Active, Before: as.Before, After: as.After,
 				StartDuration: time.Duration(as.StartDuration), StopDuration: time.Duration(as.StopDuration),
-				FailStart: as.FailStart.text}
+				FailStart: as.FailStart.text, DiesAfterStart: as.DiesAfter}
 			if as.FailStart.generic {
 				a.FailStart = SystemctlJobFailed(ss.Name, as.Name)
 			}

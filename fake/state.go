@@ -55,6 +55,15 @@ type snapState struct {
 	// installed is when the snap was installed, on the fake's clock
 	// (install-date).
 	installed time.Time
+	// seq is the snap's sequence: its retained revisions, oldest first,
+	// the current one included (filled on the first refresh or install).
+	seq []revState
+	// hold is the system (user) hold of its refreshes (2.58+), nil when none.
+	hold *refreshHold
+	// gatingHold is until when the snap's gate-auto-refresh hook held its
+	// own auto-refresh (snapctl refresh --hold), zero when not held;
+	// gatingFirstHeld when it first did.
+	gatingHold, gatingFirstHeld time.Time
 }
 
 func (ss *snapState) services() []*appState {
@@ -81,12 +90,17 @@ type task struct {
 	chg     *change
 	run     func() // started when the task becomes Doing; nil: manual (Finish/Fail)
 	onDone  func() // called once when the task ends Done (e.g. committing a configuration patch)
+	undo    func() // called once when the task is undone (its effects reverted), before it ends Undone
 	// noUndo marks kinds registered without an undo handler
 	// (service-control in overlord/servicestate/servicemgr.go, exec-command
 	// in overlord/cmdstate/cmdmgr.go): when their change is aborted they go
 	// Undo and the task runner puts them back to Done
 	// (overlord/state/taskrunner.go, Ensure).
 	noUndo bool
+	// free marks a free-standing task that runs (Doing) until the tasks
+	// it watches are done (check-rerefresh); when its change is aborted,
+	// its handler returns and it goes Abort -> Undo -> Done.
+	free bool
 }
 
 type change struct {
@@ -104,9 +118,15 @@ type change struct {
 	// Change.lastRecordedNoticeStatus in overlord/state/change.go.
 	lastNoticed string
 	exclusive   string // message when this change blocks every snap
+	// fixed is a status set on the change itself (Change.SetStatus), which
+	// overrides its tasks': a hold-snap change has no tasks and is Done.
+	fixed string
 }
 
 func (c *change) status() string {
+	if c.fixed != "" {
+		return c.fixed
+	}
 	if len(c.tasks) == 0 {
 		return StatusHold
 	}
@@ -334,6 +354,10 @@ func (s *Server) undoReadyLocked(c *change) bool {
 			continue
 		}
 		s.setTaskStatusLocked(t, StatusUndoing)
+		if f := t.undo; f != nil {
+			t.undo = nil
+			f()
+		}
 		s.setTaskStatusLocked(t, StatusUndone)
 	}
 	return progressed
@@ -392,6 +416,12 @@ func (s *Server) settleLocked() {
 				progressed = true
 				if t.run != nil {
 					t.run()
+				}
+			}
+			for _, t := range c.tasks {
+				if t.free && t.status == StatusAbort {
+					s.setTaskStatusLocked(t, StatusUndo)
+					progressed = true
 				}
 			}
 			if s.undoReadyLocked(c) {

@@ -424,6 +424,15 @@ inside env SNAPPY_GLOBAL_ROOT=/nonexistent snap pack --compression=lzo /root/svc
 # Named as the golden capture had it (the install change's summary shows the path).
 inside sh -c "mv /root/snaps/svcdemo_*.snap /root/snaps/svcdemo_1_$(dpkg --print-architecture).snap"
 install_snap "/root/snaps/svcdemo_1_$(dpkg --print-architecture).snap"
+# A second revision of svcdemo, version 2 (the same apps), for the refresh
+# tests: installed over the first with `snap install --dangerous`, it is a
+# refresh in all but the change's kind (install-snap). Not installed here.
+arch=$(inside dpkg --print-architecture)
+inside sh -c "rm -rf /root/svcdemo2 /root/snaps2 && cp -a /root/svcdemo /root/svcdemo2 && mkdir /root/snaps2 &&
+	sed -i \"s/^version: .*/version: '2'/\" /root/svcdemo2/meta/snap.yaml &&
+	SNAPPY_GLOBAL_ROOT=/nonexistent snap pack --compression=lzo /root/svcdemo2 /root/snaps2 &&
+	mv /root/snaps2/svcdemo_2_*.snap /root/snaps/svcdemo_2_$arch.snap && rmdir /root/snaps2" >>"$logs/snap-install.txt" 2>&1 ||
+	die "snap pack svcdemo version 2: $(tail -n 3 "$logs/snap-install.txt")"
 # The connection is a change of svcdemo; the captures' change histories
 # have none, so the conformance replay runs before it (see below).
 connect_observe() {
@@ -446,6 +455,8 @@ run_tests() { # go test flags...
 		SNAPSVC_REALSNAPD_SOCKET="/proc/$leader/root/run/snapd.socket" \
 		SNAPSVC_REALSNAPD_SNAP_SOCKET="/proc/$leader/root/run/snapd-snap.socket" \
 		SNAPSVC_REALSNAPD_COOKIE="/proc/$leader/root/var/lib/snapd/cookie/snap.svcdemo" \
+		SNAPSVC_REALSNAPD_SVCDEMO1="/proc/$leader/root/root/snaps/svcdemo_1_$arch.snap" \
+		SNAPSVC_REALSNAPD_SVCDEMO2="/proc/$leader/root/root/snaps/svcdemo_2_$arch.snap" \
 		SNAPSVC_REALSNAPD_VERSION="$ver" \
 		SNAPSVC_REALSNAPD_LEADER="$leader" \
 		SNAPSVC_REALSNAPD_OBSERVE="$observe" \

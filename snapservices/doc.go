@@ -103,6 +103,20 @@
 // after every failure itself (k8sd's RetryFor), so the loop gives up when
 // it did before. The recipes in docs/ say which each adopter needs.
 //
+// # Refresh
+//
+// Refresh and RefreshStatus are k8sd's snap.Refresh and snap.RefreshStatus
+// (RefreshOpts: a channel or revision, with --amend, or a local file,
+// with --classic --dangerous): Refresh returns the refresh's change id
+// once snapd accepted it, after waiting out a change that holds the snap
+// (snap refresh --no-wait failed on it), and never sends a local file
+// twice after a lost answer; "" when snapd has no update. Under a restart
+// budget (WithClientOptions(snapsvc.WithRestartBudget(...))) the refresh
+// holds its slots until the snap's services are ready again (see
+// snapsvc.Client.Refresh and docs/refresh.md). In snapctl mode it fails
+// with snapsvc.ErrRefreshInSnapctl, as k8sd refuses a refresh on a
+// strictly confined deployment.
+//
 // # Tests
 //
 // Package snapservicestest has a Recorder that implements Control in

@@ -204,8 +204,9 @@ type BudgetOptions struct {
 // Admission is what an admission check (BudgetOptions.Admit) is asked:
 // may this operation disrupt these services now?
 type Admission struct {
-	// Action is "restart", "stop" or "start"; Services the names the
-	// operation acts on (a whole snap's name stands for its services).
+	// Action is "restart", "stop", "start" or "refresh"; Services the
+	// names the operation acts on (a whole snap's name stands for its
+	// services; a refresh names its snap).
 	Action   string
 	Services []string
 	// Keys are the budget keys whose slots the operation holds.
@@ -337,7 +338,8 @@ type BudgetEvent struct {
 // WithRestartBudget makes restarts take a slot of b for each name they
 // restart, sorted by key (so two operations cannot deadlock), and hold it
 // through the restart until the service is ready again (opts.Ready, then
-// opts.Settle). With opts.StopsAndStarts it also applies to stops of
+// opts.Settle). A Refresh takes the slots of every service of its snap, as
+// a restart of the whole snap does, and holds them the same way. With opts.StopsAndStarts it also applies to stops of
 // running services. Without this option no budget is consulted, which is
 // what a first bootstrap, before any cluster exists, needs.
 //

@@ -47,7 +47,11 @@ func holdVerdictOf(err error) holdVerdict {
 // an outcome that is not final, h settles in the background.
 func (h *hold) end(k *call, o request, res *Result, err error) error {
 	c := h.b.c
-	switch v := holdVerdictOf(err); {
+	v := holdVerdictOf(err)
+	if err == nil && res != nil && res.NoUpdate {
+		v = verdictNothingDone // a refresh with no update: snapd made no change
+	}
+	switch {
 	case (v == verdictNothingDone || v == verdictFailed) && h.mayStillAct():
 		k.log.Info("a request to act got no answer and snapd may still carry it out; the restart budget slots stay held until it cannot", "error", err)
 		h.settleInBackground(k, o, err, nil)
@@ -123,8 +127,12 @@ func (h *hold) end(k *call, o request, res *Result, err error) error {
 // the Operation's Wait learns how it ended.
 func (h *hold) endAsync(k *call, op *Operation, done bool) {
 	o, res := op.op, op.result
-	if o.action == "stop" {
+	switch {
+	case o.action == "stop":
 		h.b.keep(k.ctx, h)
+		return
+	case res.NoUpdate && !h.mayStillAct():
+		h.release(k.ctx) // a refresh with no update: snapd made no change
 		return
 	}
 	a := &asyncHold{done: make(chan struct{})}

@@ -54,7 +54,7 @@ func (b *budgetRunner) applies(o request) bool {
 		return false
 	}
 	switch o.action {
-	case "restart":
+	case "restart", "refresh":
 		return true
 	case "stop", "start":
 		return b.opts.StopsAndStarts

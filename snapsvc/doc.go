@@ -1,5 +1,5 @@
-// Package snapsvc starts, stops and restarts a snap's services through
-// snapd, reliably, from hooks and daemons alike.
+// Package snapsvc starts, stops and restarts a snap's services, and
+// refreshes snaps, through snapd, reliably, from hooks and daemons alike.
 //
 // snapd refuses a second change on a snap while one is running:
 //
@@ -39,6 +39,23 @@
 // EnsureRunning and EnsureStopped act only on the services whose state
 // differs; Services, Changes, Change, AbortChange, WaitChange, WaitIdle and
 // WaitActive read and wait.
+//
+// # Refresh
+//
+// Refresh (and RefreshAsync) refreshes a snap by channel, revision or
+// local file (as `snap install --dangerous FILE` does) as an operation
+// like Restart: the same lock, conflicts waited out, a lost answer looked
+// up (a refresh-snap or install-snap change of the request's summary)
+// and never sent twice, its change waited for and judged. "No updates
+// available" is a Result with NoUpdate set, not an error. Under
+// WithRestartBudget a refresh takes the slots of every service of the
+// snap, holds them until its services pass their readiness checks, and
+// a refresh that fails or leaves them not ready halts the key.
+// HoldRefresh and UnholdRefresh hold a snap's refreshes through snapd
+// (2.58 and later; ErrHoldUnsupported before), and Snap reads the holds
+// back. Refresh needs REST mode; inside a snap, GateAutoRefresh answers
+// snapd's experimental gate-auto-refresh hook under the budget instead.
+// docs/refresh.md walks an operator through a fleet's refresh.
 //
 // # Bounds
 //

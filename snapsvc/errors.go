@@ -38,11 +38,12 @@ var ErrGaveUp = errors.New("gave up retrying")
 // state before acting again.
 var ErrOutcomeUnknown = errors.New("outcome unknown")
 
-// OpError is the error every failed Start, Stop and Restart returns. It
+// OpError is the error every failed Start, Stop, Restart and Refresh returns. It
 // names the action, the services, the change (when one was made) and the
 // attempts, and wraps the cause.
 type OpError struct {
-	// Op is "start", "stop" or "restart".
+	// Op is "start", "stop", "restart", "refresh", "hold" or "unhold"
+	// ("read" and "wait active" for reads).
 	Op string
 	// Snap is the snap acted on (several are joined with commas).
 	Snap string

@@ -317,8 +317,11 @@ func WithIntents() Option { return func(s *settings) { s.intents = true } }
 // recordIntent records op's intent (WithIntents; not for a replay, which
 // holds the intent it replays).
 func (op *operation) recordIntent() error {
-	if !op.c.intents || op.replay != nil {
+	switch {
+	case !op.c.intents || op.replay != nil:
 		return nil
+	case op.o.action != "start" && op.o.action != "stop" && op.o.action != "restart":
+		return nil // a refresh: snapd's refresh change is its record (docs/intents.md)
 	}
 	r, err := op.c.recordIntent(op.o)
 	if err != nil {

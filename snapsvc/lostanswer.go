@@ -93,8 +93,9 @@ func (op *operation) resolveLost(st sent) (id string, settled bool, err error) {
 		case isForbidden(err) && op.replay != nil:
 			return op.replayUnlisted()
 		case isForbidden(err):
-			if op.o.action == "restart" {
-				return "", false, &outcomeUnknownError{reason: "the restart may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: op.lastAct(), sent: st, known: maps.Clone(op.known)}
+			if op.o.action != "start" && op.o.action != "stop" {
+				// A restart or a refresh leaves no state to tell it by.
+				return "", false, &outcomeUnknownError{reason: "the " + op.o.action + " may have been carried out, and snapd does not let this client list changes to find out (connect snap-refresh-observe)", last: op.lastAct(), sent: st, known: maps.Clone(op.known)}
 			}
 			return "", true, op.awaitState()
 		case k.ctx.Err() == nil && readRefused(err):

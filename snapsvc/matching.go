@@ -72,7 +72,8 @@ type sent struct {
 
 // findOpChange looks for the change snapd made for request o sent at s,
 // and claims it: the earliest service-control change whose tasks do
-// exactly what o asks on every snap (same action, same services), made
+// exactly what o asks on every snap (same action, same services), or for
+// a refresh the earliest change of its kind and summary, made
 // after the request, neither claimed by another operation of this process
 // nor one it waited out (skip). It returns "" when there is none.
 //
@@ -125,7 +126,7 @@ func claimOpChange(k *call, chgs []snapd.Change, o request, all map[string][]str
 func wholeSnapServices(k *call, o request) (map[string][]string, error) {
 	var snaps []string
 	for _, snap := range o.t.snaps {
-		if o.action != "restart" && namesWholeOnly(o, snap) {
+		if (o.action == "start" || o.action == "stop") && namesWholeOnly(o, snap) {
 			snaps = append(snaps, snap)
 		}
 	}
@@ -183,7 +184,7 @@ func (op *operation) claimBySequence(chgs []snapd.Change, all map[string][]strin
 	for i := range chgs {
 		chg := &chgs[i]
 		n, err := strconv.ParseInt(chg.ID, 10, 64)
-		if err != nil || n <= a.sent.seen || chg.Kind != "service-control" || skip[chg.ID] || !chg.Ready || chg.ReadyTime == nil {
+		if err != nil || n <= a.sent.seen || chg.Kind != o.changeKind() || skip[chg.ID] || !chg.Ready || chg.ReadyTime == nil {
 			continue
 		}
 		if chg.ReadyTime.Sub(chg.SpawnTime) > took || !matchesOp(chg, o, all) {
@@ -220,7 +221,7 @@ func opCandidates(chgs []snapd.Change, o request, all map[string][]string, seen 
 	var after, unsure []string
 	for i := range chgs {
 		chg := &chgs[i]
-		if chg.Kind != "service-control" || skip[chg.ID] || chg.SpawnTime.Before(from) {
+		if chg.Kind != o.changeKind() || skip[chg.ID] || chg.SpawnTime.Before(from) {
 			continue
 		}
 		if n, err := strconv.ParseInt(chg.ID, 10, 64); err == nil && n <= seen {
@@ -289,7 +290,13 @@ func queuedIn(chgs []snapd.Change, o request, all map[string][]string, from, to 
 // (sorted), or every service of a snap named as a whole (all, from
 // wholeSnapServices), except that a whole-snap restart says `... for
 // running services of snap "k8s"`.
+//
+// A refresh matches by the change's kind and summary instead
+// (matchesRefresh).
 func matchesOp(chg *snapd.Change, o request, all map[string][]string) bool {
+	if o.refresh != nil {
+		return matchesRefresh(chg, o)
+	}
 	for _, snap := range o.t.snaps {
 		want := expectedSummary(o, snap, all[snap])
 		if !slices.ContainsFunc(chg.Tasks, func(t snapd.Task) bool { return t.Kind == "service-control" && t.Summary == want }) {
@@ -367,7 +374,10 @@ func ownHookChange(k *call, snaps []string) string {
 				continue
 			}
 			for _, s := range snaps {
-				if t.Summary == fmt.Sprintf("Run %s hook of %q snap", c.hook, s) {
+				// hookstate: `Run configure hook of "x" snap`; the
+				// gate-auto-refresh hook's (SetupGateAutoRefreshHook)
+				// is `Run hook gate-auto-refresh of snap "x"`.
+				if t.Summary == fmt.Sprintf("Run %s hook of %q snap", c.hook, s) || t.Summary == fmt.Sprintf("Run hook %s of snap %q", c.hook, s) {
 					return chg.ID
 				}
 			}

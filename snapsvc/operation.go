@@ -171,8 +171,8 @@ func (c *Client) accept(ctx context.Context, action string, names []string, set 
 	return handle, nil
 }
 
-// accept is the phases of an asynchronous operation up to snapd's
-// acceptance.
+// accept is the phase table of an asynchronous operation on its call,
+// up to snapd's acceptance.
 func (op *operation) accept() (*Operation, error) {
 	c := op.c
 	if err := op.pace(); err != nil {
@@ -272,6 +272,11 @@ func (op *operation) act(wait bool) (*Result, bool, error) {
 			continue
 		}
 		op.expired = 0
+		if o := op.o; o.refresh != nil && isNoUpdate(a.err) && !a.cutOff {
+			// Not a failure: snapd has nothing newer and made no change
+			// (refresh_request.go).
+			return op.noUpdate()
+		}
 		if a.step == giveUp && !a.cutOff {
 			// snapd's answer is final (the request refused for good, or,
 			// from snapctl, its change failed): that the call's time ran
@@ -442,7 +447,12 @@ func mayHaveWritten(err error) bool {
 
 // post makes one request to act.
 func (c *Client) post(ctx context.Context, o request) (string, error) {
-	if c.mode == ModeSnapctl {
+	switch {
+	case o.refresh != nil && o.refresh.file != "":
+		return c.main.PostSideload(ctx, snapd.Sideload{Path: o.refresh.file, Name: o.t.snaps[0], Dangerous: true, Classic: o.refresh.classic})
+	case o.refresh != nil:
+		return c.main.PostSnap(ctx, o.t.snaps[0], o.refresh.instruction())
+	case c.mode == ModeSnapctl:
 		_, err := c.ctl.RunSnapctl(ctx, snapd.SnapctlRequest{ContextID: c.cookie, Args: o.snapctlArgs()})
 		return "", err
 	}

@@ -58,6 +58,10 @@ type Result struct {
 	// Shared is true when the call merged into an identical restart that
 	// was waiting for the same snap, and reports that restart's change.
 	Shared bool
+	// NoUpdate is set by a Refresh that snapd answered has no updates
+	// available: it made no change (ChangeID is empty), and the snap and
+	// its services are as they were. An outcome, not an error.
+	NoUpdate bool
 }
 
 // Start starts services ("snap.app") or all services of snaps ("snap") and

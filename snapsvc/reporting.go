@@ -41,7 +41,8 @@ const (
 	// ("" in snapctl mode, where snapd does not say). Elapsed is the time
 	// since the operation's first attempt.
 	EventAccepted
-	// EventStarted: Start, Stop or Restart (or an Async form) was called.
+	// EventStarted: Start, Stop, Restart or Refresh (or an Async form)
+	// was called.
 	EventStarted
 	// EventDone: the operation succeeded. Elapsed is its whole duration
 	// (conflicts waited out and the change included); ChangeID, Status,
@@ -94,8 +95,9 @@ func (k EventKind) String() string {
 // or that metrics count (started, accepted, done, failed).
 type Event struct {
 	Kind EventKind
-	// Op is "start", "stop" or "restart" ("wait" while waiting for a
-	// change outside an operation).
+	// Op is "start", "stop", "restart" or "refresh" ("wait" while
+	// waiting for a change outside an operation, "gate-auto-refresh"
+	// for GateAutoRefresh).
 	Op string
 	// Names are the services the operation targets.
 	Names []string

@@ -8,12 +8,15 @@ import (
 	"github.com/snapsvc/snapsvc/internal/snapd"
 )
 
-// request is one validated request.
+// request is one validated request: a service command ("start", "stop",
+// "restart") or a refresh of a snap ("refresh", with refresh set:
+// refresh_request.go).
 type request struct {
 	action  string
 	enable  bool
 	disable bool
 	reload  bool
+	refresh *refreshSpec
 	t       target
 }
 
@@ -38,6 +41,9 @@ func (o request) snapctlArgs() []string {
 func (o request) key() string {
 	names := slices.Clone(o.t.names)
 	slices.Sort(names)
+	if o.refresh != nil {
+		return fmt.Sprintf("%s|%s|%s", o.action, o.refresh, strings.Join(names, ","))
+	}
 	return fmt.Sprintf("%s|%t|%t|%t|%s", o.action, o.enable, o.disable, o.reload, strings.Join(names, ","))
 }
 

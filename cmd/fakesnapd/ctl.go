@@ -33,6 +33,8 @@ commands (answers are JSON unless said otherwise):
   clear-fail-start SNAP.APP          starts succeed again
   durations SNAP.APP START STOP      how long starting and stopping take (Go durations)
   service SNAP.APP enabled|disabled active|inactive
+  store SNAP REVISION [VERSION [CHANNEL]]   what a refresh of SNAP finds in the store
+  held SNAP                          the hold of SNAP's refreshes (snap refresh --hold): until, level
   warn MESSAGE                       add a snapd warning
   log SNAP.APP MESSAGE               add a line to the service's journal (snap logs)
   latency DURATION                   delay every answer
@@ -229,6 +231,23 @@ func ctlRequest(args []string) (ctlReq, string, error) {
 			return ctlReq{}, "", errors.New("service SNAP.APP enabled|disabled active|inactive")
 		}
 		return post("/service", map[string]any{"snap": snap, "app": app, "enabled": en == "enabled", "active": ac == "active"}), "", nil
+	case "store":
+		if err := need(2, 4); err != nil {
+			return ctlReq{}, "", err
+		}
+		b := map[string]any{"snap": rest[0], "revision": rest[1]}
+		if len(rest) > 2 {
+			b["version"] = rest[2]
+		}
+		if len(rest) > 3 {
+			b["channel"] = rest[3]
+		}
+		return post("/store", b), "", nil
+	case "held":
+		if err := need(1, 1); err != nil {
+			return ctlReq{}, "", err
+		}
+		return get("/hold?snap=" + url.QueryEscape(rest[0])), "", nil
 	case "warn":
 		if err := need(1, 1); err != nil {
 			return ctlReq{}, "", err

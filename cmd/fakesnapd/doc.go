@@ -23,6 +23,7 @@
 // talks to the control socket: hold KIND SNAP (a foreign change; prints
 // its id), finish/fail/next/abort ID, maintenance on|off, restart [DOWN],
 // cookie SNAP, fail-start SNAP.APP, clear-fail-start, durations, service,
+// store SNAP REVISION (what a refresh finds), held SNAP (a refresh hold),
 // warn, log, latency, requests, counters, state, services, changes, and
 // wait conflicts=N|requests=N|idle to block until something happened.
 // `fakesnapd ctl -h` lists them. Exit codes: 0 done, 1 refused (unknown

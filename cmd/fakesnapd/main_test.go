@@ -207,6 +207,25 @@ func TestServeAndControl(t *testing.T) {
 	if out, rc := d.ctl("service", "k8s.kubelet", "enabled", "active"); rc != 0 || !strings.Contains(out, `"active": true`) {
 		t.Errorf("service: %d %s", rc, out)
 	}
+	// a store revision to refresh to, and a refresh hold read back
+	// (kubelet, enabled now, must start again in the new revision)
+	d.ctl("clear-fail-start", "k8s.kubelet")
+	if out, rc := d.ctl("store", "k8s", "2", "1.31"); rc != 0 || !strings.Contains(out, `"revision": "2"`) {
+		t.Errorf("store: %d %s", rc, out)
+	}
+	code, m = get(t, d.ann.Socket, "POST", "/v2/snaps/k8s", `{"action":"refresh"}`)
+	d.ctl("wait", "idle", "timeout=10s")
+	if code != 202 {
+		t.Errorf("refresh: %d %v", code, m)
+	}
+	_, m = get(t, d.ann.Socket, "GET", "/v2/snaps/k8s", "")
+	if r := m["result"].(map[string]any); r["revision"] != "2" || r["version"] != "1.31" {
+		t.Errorf("after the refresh: %v %v", r["revision"], r["version"])
+	}
+	get(t, d.ann.Socket, "POST", "/v2/snaps/k8s", `{"action":"hold","time":"forever","hold-level":"general"}`)
+	if out, rc := d.ctl("held", "k8s"); rc != 0 || !strings.Contains(out, `"level": "general"`) {
+		t.Errorf("held: %d %s", rc, out)
+	}
 	out, rc := d.ctl("requests")
 	var reqs []map[string]any
 	if err := json.Unmarshal([]byte(out), &reqs); rc != 0 || err != nil || len(reqs) < 5 || reqs[1]["method"] != "POST" || reqs[1]["status"] != float64(400) {

@@ -135,7 +135,7 @@ func (a *app) newRoot() *cobra.Command {
 	pf.Var(&choiceFlag{v: &a.logFormat, choices: []string{"text", "json"}}, "log-format", "the `FORMAT` of -v's log: text (slog's key=value lines) or json (one JSON object per line)")
 	root.Flags().SortFlags = false
 
-	snapCmds := []*cobra.Command{a.servicesCmd(), a.logsCmd(), a.startCmd(), a.stopCmd(), a.restartCmd(),
+	snapCmds := []*cobra.Command{a.servicesCmd(), a.logsCmd(), a.startCmd(), a.stopCmd(), a.restartCmd(), a.refreshCmd(),
 		a.changesCmd(), a.tasksCmd(), a.watchCmd(), a.abortCmd(), a.versionCmd()}
 	for _, c := range snapCmds {
 		c.GroupID = groupSnap

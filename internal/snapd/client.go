@@ -172,6 +172,10 @@ type request struct {
 	query   url.Values
 	body    any
 	maxBody int64 // 0: MaxBody
+	// upload, when set, is the body instead of body's JSON: each call
+	// opens it afresh (net/http may send a request again), with its
+	// content type and length (snaps.go).
+	upload func() (*uploadBody, error)
 }
 
 // do sends req and decodes the envelope. A "type":"error" envelope comes
@@ -191,6 +195,14 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 			return nil, fmt.Errorf("cannot encode %s %s request: %w", req.method, req.path, err)
 		}
 		body = bytes.NewReader(b)
+	}
+	var up *uploadBody
+	if req.upload != nil {
+		var err error
+		if up, err = req.upload(); err != nil {
+			return nil, err
+		}
+		body = up
 	}
 	u := url.URL{Scheme: "http", Host: "localhost", Path: req.path}
 	if len(req.query) > 0 {
@@ -228,10 +240,18 @@ func (c *Client) do(ctx context.Context, req request) (*Response, error) {
 	}
 	hreq, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), req.method, u.String(), body)
 	if err != nil {
+		if up != nil {
+			up.Close()
+		}
 		return nil, fmt.Errorf("cannot build %s %s request: %w", req.method, req.path, err)
 	}
 	hreq.Header.Set("User-Agent", c.ua)
-	if body != nil {
+	switch {
+	case up != nil:
+		hreq.Header.Set("Content-Type", up.contentType)
+		hreq.ContentLength = up.length
+		hreq.GetBody = func() (io.ReadCloser, error) { return req.upload() }
+	case body != nil:
 		hreq.Header.Set("Content-Type", "application/json")
 	}
 	hrsp, err := c.http.Do(hreq)

@@ -55,7 +55,10 @@
 // machine's services now: exit 0 admits, otherwise its first output line
 // says why not, and it is asked again with backoff, the slot kept),
 // --admit-url (the same as a URL: 2xx admits; --admit-ca,
-// --admit-insecure).
+// --admit-insecure), --refresh (refresh the one snap named instead of
+// restarting it, as snap refresh does: --channel, --revision, --amend,
+// --classic, or --refresh-file FILE as snap install --dangerous; no
+// updates available is done, exit 0).
 //
 // Operator commands, with the same etcd flags:
 //
@@ -167,6 +170,7 @@ type options struct {
 	haltAfter                                   int
 	admitCommand, admitURL, admitCA             string
 	admitInsecure                               bool
+	refresh                                     refreshOptions // --refresh (refresh.go)
 }
 
 // defaultEndpoint is etcdctl's default --endpoints; defaultEndpointsFrom
@@ -335,6 +339,9 @@ func (r *runner) newRoot() *cobra.Command {
 			if err := fromEnv(c.Flags(), o); err != nil {
 				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
 			}
+			if err := validateRefresh(o); err != nil {
+				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
+			}
 			if err := validateRollout(o, maxSet); err != nil {
 				return &clistyle.UsageError{Msg: err.Error(), Cmd: c.CommandPath()}
 			}
@@ -372,6 +379,7 @@ func (r *runner) newRoot() *cobra.Command {
 	fs.StringVar(&o.admitCA, "admit-ca", "", "CA bundle `FILE` for the admission URL")
 	fs.BoolVar(&o.admitInsecure, "admit-insecure", false, "do not verify the admission URL's certificate")
 	fs.DurationVar(&o.timeout, "timeout", 0, "bound on the whole command (0: none)")
+	refreshFlags(fs, &o.refresh)
 	for _, name := range []string{"ready-ca", "ready-cert", "ready-key", "socket", "admit-ca"} {
 		fs.SetAnnotation(name, cobra.BashCompFilenameExt, nil)
 	}
@@ -612,11 +620,15 @@ func (p *printer) done(res *snapsvc.Result, err error) {
 			json.NewEncoder(p.stdout).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "retryable": retryable}})
 			return
 		}
-		json.NewEncoder(p.stdout).Encode(map[string]any{"result": map[string]any{"change": res.ChangeID, "status": res.Status, "attempts": res.Attempts}})
+		json.NewEncoder(p.stdout).Encode(map[string]any{"result": map[string]any{"change": res.ChangeID, "status": res.Status, "attempts": res.Attempts, "no-update": res.NoUpdate}})
 		return
 	}
 	if err != nil {
 		fmt.Fprintln(p.stderr, "error:", err)
+		return
+	}
+	if res.NoUpdate {
+		fmt.Fprintln(p.stderr, "done: no updates available; nothing was refreshed")
 		return
 	}
 	fmt.Fprintf(p.stderr, "done: change %s %s\n", res.ChangeID, res.Status)
@@ -680,7 +692,7 @@ func rollout(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		return p.fail(err, exitUsage)
 	}
 	defer c.Close()
-	res, err := c.Restart(ctx, o.names, snapsvc.RestartOptions{Reload: o.reload})
+	res, err := o.refresh.act(ctx, c, o)
 	p.done(res, endpointHint(o, err))
 	return exitCode(ctx, err)
 }
