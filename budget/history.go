@@ -94,8 +94,11 @@ type Recorder interface {
 type Halt struct {
 	// Key is the halted key.
 	Key string `json:"key"`
-	// Machine, Holder, Services and Change are the failed act's.
+	// Machine, Holder, Action, Services and Change are the failed act's
+	// (Action is empty in a halt written before it was recorded: a
+	// restart).
 	Machine  string   `json:"machine,omitempty"`
+	Action   string   `json:"action,omitempty"`
 	Holder   string   `json:"holder"`
 	Services []string `json:"services"`
 	Change   string   `json:"change,omitempty"`

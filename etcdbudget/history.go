@@ -299,7 +299,7 @@ func (b *Budget) record(ctx context.Context, key string, act budget.Act) (h *bud
 		recs := []historyValue{{Record: budget.Record{Kind: budget.RecordAct, Act: &act}}}
 		var ops []clientv3.Op
 		if halting {
-			h = &budget.Halt{Key: key, Machine: act.Machine, Holder: act.Holder, Services: act.Services, Change: act.Change,
+			h = &budget.Halt{Key: key, Machine: act.Machine, Holder: act.Holder, Action: act.Action, Services: act.Services, Change: act.Change,
 				Reason: act.Reason, Failures: failures, Since: now}
 			recs = append(recs, historyValue{Record: budget.Record{Kind: budget.RecordHalted, Halt: h}, Token: id})
 			rec := PauseRecord{By: act.Holder, Since: now, Reason: "halted: " + HaltSummary(*h), Halt: h}
@@ -349,7 +349,11 @@ func HaltSummary(h budget.Halt) string {
 	if who == "" {
 		who = h.Holder
 	}
-	msg := fmt.Sprintf("%s's restart of %s", who, strings.Join(h.Services, ", "))
+	what := h.Action
+	if what == "" {
+		what = "restart"
+	}
+	msg := fmt.Sprintf("%s's %s of %s", who, what, strings.Join(h.Services, ", "))
 	if h.Change != "" {
 		msg += " (change " + h.Change + ")"
 	}

@@ -707,3 +707,14 @@ func BenchmarkHistory10000(b *testing.B) {
 		}
 	}
 }
+
+func TestHaltSummaryNamesTheAct(t *testing.T) {
+	h := budget.Halt{Key: "k8s", Machine: "node-1", Services: []string{"k8s"}, Change: "7", Reason: "not ready"}
+	if got := etcdbudget.HaltSummary(h); got != "node-1's restart of k8s (change 7): not ready" {
+		t.Errorf("a halt of no recorded action: %q", got)
+	}
+	h.Action = "refresh"
+	if got := etcdbudget.HaltSummary(h); got != "node-1's refresh of k8s (change 7): not ready" {
+		t.Errorf("a refresh's halt: %q", got)
+	}
+}

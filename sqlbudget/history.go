@@ -195,7 +195,7 @@ func (b *Budget) haltKey(ctx context.Context, tx *sql.Tx, now int64, key, token 
 	if paused && phalt != "" {
 		return false, nil // halted already: the first halt stands
 	}
-	h := &budget.Halt{Key: key, Machine: act.Machine, Holder: act.Holder, Services: slices.Clone(act.Services),
+	h := &budget.Halt{Key: key, Machine: act.Machine, Holder: act.Holder, Action: act.Action, Services: slices.Clone(act.Services),
 		Change: act.Change, Reason: act.Reason, Failures: failures, Since: msTime(now)}
 	if h.Services == nil {
 		h.Services = []string{}

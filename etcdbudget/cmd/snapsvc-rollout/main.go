@@ -535,6 +535,7 @@ type printer struct {
 	json   bool
 	stdout io.Writer
 	stderr io.Writer
+	acting string // what a slot is acquired for: "restarting" (default) or "refreshing"
 }
 
 func (p *printer) event(ev snapsvc.BudgetEvent) {
@@ -574,7 +575,11 @@ func (p *printer) event(ev snapsvc.BudgetEvent) {
 	case "waiting":
 		fmt.Fprintf(p.stderr, "%s waiting for %s: %s\n", ts, ev.Key, etcdbudget.DescribeWait(ev.Wait))
 	case "acquired":
-		fmt.Fprintf(p.stderr, "%s acquired %s as %s after %s; restarting\n", ts, ev.Key, ev.Holder, ev.Waited.Round(time.Millisecond))
+		acting := p.acting
+		if acting == "" {
+			acting = "restarting"
+		}
+		fmt.Fprintf(p.stderr, "%s acquired %s as %s after %s; %s\n", ts, ev.Key, ev.Holder, ev.Waited.Round(time.Millisecond), acting)
 	case "ready":
 		fmt.Fprintf(p.stderr, "%s %s ready\n", ts, ev.Key)
 	case "released":
@@ -642,6 +647,9 @@ func rollout(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	p := &printer{json: o.jsonOut, stdout: stdout, stderr: stderr}
+	if o.refresh.on {
+		p.acting = "refreshing"
+	}
 	var copts []snapsvc.Option
 	if o.socket != "" {
 		copts = append(copts, snapsvc.WithSocket(o.socket))
