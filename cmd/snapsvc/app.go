@@ -78,7 +78,7 @@ const rootIntro = `snapsvc starts, stops and restarts snap services through snap
 other changes that hold the snap (conflicts) and then for its own change.
 
 Its commands follow the snap command's where they overlap (services, logs,
-start, stop, restart, changes, tasks, watch, abort, version); status,
+start, stop, restart, refresh, changes, tasks, watch, abort, version); status,
 wait-idle, follow and demo are its own.
 
 NAME is a snap ("k8s": all its services) or a service ("k8s.kubelet").`

@@ -13,6 +13,12 @@
 //	stop [--disable] [--no-wait] NAME...    as snap stop: "Stopped."
 //	restart [--reload] [--no-wait] NAME...  as snap restart: "Restarted.";
 //	                                        --no-wait prints the change id alone
+//	refresh [--channel C|--revision R] [--amend] [--classic] [--no-wait] SNAP [FILE]
+//	                                        as snap refresh (a FILE as snap
+//	                                        install --dangerous): "NAME VERSION
+//	                                        refreshed", or no updates available
+//	refresh --hold[=D] [--hold-level L] SNAP, refresh --unhold SNAP
+//	                                        as snap refresh --hold/--unhold
 //	changes [--abs-time] [--in-progress] [SNAP]
 //	                                        as snap changes: every change snapd
 //	                                        keeps, ID Status Spawn Ready Summary
