@@ -361,7 +361,7 @@ func TestUnreachableFailsClosed(t *testing.T) {
 	}
 
 	// Through snapsvc: retryable, names the key, nothing restarted.
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kube-apiserver", Daemon: "simple", Active: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kube-apiserver", Daemon: "simple", Active: true}}}))
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
 	if err != nil {
 		t.Fatal(err)
@@ -404,7 +404,7 @@ func TestUnreachableFailOpenAndNoCluster(t *testing.T) {
 	// 33, defect 1: its fence confirmed for 1<<63-1 ns, the send-by
 	// overflowed and every write was refused until the call gave up).
 	for name, b := range map[string]*etcdbudget.Budget{"fail open": open, "no cluster yet": boot} {
-		srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kube-apiserver", Daemon: "simple", Active: true}}}))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kube-apiserver", Daemon: "simple", Active: true}}}))
 		c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{}))
 		if err != nil {
 			t.Fatal(err)

@@ -292,7 +292,7 @@ type site struct {
 func newSite(t *testing.T, stepDur, readyDelay time.Duration) *site {
 	t.Helper()
 	app := fake.App{Name: "kube-apiserver", Daemon: "simple", Enabled: true, Active: true, StartDuration: stepDur, StopDuration: stepDur}
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{app, {Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{app, {Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
 	st := &site{srv: srv, readyDelay: readyDelay}
 	st.ready = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, notReady := st.notReadyUntil(time.Now())

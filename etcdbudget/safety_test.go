@@ -397,7 +397,7 @@ func TestCoreCanonicalKeysOnEtcd(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	cli := client(t, p.Endpoints()...)
 	x, y := fmt.Sprintf("x%d", time.Now().UnixNano()), "y"
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kube-apiserver", Daemon: "simple", Enabled: true, Active: true},
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 	}}))

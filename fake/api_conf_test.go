@@ -59,7 +59,7 @@ func TestGoldenConfigure(t *testing.T) {
 	for _, v := range []fake.Version{fake.Version268, fake.Version277} {
 		t.Run(string(v), func(t *testing.T) {
 			clk := fake.NewManualClock(t0)
-			s := fake.NewServer(t, fake.WithVersion(v), fake.WithClock(clk), fake.WithSnaps(svcdemoWithHook()))
+			s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(v), fake.WithClock(clk), fake.WithSnaps(svcdemoWithHook()))
 			main, ver := s.SocketPath(), string(v)
 
 			code, b := do(t, main, "PUT", "/v2/snaps/svcdemo/conf", `{"hook-sleep":15,"foo":"bar"}`)
@@ -113,7 +113,7 @@ func TestGoldenConfigure(t *testing.T) {
 // TestGoldenConfConflictDuringInstall: PUT conf while an install-snap
 // change holds the snap (2.77.1 capture-extra).
 func TestGoldenConfConflictDuringInstall(t *testing.T) {
-	s := fake.NewServer(t, fake.WithClock(fake.NewManualClock(t0)), fake.WithSnaps(svcdemoWithHook()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(fake.NewManualClock(t0)), fake.WithSnaps(svcdemoWithHook()))
 	s.AddChange(fake.ChangeSpec{Kind: "install-snap", Snap: "svcdemo"})
 	code, b := do(t, s.SocketPath(), "PUT", "/v2/snaps/svcdemo/conf", `{"foo":"qux"}`)
 	goldenCheck(t, "2.77.1", "x-conflict-conf-during-install", code, b)
@@ -127,7 +127,7 @@ func TestSnapConf(t *testing.T) {
 	held.Name, held.ConfigureHookSleepKey, held.ConfigureHookDuration = "held", "", -1
 	nohook := fake.Snap{Name: "nohook", Apps: []fake.App{{Name: "d", Daemon: "simple"}},
 		Config: map[string]any{"a": map[string]any{"b": 1}}}
-	s := fake.NewServer(t, fake.WithClock(clk), fake.WithSnaps(svcdemoWithHook(), held, nohook))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(clk), fake.WithSnaps(svcdemoWithHook(), held, nohook))
 	main := s.SocketPath()
 
 	// whole document, dotted keys, missing keys, unknown snap

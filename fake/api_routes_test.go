@@ -32,7 +32,7 @@ func TestSnapsList(t *testing.T) {
 		{fake.Version277, "", `"stable"`, `invalid select parameter: '\x00'`},
 	} {
 		t.Run(string(tc.v), func(t *testing.T) {
-			s := fake.NewServer(t, fake.WithVersion(tc.v), fake.WithClock(fake.NewManualClock(t0)), fake.WithSnaps(k8s, demo()))
+			s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(tc.v), fake.WithClock(fake.NewManualClock(t0)), fake.WithSnaps(k8s, demo()))
 			code, e := call(t, s.SocketPath(), "GET", "/v2/snaps", "")
 			var raw struct {
 				Sources []string `json:"sources"`
@@ -147,7 +147,7 @@ func readSeq(t *testing.T, br *bufio.Reader, n int) []map[string]string {
 
 func TestLogs(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithClock(clk), fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(clk), fake.WithSnaps(demo()))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"restart","names":["svcdemo.alpha"]}`)
 	if err := s.AdvanceUntilReady(context.Background(), e.Change); err != nil {
 		t.Fatal(err)
@@ -214,14 +214,14 @@ func TestLogs(t *testing.T) {
 	}
 	// From 2.73 snapd refuses n <= 0 except -1; before, n=0 sends nothing.
 	for _, v := range []fake.Version{fake.Version268, fake.Version277} {
-		vs := fake.NewServer(t, fake.WithVersion(v), fake.WithSnaps(demo()))
+		vs := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(v), fake.WithSnaps(demo()))
 		code, e, _ := callErr(vs.SocketPath(), "GET", "/v2/logs?names=svcdemo&n=0", "")
 		refused := code == 400 && e.Type == "error" && errOf(t, e).Message == "invalid value for n: 0"
 		if refused != (v == fake.Version277) || (!refused && code != 200) {
 			t.Errorf("%s: n=0: %d %s", v, code, e.Result)
 		}
 	}
-	empty := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "plain", Apps: []fake.App{{Name: "cli"}}}))
+	empty := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "plain", Apps: []fake.App{{Name: "cli"}}}))
 	code, e := call(t, empty.SocketPath(), "GET", "/v2/logs", "")
 	if r := errOf(t, e); code != 404 || r.Kind != "app-not-found" || r.Message != "no matching services" {
 		t.Errorf("no services: %d %+v", code, r)
@@ -230,7 +230,7 @@ func TestLogs(t *testing.T) {
 
 func TestWarnings(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithClock(clk), fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(clk), fake.WithSnaps(demo()))
 	_, e := call(t, s.SocketPath(), "GET", "/v2/warnings", "")
 	if string(e.Result) != "[]" {
 		t.Errorf("no warnings: %s", e.Result)
@@ -285,7 +285,7 @@ func TestWarnings(t *testing.T) {
 // hold the capture's fresh system had).
 func TestGoldenSystemInfo(t *testing.T) {
 	for _, v := range []fake.Version{fake.Version268, fake.Version277} {
-		s := fake.NewServer(t, fake.WithVersion(v))
+		s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(v))
 		code, b := do(t, s.SocketPath(), "GET", "/v2/system-info", "")
 		var got struct{ Result map[string]any }
 		json.Unmarshal(b, &got)
@@ -307,7 +307,7 @@ func TestGoldenSystemInfo(t *testing.T) {
 			t.Errorf("%s system-info differs:\n  %s", v, strings.Join(d, "\n  "))
 		}
 	}
-	s := fake.NewServer(t, fake.WithVersion(fake.Version257))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version257))
 	_, e := call(t, s.SocketPath(), "GET", "/v2/system-info", "")
 	var m map[string]any
 	decode(t, e.Result, &m)

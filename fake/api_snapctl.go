@@ -29,13 +29,20 @@ type ctlContext struct {
 
 // postSnapctl mirrors daemon/api_snapctl.go runSnapctl plus the bits of
 // overlord/hookstate/ctlcmd the fake supports.
-func (s *Server) postSnapctl(ctx context.Context, body []byte, stopping <-chan struct{}) *response {
+//
+// uid is the caller's (0 with AllowNonRoot): ctlcmd.Run refuses a caller
+// who is not root most commands before it parses them or looks at the
+// context.
+func (s *Server) postSnapctl(ctx context.Context, body []byte, uid int, stopping <-chan struct{}) *response {
 	var req snapctlReq
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&req); err != nil {
 		return badRequest("cannot decode snapctl request: %s", err)
 	}
 	if len(req.Args) == 0 {
 		return badRequest("snapctl cannot run without args")
+	}
+	if !s.cfg.version.snapctlAllowed(uid, req.Args) {
+		return snapctlForbidden(req.Args[0], uid)
 	}
 	prefix := s.cfg.version.snapctlPrefix()
 	fail := func(format string, a ...any) *response {

@@ -14,7 +14,7 @@ import (
 // it goes back to Done, so the change ends Done (overlord/state/taskrunner.go).
 func TestAbortServiceControlEndsDone(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"stop","names":["svcdemo.gamma"]}`)
 	code, e2 := call(t, s.SocketPath(), "POST", "/v2/changes/"+e.Change, `{"action":"abort"}`)
 	var ch change
@@ -40,7 +40,7 @@ func TestAbortServiceControlEndsDone(t *testing.T) {
 // foreign change are undone, and pending ones are put on Hold.
 func TestFailureAbortsChange(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"start","names":["svcdemo.broken"]}`)
 	code, n := call(t, s.SocketPath(), "GET", "/v2/notices?keys="+e.Change, "")
 	var ns []struct {
@@ -67,7 +67,7 @@ func TestFailureAbortsChange(t *testing.T) {
 // "always disable if enable was requested").
 func TestFailedStartEnableDisablesAll(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"start","enable":true,"names":["svcdemo.alpha","svcdemo.broken"]}`)
 	if err := s.AdvanceUntilReady(context.Background(), e.Change); err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestFailedStartEnableDisablesAll(t *testing.T) {
 // (overlord/servicestate/service_control.go sorts only for start/restart).
 func TestStopInNameOrder(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithClock(clk), fake.WithSnaps(fake.Snap{Name: "k", Apps: []fake.App{
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(clk), fake.WithSnaps(fake.Snap{Name: "k", Apps: []fake.App{
 		{Name: "a", Daemon: "simple", Enabled: true, Active: true, Before: []string{"b"}, StopDuration: time.Second},
 		{Name: "b", Daemon: "simple", Enabled: true, Active: true, StopDuration: time.Second},
 	}}))
@@ -103,7 +103,7 @@ func TestStopInNameOrder(t *testing.T) {
 // "reload-or-restart" (one systemctl call), a plain restart names "start"
 // (systemd.Restart is Stop then Start).
 func TestReloadFailureVerb(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k", Apps: []fake.App{
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k", Apps: []fake.App{
 		{Name: "a", Daemon: "simple", Enabled: true, FailStart: "boom\n"},
 	}}))
 	for action, verb := range map[string]string{`"restart","reload":true`: "reload-or-restart", `"restart"`: "start"} {
@@ -121,7 +121,7 @@ func TestReloadFailureVerb(t *testing.T) {
 // "maintenance" decorates what a handler returns, errors included, but not
 // the router's 404, 405, or access-check 403 (daemon/daemon.go ServeHTTP).
 func TestMaintenanceOnlyOnHandlerResponses(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()))
 	s.BeginMaintenance("daemon-restart", "daemon is restarting")
 	for _, tc := range []struct {
 		sock, method, path string
@@ -148,7 +148,7 @@ func TestMaintenanceOnlyOnHandlerResponses(t *testing.T) {
 // app-not-found; a snap without apps of the wanted kind "has no apps";
 // only the first "names" value counts; "global" must be a bool (2.63+).
 func TestAppsNotFoundRules(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo(), fake.Snap{Name: "empty"}))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo(), fake.Snap{Name: "empty"}))
 	for _, tc := range []struct {
 		path, kind, msg string
 		code            int
@@ -186,7 +186,7 @@ func TestAppsNotFoundRules(t *testing.T) {
 // come before the context check.
 func TestSnapctlServiceCommandDetails(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	ck := s.Cookie("svcdemo")
 	run := func(args ...string) (int, env) {
 		return call(t, s.SnapSocketPath(), "POST", "/v2/snapctl", cookieBody(ck, args...))
@@ -229,7 +229,7 @@ func TestSnapctlServiceCommandDetails(t *testing.T) {
 // (ctlcmd/helpers.go queueCommand).
 func TestConfigureHookQueuesInOrder(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	h := s.StartHook("svcdemo", "configure")
 	for _, args := range [][]string{{"stop", "svcdemo.gamma"}, {"restart", "svcdemo.alpha"}} {
 		if code, e := call(t, s.SnapSocketPath(), "POST", "/v2/snapctl", cookieBody(h.Cookie(), args...)); code != 200 {
@@ -255,7 +255,7 @@ func TestConfigureHookQueuesInOrder(t *testing.T) {
 // their last occurrence (overlord/state/notices.go).
 func TestNoticesFiltersAndExpiry(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"restart","names":["svcdemo.alpha"]}`)
 	if err := s.AdvanceUntilReady(context.Background(), e.Change); err != nil {
 		t.Fatal(err)

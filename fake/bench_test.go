@@ -17,7 +17,7 @@ import (
 func BenchmarkRestartAfterHistory(b *testing.B) {
 	for _, prior := range []int{0, 10000} {
 		b.Run(fmt.Sprintf("prior=%d", prior), func(b *testing.B) {
-			s := fake.NewServer(b, fake.WithSnaps(fake.Snap{Name: "svcdemo", Apps: []fake.App{
+			s := fake.NewServer(b, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "svcdemo", Apps: []fake.App{
 				{Name: "alpha", Daemon: "simple", Enabled: true, Active: true}}}))
 			hc := keepAliveClient(s.SocketPath())
 			restart := func() {

@@ -40,7 +40,7 @@ func TestCapturedRealSnapd(t *testing.T) {
 	for _, v := range []fake.Version{fake.Version257, fake.Version268} {
 		t.Run(string(v), func(t *testing.T) {
 			clk := fake.NewManualClock(t0)
-			s := fake.NewServer(t, fake.WithSnaps(svcdemoIntegration()), fake.WithClock(clk),
+			s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(svcdemoIntegration()), fake.WithClock(clk),
 				fake.WithVersion(v), fake.WithSnapSocketObserveDenied())
 			g := &goldenRun{t: t, s: s, clk: clk}
 			ctx := context.Background()
@@ -120,7 +120,7 @@ func TestStopWaitingLogOnlyWhileStopping(t *testing.T) {
 	} {
 		t.Run(tc.stop.String(), func(t *testing.T) {
 			clk := fake.NewManualClock(t0)
-			s := fake.NewServer(t, fake.WithClock(clk), fake.WithSnaps(fake.Snap{Name: "svcdemo", Apps: []fake.App{
+			s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(clk), fake.WithSnaps(fake.Snap{Name: "svcdemo", Apps: []fake.App{
 				{Name: "gamma", Daemon: "simple", Enabled: true, Active: true, StopDuration: tc.stop},
 			}}))
 			g := &goldenRun{t: t, s: s, clk: clk}

@@ -20,10 +20,17 @@ type ChangeSpec struct {
 	// Tasks default to one task typical of Kind, affecting Snap. Tasks run
 	// one after another; each stays Doing until Finish/Fail.
 	Tasks []TaskSpec
-	// WithSnapNames sets the change's "snap-names" data, so that
-	// GET /v2/changes?for=<snap> lists it (snapd does this for changes made
-	// through the REST API, not for snapctl-made or hook changes).
-	WithSnapNames bool
+	// WithSnapNames gives the change "snap-names" [Snap] whatever its
+	// kind, and WithoutSnapNames gives it none, whatever its kind. By
+	// default a change with a Snap has them when snapd's changes of its
+	// Kind do: configure-snap, service-control, install-snap,
+	// refresh-snap, remove-snap, revert-snap, enable-snap, disable-snap,
+	// switch-snap, try-snap, auto-refresh, alias, connect-snap, ... (the
+	// changes snapd's API makes for a snap, and auto-refresh). GET
+	// /v2/changes?for=<snap> (snap changes SNAP) then lists it as it lists
+	// a real `snap set`. WithoutSnapNames is for a change snapctl made
+	// (its service-control changes have none).
+	WithSnapNames, WithoutSnapNames bool
 	// APIData is served as the change's "data" (snapd's "api-data").
 	APIData map[string]any
 	// ExclusiveMessage, if set, makes the change block every snap with
@@ -37,6 +44,28 @@ type TaskSpec struct {
 	Kind, Summary string
 	// Snaps it affects; nil means the ChangeSpec's Snap.
 	Snaps []string
+}
+
+// snapKinds are the change kinds snapd gives the change data "snap-names"
+// (the snaps it is about), which GET /v2/changes?for= matches: every
+// change the API makes for a snap goes through daemon/api.go newChange
+// with the snaps' names (api_snap_conf.go configure-snap, api_apps.go
+// service-control, api_snaps.go install/refresh/remove/... -snap,
+// api_sideload_n_try.go, api_aliases.go, api_interfaces.go,
+// api_quotas.go, api_snapshots.go), and overlord/snapstate sets them on
+// auto-refresh (autorefresh.go) and on its own remove-snap (snapmgr.go).
+// snapctl's changes (ctlcmd) and snapd's own changes without a snap (seed,
+// remodel, ...) have none. The 2.57.6 and 2.77.1 captures show it: GET
+// /v2/changes?for=svcdemo lists the install-snap and the /v2/apps
+// service-control changes, not the snapctl-made ones.
+var snapKinds = map[string]bool{
+	"configure-snap": true, "service-control": true,
+	"install-snap": true, "refresh-snap": true, "remove-snap": true, "revert-snap": true,
+	"enable-snap": true, "disable-snap": true, "switch-snap": true, "hold-snap": true,
+	"unhold-snap": true, "snapshot-snap": true, "try-snap": true, "install-component": true,
+	"auto-refresh": true, "alias": true, "unalias": true, "prefer": true,
+	"connect-snap": true, "disconnect-snap": true, "quota-control": true,
+	"check-snapshot": true, "restore-snapshot": true, "forget-snapshot": true,
 }
 
 // Change is a handle on a change in the fake.
@@ -79,7 +108,7 @@ func (s *Server) AddChange(spec ChangeSpec) *Change {
 	c := s.newChangeLocked(spec.Kind, summary)
 	c.exclusive = spec.ExclusiveMessage
 	c.apiData = spec.APIData
-	if spec.WithSnapNames && spec.Snap != "" {
+	if spec.Snap != "" && !spec.WithoutSnapNames && (spec.WithSnapNames || snapKinds[spec.Kind]) {
 		c.snapNames = []string{spec.Snap}
 	}
 	var prev *task
@@ -275,6 +304,11 @@ func (s *Server) StartHook(snap, hook string) *Hook {
 		summary, _ = defaultSpec(kind, snap)
 	}
 	c := s.newChangeLocked(kind, summary)
+	if snapKinds[kind] {
+		// the change the hook runs in: snap set's configure-snap,
+		// an install's or a refresh's
+		c.snapNames = []string{snap}
+	}
 	tsum := fmt.Sprintf("Run %s hook of %q snap", hook, snap)
 	if hook == "gate-auto-refresh" {
 		// hookstate.SetupGateAutoRefreshHook, in the auto-refresh change

@@ -23,7 +23,7 @@ import (
 //	GET  /state                      version, sockets, snaps with cookies and services, changes in progress
 //	GET  /services?snap=S            services and their state
 //	GET  /changes                    every change (the fake's view: ChangeInfo)
-//	POST /changes                    {"kind","snap","summary","tasks":[{"kind","summary"}],"with-snap-names"}: add a held foreign change; answers its ChangeInfo
+//	POST /changes                    {"kind","snap","summary","tasks":[{"kind","summary"}],"with-snap-names","without-snap-names"}: add a held foreign change (ChangeSpec); answers its ChangeInfo
 //	POST /changes/ID/finish          finish its held tasks
 //	POST /changes/ID/fail            {"message"}: fail its current held task
 //	POST /changes/ID/next            finish its current held task only
@@ -344,6 +344,7 @@ func (s *Server) ctlAddChange(w http.ResponseWriter, r *http.Request) {
 		Kind, Snap, Summary string
 		Tasks               []struct{ Kind, Summary string }
 		WithSnapNames       bool
+		WithoutSnapNames    bool
 	}
 	if !ctlDecode(w, r, &req) {
 		return
@@ -356,7 +357,7 @@ func (s *Server) ctlAddChange(w http.ResponseWriter, r *http.Request) {
 		ctlReply(w, nil, notFoundErr("no snap %q", req.Snap))
 		return
 	}
-	spec := ChangeSpec{Kind: req.Kind, Snap: req.Snap, Summary: req.Summary, WithSnapNames: req.WithSnapNames}
+	spec := ChangeSpec{Kind: req.Kind, Snap: req.Snap, Summary: req.Summary, WithSnapNames: req.WithSnapNames, WithoutSnapNames: req.WithoutSnapNames}
 	for _, t := range req.Tasks {
 		if t.Kind == "" || t.Summary == "" {
 			ctlReply(w, nil, badInput("every task needs a kind and a summary"))

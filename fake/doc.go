@@ -1,48 +1,57 @@
-// Package fake is an in-process snapd double that speaks snapd's real wire
-// protocol on real Unix sockets, for snapsvc's tests and its users' tests.
+// Package fake is a snapd double for tests: a server in your test process
+// that speaks snapd's REST API and snapctl on real Unix sockets, with the
+// snaps, services and changes you give it, and controls no snapd has (a
+// foreign change that holds a snap, failing starts, faults, a manual
+// clock). Point the code under test at its socket instead of
+// /run/snapd.socket:
+//
+//	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s",
+//		Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true}}}))
+//	c, _ := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()))
+//	_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+//	st, _ := srv.Service("k8s", "kubelet") // st.Active; also srv.Requests(), srv.Counters()
+//
+// AllowNonRoot is there because go test runs as you while the code under
+// test runs as root in production, and snapd lets only root restart a
+// service (see Who may do what).
 //
 // Fidelity to real snapd is the point: every body the fake serves has the
 // shape real snapd serves (testsupport/conformance replays bodies captured from
 // snapd 2.57.6 against it), so a client that works against the fake reads a
 // real snapd the same way.
 //
-// # Where things are
-//
-// The model (what snapd does): state.go (changes, tasks, statuses,
-// notices, the conflict rule), engine.go (service-control tasks and their
-// systemctl steps), options.go (snaps, apps, version profiles, options).
-//
-// The routes (what snapd serves), one file per family as in snapd's
-// daemon/api_*.go: api_apps.go, api_changes.go, api_conf.go (with the
-// configuration model, config.go), api_logs.go, api_notices.go,
-// api_snapctl.go, api_snaps.go, api_system.go, api_warnings.go;
-// snapyaml.go and snapsfile.go read snap descriptions; router.go
-// dispatches the routes, writes the envelopes and applies injected
-// faults; server.go is the Server's lifecycle (New, listening, Close) and
-// clock.go its Clock.
-//
-// Test controls (what no snapd has; a test or a user of the fake drives
-// the double with them): control_changes.go (AddChange, Change, StartHook),
-// control_faults.go (InjectFault), control_restart.go (maintenance,
-// RestartDaemon, latency, dropped connections), control_state.go
-// (SetFailStart, SetService, AddWarning, AppendLog, ...), control_http.go
-// (ControlHandler, the controls over HTTP), control_wait.go (WaitFor,
-// View, WaitIdle, AdvanceUntil*), introspect.go (Requests, Counters, Service,
-// ChangeByID, ...) and clock_manual.go (ManualClock).
-//
 // # Starting
 //
-//	s := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
-//		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
-//	}}))
-//	// s.SocketPath() is snapd.socket, s.SnapSocketPath() snapd-snap.socket,
-//	// s.Cookie("k8s") the snap's SNAP_COOKIE.
-//
-// New is the same without testing.TB (call Close). Options: WithSnaps,
-// WithVersion (Version257, Version262, Version268, Version270, Version277 —
-// the default), WithClock (RealClock or a *ManualClock), WithConflictAs409,
-// WithDir, WithSnapctlTimeout, WithoutListening, WithSnapSocketObserveDenied,
+// NewServer starts a fake for a test and closes it in t.Cleanup; New is
+// the same without testing.TB (call Close). s.SocketPath() is
+// snapd.socket, s.SnapSocketPath() snapd-snap.socket, s.Cookie("k8s") the
+// snap's SNAP_COOKIE. Options: WithSnaps, AllowNonRoot, WithVersion
+// (Version257, Version262, Version268, Version270, Version277 — the
+// default), WithClock (RealClock or a *ManualClock), WithConflictAs409,
+// WithDir, WithSnapctlTimeout, WithoutListening,
+// WithSnapSocketObserveDenied, WithoutRefreshObserve, WithStateFile,
 // WithStoreRevision (what a refresh finds in the store).
+//
+// # Who may do what
+//
+// As snapd, the fake reads each caller's uid from the socket (SO_PEERCRED)
+// and applies snapd's access rules (daemon/access.go) after the method and
+// socket checks. Anyone may read: GET /v2/apps, changes, notices, snaps,
+// find, warnings, system-info. Only root may start, stop or restart
+// services (POST /v2/apps), abort a change, read the services' logs (GET
+// /v2/logs), read or set a snap's configuration (/v2/snaps/{name}/conf),
+// acknowledge warnings or ask for snap operations; anyone else gets
+// snapd's 401 {"message":"access denied","kind":"login-required"}, which
+// the snap client prints as "access denied (try with sudo)". On the snap
+// socket snapctl lets anyone run services and get, and refuses the other
+// commands to a caller who is not root with 403 "cannot use "restart" with
+// uid 1000, try with sudo". The fake has no polkit and no store login: a
+// user snapd would let in through either is refused.
+//
+// go test runs as you: where the code under test runs as root in
+// production, pass AllowNonRoot, which lets every caller do what root
+// does. Without it a test sees what a user who is not root would meet.
+// Request.UID records who called.
 //
 // # What it serves
 //
@@ -59,12 +68,15 @@
 //     systemctl call reads "...: stderr:", a newline and the text (without
 //     its trailing newline) from 2.68 on.
 //   - GET /v2/changes/{id}, GET /v2/changes (select, for= matching only
-//     changes with snap-names), POST /v2/changes/{id} {"action":"abort"}.
+//     changes with snap-names: those of /v2/apps and PUT conf, and the
+//     changes AddChange and StartHook make of a kind snapd gives them to,
+//     such as configure-snap, install-snap, auto-refresh; not snapctl's),
+//     POST /v2/changes/{id} {"action":"abort"}.
 //     With WithSnapSocketObserveDenied, reads of changes and notices on the
 //     snap socket answer 403 login-required: "access denied" before 2.68,
 //     "could not determine snap name for pid: ..." from 2.68 on.
 //   - POST /v2/snapctl (snap socket only): services, start/stop/restart,
-//     get/set/unset. An ephemeral context (the snap's cookie) creates a
+//     get/set/unset (a caller who is not root: services and get only). An ephemeral context (the snap's cookie) creates a
 //     change without snap-names (an "exec-command" task, "task ignored",
 //     then the service-control task) and answers only when it is ready, or
 //     "<action> command is taking too long" after the snapctl timeout (the
@@ -180,7 +192,13 @@
 //     modelled: scope/users are only validated.
 //   - snapctl: only services, start, stop, restart, get, set, unset; no
 //     --help text, no "Notes" other than "-".
-//   - The caller is always root: no polkit, no 401, user-id filters allowed.
+//   - No polkit and no store login (see Who may do what); with
+//     AllowNonRoot every caller is root, user-id filters included.
+//   - The caller's uid is not looked up in the passwd database: from 2.63
+//     (POST from 2.62) snapd answers /v2/apps from a uid without an entry
+//     (a container run with --user N) 400 "cannot retrieve services:
+//     user: unknown userid N" ("cannot perform operation on services: ..."
+//     for POST).
 //   - Snaps cannot be installed new or removed through the API, and a
 //     local file goes only over an installed snap. The store holds only
 //     what WithStoreRevision/SetStoreRevision put there (one revision per
@@ -253,4 +271,29 @@
 // changes created), Service, ChangeByID, Changes, Change, WaitFor, WaitIdle,
 // ChangeReady, Config; AdvanceUntilReady / AdvanceUntilIdle drive a
 // ManualClock until a change (or everything) is ready.
+//
+// # For contributors: where things are
+//
+// The model (what snapd does): state.go (changes, tasks, statuses,
+// notices, the conflict rule), engine.go (service-control tasks and their
+// systemctl steps), options.go (snaps, apps, version profiles, options).
+//
+// The routes (what snapd serves), one file per family as in snapd's
+// daemon/api_*.go: api_apps.go, api_changes.go, api_conf.go (with the
+// configuration model, config.go), api_logs.go, api_notices.go,
+// api_snapctl.go, api_snaps.go, api_system.go, api_warnings.go;
+// snapyaml.go and snapsfile.go read snap descriptions; router.go
+// dispatches the routes, writes the envelopes and applies injected
+// faults; access.go reads the caller's uid and applies snapd's access
+// rules; server.go is the Server's lifecycle (New, listening, Close) and
+// clock.go its Clock.
+//
+// Test controls (what no snapd has; a test or a user of the fake drives
+// the double with them): control_changes.go (AddChange, Change, StartHook),
+// control_faults.go (InjectFault), control_restart.go (maintenance,
+// RestartDaemon, latency, dropped connections), control_state.go
+// (SetFailStart, SetService, AddWarning, AppendLog, ...), control_http.go
+// (ControlHandler, the controls over HTTP), control_wait.go (WaitFor,
+// View, WaitIdle, AdvanceUntil*), introspect.go (Requests, Counters, Service,
+// ChangeByID, ...) and clock_manual.go (ManualClock).
 package fake

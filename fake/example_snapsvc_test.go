@@ -19,7 +19,9 @@ func bootstrap(ctx context.Context, c *snapsvc.Client) error {
 // at it, run the code, assert on what snapd (the fake) saw. In a test,
 // fake.NewServer(t, ...) replaces fake.New and closes itself.
 func Example_testYourHook() {
-	s, _ := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	s, _ := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "containerd", Daemon: "notify"}, {Name: "kubelet", Daemon: "simple", After: []string{"containerd"}},
 	}}))
 	defer s.Close()

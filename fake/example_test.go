@@ -32,8 +32,10 @@ func snapctl(socket, cookie string, args ...string) string {
 // A configure hook that restarts its service: from the configure hook the
 // restart is queued and happens once the hook has finished.
 func Example() {
-	// in a test: s := fake.NewServer(t, ...) closes itself at the end
-	s, _ := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// in a test: s := fake.NewServer(t, ...) closes itself at the end.
+	// AllowNonRoot: examples run as you, and snapctl lets only root (a
+	// hook runs as root) start services.
+	s, _ := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true},
 	}}))
 	defer s.Close()

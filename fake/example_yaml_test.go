@@ -32,7 +32,9 @@ hooks:
 	}
 	sn.ConfigureHookDuration = 2 * time.Second
 	clk := fake.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s, _ := fake.New(fake.WithSnaps(sn), fake.WithClock(clk))
+	// AllowNonRoot: examples run as you, and snapd lets only root set a
+	// snap's configuration and restart its services.
+	s, _ := fake.New(fake.AllowNonRoot(), fake.WithSnaps(sn), fake.WithClock(clk))
 	defer s.Close()
 
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,

@@ -43,7 +43,7 @@ type change struct {
 
 func TestStartStopConflictManualClock(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	code, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"stop","names":["svcdemo.gamma"]}`)
 	if code != 202 || e.Type != "async" || e.Change == "" {
 		t.Fatalf("got %d %+v", code, e)
@@ -93,7 +93,7 @@ func TestStartStopConflictManualClock(t *testing.T) {
 }
 
 func TestFailedStartRollsBackBatch(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithVersion(fake.Version257))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithVersion(fake.Version257))
 	s.SetService("svcdemo", "alpha", fake.AppState{})
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"start","enable":true,"names":["svcdemo.broken","svcdemo.alpha"]}`)
 	var ch change
@@ -111,7 +111,7 @@ func TestFailedStartRollsBackBatch(t *testing.T) {
 
 func TestSnapctlEphemeralWaitsAndHookQueues(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk), fake.WithVersion(fake.Version257))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk), fake.WithVersion(fake.Version257))
 	done := make(chan env, 1)
 	added := clk.TimerAdded()
 	go func() {
@@ -162,7 +162,7 @@ func TestSnapctlEphemeralWaitsAndHookQueues(t *testing.T) {
 
 func TestNoticesLongPoll(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"stop","names":["svcdemo.gamma"]}`)
 	id := e.Change
 	var ns []struct {

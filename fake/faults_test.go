@@ -21,7 +21,7 @@ func cookieBody(cookie string, args ...string) string {
 }
 
 func TestAccessRulesAndRoutes(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithVersion(fake.Version257))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithVersion(fake.Version257))
 	code, e := call(t, s.SnapSocketPath(), "GET", "/v2/apps", "")
 	if r := errOf(t, e); code != 403 || r.Kind != "login-required" || r.Message != "access denied" {
 		t.Fatalf("apps on snap socket: %d %+v", code, r)
@@ -54,7 +54,7 @@ func TestAccessRulesAndRoutes(t *testing.T) {
 
 func TestForeignChangeBlocksUntilFinished(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	chg := s.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "svcdemo"})
 	code, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"restart","names":["svcdemo"]}`)
 	if r := errOf(t, e); code != 400 || r.Message != `snap "svcdemo" has "configure-snap" change in progress` {
@@ -98,7 +98,7 @@ func TestForeignChangeBlocksUntilFinished(t *testing.T) {
 }
 
 func TestConflictAs409AndFailedForeignChange(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithConflictAs409())
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithConflictAs409())
 	chg := s.AddChange(fake.ChangeSpec{Kind: "auto-refresh", Snap: "svcdemo", WithSnapNames: true})
 	code, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"start","names":["svcdemo.alpha"]}`)
 	r := errOf(t, e)
@@ -119,7 +119,7 @@ func TestConflictAs409AndFailedForeignChange(t *testing.T) {
 }
 
 func TestAbort(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()))
 	chg := s.AddChange(fake.ChangeSpec{Kind: "install-snap", Snap: "svcdemo", Tasks: []fake.TaskSpec{
 		{Kind: "mount-snap", Summary: "Mount"}, {Kind: "link-snap", Summary: "Link"}}})
 	code, e := call(t, s.SocketPath(), "POST", "/v2/changes/"+chg.ID(), `{"action":"frob"}`)
@@ -148,7 +148,7 @@ func TestAbort(t *testing.T) {
 
 func TestSnapctlTakingTooLongAndOtherHooks(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk), fake.WithSnapctlTimeout(10*time.Second))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk), fake.WithSnapctlTimeout(10*time.Second))
 	got := make(chan env, 1)
 	go func() {
 		_, e := call(t, s.SnapSocketPath(), "POST", "/v2/snapctl", cookieBody(s.Cookie("svcdemo"), "stop", "svcdemo.gamma"))
@@ -192,7 +192,7 @@ func TestSnapctlTakingTooLongAndOtherHooks(t *testing.T) {
 }
 
 func TestDropNextResponseCreatesChange(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()))
 	s.DropNextResponse("POST", "/v2/apps")
 	if _, _, err := callErr(s.SocketPath(), "POST", "/v2/apps", `{"action":"stop","names":["svcdemo.alpha"]}`); err == nil {
 		t.Fatal("got an answer")
@@ -210,7 +210,7 @@ func TestDropNextResponseCreatesChange(t *testing.T) {
 }
 
 func TestMaintenanceRestartAndLateSocket(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithoutListening())
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithoutListening())
 	_, _, err := callErr(s.SocketPath(), "GET", "/v2/apps", "")
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("late socket: %v", err)
@@ -253,7 +253,7 @@ func TestMaintenanceRestartAndLateSocket(t *testing.T) {
 
 func TestBatchOrderAndLatency(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithClock(clk), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(clk), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", After: []string{"containerd"}, StartDuration: time.Second},
 		{Name: "containerd", Daemon: "notify", Before: []string{"kubelet"}, StartDuration: time.Second},
 		{Name: "kube-proxy", Daemon: "simple", After: []string{"kubelet"}, StartDuration: time.Second},
@@ -302,7 +302,7 @@ func contains(l []string, s string) bool {
 }
 
 func TestRealClockDurations(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Active: true, StopDuration: 30 * time.Millisecond},
 	}}))
 	start := time.Now()
@@ -335,7 +335,7 @@ func TestRealClockDurations(t *testing.T) {
 }
 
 func TestChangeNextWalksTasks(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()))
 	chg := s.AddChange(fake.ChangeSpec{Kind: "install-snap", Snap: "svcdemo", Tasks: []fake.TaskSpec{
 		{Kind: "mount-snap", Summary: "Mount"}, {Kind: "link-snap", Summary: "Link"}}})
 	if !chg.Next() {
@@ -357,7 +357,7 @@ func TestChangeNextWalksTasks(t *testing.T) {
 
 func TestRestartDaemon(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithClock(clk))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithClock(clk))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"stop","names":["svcdemo.gamma"]}`)
 	back := s.RestartDaemon(5 * time.Second)
 	if _, _, err := callErr(s.SocketPath(), "GET", "/v2/changes/"+e.Change, ""); err == nil {
@@ -378,7 +378,7 @@ func TestRestartDaemon(t *testing.T) {
 }
 
 func TestSnapSocketObserveDeniedAndUnsuccessful(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithSnapSocketObserveDenied())
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithSnapSocketObserveDenied())
 	code, e := call(t, s.SnapSocketPath(), "GET", "/v2/notices", "")
 	if r := errOf(t, e); code != 403 || r.Kind != "login-required" || !strings.HasPrefix(r.Message, "could not determine snap name for pid: ") {
 		t.Fatalf("%d %+v", code, r)
@@ -398,7 +398,7 @@ func TestSnapSocketObserveDeniedAndUnsuccessful(t *testing.T) {
 // FaultLate: the client loses its connection at once; the request is
 // acted on only when Hold is closed, and logged then.
 func TestFaultLateActsAfterTheConnectionIsGone(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
 	hold := make(chan struct{})
 	srv.InjectFault(fake.Fault{Kind: fake.FaultLate, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -429,7 +429,7 @@ func TestFaultLateActsAfterTheConnectionIsGone(t *testing.T) {
 // FaultWedge holds a request without acting on it until Hold is closed,
 // then handles and answers it.
 func TestFaultWedgeActsOnceReleased(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
 	hold := make(chan struct{})
 	srv.InjectFault(fake.Fault{Kind: fake.FaultWedge, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
 	type answer struct {
@@ -463,7 +463,7 @@ func TestFaultWedgeActsOnceReleased(t *testing.T) {
 // on it. A held answer (a Fault's Hold without a Kind) is handled before
 // it is held; a wedged request is not handled until its Hold is closed.
 func TestRequestsToCountsArrivalsHandledCountsActions(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	wedge, held := make(chan struct{}), make(chan struct{})

@@ -81,7 +81,7 @@ func changeID(t *testing.T, b []byte) string {
 // configure-hook and install conflicts.
 func TestGolden277(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(svcdemo277()), fake.WithClock(clk), fake.WithVersion(fake.Version277))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(svcdemo277()), fake.WithClock(clk), fake.WithVersion(fake.Version277))
 	g := &goldenRun{t: t, s: s, clk: clk}
 	ctx := context.Background()
 	cookie := s.Cookie("svcdemo")

@@ -11,7 +11,7 @@ import (
 // change of it with its time: a change's stop, then SetService.
 func TestServiceHistory(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithClock(clk), fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(clk), fake.WithSnaps(demo()))
 	if h := s.ServiceHistory("svcdemo", "alpha"); len(h) != 1 || !h[0].At.IsZero() || !h[0].Active || !h[0].Enabled {
 		t.Fatalf("untouched: %+v", h)
 	}

@@ -45,7 +45,7 @@ func TestInjectFaultKinds(t *testing.T) {
 		{kind: fake.FaultReply, wantStatus: 500, bodyHasJSON: true},
 	} {
 		t.Run(tc.kind.String(), func(t *testing.T) {
-			s := fake.NewServer(t, fake.WithSnaps(demo()))
+			s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()))
 			inj := s.InjectFault(fake.Fault{Kind: tc.kind, Method: "POST", Path: "/v2/apps", Times: 1,
 				Status: 500, Body: fake.ErrorBody(500, "", "request canceled")})
 			status, body, err := rawCall(s.SocketPath(), "POST", "/v2/apps", stop)
@@ -88,7 +88,7 @@ func TestInjectFaultKinds(t *testing.T) {
 }
 
 func TestInjectFaultSelectorsAndRemove(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()))
 	empty := s.InjectFault(fake.Fault{Kind: fake.FaultReply, Path: "/v2/changes/",
 		Match: func(r fake.Request) bool { return strings.Contains(r.Query, "x=1") },
 		Body:  fake.SyncBody([]string{})})
@@ -131,7 +131,7 @@ func TestInjectFaultSelectorsAndRemove(t *testing.T) {
 // command's action (overlord/servicestate/servicestate.go tests the
 // request's action, "restart", for the generic wording).
 func TestWholeSnapReloadSummary(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"restart","names":["svcdemo"],"reload":true}`)
 	info, ok := s.ChangeByID(e.Change)
 	if !ok || len(info.Tasks) != 1 || info.Tasks[0].Summary != `Run service command "reload-or-restart" for running services of snap "svcdemo"` {
@@ -142,8 +142,8 @@ func TestWholeSnapReloadSummary(t *testing.T) {
 // WithStateFile: the state file is rewritten (by rename) as the state
 // changes, and already says a change is done when the change reads ready.
 func TestStateFile(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()), fake.WithStateFile())
-	if s.StateFile() == "" || fake.NewServer(t).StateFile() != "" {
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()), fake.WithStateFile())
+	if s.StateFile() == "" || fake.NewServer(t, fake.AllowNonRoot()).StateFile() != "" {
 		t.Fatal("StateFile only with WithStateFile")
 	}
 	chg := s.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "svcdemo"})

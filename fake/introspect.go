@@ -17,6 +17,10 @@ type Request struct {
 	Query     string `json:"query,omitempty"`
 	Body      string `json:"body,omitempty"`
 	UserAgent string `json:"user-agent,omitempty"`
+	// UID is the caller's user id, read from the socket's peer
+	// credentials (SO_PEERCRED) as snapd reads it; -1 when they could
+	// not be read.
+	UID int `json:"uid"`
 	// Status is the HTTP status code of the answer, Kind the error kind and
 	// Message the error message (both empty for success).
 	Status  int    `json:"status"`

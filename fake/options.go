@@ -205,6 +205,8 @@ type config struct {
 	noRefreshObserve bool
 	stateFile        bool
 	store            []storeEntry
+	allowNonRoot     bool
+	peerUID          *int // tests: the uid every caller is taken to have
 }
 
 // Option configures a Server.
@@ -253,3 +255,20 @@ func WithSnapSocketObserveDenied() Option { return func(c *config) { c.snapSocke
 // has no matching connection). Service commands through snapctl still
 // work, and a client can only retry them blind.
 func WithoutRefreshObserve() Option { return func(c *config) { c.noRefreshObserve = true } }
+
+// AllowNonRoot lets a caller who is not root do what snapd lets only root
+// do (or a user polkit authorises, or one logged in to the store; the fake
+// models neither): POST /v2/apps (start, stop, restart), POST
+// /v2/changes/{id} (abort), GET /v2/logs, GET and PUT
+// /v2/snaps/{name}/conf, POST /v2/warnings, and snapctl's start, stop,
+// restart, set and unset. Without it the fake reads each caller's uid from
+// the socket (SO_PEERCRED) and refuses one who is not root as snapd does:
+// 401 {"message":"access denied","kind":"login-required"} (snapctl: 403
+// "cannot use \"restart\" with uid 1000, try with sudo"), which the snap
+// client prints as "access denied (try with sudo)".
+//
+// Use it where the code under test runs as root in production (a daemon,
+// a snap's hook, a command run with sudo) but the tests run as you: go
+// test run by a user who is not root. Leave it out to see what that user
+// would meet.
+func AllowNonRoot() Option { return func(c *config) { c.allowNonRoot = true } }

@@ -74,6 +74,15 @@ func forbidden(msg string) *response {
 	return r
 }
 
+// unauthorized is authenticatedAccess's refusal of a caller who is not
+// root (daemon/access.go checkAccess: Unauthorized("access denied")),
+// served bare.
+func unauthorized(msg string) *response {
+	r := errResp(401, "login-required", nil, "%s", msg)
+	r.bare = true
+	return r
+}
+
 // routeNotFound is the router's NotFoundHandler (daemon/daemon.go), bare.
 func routeNotFound() *response {
 	r := notFound("not found")
@@ -104,7 +113,10 @@ func (s *Server) handler(sock string) http.Handler {
 			return
 		}
 		stopping := s.stopping
-		req := Request{Time: s.nowLocked(), Socket: sock, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body), UserAgent: r.UserAgent()}
+		req := Request{Time: s.nowLocked(), Socket: sock, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body), UserAgent: r.UserAgent(), UID: -1}
+		if p := s.callerOf(r); p.ok {
+			req.UID = p.uid
+		}
 		s.counters.Requests[routeKey(r.Method, r.URL.Path)]++
 		s.inflight++
 		s.wakeLocked()
@@ -343,6 +355,11 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 		if r.Method == "GET" {
 			return s.getApps(r)
 		}
+		// WriteAccess: authenticatedAccess (2.57), with polkit (2.68),
+		// interfaceAuthenticatedAccess{ros-snapd-support} (2.77)
+		if rsp := s.requireAuthenticated(r); rsp != nil {
+			return rsp
+		}
 		return s.postApps(body)
 	case p == "/v2/changes":
 		if r.Method != "GET" {
@@ -361,8 +378,12 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 			}
 			return s.getChange(id)
 		case "POST":
+			// authenticatedAccess{Polkit: polkitActionManage}
 			if sock != "main" {
 				return forbidden("access denied")
+			}
+			if rsp := s.requireAuthenticated(r); rsp != nil {
+				return rsp
 			}
 			return s.abortChange(id, body)
 		}
@@ -389,7 +410,15 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 		if sock != "snap" {
 			return forbidden("access denied")
 		}
-		return s.postSnapctl(r.Context(), body, stopping)
+		p := s.callerOf(r)
+		if !p.ok {
+			return forbidden("access denied")
+		}
+		uid := p.uid
+		if s.cfg.allowNonRoot {
+			uid = 0
+		}
+		return s.postSnapctl(r.Context(), body, uid, stopping)
 	case p == "/v2/snaps" || strings.HasPrefix(p, "/v2/snaps/"):
 		return s.routeSnaps(sock, r, body)
 	case p == "/v2/find":
@@ -404,8 +433,12 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 		if r.Method != "GET" {
 			return methodNotAllowed(r.Method)
 		}
+		// authenticatedAccess{Polkit: polkitActionManage}
 		if sock != "main" {
 			return forbidden("access denied")
+		}
+		if rsp := s.requireAuthenticated(r); rsp != nil {
+			return rsp
 		}
 		return s.getLogs(r)
 	case p == "/v2/warnings":
@@ -417,6 +450,10 @@ func (s *Server) route(sock string, r *http.Request, body []byte, stopping <-cha
 		}
 		if r.Method == "GET" {
 			return s.getWarnings(r)
+		}
+		// authenticatedAccess{Polkit: polkitActionManage}
+		if rsp := s.requireAuthenticated(r); rsp != nil {
+			return rsp
 		}
 		return s.ackWarnings(body)
 	case p == "/v2/system-info":
@@ -445,8 +482,13 @@ func (s *Server) routeSnaps(sock string, r *http.Request, body []byte) *response
 		if r.Method != "GET" && r.Method != "PUT" {
 			return methodNotAllowed(r.Method)
 		}
+		// authenticatedAccess for both (with
+		// polkitActionManageConfiguration from 2.68 on)
 		if sock != "main" {
 			return forbidden("access denied")
+		}
+		if rsp := s.requireAuthenticated(r); rsp != nil {
+			return rsp
 		}
 		if r.Method == "GET" {
 			return s.getSnapConf(r, name)
@@ -459,8 +501,12 @@ func (s *Server) routeSnaps(sock string, r *http.Request, body []byte) *response
 		return methodNotAllowed(r.Method)
 	}
 	if r.Method == "POST" {
+		// authenticatedAccess{Polkit: polkitActionManage}
 		if sock != "main" {
 			return forbidden("access denied")
+		}
+		if rsp := s.requireAuthenticated(r); rsp != nil {
+			return rsp
 		}
 		if rest == "" {
 			return s.postSnaps(r, body)

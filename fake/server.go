@@ -291,7 +291,7 @@ func (s *Server) StartListening() error {
 		if i == 1 {
 			sock = "snap"
 		}
-		srv := &http.Server{Handler: s.handler(sock), ReadHeaderTimeout: time.Minute, ConnState: s.trackConn}
+		srv := &http.Server{Handler: s.handler(sock), ReadHeaderTimeout: time.Minute, ConnState: s.trackConn, ConnContext: connContext}
 		s.servers = append(s.servers, srv)
 		s.handlers.Add(1)
 		serving.Add(1)

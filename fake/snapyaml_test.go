@@ -50,7 +50,7 @@ func TestSnapFromDirK8s(t *testing.T) {
 	// the ordering works through the fake: a whole-snap start runs the
 	// services in before/after order
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithClock(clk), fake.WithSnaps(sn))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(clk), fake.WithSnaps(sn))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/apps", `{"action":"start","names":["k8s"]}`)
 	if err := s.AdvanceUntilReady(context.Background(), e.Change); err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestSnapFromYAMLIntegrationSnap(t *testing.T) {
 	}
 	// the instance name can be overridden
 	sn.Name = "svcdemo_two"
-	s := fake.NewServer(t, fake.WithSnaps(sn))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(sn))
 	if st, ok := s.Service("svcdemo_two", "alpha"); !ok || !st.Active {
 		t.Errorf("instance: %+v %v", st, ok)
 	}
@@ -174,7 +174,7 @@ snaps:
 		sn.Apps[3].FailStart != "no way\n" || !sn.Apps[0].Active || sn.Apps[1].Active {
 		t.Errorf("%+v", sn)
 	}
-	s := fake.NewServer(t, fake.WithSnaps(snaps...))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(snaps...))
 	if v, ok := s.Config("k8s", "cluster.name"); !ok || v != "one" {
 		t.Errorf("config: %v %v", v, ok)
 	}
@@ -197,7 +197,7 @@ snaps:
 }
 
 func TestControlHandler(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(demo()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(demo()))
 	h := httptest.NewServer(s.ControlHandler())
 	defer h.Close()
 	ctl := func(method, path, body string) (int, string) {

@@ -9,7 +9,7 @@ import (
 // A foreign change put in Wait (waiting for a reboot) is not ready and
 // reports Wait until the test finishes it.
 func TestChangeWait(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 	c := s.AddChange(fake.ChangeSpec{Kind: "auto-refresh", Snap: "k8s"})
 	c.Wait()
 	if info := c.Info(); info.Status != fake.StatusWait || info.Ready {

@@ -30,7 +30,10 @@ import (
 // SNAP_REEXEC=0 snap .... Every step's exit code, stdout and stderr must be
 // the same after normalising what must differ between two daemons: change
 // ids, times, the changes the scenario did not make, and column widths.
-// Both transcripts are written to $SNAPSVC_REALSNAPD_TRANSCRIPTS/{real,fake}.
+// The steps named *-user run snap as nobody (setpriv): snapd refuses such
+// a user what it lets only root do, and so must the fake (no
+// AllowNonRoot). Both transcripts are written to
+// $SNAPSVC_REALSNAPD_TRANSCRIPTS/{real,fake}.
 func TestSnapClientMatchesRealSnapd(t *testing.T) {
 	e := loadEnv(t)
 	hostSnap := os.Getenv("SNAPSVC_REALSNAPD_SNAP_CLIENT")
@@ -44,8 +47,24 @@ func TestSnapClientMatchesRealSnapd(t *testing.T) {
 		w.waitChange(t, w.setConf(t, map[string]any{"hook-sleep": 0}), time.Minute)
 	})
 
-	root := t.TempDir()
+	// A root, and a copy of the host's snap, that nobody may reach (the
+	// client cache's directories are root's alone), as /run and
+	// /usr/bin/snap are in the container.
+	root, err := os.MkdirTemp("", "snapclient-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
 	if err := os.MkdirAll(filepath.Join(root, "run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	userSnap := filepath.Join(root, "snap")
+	if b, err := os.ReadFile(hostSnap); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(userSnap, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	fv := fakeVersion(e.Version)
@@ -58,7 +77,7 @@ func TestSnapClientMatchesRealSnapd(t *testing.T) {
 
 	real := &clientSide{
 		name: "real snapd " + e.Version, wire: w,
-		command: func(ctx context.Context, args []string) *exec.Cmd {
+		command: func(ctx context.Context, user bool, args []string) *exec.Cmd {
 			// Namespaces by path: nsenter -t PID resolves PID in the
 			// caller's PID namespace, and this test runs in snapd's,
 			// where the container's init (a host pid in e.Leader) is 1.
@@ -70,8 +89,16 @@ func TestSnapClientMatchesRealSnapd(t *testing.T) {
 				}
 				a = append(a, fmt.Sprintf("--%s=/proc/%s/ns/%s", ns, e.Leader, file))
 			}
-			a = append(append(a, "--", "env", "-i"), clientEnv...)
-			a = append(a, "HOME=/root", "snap")
+			a = append(a, "--")
+			if user {
+				a = append(a, asNobody...)
+			}
+			a = append(append(a, "env", "-i"), clientEnv...)
+			if user {
+				a = append(a, "HOME=/nonexistent", "snap")
+			} else {
+				a = append(a, "HOME=/root", "snap")
+			}
 			return exec.CommandContext(ctx, "nsenter", append(a, args...)...)
 		},
 		// A configure hook that sleeps: snapd's own configure-snap change.
@@ -90,7 +117,12 @@ func TestSnapClientMatchesRealSnapd(t *testing.T) {
 	var fk *clientSide
 	fk = &clientSide{
 		name: "fake " + string(fv), wire: fw,
-		command: func(ctx context.Context, args []string) *exec.Cmd {
+		command: func(ctx context.Context, user bool, args []string) *exec.Cmd {
+			if user {
+				c := exec.CommandContext(ctx, asNobody[0], append(append(asNobody[1:], userSnap), args...)...)
+				c.Env = append(clientEnv, "HOME=/nonexistent", "SNAPPY_GLOBAL_ROOT="+root)
+				return c
+			}
 			c := exec.CommandContext(ctx, hostSnap, args...)
 			c.Env = append(clientEnv, "HOME="+home, "SNAPPY_GLOBAL_ROOT="+root)
 			return c
@@ -211,7 +243,19 @@ var realFailures = map[string]string{
 	"abort-ready":              "with nothing pending",
 	"conflict-configure":       `error: snap "svcdemo" has "configure-snap" change in progress`,
 	"watch-held-aborted":       `(run hook "configure": <aborted>)`,
+	// snapd lets only root act (daemon/access.go: 401 access denied,
+	// kind login-required); snap tells a user to try sudo
+	"restart-user": "error: access denied (try with sudo)\n",
+	"stop-user":    "error: access denied (try with sudo)\n",
+	"start-user":   "error: access denied (try with sudo)\n",
+	"logs-user":    "error: access denied (try with sudo)\n",
+	"get-user":     "error: access denied (try with sudo)\n",
+	"set-user":     "error: access denied (try with sudo)\n",
+	"abort-user":   "error: access denied (try with sudo)\n",
 }
+
+// asNobody runs what follows as user nobody.
+var asNobody = []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"}
 
 // knownClientDifferences lists steps whose output is known to differ
 // between real snapd and the fake, with the reason; such a step must still
@@ -225,9 +269,9 @@ func knownClientDifferences(version string) map[string]string {
 type clientSide struct {
 	name    string
 	wire    *wire
-	command func(ctx context.Context, args []string) *exec.Cmd
-	hold    func() (string, error) // starts a foreign configure-snap change that stays Doing
-	aborted func(id string) error  // ends the held change the way snapd does once it is aborted
+	command func(ctx context.Context, user bool, args []string) *exec.Cmd // user: as nobody
+	hold    func() (string, error)                                        // starts a foreign configure-snap change that stays Doing
+	aborted func(id string) error                                         // ends the held change the way snapd does once it is aborted
 
 	baseline int      // the highest change id before the scenario
 	ids      []string // changes the scenario made, in the order they were made
@@ -246,7 +290,7 @@ type clientRun struct {
 // clientVersion is the snap client's own version, from `snap version`.
 func (sd *clientSide) clientVersion(ctx context.Context) (string, error) {
 	var stdout, stderr bytes.Buffer
-	cmd := sd.command(ctx, []string{"version"})
+	cmd := sd.command(ctx, false, []string{"version"})
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("%s: snap version: %v: %s%s", sd.name, err, stdout.String(), stderr.String())
@@ -258,10 +302,16 @@ func (sd *clientSide) clientVersion(ctx context.Context) (string, error) {
 	return f[1], nil
 }
 
-// snap runs the client once, records the run and learns the changes it made.
+// snap runs the client once (as root), records the run and learns the
+// changes it made.
 func (sd *clientSide) snap(ctx context.Context, name string, args ...string) (clientRun, error) {
+	return sd.run(ctx, false, name, args...)
+}
+
+// run runs the client once, as nobody when user is set.
+func (sd *clientSide) run(ctx context.Context, user bool, name string, args ...string) (clientRun, error) {
 	var stdout, stderr bytes.Buffer
-	cmd := sd.command(ctx, args)
+	cmd := sd.command(ctx, user, args)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	run := clientRun{name: name, args: args}
 	if err := cmd.Run(); err != nil {
@@ -386,6 +436,20 @@ func clientScenario(ctx context.Context, sd *clientSide) error {
 			return err
 		}
 	}
+	// A user who is not root: reads work, actions are refused.
+	for _, s := range [][]string{
+		{"services-user", "services", "svcdemo.alpha"},
+		{"restart-user", "restart", "svcdemo.alpha"},
+		{"stop-user", "stop", "svcdemo.alpha"},
+		{"start-user", "start", "svcdemo.slowstart"},
+		{"logs-user", "logs", "svcdemo.alpha"},
+		{"get-user", "get", "svcdemo"},
+		{"set-user", "set", "svcdemo", "hook-sleep=0"},
+	} {
+		if _, err := sd.run(ctx, true, s[0], s[1:]...); err != nil {
+			return err
+		}
+	}
 	broken, err := sd.last()
 	if err != nil {
 		return err
@@ -455,8 +519,13 @@ func clientScenario(ctx context.Context, sd *clientSide) error {
 	if err := sd.learn(); err != nil {
 		return err
 	}
+	if _, err := sd.run(ctx, true, "abort-user", "abort", held); err != nil {
+		return err
+	}
 	for _, s := range [][]string{
 		{"conflict-configure", "restart", "svcdemo.alpha"},
+		// snap set's change is listed for its snap
+		{"changes-held-svcdemo", "changes", "svcdemo"},
 		{"changes-held", "changes"},
 		{"change-held", "change", held},
 		{"tasks-held", "tasks", held},

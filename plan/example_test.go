@@ -39,7 +39,9 @@ func controlPlane(etcdAddr, apiserverURL string) []plan.Service {
 // in three changes, each gated on the readiness of what it needs, and a
 // controller waits for the plan's ready signal.
 func Example_controlPlane() {
-	srv, _ := fake.New(fake.WithSnaps(k8sSnap()))
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, _ := fake.New(fake.AllowNonRoot(), fake.WithSnaps(k8sSnap()))
 	defer srv.Close()
 	client, _ := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST))
 	defer client.Close()
@@ -98,7 +100,9 @@ func Example_controlPlane() {
 // A worker node: kubelet starts once containerd's socket accepts
 // connections.
 func Example_worker() {
-	srv, _ := fake.New(fake.WithSnaps(k8sSnap()))
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, _ := fake.New(fake.AllowNonRoot(), fake.WithSnaps(k8sSnap()))
 	defer srv.Close()
 	client, _ := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST))
 	defer client.Close()

@@ -13,7 +13,7 @@ import (
 // hook ends: a plan cannot gate on readiness there, and says so instead
 // of signalling ready while nothing runs.
 func TestPlanInConfigureHookFailsClearly(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap()))
 	hook := srv.StartHook("k8s", "configure")
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithSnapSocket(srv.SnapSocketPath()),
 		snapsvc.WithMode(snapsvc.ModeSnapctl), snapsvc.WithCookie(hook.Cookie()), snapsvc.WithHook("configure"))

@@ -73,7 +73,7 @@ func isClosed(ch <-chan struct{}) bool {
 }
 
 func TestControlPlaneOrderBatchesAndReady(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap()))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	api, kubelet := newReadyz(t), newReadyz(t)
@@ -161,7 +161,7 @@ func TestControlPlaneOrderBatchesAndReady(t *testing.T) {
 }
 
 func TestProbeTimeoutNamesServiceProbeAndLastError(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap()))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	api := newReadyz(t) // never up
@@ -202,7 +202,7 @@ func TestProbeTimeoutNamesServiceProbeAndLastError(t *testing.T) {
 }
 
 func TestContextEndNamesWaitingProbe(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap()))
 	c := newClient(t, srv)
 	api := newReadyz(t)
 	mc := fake.NewManualClock(t0)
@@ -232,7 +232,7 @@ func TestContextEndNamesWaitingProbe(t *testing.T) {
 }
 
 func TestStartFailureNamesBatch(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap()))
 	srv.SetFailStart("k8s", "etcd", fake.SystemctlJobFailed("k8s", "etcd"))
 	c := newClient(t, srv)
 	p, err := plan.New(controlPlane(tcpListener(t), "http://127.0.0.1:1"), plan.Options{})
@@ -256,7 +256,7 @@ func TestStartFailureNamesBatch(t *testing.T) {
 // Services unlocked by different readiness events go in separate changes,
 // each as soon as its own dependency is ready.
 func TestIndependentChainsStartIndependently(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap()))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	etcdUp, apiUp := newReadyz(t), newReadyz(t)
@@ -311,7 +311,7 @@ func TestSkipRunning(t *testing.T) {
 			snap.Apps[i].Active = true // running, but left disabled
 		}
 	}
-	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(snap))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	api := newReadyz(t)

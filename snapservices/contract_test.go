@@ -40,7 +40,7 @@ func posts(t *testing.T, srv *fake.Server) []appsPost {
 }
 
 func k8sServer(t *testing.T) *fake.Server {
-	return fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	return fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "k8sd", Daemon: "simple", Enabled: true, Active: true},
 		{Name: "containerd", Daemon: "simple"},
 		{Name: "kubelet", Daemon: "simple"},

@@ -82,7 +82,9 @@ func k8sFake() (*fake.Server, error) {
 		}
 		apps = append(apps, app)
 	}
-	return fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: apps}))
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services (k8sd runs as root).
+	return fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: apps}))
 }
 
 // k8sd's bootstrap hook starts the control plane while its

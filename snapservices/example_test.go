@@ -16,7 +16,9 @@ import (
 
 // Bad input fails before any request, saying what is wrong.
 func ExampleSnap_StopServices() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 	}}))
 	if err != nil {

@@ -44,7 +44,7 @@ func retryFor(ctx context.Context, retryCount int, delay time.Duration, f func()
 // (retryable) and the loop's own pauses are the wait; a snap not held is
 // acted on; the call's own change is waited for whatever WithGiveUp says.
 func TestGiveUpZeroIsOneAttempt(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnapApps(500*time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnapApps(500*time.Millisecond)))
 	s := newREST(t, srv, snapservices.WithGiveUp(0))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -70,7 +70,7 @@ func TestGiveUpZeroIsOneAttempt(t *testing.T) {
 // WithGiveUp(d) bounds the wait for a change that never ends to d, and
 // says what held the snap.
 func TestGiveUpBoundsTheWait(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnapApps(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnapApps(0)))
 	s := newREST(t, srv, snapservices.WithGiveUp(300*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -93,7 +93,7 @@ func TestGiveUpBoundsTheWait(t *testing.T) {
 // takes lines: the message, then the services, the change and the time,
 // with the line's level.
 func TestLogLines(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnapApps(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnapApps(0)))
 	var ll levelLines
 	s := newREST(t, srv, snapservices.WithLogLines(ll.print))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -285,7 +285,7 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			app := strings.TrimPrefix(map[string]string{"k8s": "kubelet", "microk8s": "daemon-kubelite", "microovn": "ovn-northd", "microceph": "rgw"}[r.snap], "")
-			fopts := []fake.Option{fake.WithSnaps(fake.Snap{Name: r.snap, Apps: []fake.App{{Name: app, Daemon: "simple", Enabled: true, Active: true}}})}
+			fopts := []fake.Option{fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: r.snap, Apps: []fake.App{{Name: app, Daemon: "simple", Enabled: true, Active: true}}})}
 			if r.strict {
 				fopts = append(fopts, fake.WithoutRefreshObserve())
 			}

@@ -20,7 +20,7 @@ import (
 // the first attempt, and the loop then stops: one attempt, not five of the
 // nested policy's time plus four pauses.
 func TestNestedStuckBlockerEndsTheLoopAtItsBound(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 	loop := retry.Loop{Attempts: 5, Delay: 200 * time.Millisecond}
 	s := newREST(t, srv, snapservices.WithClientOptions(snapsvc.WithPolicy(loop.NestedPolicy())))
 	srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"}) // never finished

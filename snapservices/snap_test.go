@@ -87,7 +87,7 @@ func TestPortRaceAbsorbsForeignChange(t *testing.T) {
 // port's retry.Do keeps that retry (the change's outcome is known: it
 // failed), so the second attempt succeeds.
 func TestFailedStartInRetryLoopIsTriedAgain(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "containerd", Daemon: "notify"},
 		{Name: "kube-apiserver", Daemon: "simple", FailStart: fake.SystemctlJobFailed("k8s", "kube-apiserver")},
 	}}))
@@ -124,7 +124,7 @@ func TestFailedStartInRetryLoopIsTriedAgain(t *testing.T) {
 // A start that keeps failing is tried as often as the loop allows, then
 // reported with snapd's text and the attempts.
 func TestFailedStartInRetryLoopGivesUp(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", FailStart: fake.SystemctlJobFailed("k8s", "kubelet")},
 	}}))
 	s := newREST(t, srv)
@@ -147,7 +147,7 @@ func TestFailedStartInRetryLoopGivesUp(t *testing.T) {
 func TestBareNameMapsToInstance(t *testing.T) {
 	// A snap named kubelet exists in the store: a bare "kubelet" given to
 	// snapsvc.Client would address it. Through the handle it is k8s's.
-	srv := fake.NewServer(t, fake.WithSnaps(
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(
 		fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}},
 		fake.Snap{Name: "kubelet", Apps: []fake.App{{Name: "daemon", Daemon: "simple"}}},
 	))
@@ -167,7 +167,7 @@ func TestBareNameMapsToInstance(t *testing.T) {
 }
 
 func TestBadInputSendsNothing(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 	s := newREST(t, srv)
 	ctx := context.Background()
 	cases := []struct {
@@ -198,7 +198,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 
 func TestNoWaitReturnsBeforeTheChangeIsDone(t *testing.T) {
 	mc := fake.NewManualClock(time.Unix(1000, 0))
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true, StopDuration: 10 * time.Second},
 	}}))
 	s := newREST(t, srv)
@@ -220,7 +220,7 @@ func TestNoWaitReturnsBeforeTheChangeIsDone(t *testing.T) {
 }
 
 func TestSnapctlModeRefusesNoWait(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
 	s := newREST(t, srv, snapservices.WithSnapctl(), snapservices.WithClientOptions(snapsvc.WithCookie(srv.Cookie("k8s")), snapsvc.WithHook("")))
 	if m := s.Client().Mode(); m != snapsvc.ModeSnapctl {
 		t.Fatalf("mode %v", m)
@@ -247,7 +247,7 @@ func TestSnapctlModeRefusesNoWait(t *testing.T) {
 }
 
 func TestSnapctlNoWaitInConfigureHookIsQueued(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 	hook := srv.StartHook("k8s", "configure")
 	s := newREST(t, srv, snapservices.WithSnapctl(), snapservices.WithClientOptions(snapsvc.WithCookie(hook.Cookie()), snapsvc.WithHook("configure")))
 	// snapd queues the command until the hook ends and answers at once, so
@@ -268,7 +268,7 @@ func TestSnapctlNoWaitInConfigureHookIsQueued(t *testing.T) {
 
 func TestEnsureRunningActsOnTheDifference(t *testing.T) {
 	for _, noWait := range []bool{false, true} {
-		srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 			{Name: "containerd", Daemon: "simple", Enabled: true, Active: true},
 			{Name: "kubelet", Daemon: "simple", Active: true}, // a revert left it disabled
 			{Name: "kube-proxy", Daemon: "simple"},

@@ -267,7 +267,7 @@ func TestStatusAndEnsureRunningUnderTheSeam(t *testing.T) {
 // The status call through snapd, in both modes.
 func TestServicesThroughSnapd(t *testing.T) {
 	unsetSnapEnv(t)
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "microceph", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "microceph", Apps: []fake.App{
 		{Name: "mon", Daemon: "simple", Enabled: true, Active: true},
 		{Name: "rgw", Daemon: "simple"},
 	}}))

@@ -24,7 +24,7 @@ const foreignHold = 10 * time.Millisecond
 // requests each sends (reqs/op).
 func BenchmarkRestartThroughForeignChange(b *testing.B) {
 	b.Run("snapsvc", func(b *testing.B) {
-		srv := fake.NewServer(b, fake.WithSnaps(k8sSnap(0)))
+		srv := fake.NewServer(b, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 		c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()))
 		if err != nil {
 			b.Fatal(err)
@@ -36,7 +36,7 @@ func BenchmarkRestartThroughForeignChange(b *testing.B) {
 		})
 	})
 	b.Run("fixed-retry-50ms", func(b *testing.B) {
-		srv := fake.NewServer(b, fake.WithSnaps(k8sSnap(0)))
+		srv := fake.NewServer(b, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 		wire := snapd.New(srv.SocketPath())
 		defer wire.CloseIdleConnections()
 		benchRestart(b, srv, func(ctx context.Context) error {

@@ -30,7 +30,7 @@ func BenchmarkBlindWaitLongBlocker(b *testing.B) {
 			var after time.Duration
 			for i := 0; i < b.N; i++ {
 				mc := fake.NewManualClock(time.Now())
-				srv, err := fake.New(fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version277), fake.WithClock(mc), fake.WithSnapSocketObserveDenied())
+				srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version277), fake.WithClock(mc), fake.WithSnapSocketObserveDenied())
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -83,7 +83,7 @@ var boundCalls = []struct {
 func TestDeadlineAgainstWedgedSnapd(t *testing.T) {
 	for _, tc := range boundCalls {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			c := newClient(t, srv)
 			wedge(t, srv, fake.Fault{})
 			const d = 300 * time.Millisecond
@@ -110,7 +110,7 @@ func TestPolicyBoundAgainstWedgedSnapd(t *testing.T) {
 	policy.MaxElapsedTime, policy.MaxUnreachable = 500*time.Millisecond, 500*time.Millisecond
 	for _, tc := range boundCalls {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			c := newClient(t, srv, snapsvc.WithPolicy(policy))
 			wedge(t, srv, fake.Fault{})
 			lat := testclock.StartLateness()
@@ -124,7 +124,7 @@ func TestPolicyBoundAgainstWedgedSnapd(t *testing.T) {
 		})
 	}
 	t.Run("wedged while waiting for the change", func(t *testing.T) {
-		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 		c := newClient(t, srv, snapsvc.WithPolicy(policy))
 		wedge(t, srv, fake.Fault{Method: "GET"})
 		lat := testclock.StartLateness()
@@ -160,7 +160,7 @@ func inotifyCount(t *testing.T) int {
 // and no inotify instance, connection or goroutine is left.
 func TestCloseRacingFirstCall(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithStateFile())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithStateFile())
 	before := inotifyCount(t)
 	var wg sync.WaitGroup
 	for i := 0; i < 50; i++ {
@@ -193,7 +193,7 @@ func TestCloseRacingFirstCall(t *testing.T) {
 func TestCloseNeverHoldsACallOnTheKernel(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithStateFile())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithStateFile())
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithStateFile(srv.StateFile()))
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +254,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // snapd unreachable: the client backs off (on the injected clock) and
 // succeeds once the socket appears.
 func TestLateSocketIsRetried(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
 	clock := &instantClock{}
 	clock.onPause = func(n int) {
 		if n == 3 {
@@ -274,7 +274,7 @@ func TestLateSocketIsRetried(t *testing.T) {
 }
 
 func TestGivesUpWithinPolicy(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
 	clock := &instantClock{}
 	c := newClient(t, srv, snapsvc.WithPolicy(retry.Policy{MaxAttempts: 3, Clock: clock}))
 	_, err := c.Stop(ctxT(t), []string{"k8s.kubelet"}, snapsvc.StopOptions{})
@@ -294,7 +294,7 @@ func TestGivesUpWithinPolicy(t *testing.T) {
 // When the caller's context ends while snapd is away, the error keeps
 // the reason the client was retrying.
 func TestContextEndKeepsLastError(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
 	ctx, cancel := context.WithCancel(context.Background())
 	clock := &instantClock{}
 	clock.onPause = func(n int) {
@@ -318,7 +318,7 @@ func TestContextEndKeepsLastError(t *testing.T) {
 // reach snapd ... context canceled; retrying until ...".
 func TestWaitWithDoneContextReportsNoOutage(t *testing.T) {
 	mc := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(time.Minute)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(k8sSnap(time.Minute)))
 	var mu sync.Mutex
 	var events []snapsvc.Event
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)),
@@ -353,7 +353,7 @@ func TestWaitWithDoneContextReportsNoOutage(t *testing.T) {
 // succeeds within one re-dial interval of the socket appearing.
 func TestLateSocketRedialsAndReports(t *testing.T) {
 	mc := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
 	var mu sync.Mutex
 	var events []snapsvc.Event
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithObserver(func(e snapsvc.Event) {
@@ -404,7 +404,7 @@ func TestLateSocketRedialsAndReports(t *testing.T) {
 // that names the socket.
 func TestAbsentSocketBoundedByMaxUnreachable(t *testing.T) {
 	mc := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
 	errc := make(chan error, 1)
 	start := mc.Now()
@@ -427,7 +427,7 @@ func TestAbsentSocketBoundedByMaxUnreachable(t *testing.T) {
 // A context that ends before anything was done (here, while the call waits
 // for the snap's lock) leaves a retryable error: nothing ran.
 func TestInterruptedBeforeActingIsRetryable(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv)
 	hold := make(chan struct{})
 	seen := make(chan struct{}, 1)
@@ -483,7 +483,7 @@ func TestChangeWaitBoundsTheOwnChange(t *testing.T) {
 		{"its own, shorter (100ms)", 100 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			srv.SetDurations("k8s", "kubelet", 250*time.Millisecond, 250*time.Millisecond)
 			p := retry.DefaultPolicy()
 			p.MaxElapsedTime = 200 * time.Millisecond

@@ -138,7 +138,7 @@ func TestBudgetHoldOutlastsSnapdAway(t *testing.T) {
 		name := map[bool]string{false: "deadline while the change runs", true: "RestartAsync"}[async]
 		t.Run(name, func(t *testing.T) {
 			checkLeaks(t)
-			srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 				{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true, StartDuration: time.Second, StopDuration: time.Second}}}))
 			b := newMemBudget(1)
 			evs := newHoldEvents(snapsvc.BudgetReleased)
@@ -188,7 +188,7 @@ func TestBudgetHoldKeptWhenChangesCannotBeSeen(t *testing.T) {
 	for _, maxHold := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run("MaxHold "+maxHold.String(), func(t *testing.T) {
 			checkLeaks(t)
-			srv := fake.NewServer(t, fake.WithSnapSocketObserveDenied(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnapSocketObserveDenied(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 				{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true, StartDuration: 700 * time.Millisecond, StopDuration: 700 * time.Millisecond}}}))
 			b := newMemBudget(1)
 			evs := newHoldEvents(snapsvc.BudgetReleased, snapsvc.BudgetHoldExpired, snapsvc.BudgetSettling, snapsvc.BudgetAbandoned)
@@ -239,7 +239,7 @@ func TestBudgetHoldKeptWhenChangesCannotBeSeen(t *testing.T) {
 func TestSharedWaitRedialsAtTheFastestPace(t *testing.T) {
 	checkLeaks(t)
 	// snapd 2.57: no notices, so the wait polls, and re-dials at its pace.
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(0)))
 	slowP := retry.DefaultPolicy()
 	slowP.MaxInterval, slowP.RedialInterval, slowP.MaxUnreachable = 10*time.Second, 5*time.Second, -1
 	unreachable := make(chan struct{}, 4)
@@ -284,7 +284,7 @@ func TestSnapctlLearnsSnapdClock(t *testing.T) {
 	for _, skew := range []time.Duration{-800 * time.Millisecond, 800 * time.Millisecond} {
 		t.Run("snapd "+skew.String(), func(t *testing.T) {
 			checkLeaks(t)
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithClock(skewedClock{skew}))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithClock(skewedClock{skew}))
 			c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
 			ctx := ctxT(t)
 			for range 2 { // a daemon that has run a while
@@ -320,7 +320,7 @@ func TestBudgetLostSlotNeverGivesBackTheOthers(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	b := newMemBudget(1)
 	evs := newHoldEvents(snapsvc.BudgetSettling, snapsvc.BudgetAbandoned, snapsvc.BudgetReleased)
 	c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: evs.progress}))
@@ -351,7 +351,7 @@ func TestBudgetMaxHoldKeepsARunningChange(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	b := newMemBudget(1)
 	evs := newHoldEvents(snapsvc.BudgetSettling, snapsvc.BudgetHoldRunning, snapsvc.BudgetHoldExpired, snapsvc.BudgetAbandoned, snapsvc.BudgetReleased)
 	const maxHold = 50 * time.Millisecond
@@ -383,7 +383,7 @@ func TestBudgetCloseAbandonsARunningRestart(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	b := newMemBudget(1)
 	evs := newHoldEvents(snapsvc.BudgetSettling, snapsvc.BudgetAbandoned)
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST),
@@ -418,7 +418,7 @@ func TestBudgetFailedStartKeepsTheStopsSlot(t *testing.T) {
 			snap.Apps[i].FailStart = fake.SystemctlJobFailed("k8s", "kubelet")
 		}
 	}
-	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(snap))
 	b := newMemBudget(1)
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST),
 		snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{StopsAndStarts: true}))
@@ -452,7 +452,7 @@ func TestBudgetedRestartNeverJoinsAnUnbudgetedOne(t *testing.T) {
 			checkLeaks(t)
 			ctx := ctxT(t)
 			mc := fake.NewManualClock(stepT0)
-			srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 			b := newMemBudget(1)
 			b.fence = func(context.Context, *memSlot) error { return nil }
 			mk := func(ua string, opts ...snapsvc.Option) *snapsvc.Client {

@@ -274,7 +274,7 @@ func TestBudgetReadyCountsOncePerHold(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	srv.SetDurations("k8s", "kubelet", 0, 0)
 	b := newMemBudget(1)
 	b.readier = true
@@ -771,7 +771,7 @@ func TestBudgetEventsHoldTime(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	srv.SetDurations("k8s", "kubelet", 0, 0)
 	b := newMemBudget(1)
 	evs := newBudgetEvents()
@@ -889,7 +889,7 @@ func TestBudgetSlotHeldWhileChangeRuns(t *testing.T) {
 		wedge bool // snapd holds the request until after the deadline, then acts
 	}{{"deadline while the change runs", false}, {"outcome unknown, change made late", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(200*time.Millisecond)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(200*time.Millisecond)))
 			b := newMemBudget(1)
 			times := newSlotTimes()
 			c := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{Progress: times.progress}))
@@ -971,7 +971,7 @@ func (s *slotTimes) progress(ev snapsvc.BudgetEvent) {
 // change was ready.
 func TestBudgetSlotHeldThroughTheLateChangeOfAnUnansweredRequest(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(100*time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(100*time.Millisecond)))
 	b := newMemBudget(1)
 	times := newSlotTimes()
 	logs := newLogWatch()

@@ -282,7 +282,7 @@ func (g *gate) probe() probe.Probe {
 }
 
 func budgetServer(t *testing.T) *fake.Server {
-	return fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	return fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 }
 
 func fastProbe() probe.Options {
@@ -630,7 +630,7 @@ func TestBudgetPacesBeforeTakingSlot(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	srv.SetDurations("k8s", "kubelet", 0, 0)
 	b := newMemBudget(1)
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithMinRestartInterval(10*time.Second),

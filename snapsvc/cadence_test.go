@@ -132,7 +132,7 @@ func TestSnapctlBlindCadence(t *testing.T) {
 	for _, v := range []fake.Version{fake.Version257, fake.Version277} {
 		t.Run(string(v), func(t *testing.T) {
 			mc := fake.NewManualClock(time.Now())
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(v), fake.WithClock(mc), fake.WithSnapSocketObserveDenied())
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithVersion(v), fake.WithClock(mc), fake.WithSnapSocketObserveDenied())
 			c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithClock(testclock.Of(mc)))
 			// While it sleeps between retries it holds no file lock: a
 			// hook of the blocking change may need it.
@@ -172,7 +172,7 @@ func TestSnapctlBlindCadenceLongBlocker(t *testing.T) {
 	for _, hold := range []time.Duration{3 * time.Second, 10*time.Second + 37*time.Millisecond, 30*time.Second + 81*time.Millisecond} {
 		t.Run(hold.String(), func(t *testing.T) {
 			mc := fake.NewManualClock(time.Now())
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version277), fake.WithClock(mc), fake.WithSnapSocketObserveDenied())
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version277), fake.WithClock(mc), fake.WithSnapSocketObserveDenied())
 			c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithClock(testclock.Of(mc)))
 			res, end := blindRun(t, srv, mc, c, hold, nil)
 			between := checkBlindWait(t, srv, "/v2/snapctl", end)
@@ -204,7 +204,7 @@ func TestRESTBlindCadence(t *testing.T) {
 	} {
 		t.Run(tc.hold.String(), func(t *testing.T) {
 			mc := fake.NewManualClock(time.Now())
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version257), fake.WithClock(mc))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version257), fake.WithClock(mc))
 			c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
 			// A caller that has made a call before knows snapd has no notices.
 			warm := make(chan error, 1)

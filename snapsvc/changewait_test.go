@@ -19,7 +19,7 @@ import (
 
 // snapd < 2.62 has no notices: waits fall back to polling the change.
 func TestWaitWithoutNotices(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(3*time.Millisecond)), fake.WithVersion(fake.Version257))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(3*time.Millisecond)), fake.WithVersion(fake.Version257))
 	c := newClient(t, srv, snapsvc.WithPollInterval(time.Millisecond))
 	res, err := c.Restart(ctxT(t), []string{"k8s"}, snapsvc.RestartOptions{})
 	if err != nil || res.Status != "Done" {
@@ -31,7 +31,7 @@ func TestWaitWithoutNotices(t *testing.T) {
 }
 
 func TestServicesAndWaitIdle(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	svcs, err := c.Services(ctx, "k8s")
@@ -63,7 +63,7 @@ func TestServicesAndWaitIdle(t *testing.T) {
 }
 
 func TestWaitChangeUpdate(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	base, err := c.WaitChangeUpdate(ctx, time.Time{}, time.Hour)
@@ -89,7 +89,7 @@ func TestWaitChangeUpdate(t *testing.T) {
 		t.Errorf("woke with %v, not after %v", next, base)
 	}
 
-	old := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version257))
+	old := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithVersion(fake.Version257))
 	if _, err := newClient(t, old).WaitChangeUpdate(ctx, time.Time{}, time.Hour); !errors.Is(err, snapsvc.ErrNoNotices) {
 		t.Errorf("snapd 2.57: %v, want ErrNoNotices", err)
 	}
@@ -158,7 +158,7 @@ func TestWaitSurvivesNoticesServerError(t *testing.T) {
 // gives up after half a second without one; then the client lists the
 // changes and waits for the blocker, which is what this test looks at.)
 func TestStateFileWakesPollingWait(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
 	logs := newLogWatch()
 	c := newClient(t, srv, snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithPollInterval(time.Hour), snapsvc.WithLogger(logs.logger()))
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
@@ -182,7 +182,7 @@ func TestStateFileWakesPollingWait(t *testing.T) {
 // instead: with a long poll interval, for good.)
 func TestPollingWaitRereadsAfterFailedRead(t *testing.T) {
 	mc := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithPollInterval(time.Hour))
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	// The read that would see the blocker done is cut.
@@ -220,7 +220,7 @@ func TestPollingWaitRereadsAfterFailedRead(t *testing.T) {
 func TestPollingWaitTakesListingForFirstRead(t *testing.T) {
 	t0 := time.Now()
 	mc := fake.NewManualClock(t0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	errc := make(chan error, 1)
@@ -257,7 +257,7 @@ func TestPollingWaitTakesListingForFirstRead(t *testing.T) {
 // with it.
 func waitCase(t *testing.T, cond func(fake.View) bool, faults ...fake.Fault) (*fake.Server, error) {
 	t.Helper()
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	for _, f := range faults {
 		srv.InjectFault(f)
 	}
@@ -283,7 +283,7 @@ func TestWaitGivesUpWhenItSaid(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	for _, v := range []fake.Version{fake.Version257, fake.Version277} {
 		t.Run(string(v), func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithVersion(v), fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(v), fake.WithSnaps(k8sSnap(0)))
 			chg := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 			p := retry.DefaultPolicy()
 			p.MaxUnreachable = 250 * time.Millisecond

@@ -21,7 +21,7 @@ import (
 // Restart waits it out and its retry reaches snapd within 20ms of the
 // change becoming ready, by the fake's own clock.
 func TestRestartWaitsOutForeignChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	logs := newLogWatch()
 	c := newClient(t, srv, snapsvc.WithLogger(logs.logger()))
 	ctx := ctxT(t)
@@ -58,7 +58,7 @@ func TestRestartWaitsOutForeignChange(t *testing.T) {
 // Inside a configure hook the hook's own change is left out of the
 // blockers: only the other change is waited for.
 func TestHookDoesNotWaitForItsOwnChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	hook := srv.StartHook("k8s", "install")
 	defer hook.Finish()
 	other := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
@@ -78,7 +78,7 @@ func TestHookDoesNotWaitForItsOwnChange(t *testing.T) {
 // A daemon waiting out a configure change does not stop that change's
 // configure hook from queueing its own service commands.
 func TestDaemonWaitingDoesNotBlockConfigureHook(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	hook := srv.StartHook("k8s", "configure")
 	logs := newLogWatch()
 	daemon := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()))
@@ -103,7 +103,7 @@ func TestDaemonWaitingDoesNotBlockConfigureHook(t *testing.T) {
 
 // Giving up on a conflict keeps the typed conflict, naming the blocker.
 func TestGiveUpKeepsConflictError(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	logs := newLogWatch()
 	pol := retry.DefaultPolicy()
@@ -133,7 +133,7 @@ func TestGiveUpKeepsConflictError(t *testing.T) {
 // A blocker waiting for a reboot cannot be waited out: the operation ends
 // with an error naming it.
 func TestBlockerInWaitEndsOperation(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	refresh := srv.AddChange(fake.ChangeSpec{Kind: "auto-refresh", Snap: "k8s", Tasks: []fake.TaskSpec{{Kind: "link-snap", Summary: `Make snap "k8s" available to the system`}}})
 	refresh.Wait()
 	if st := refresh.Info().Status; st != fake.StatusWait {
@@ -153,7 +153,7 @@ func TestBlockerInWaitEndsOperation(t *testing.T) {
 // < 2.62 naming the blocker costs requests (a listing, reads) that a short
 // wait cannot afford within issue 12's 20 requests/s.
 func TestConflictRetriedAtStateRewrite(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version257), fake.WithStateFile(), fake.WithSnaps(k8sSnap(0)))
 	var events []snapsvc.Event
 	var mu sync.Mutex
 	c := newClient(t, srv, snapsvc.WithStateFile(srv.StateFile()), snapsvc.WithPollInterval(time.Hour),
@@ -191,7 +191,7 @@ func TestConflictRetriedAtStateRewrite(t *testing.T) {
 // A chain of foreign changes keeps the snap busy: with MaxAttempts 2 and no
 // elapsed bound the restart must give up after 2 attempts.
 func TestMaxAttemptsBoundsVisibleConflicts(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	logs := newLogWatch()
 	pol := retry.DefaultPolicy()
 	pol.MaxAttempts = 2
@@ -239,7 +239,7 @@ func TestMaxAttemptsBoundsVisibleConflicts(t *testing.T) {
 // waited out: no attempt could follow it (found with issue 36: the call
 // waited out the blocker for its whole MaxElapsedTime, then gave up).
 func TestOneAttemptDoesNotWaitOutTheBlocker(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	pol := retry.DefaultPolicy()
 	pol.MaxAttempts = 1
 	c := newClient(t, srv, snapsvc.WithPolicy(pol))

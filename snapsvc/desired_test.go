@@ -46,7 +46,7 @@ func appsPosts(t *testing.T, srv *fake.Server) []map[string]any {
 
 func TestEnsureRunningActsOnDifference(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(desiredSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(desiredSnap()))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 
@@ -102,7 +102,7 @@ func TestEnsureStopped(t *testing.T) {
 		{false, []string{"k8s.containerd", "k8s.kubelet"}},                  // the active ones
 		{true, []string{"k8s.containerd", "k8s.kube-proxy", "k8s.kubelet"}}, // and the enabled ones
 	} {
-		srv := fake.NewServer(t, fake.WithSnaps(desiredSnap()))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(desiredSnap()))
 		c := newClient(t, srv)
 		res, err := c.EnsureStopped(ctxT(t), []string{"k8s"}, snapsvc.StopOptions{Disable: tc.disable})
 		if err != nil {
@@ -131,7 +131,7 @@ func TestEnsureStopped(t *testing.T) {
 
 func TestEnsureRunningErrors(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(desiredSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(desiredSnap()))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	_, err := c.EnsureRunning(ctx, []string{"k8s.nope"})
@@ -149,7 +149,7 @@ func TestEnsureRunningErrors(t *testing.T) {
 
 func TestWaitActive(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(desiredSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(desiredSnap()))
 	mc := fake.NewManualClock(stepT0)
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithPollInterval(500*time.Millisecond))
 	ctx := ctxT(t)
@@ -172,7 +172,7 @@ func TestWaitActive(t *testing.T) {
 
 func TestWaitActiveBoundedByContext(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(desiredSnap()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(desiredSnap()))
 	mc := fake.NewManualClock(stepT0)
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
 	ctx, cancel := context.WithCancel(ctxT(t))
@@ -197,7 +197,9 @@ func TestWaitActiveBoundedByContext(t *testing.T) {
 // enabled (a revert can leave them disabled), touching only those that
 // are not.
 func ExampleClient_EnsureRunning() {
-	srv, _ := fake.New(fake.WithSnaps(desiredSnap()))
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, _ := fake.New(fake.AllowNonRoot(), fake.WithSnaps(desiredSnap()))
 	defer srv.Close()
 	c, _ := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST))
 	defer c.Close()

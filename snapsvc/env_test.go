@@ -20,7 +20,7 @@ func TestEnvironmentPointsNewAtAFake(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv := fake.NewServer(t, fake.WithDir(filepath.Join(root, "run")), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithDir(filepath.Join(root, "run")), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple"},
 	}}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -80,7 +80,7 @@ func TestEnvironmentRootRestartIsWaitedFor(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv := fake.NewServer(t, fake.WithDir(filepath.Join(root, "run")), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithDir(filepath.Join(root, "run")), fake.WithSnaps(k8sSnap(0)))
 	for _, k := range []string{"SNAPSVC_SOCKET", "SNAPSVC_SNAP_SOCKET", "SNAP_COOKIE", "SNAP_CONTEXT", "SNAP_NAME", "SNAPSVC_HOOK"} {
 		t.Setenv(k, "")
 	}

@@ -17,7 +17,7 @@ import (
 // change id; for an Async operation the end comes from Wait, once.
 func TestOperationEvents(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	var mu sync.Mutex
 	var kinds []string
 	var last snapsvc.Event
@@ -78,7 +78,7 @@ func join(s []string) string {
 // WithObserver given twice calls both observers, in order (an adapter's
 // observer and its user's no longer replace each other).
 func TestObserversChain(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	var got []string
 	c := newClient(t, srv,
 		snapsvc.WithObserver(func(e snapsvc.Event) { got = append(got, "first "+e.Kind.String()) }),

@@ -18,7 +18,9 @@ import (
 // the context) gets snapsvc's lines on its own request's logger, through
 // logr's slog bridge.
 func ExampleWithContextLogger() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 	}}))
 	if err != nil {

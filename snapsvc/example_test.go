@@ -15,7 +15,9 @@ import (
 // real system snapsvc.New() needs no options: it finds snapd's socket, and
 // inside a snap its cookie.
 func Example_hook() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "containerd", Daemon: "notify"},
 		{Name: "kube-apiserver", Daemon: "simple"},
 		{Name: "kubelet", Daemon: "simple", After: []string{"containerd"}},
@@ -52,7 +54,9 @@ func Example_hook() {
 // running), Restart waits for that change and retries as soon as it is
 // done.
 func Example_controller() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 	}}))
 	if err != nil {
@@ -90,7 +94,9 @@ func Example_controller() {
 
 // Errors say what failed and whether retrying could help.
 func ExampleOpError() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 	if err != nil {
 		log.Fatal(err)
 	}

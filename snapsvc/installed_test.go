@@ -77,7 +77,7 @@ func TestMissingSnapdFailsAtOnce(t *testing.T) {
 // A socket that vanishes while an installed snapd restarts under systemd
 // is waited for: the call succeeds once the socket is back.
 func TestVanishedSocketOfInstalledSnapdIsWaitedFor(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	sock := srv.SocketPath()
 	hidden := sock + ".away"
 	if err := os.Rename(sock, hidden); err != nil {

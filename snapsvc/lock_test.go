@@ -18,7 +18,7 @@ import (
 // another Client of the process without the option. A paced restart
 // right after one now waits (here: past its deadline).
 func TestRestartPacingCountsEveryClient(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	plain := newClient(t, srv)
 	paced := newClient(t, srv, snapsvc.WithMinRestartInterval(time.Hour))
 	if _, err := plain.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
@@ -40,7 +40,7 @@ func TestRestartPacingCountsEveryClient(t *testing.T) {
 func TestRestartPacing(t *testing.T) {
 	checkLeaks(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	srv.SetDurations("k8s", "kubelet", 0, 0)
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithMinRestartInterval(10*time.Second))
 	ctx := ctxT(t)

@@ -25,7 +25,7 @@ import (
 // logged at Info once, repeats at Debug, and the end at Info with the
 // count of repeats.
 func TestUnreachableLogsOnceAtInfo(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
 	clock := &instantClock{}
 	clock.onPause = func(n int) {
 		if n == 30 {
@@ -56,7 +56,7 @@ func TestUnreachableLogsOnceAtInfo(t *testing.T) {
 // logged "no longer unable to reach snapd", as if snapd had come back.
 // It logs that it ended while unable to reach it.
 func TestUnreachableToTheEndNotLoggedAsOver(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithoutListening())
 	var buf strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -97,7 +97,7 @@ func fromLogr(ctx context.Context) *slog.Logger {
 }
 
 func TestContextLoggerCarriesRequestValues(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 		{Name: "kube-proxy", Daemon: "simple", Enabled: true, Active: true},
 	}}))
@@ -151,7 +151,7 @@ func TestContextLoggerCarriesRequestValues(t *testing.T) {
 }
 
 func TestContextWithLoggerWins(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple"},
 	}}))
 	viaFunc := &lineSink{}

@@ -23,7 +23,7 @@ import (
 // A POST whose answer is lost after snapd made the change is not sent
 // again: the client finds the change and waits for it.
 func TestLostResponseAdoptsChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	c := newClient(t, srv)
 	srv.DropNextResponse("POST", "/v2/apps")
 	res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
@@ -42,7 +42,7 @@ func TestLostResponseAdoptsChange(t *testing.T) {
 // A lost answer is never matched to an earlier change of another service:
 // when the lost request made no change, it is sent again.
 func TestLostAnswerNotMatchedToOtherChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	ctx := ctxT(t)
 	c := newClient(t, srv)
 	first, err := c.Restart(ctx, []string{"k8s.containerd"}, snapsvc.RestartOptions{})
@@ -74,7 +74,7 @@ func TestLostAnswerNotMatchedToOtherChange(t *testing.T) {
 // saying the outcome is unknown.
 func TestRestartNotResentWhenOutcomeUnknowable(t *testing.T) {
 	clock := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Minute)), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second), fake.WithSnapSocketObserveDenied())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Minute)), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second), fake.WithSnapSocketObserveDenied())
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
 	done := make(chan error, 1)
 	go func() {
@@ -107,7 +107,7 @@ func TestRestartNotResentWhenOutcomeUnknowable(t *testing.T) {
 // looks exactly like one of "start --enable") was adopted for our start
 // --enable, and the service stayed disabled.
 func TestLostAnswerForeignPlainStartNotTakenForEnable(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 	c := newClient(t, srv, snapsvc.WithClock(&instantClock{}))
 	hold := make(chan struct{})
 	seen := make(chan struct{}, 1)
@@ -144,7 +144,7 @@ func TestLostAnswerForeignPlainStartNotTakenForEnable(t *testing.T) {
 func TestLostAnswerWholeSnapStartNotTakenFromOneService(t *testing.T) {
 	for _, action := range []string{"start", "stop"} {
 		t.Run(action, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			c := newClient(t, srv, snapsvc.WithClock(&instantClock{}))
 			hold := make(chan struct{})
 			seen := make(chan struct{}, 1)
@@ -193,7 +193,7 @@ func TestLostAnswerWholeSnapStartNotTakenFromOneService(t *testing.T) {
 func TestLostAnswerLookedUpAgainAfterSettling(t *testing.T) {
 	t0 := time.Now()
 	mc := fake.NewManualClock(t0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)), snapsvc.WithPolicy(retry.Policy{InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, MaxElapsedTime: time.Minute}))
 	hold := make(chan struct{})
 	srv.InjectFault(fake.Fault{Kind: fake.FaultLate, Method: "POST", Path: "/v2/apps", Times: 1, Hold: hold})
@@ -222,7 +222,7 @@ func TestLostAnswerLookedUpAgainAfterSettling(t *testing.T) {
 // call (within the old 1 s slack) was taken as ours: no restart happened.
 func TestLostAnswerEarlierIdenticalRestartNotAdopted(t *testing.T) {
 	mc := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv, snapsvc.WithClock(testclock.Of(mc)))
 	earlier := foreignPost(t, srv, `{"action":"restart","names":["k8s.kubelet"]}`)
 	if err := srv.AdvanceUntilReady(ctxT(t), earlier); err != nil {
@@ -248,7 +248,7 @@ func TestLostAnswerEarlierIdenticalRestartNotAdopted(t *testing.T) {
 // would) and lose their answers one after the other both adopted the
 // first one's change.
 func TestLostAnswersOfTwoProcessesClaimTwoChanges(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	// A second path to the same socket gives the second client a lock
 	// registry of its own, as in another process.
 	other := filepath.Join(t.TempDir(), "snapd.socket")
@@ -284,7 +284,7 @@ func TestLostAnswersOfTwoProcessesClaimTwoChanges(t *testing.T) {
 // a retryable error; a caller that requeued on it restarted twice.
 func TestContextEndWithAnswerPendingIsNotRetryable(t *testing.T) {
 	t.Run("change made", func(t *testing.T) {
-		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 		c := newClient(t, srv)
 		hold := make(chan struct{})
 		defer close(hold)
@@ -315,7 +315,7 @@ func TestContextEndWithAnswerPendingIsNotRetryable(t *testing.T) {
 		}
 	})
 	t.Run("cannot tell", func(t *testing.T) {
-		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 		c := newClient(t, srv)
 		hold := make(chan struct{})
 		seen := make(chan struct{}, 1)
@@ -341,7 +341,7 @@ func TestContextEndWithAnswerPendingIsNotRetryable(t *testing.T) {
 // Defect 6: a garbled body with a 2xx status on POST /v2/apps was a
 // permanent failure, though snapd had accepted the request.
 func TestGarbledAcceptanceAdoptsChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	srv.InjectFault(fake.Fault{Kind: fake.FaultGarble, Method: "POST", Path: "/v2/apps", Times: 1})
 	c := newClient(t, srv)
 	res, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
@@ -362,7 +362,7 @@ func TestGarbledAcceptanceAdoptsChange(t *testing.T) {
 // certainly the request's and did not say the outcome was unknown, while
 // the request's own change was another one.
 func TestAdoptedChangeUnfinishedIsOutcomeUnknown(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Hour)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Hour)))
 	srv.InjectFault(fake.Fault{Kind: fake.FaultGarble, Method: "POST", Path: "/v2/apps", Times: 1})
 	c := newClient(t, srv)
 	ctx, cancel := context.WithCancel(ctxT(t))
@@ -396,7 +396,7 @@ func TestClockSkewNeverFailsARestart(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	for _, off := range []time.Duration{-time.Second, -300 * time.Millisecond, time.Second} {
 		t.Run(off.String(), func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithVersion(fake.Version277), fake.WithClock(skewedClock{off}), fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version277), fake.WithClock(skewedClock{off}), fake.WithSnaps(k8sSnap(0)))
 			c := newClient(t, srv)
 			// A quick restart first: the client learns its pace.
 			if _, err := c.Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
@@ -434,7 +434,7 @@ func TestLostAnswerUnderClockSkewNeverActsTwice(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	for _, off := range []time.Duration{-time.Second, -20 * time.Millisecond, time.Second} {
 		t.Run(off.String(), func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithVersion(fake.Version277), fake.WithClock(skewedClock{off}), fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version277), fake.WithClock(skewedClock{off}), fake.WithSnaps(k8sSnap(0)))
 			c := newClient(t, srv)
 			if _, err := c.Restart(ctxT(t), []string{"k8s.containerd"}, snapsvc.RestartOptions{}); err != nil {
 				t.Fatal(err)
@@ -465,7 +465,7 @@ func TestLostAnswerAcrossAWallClockStepNeverActsTwice(t *testing.T) {
 	for _, step := range []time.Duration{-400 * time.Millisecond, -3 * time.Second, 3 * time.Second, -5 * time.Minute, 5 * time.Minute} {
 		t.Run(step.String(), func(t *testing.T) {
 			clk := newScheduleClock(0, step)
-			srv := fake.NewServer(t, fake.WithVersion(fake.Version277), fake.WithClock(clk), fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version277), fake.WithClock(clk), fake.WithSnaps(k8sSnap(0)))
 			c := newClient(t, srv, snapsvc.WithWallClock(clk.wall))
 			// Two restarts first: the client learns how snapd's clock
 			// reads against its own, and has changes of its own before.
@@ -500,7 +500,7 @@ func TestLostAnswerAcrossAWallClockStepNeverActsTwice(t *testing.T) {
 // A call cut off before its answer looks its change up in the background, so the
 // next operation on the snap waits for it instead of running into it.
 func TestInFlightChangeFoundInBackground(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	logs := newLogWatch()
 	c := newClient(t, srv, snapsvc.WithLogger(logs.logger()))
 	hold := make(chan struct{})
@@ -541,7 +541,7 @@ func TestLostAnswerThenDeadlineIsNotRetryable(t *testing.T) {
 	for _, kind := range []fake.FaultKind{fake.FaultCut, fake.FaultGarble, fake.FaultDrop} {
 		for _, wedged := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v wedged=%t", kind, wedged), func(t *testing.T) {
-				srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Hour)))
+				srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Hour)))
 				c := newClient(t, srv)
 				srv.InjectFault(fake.Fault{Kind: kind, Method: "POST", Path: "/v2/apps", Times: 1})
 				if wedged {
@@ -569,7 +569,7 @@ func TestTakingTooLongStartSettledByState(t *testing.T) {
 	clock := fake.NewManualClock(time.Now())
 	snap := k8sSnap(time.Minute)
 	snap.Apps[2].Enabled, snap.Apps[2].Active = false, false // kubelet
-	srv := fake.NewServer(t, fake.WithSnaps(snap), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second), fake.WithSnapSocketObserveDenied())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(snap), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second), fake.WithSnapSocketObserveDenied())
 	logs := newLogWatch()
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithClock(testclock.Of(clock)), snapsvc.WithLogger(logs.logger()))
 	t.Cleanup(func() {
@@ -614,7 +614,7 @@ func TestTakingTooLongStartSettledByState(t *testing.T) {
 // snapd being away and sent again).
 func TestRequestCanceledActIsLookedUp(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true, StartDuration: 300 * time.Millisecond, StopDuration: 300 * time.Millisecond}}}))
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
 	ctx := ctxT(t)
@@ -659,7 +659,7 @@ func TestLookUpRidesOutListingFailures(t *testing.T) {
 	}
 	t.Run("lost answer adopted", func(t *testing.T) {
 		checkLeaks(t)
-		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(50*time.Millisecond)))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(50*time.Millisecond)))
 		c := newClient(t, srv)
 		srv.InjectFault(fake.Fault{Kind: fake.FaultDrop, Method: "POST", Path: "/v2/apps", Times: 1})
 		listing500(srv)
@@ -670,7 +670,7 @@ func TestLookUpRidesOutListingFailures(t *testing.T) {
 	})
 	t.Run("slot held while the change runs", func(t *testing.T) {
 		checkLeaks(t)
-		srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 			{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true, StartDuration: 500 * time.Millisecond, StopDuration: 500 * time.Millisecond}}}))
 		b := newMemBudget(1)
 		evs := newHoldEvents(snapsvc.BudgetReleased)

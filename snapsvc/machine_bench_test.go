@@ -28,7 +28,7 @@ func BenchmarkLockHandOverByP(b *testing.B) {
 			for i := range apps {
 				apps[i] = fake.App{Name: fmt.Sprintf("svc%d", i), Daemon: "simple", Enabled: true, Active: true, StartDuration: restartTakes / 2, StopDuration: restartTakes / 2}
 			}
-			srv := fake.NewServer(b, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: apps}))
+			srv := fake.NewServer(b, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: apps}))
 			clients := make([]*snapsvc.Client, p)
 			for i := range clients {
 				clients[i] = procClient(b, srv, fmt.Sprintf("proc-%d", i))

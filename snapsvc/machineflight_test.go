@@ -36,7 +36,7 @@ func restartsOf(srv *fake.Server, name string) []string {
 // report it.
 func TestMachineIdenticalRestartsMerge(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	ctx := ctxT(t)
 	blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
 	const n = 8
@@ -92,7 +92,7 @@ func TestMachineIdenticalRestartsMerge(t *testing.T) {
 func TestMachineLateRestartDoesNotJoinASentOne(t *testing.T) {
 	checkLeaks(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	ctx := ctxT(t)
 	first, second := make(chan restartOutcome, 1), make(chan restartOutcome, 1)
 	restartAsync(procClient(t, srv, "leader"), ctx, first, "k8s.kubelet")

@@ -228,7 +228,7 @@ func TestMachineObserverKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	ctx := ctxT(t)
 	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	const poll = 100 * time.Millisecond
@@ -286,7 +286,7 @@ func TestMachineEightProcessesRestartOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	ctx := ctxT(t)
 	blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
 	var ws []*worker
@@ -338,7 +338,7 @@ func TestMachineFlightLeaderKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	ctx := ctxT(t)
 	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	spec := func(i int) workerSpec {
@@ -397,7 +397,7 @@ func TestMachineSnapctlProcessesShare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	srv := fake.NewServer(t, fake.WithSnapSocketObserveDenied(), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnapSocketObserveDenied(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	ctx := ctxT(t)
 	lockDir := filepath.Join(t.TempDir(), "var", "snap", "k8s", "common", ".snapsvc-lock") // $SNAP_COMMON/.snapsvc-lock
 	spec := func(agent, service string) workerSpec {
@@ -470,7 +470,7 @@ func TestMachineStoppedWatcherIsDeposed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	ctx := ctxT(t)
 	blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	spec := func(agent, service string, bound time.Duration) workerSpec {
@@ -508,7 +508,7 @@ func TestMachineStoppedLockHolderIsDeposed(t *testing.T) {
 		t.Skip("spawns processes")
 	}
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	ctx := ctxT(t)
 	spec := func(agent, service string, bound time.Duration) workerSpec {
 		return workerSpec{Socket: srv.SocketPath(), LockDir: lockDirOf(srv), Agent: agent, Names: []string{"k8s." + service}, MaxElapsed: bound}

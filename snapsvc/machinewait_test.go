@@ -65,7 +65,7 @@ func refusedPosts(srv *fake.Server, ua string) int {
 // it is done, then each makes its change.
 func TestMachineProcessesShareOneWatcher(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version257), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	ctx := ctxT(t)
 	blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
 	services := []string{"kubelet", "containerd", "kube-proxy", "kube-apiserver"}
@@ -302,7 +302,7 @@ func TestMachineStaleReachabilityIsNotANewWatchersFact(t *testing.T) {
 // configure-snap change holds (blk), and the test's context.
 func blockedServer(t *testing.T, opts ...fake.Option) (srv *fake.Server, ctx context.Context, blk *fake.Change) {
 	t.Helper()
-	srv = fake.NewServer(t, opts...)
+	srv = fake.NewServer(t, append([]fake.Option{fake.AllowNonRoot()}, opts...)...)
 	return srv, ctxT(t), srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 }
 

@@ -22,7 +22,7 @@ import (
 // concurrent starts and restarts at one snap whose changes take time. The
 // shared per-snap lock means snapd never sees two of them at once.
 func TestConcurrentClientsNeverConflict(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(2*time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(2*time.Millisecond)))
 	hook := newClient(t, srv)
 	controller := newClient(t, srv)
 	ctx := ctxT(t)
@@ -91,7 +91,7 @@ func TestConcurrentClientsNeverConflict(t *testing.T) {
 }
 
 func TestUnknownServiceFailsAfterOneRequest(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv)
 	_, err := c.Restart(ctxT(t), []string{"k8s.nosuch"}, snapsvc.RestartOptions{})
 	if err == nil {
@@ -120,7 +120,7 @@ func TestUnknownServiceFailsAfterOneRequest(t *testing.T) {
 func TestFailedChangeIsAnError(t *testing.T) {
 	snap := k8sSnap(0)
 	snap.Apps = append(snap.Apps, fake.App{Name: "broken", Daemon: "oneshot", FailStart: fake.SystemctlJobFailed("k8s", "broken")})
-	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(snap))
 	c := newClient(t, srv)
 	res, err := c.Start(ctxT(t), []string{"k8s.broken"}, snapsvc.StartOptions{})
 	if err == nil {
@@ -145,7 +145,7 @@ func TestFailedChangeIsAnError(t *testing.T) {
 }
 
 func TestBadInputFailsBeforeAnyRequest(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	for _, names := range [][]string{nil, {"K8s"}, {"k8s."}, {"k"}, {"k8s.kube_let"}, {"-k8s"}, {"k8s_TOOLONGKEYXX"}} {
@@ -165,7 +165,7 @@ func TestBadInputFailsBeforeAnyRequest(t *testing.T) {
 }
 
 func TestAsyncThenNextOperationDoesNotConflict(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(5*time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(5*time.Millisecond)))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	op, err := c.StopAsync(ctx, []string{"k8s.kubelet"}, snapsvc.StopOptions{Disable: true})
@@ -197,7 +197,7 @@ func TestAsyncThenNextOperationDoesNotConflict(t *testing.T) {
 func TestMultiSnapOperationsNeitherDeadlockNorConflict(t *testing.T) {
 	etcd := fake.Snap{Name: "etcd", Apps: []fake.App{{Name: "etcd", Daemon: "simple", Enabled: true, Active: true,
 		StartDuration: time.Millisecond, StopDuration: time.Millisecond}}}
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond), etcd))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond), etcd))
 	c1, c2 := newClient(t, srv), newClient(t, srv)
 	ctx := ctxT(t)
 	targets := [][]string{{"k8s.kubelet", "etcd.etcd"}, {"etcd.etcd", "k8s.kube-proxy"}, {"etcd"}, {"k8s.kubelet"}}
@@ -259,7 +259,7 @@ func TestInvalidNamesNamed(t *testing.T) {
 }
 
 func TestOperationWaitFromSeveralGoroutines(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	c := newClient(t, srv)
 	op, err := c.RestartAsync(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 	if err != nil {
@@ -280,7 +280,7 @@ func TestOperationWaitFromSeveralGoroutines(t *testing.T) {
 
 // Repeated names are sent once, as the lost-answer matcher expects.
 func TestRepeatedNamesSentOnce(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv)
 	if _, err := c.Restart(ctxT(t), []string{"k8s.kubelet", "k8s.kubelet"}, snapsvc.RestartOptions{}); err != nil {
 		t.Fatal(err)
@@ -294,7 +294,7 @@ func TestRepeatedNamesSentOnce(t *testing.T) {
 // go doc): errors.As finds an APIError in what the client returns, a hand-
 // made one classifies like snapd's, and changes keep snapd's JSON.
 func TestPublicWireTypes(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv)
 	_, err := c.Restart(ctxT(t), []string{"k8s.nosuch"}, snapsvc.RestartOptions{})
 	var apiErr *snapsvc.APIError

@@ -18,7 +18,7 @@ import (
 // which no real clock does).
 func ownRestarts(t *testing.T, first, second time.Duration) ([]fake.Request, *snapsvc.Result) {
 	t.Helper()
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(first/2)), fake.WithVersion(fake.Version277))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(first/2)), fake.WithVersion(fake.Version277))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	// Learns that snapd has notices, and how long a restart takes.
@@ -80,7 +80,7 @@ func TestOwnChangeSlowerThanLastOne(t *testing.T) {
 // took before its first read, instead of reading every 20 ms: a restart
 // like the last one costs the POST and one or two reads.
 func TestBlindOwnChangeFirstReadAtLastDuration(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(35*time.Millisecond)), fake.WithVersion(fake.Version257))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(35*time.Millisecond)), fake.WithVersion(fake.Version257))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	for range 2 {
@@ -109,7 +109,7 @@ func TestBlindOwnChangeFirstReadAtLastDuration(t *testing.T) {
 // learned per kind, and a kind not seen yet reads its notices first,
 // which show an instant change ready.
 func TestInstantChangeSeenAtOnce(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(150*time.Millisecond)), fake.WithVersion(fake.Version277))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(150*time.Millisecond)), fake.WithVersion(fake.Version277))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 	for i := 0; i < 2; i++ { // a slow kind, learned

@@ -19,7 +19,7 @@ import (
 // bounds.
 func TestCoalesceJoinerKeepsItsOwnPolicy(t *testing.T) {
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	ctx := ctxT(t)
 	short, long := retry.DefaultPolicy(), retry.DefaultPolicy()
 	short.MaxElapsedTime = time.Second
@@ -169,7 +169,7 @@ func contains(list []string, s string) bool {
 func TestCoalesceTenRestartsBehindRunningChange(t *testing.T) {
 	checkLeaks(t)
 	mc := fake.NewManualClock(stepT0)
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	c := newClient(t, srv)
 	ctx := ctxT(t)
 
@@ -224,7 +224,7 @@ func TestCoalesceTenRestartsBehindRunningChange(t *testing.T) {
 // queue; at most two service-control changes result.
 func TestCoalesceTenRestartsBehindForeignChange(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(slowKubelet()))
 	srv.SetDurations("k8s", "kubelet", 0, 0)
 	c := newClient(t, srv)
 	ctx := ctxT(t)
@@ -339,7 +339,7 @@ type queuedRestarts struct {
 func queueRestarts(t *testing.T, joiners int) *queuedRestarts {
 	checkLeaks(t)
 	mc := fake.NewManualClock(stepT0)
-	q := &queuedRestarts{srv: fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet())), ctx: ctxT(t)}
+	q := &queuedRestarts{srv: fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet())), ctx: ctxT(t)}
 	c := newClient(t, q.srv)
 	q.first = make(chan restartOutcome, 1)
 	restartAsync(c, q.ctx, q.first, "k8s.kubelet")

@@ -28,7 +28,7 @@ func TestSharedWaitCallersKeepTheirOwnBounds(t *testing.T) {
 	for _, impatientFirst := range []bool{false, true} {
 		name := map[bool]string{false: "patient first", true: "impatient first"}[impatientFirst]
 		t.Run(name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithVersion(fake.Version277), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version277), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Active: true, Enabled: true}}}))
 			blk := srv.AddChange(fake.ChangeSpec{Kind: "service-control", Snap: "k8s"})
 			var mu sync.Mutex
 			var giveUpAt time.Time
@@ -123,7 +123,7 @@ func TestSharedWaitCallersKeepTheirOwnBounds(t *testing.T) {
 func TestSharedWaitIdleJoinerTakesOnlyFreshFacts(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version277), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version277), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 	c, err := New(WithSocket(srv.SocketPath()), WithMode(ModeREST), WithoutFileLock())
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func TestSharedWaits(t *testing.T) {
 	}{{fake.Version277, false}, {fake.Version277, true}, {fake.Version257, false}, {fake.Version257, true}} {
 		name := string(tc.v) + map[bool]string{true: "/idle", false: "/change"}[tc.idle]
 		t.Run(name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithVersion(tc.v), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(tc.v), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 			clients := make([]*Client, 2) // two Clients of one process share too
 			for i := range clients {
 				c, err := New(WithSocket(srv.SocketPath()), WithMode(ModeREST), WithPollInterval(20*time.Millisecond))

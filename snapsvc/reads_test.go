@@ -22,7 +22,7 @@ import (
 // once the socket is back, with EventReachable.
 func TestReadsRideOutSnapdRestart(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "web", Apps: []fake.App{{Name: "server", Daemon: "simple"}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "web", Apps: []fake.App{{Name: "server", Daemon: "simple"}}}))
 	chg := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "web", WithSnapNames: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // safety net
 	defer cancel()
@@ -70,7 +70,7 @@ func TestReadsRideOutSnapdRestart(t *testing.T) {
 // retried at all.
 func TestReadsGiveUpAfterMaxUnreachable(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithoutListening())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithoutListening())
 	p := retry.DefaultPolicy()
 	p.MaxUnreachable = time.Nanosecond
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithoutFileLock(), snapsvc.WithPolicy(p))
@@ -109,7 +109,7 @@ func TestReadsBoundedByPolicyTime(t *testing.T) {
 	}
 	for name, read := range reads {
 		t.Run(name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			chg := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 			p := retry.DefaultPolicy()
 			p.MaxElapsedTime = 300 * time.Millisecond
@@ -136,7 +136,7 @@ func TestReadsBoundedByPolicyTime(t *testing.T) {
 // answer was lost is not sent again: snapd carried it out.
 func TestLostAnswersOfReadsAreAskedAgain(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
 	srv.InjectFault(fake.Fault{Kind: fake.FaultDrop, Method: "POST", Path: "/v2/snapctl", Times: 1})
 	svcs, err := c.Services(ctxT(t), "k8s.kubelet")

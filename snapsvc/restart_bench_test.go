@@ -25,7 +25,7 @@ func BenchmarkRestartUncontended(b *testing.B) {
 		{"2.57/file-lock", fake.Version257, nil},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			srv := fake.NewServer(b, fake.WithVersion(tc.v), fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(b, fake.AllowNonRoot(), fake.WithVersion(tc.v), fake.WithSnaps(k8sSnap(0)))
 			c, err := snapsvc.New(append([]snapsvc.Option{snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST)}, tc.opts...)...)
 			if err != nil {
 				b.Fatal(err)

@@ -514,7 +514,7 @@ var scheduleDimensions = []string{
 
 func runSchedule(t *testing.T, seed uint64) (scheduleCounts, error) {
 	s := planSchedule(seed)
-	opts := []fake.Option{fake.WithVersion(s.version), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: s.apps})}
+	opts := []fake.Option{fake.AllowNonRoot(), fake.WithVersion(s.version), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: s.apps})}
 	if s.blindCtl {
 		opts = append(opts, fake.WithSnapSocketObserveDenied())
 	}

@@ -50,7 +50,7 @@ func TestSnapctlConflictEachPrefix(t *testing.T) {
 		{fake.Version270, "snapctl: "},
 	} {
 		t.Run(string(tc.version), func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithVersion(tc.version))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithVersion(tc.version))
 			logs := newLogWatch()
 			c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()), snapsvc.WithPollInterval(time.Millisecond))
 			ctx := ctxT(t)
@@ -84,7 +84,7 @@ func TestSnapctlConflictEachPrefix(t *testing.T) {
 func TestSnapctlConfigureHookQueues(t *testing.T) {
 	snap := k8sSnap(0)
 	snap.Apps[2].Active = false // kubelet
-	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(snap))
 	hook := srv.StartHook("k8s", "configure")
 	c := newSnapctlClient(t, srv, hook.Cookie(), snapsvc.WithHook("configure"))
 	ctx := ctxT(t)
@@ -111,7 +111,7 @@ func TestSnapctlConfigureHookQueues(t *testing.T) {
 // From a daemon (ephemeral context) snapctl answers once the change is
 // ready, so the services are in their new state when the call returns.
 func TestSnapctlDaemonWaitsForChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(5*time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(5*time.Millisecond)))
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
 	res, err := c.Stop(ctxT(t), []string{"k8s.kubelet", "k8s.kube-proxy"}, snapsvc.StopOptions{Disable: true})
 	if err != nil {
@@ -135,7 +135,7 @@ func TestSnapctlTakingTooLong(t *testing.T) {
 	// on the same machine: it tells the change its lost request made by
 	// its spawn time.
 	clock := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Minute)), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Minute)), fake.WithClock(clock), fake.WithSnapctlTimeout(30*time.Second))
 	logs := newLogWatch()
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLogger(logs.logger()), snapsvc.WithClock(testclock.Of(clock)))
 	adopted := logs.seen("adopting the change")
@@ -187,7 +187,7 @@ func TestSnapctlTakingTooLong(t *testing.T) {
 }
 
 func TestSnapctlBadInputFailsFast(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	ctx := ctxT(t)
 	c := newSnapctlClient(t, srv, "bogus-cookie")
 	_, err := c.Start(ctx, []string{"k8s.kubelet"}, snapsvc.StartOptions{})
@@ -216,7 +216,7 @@ func TestMultiProcessRestartsNeverConflict(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(time.Millisecond)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(time.Millisecond)))
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func runWorker() bool {
 func TestServicesInSnapctlMode(t *testing.T) {
 	snap := k8sSnap(0)
 	snap.Apps[2].Enabled, snap.Apps[2].Active = false, false // kubelet
-	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(snap))
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
 	ctx := ctxT(t)
 	svcs, err := c.Services(ctx, "k8s.kubelet", "k8s.containerd")
@@ -320,7 +320,7 @@ func TestServicesInSnapctlMode(t *testing.T) {
 // A configure hook snapsvc did not identify: the command is found queued
 // in the hook's change and reported as such, not as done.
 func TestUnidentifiedHookQueueReported(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	srv.SetService("k8s", "kubelet", fake.AppState{Enabled: true})
 	hook := srv.StartHook("k8s", "configure")
 	defer hook.Finish()
@@ -338,7 +338,7 @@ func TestUnidentifiedHookQueueReported(t *testing.T) {
 // restart (one request, no retry), where REST rode it out.
 func TestSnapctlServicesRideOutRestart(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
 	if _, err := c.Services(context.Background(), "k8s.kubelet"); err != nil {
 		t.Fatal(err) // a kept-alive connection, as a daemon has
@@ -360,7 +360,7 @@ func TestSnapctlServicesRideOutRestart(t *testing.T) {
 // the same command starts between snapctl's answer and the listing.
 func TestDoneRestartNotReportedQueuedIntoLaterHook(t *testing.T) {
 	mc := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), fake.WithClock(mc))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithClock(mc))
 	srv.SetLatency(7 * time.Second)
 	c := newSnapctlClient(t, srv, srv.Cookie("k8s"))
 	type outcome struct {
@@ -417,7 +417,7 @@ func TestSnapctlFailedChangeAnsweredAtTheDeadlineIsFinal(t *testing.T) {
 			snap.Apps[i].Active = false
 		}
 	}
-	srv := fake.NewServer(t, fake.WithSnaps(snap))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(snap))
 	lateAnswer := func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)

@@ -83,7 +83,9 @@ func (s *memSlot) Release(ctx context.Context) error { s.b.release(s.key); retur
 // restarts kubelet and gives it back. WithConstLabels tells this client's
 // series from another's.
 func ExampleMetrics_ObserveBudget() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 	}}))
 	if err != nil {

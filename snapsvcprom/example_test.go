@@ -19,7 +19,9 @@ import (
 // restarts kubelet: the restart meets one conflict, waits it out and is
 // done.
 func Example() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// AllowNonRoot: examples run as you, and snapd lets only root start,
+	// stop and restart services.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 	}}))
 	if err != nil {

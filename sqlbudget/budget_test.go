@@ -414,7 +414,7 @@ func TestUnbudgetedGrantRestarts(t *testing.T) {
 		}
 		p := h.NewParticipant(t, cfg)
 		tc.set(&cfg, p)
-		srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "microovn", Apps: []fake.App{{Name: "ovn-northd", Daemon: "simple", Active: true}}}))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "microovn", Apps: []fake.App{{Name: "ovn-northd", Daemon: "simple", Active: true}}}))
 		c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithRestartBudget(p, snapsvc.BudgetOptions{}))
 		if err != nil {
 			t.Fatal(err)

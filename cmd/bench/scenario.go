@@ -88,7 +88,9 @@ func (c config) run(j job) (s sample) {
 	case scWaitersOwn:
 		active = waitersServices
 	}
-	opts := []fake.Option{fake.WithVersion(j.version), fake.WithSnaps(c.k8s(active...))}
+	// The bench runs as whoever runs it; the daemons it stands for run
+	// as root.
+	opts := []fake.Option{fake.AllowNonRoot(), fake.WithVersion(j.version), fake.WithSnaps(c.k8s(active...))}
 	if j.scenario == scLateSocket {
 		opts = append(opts, fake.WithoutListening())
 	}

@@ -2,7 +2,7 @@
 // from the command line, so that tools not written in Go — the real snap
 // client, curl, the snapsvc CLI, a shell script — can be tried against it.
 //
-//	fakesnapd (--dir D | --root R) [--snapd-version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--json]
+//	fakesnapd (--dir D | --root R) [--snapd-version 2.57|2.62|2.68|2.70|2.77] [--snaps FILE | --snap-yaml FILE...] [--no-refresh-observe] [--allow-non-root] [--json]
 //
 // It serves D/snapd.socket (the REST API), D/snapd-snap.socket (snapctl)
 // and D/control.socket (the control API, fake.Server.ControlHandler).
@@ -16,7 +16,11 @@
 // snap.yaml or an unpacked snap directory (fake.SnapFromYAML,
 // fake.SnapFromDir). It prints what listens and how to use it (--json: one
 // JSON line, Announcement), and exits 0 on SIGINT or SIGTERM after
-// removing its sockets. The fake runs on the real clock.
+// removing its sockets. The fake runs on the real clock. As snapd, it
+// refuses a user who is not root what snapd lets only root do (start,
+// stop, restart, logs, configuration: "access denied", which snap prints
+// as "access denied (try with sudo)"); --allow-non-root lets such a user
+// through (fake.AllowNonRoot).
 //
 //	fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]
 //

@@ -39,6 +39,7 @@ type serveFlags struct {
 	dir, root, version, snapsFile string
 	snapYAMLs                     []string
 	asJSON, noRefreshObserve      bool
+	allowNonRoot                  bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -55,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 the real snap client, curl, the snapsvc CLI or a script can be pointed at it,
 with a control socket for "fakesnapd ctl". Ctrl-C removes the sockets.
 
-  fakesnapd (--dir D | --root R) [--snapd-version V] [--snaps FILE | --snap-yaml FILE...] [--no-refresh-observe] [--json]
+  fakesnapd (--dir D | --root R) [--snapd-version V] [--snaps FILE | --snap-yaml FILE...] [--no-refresh-observe] [--allow-non-root] [--json]
   fakesnapd ctl (--dir D | --root R) COMMAND [ARGS]   ("fakesnapd ctl -h" lists them)`,
 		// No Args: an argument is an unknown command, with suggestions.
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -74,6 +75,7 @@ with a control socket for "fakesnapd ctl". Ctrl-C removes the sockets.
 	root.Flags().StringArrayVar(&f.snapYAMLs, "snap-yaml", nil, "a snap.yaml, or an unpacked snap's directory (meta/snap.yaml, meta/hooks/); repeatable")
 	root.Flags().BoolVar(&f.asJSON, "json", false, "print one JSON line describing the sockets instead of the text help")
 	root.Flags().BoolVar(&f.noRefreshObserve, "no-refresh-observe", false, "refuse change and notice reads on the snap socket (403 access denied), as snapd does for a snap without snap-refresh-observe")
+	root.Flags().BoolVar(&f.allowNonRoot, "allow-non-root", false, "let users who are not root start, stop and restart services, read logs and configuration (snapd refuses them: access denied)")
 	root.AddCommand(&cobra.Command{
 		Use: "ctl (--dir D | --root R) COMMAND [ARGS]",
 		Example: `  id=$(fakesnapd ctl --root /tmp/root hold configure-snap k8s)
@@ -135,6 +137,9 @@ func serve(f serveFlags, stdout, stderr io.Writer) int {
 	opts := []fake.Option{fake.WithDir(d), fake.WithVersion(v), fake.WithSnaps(snaps...)}
 	if f.noRefreshObserve {
 		opts = append(opts, fake.WithoutRefreshObserve())
+	}
+	if f.allowNonRoot {
+		opts = append(opts, fake.AllowNonRoot())
 	}
 	srv, err := fake.New(opts...)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -142,7 +143,8 @@ func get(t *testing.T, sock, method, path, body string) (int, map[string]any) {
 
 func TestServeAndControl(t *testing.T) {
 	root := t.TempDir()
-	d := start(t, "--root", root, "--snapd-version", "2.68")
+	// --allow-non-root: this test acts as whoever runs it
+	d := start(t, "--root", root, "--snapd-version", "2.68", "--allow-non-root")
 	if d.ann.Version != "2.68.3" || d.ann.Socket != filepath.Join(root, "run", "snapd.socket") ||
 		d.ann.SnapSocket != filepath.Join(root, "run", "snapd-snap.socket") ||
 		d.ann.ControlSocket != filepath.Join(root, "run", "control.socket") || len(d.ann.Snaps) != 1 || d.ann.Snaps[0] != "k8s" {
@@ -162,6 +164,11 @@ func TestServeAndControl(t *testing.T) {
 	code, m = get(t, d.ann.Socket, "POST", "/v2/apps", `{"action":"restart","names":["k8s.k8sd"]}`)
 	if code != 400 || m["result"].(map[string]any)["message"] != `snap "k8s" has "configure-snap" change in progress` {
 		t.Fatalf("conflict: %d %v", code, m)
+	}
+	// snap changes k8s lists it, as it lists a real `snap set`
+	code, m = get(t, d.ann.Socket, "GET", "/v2/changes?for=k8s&select=all", "")
+	if l, _ := m["result"].([]any); code != 200 || len(l) != 1 || l[0].(map[string]any)["id"] != id {
+		t.Errorf("changes for k8s: %d %v", code, m)
 	}
 	if out, rc := d.ctl("wait", "conflicts=1", "timeout=10s"); rc != 0 || !strings.Contains(out, `"conflicts": 1`) {
 		t.Errorf("wait: %d %s", rc, out)
@@ -335,7 +342,8 @@ func TestSnapsFileAndSnapYAML(t *testing.T) {
 // cmd/fakesnapd/README.md shows it: status, then a restart that waits out
 // a foreign configure-snap change until `fakesnapd ctl finish` releases it.
 func TestSnapsvcWaitsOutHeldChange(t *testing.T) {
-	d := start(t, "--dir", t.TempDir())
+	// --allow-non-root: snapsvc runs as whoever runs the test
+	d := start(t, "--dir", t.TempDir(), "--allow-non-root")
 	out, rc := runBin(t, "snapsvc", "--socket", d.ann.Socket, "status", "k8s")
 	if rc != 0 || !strings.Contains(out, "k8s.k8sd") || !strings.Contains(out, "enabled   active") {
 		t.Fatalf("status: %d\n%s", rc, out)
@@ -423,5 +431,107 @@ func TestNoRefreshObserve(t *testing.T) {
 	code, m := get(t, d.ann.SnapSocket, "POST", "/v2/snapctl", fmt.Sprintf(`{"context-id":%q,"args":["services","k8s.k8sd"]}`, strings.TrimSpace(cookie)))
 	if code != 200 {
 		t.Errorf("snapctl: %d %v", code, m)
+	}
+}
+
+// TestSnapClientAccess runs Debian's snap client (SNAPSVC_SNAP_CLIENT,
+// .ci/snap-client) against fakesnapd as a user who is not root: nobody
+// (setpriv) when the test runs as root, else the user running it. snapd
+// refuses such a user what it lets only root do, and the client prints
+// "error: access denied (try with sudo)", exit 1: the real-snapd suite
+// checks that snap prints exactly that against real snapd 2.57.6, 2.68.3
+// and 2.77.1 (integration TestSnapClientMatchesRealSnapd, steps *-user).
+// Reads still work, and `snap changes k8s` lists the change `fakesnapd
+// ctl hold configure-snap k8s` made, as it lists a real `snap set`.
+// Root, and anyone with --allow-non-root, gets through.
+func TestSnapClientAccess(t *testing.T) {
+	snapBin := os.Getenv("SNAPSVC_SNAP_CLIENT")
+	if snapBin == "" {
+		t.Skip("SNAPSVC_SNAP_CLIENT (Debian's snap binary, .ci/snap-client) is not set")
+	}
+	asRoot := os.Geteuid() == 0
+	if _, err := exec.LookPath("setpriv"); asRoot && err != nil {
+		t.Skip("running as root without setpriv: cannot run snap as another user")
+	}
+	// A root any user may enter: snapd's sockets are 0666 in a 0755 /run.
+	root, err := os.MkdirTemp("", "fakesnapd-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// snap runs as a user (nobody, or the one running the test) or as
+	// root; it prints what it prints and exits.
+	snap := func(user bool, args ...string) (string, int) {
+		t.Helper()
+		argv := append([]string{snapBin}, args...)
+		if user && asRoot {
+			argv = append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"}, argv...)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "SNAP_REEXEC=0", "SNAPPY_GLOBAL_ROOT=" + root, "HOME=/nonexistent", "LANG=C.UTF-8", "TZ=UTC"}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("snap %v: %v", args, err)
+		}
+		return out.String(), cmd.ProcessState.ExitCode()
+	}
+	d := start(t, "--root", root)
+	if out, rc := snap(true, "version"); rc != 0 {
+		t.Fatalf("%s cannot run as a user who is not root: exit %d: %s", snapBin, rc, out)
+	}
+	id, rc := d.ctl("hold", "configure-snap", "k8s")
+	if id = strings.TrimSpace(id); rc != 0 {
+		t.Fatalf("hold: %d %s", rc, id)
+	}
+	const denied = "error: access denied (try with sudo)\n"
+	for _, args := range [][]string{
+		{"restart", "k8s.k8sd"}, {"stop", "k8s.k8sd"}, {"start", "k8s.kubelet"}, {"logs", "k8s.k8sd"},
+		{"get", "k8s"}, {"set", "k8s", "a=1"}, {"abort", id},
+	} {
+		if out, rc := snap(true, args...); rc != 1 || out != denied {
+			t.Errorf("as a user, snap %s: exit %d %q; want exit 1 %q", strings.Join(args, " "), rc, out, denied)
+		}
+	}
+	if out, rc := snap(true, "services", "k8s.k8sd"); rc != 0 || !strings.Contains(out, "k8s.k8sd  enabled  active") {
+		t.Errorf("as a user, snap services: exit %d %s", rc, out)
+	}
+	if out, rc := snap(true, "changes", "k8s"); rc != 0 || !regexp.MustCompile(`(?m)^`+id+` +Doing .*Change configuration of "k8s" snap$`).MatchString(out) {
+		t.Errorf("as a user, snap changes k8s does not list the held change %s: exit %d\n%s", id, rc, out)
+	}
+	out, _ := d.ctl("services", "k8s")
+	var svcs []struct {
+		Name   string
+		Active bool
+	}
+	json.Unmarshal([]byte(out), &svcs)
+	for _, sv := range svcs {
+		if sv.Name == "k8sd" && !sv.Active || sv.Name == "kubelet" && sv.Active {
+			t.Errorf("a refused stop or start acted: %s", out)
+		}
+	}
+	if out, _ := d.ctl("counters"); !strings.Contains(out, `"changes-created": 1`) {
+		t.Errorf("a refused request made a change: %s", out)
+	}
+
+	d.ctl("finish", id)
+	if asRoot {
+		if out, rc := snap(false, "restart", "k8s.k8sd"); rc != 0 || out != "Restarted.\n" {
+			t.Errorf("as root, snap restart: exit %d %q", rc, out)
+		}
+	} else {
+		t.Log("not root: snap as root not tried")
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.cmd.Wait()
+
+	start(t, "--root", root, "--allow-non-root")
+	if out, rc := snap(true, "restart", "k8s.k8sd"); rc != 0 || out != "Restarted.\n" {
+		t.Errorf("with --allow-non-root, as a user, snap restart: exit %d %q", rc, out)
 	}
 }

@@ -48,7 +48,7 @@ func TestTimeoutAfterCommand(t *testing.T) {
 		{"wait-idle", func(string) []string { return []string{"wait-idle", "k8s", "--timeout", "500ms"} }, "k8s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
 			defer held.Finish()
 			// Safety net only: the CLI's own --timeout must end this.
@@ -71,7 +71,7 @@ func TestTimeoutAfterCommand(t *testing.T) {
 // it, turns the terminal progress line into the library's slog lines.
 func TestVerboseAfterCommand(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const progressLine = "\r\033[K"
@@ -104,7 +104,7 @@ func decodeOne(t *testing.T, out string, v any) {
 // one document: the error, with the change embedded.
 func TestWaitJSONFailedChange(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
 	held.Fail("configure hook exploded")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

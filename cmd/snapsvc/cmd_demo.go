@@ -160,7 +160,9 @@ func runDemo(ctx context.Context, a *app, scale float64) (*demoReport, error) {
 		defer cancel()
 	}
 
-	srv, err := fake.New(fake.WithSnaps(k8sSnap(scale)))
+	// The demo runs as whoever runs it, in place of a root daemon: the
+	// fake lets it restart without sudo.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(scale)))
 	if err != nil {
 		return nil, fmt.Errorf("demo: starting the fake snapd: %w", err)
 	}

@@ -68,24 +68,24 @@ func TestTimedOutOperations(t *testing.T) {
 		stderrWant string
 	}{
 		{"blocked by a foreign change", func(t *testing.T) *fake.Server {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
 			t.Cleanup(held.Finish)
 			return srv
 		}, exitTimeout, true, false, "which holds snap \"k8s\"; nothing was done\nTrying again once change 1 is done may help: 'snapsvc watch 1' waits for it.\n"},
 		{"its change still running", func(t *testing.T) *fake.Server {
 			// Nothing moves on a manual clock: the restart's change stays Doing.
-			return fake.NewServer(t, fake.WithClock(fake.NewManualClock(time.Now())), fake.WithSnaps(k8sSnap(1)))
+			return fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(fake.NewManualClock(time.Now())), fake.WithSnaps(k8sSnap(1)))
 		}, exitUnknown, false, true, "restart k8s.kubelet: timed out after 200ms (--timeout) before change 1 was done\nThe change may still be running: 'snapsvc watch 1' waits for it"},
 		{"snapd acted, its answer pending", func(t *testing.T) *fake.Server {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			hold := make(chan struct{})
 			t.Cleanup(func() { close(hold) })
 			srv.InjectFault(fake.Fault{Method: "POST", Path: "/v2/apps", Hold: hold})
 			return srv
 		}, exitUnknown, false, true, "while snapd's answer was pending; change 1, made meanwhile, does what it asked\nThe change may still be running: 'snapsvc watch 1' waits for it; running restart again would act again"},
 		{"snapd silent, outcome unknown", func(t *testing.T) *fake.Server {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			hold := make(chan struct{})
 			t.Cleanup(func() { close(hold) })
 			srv.InjectFault(fake.Fault{Kind: fake.FaultReject, Method: "POST", Path: "/v2/apps", Hold: hold})
@@ -124,7 +124,7 @@ func TestTimedOutOperations(t *testing.T) {
 // again once the socket appears, and succeeds.
 func TestUnreachableToldAtOnce(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithoutListening(), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithoutListening(), fake.WithSnaps(k8sSnap(0)))
 	ctx := safetyNet(t)
 	stdout, stderr := newNotifyBuffer(), newNotifyBuffer()
 	done := make(chan int, 1)
@@ -230,7 +230,7 @@ func TestSocketNotASocket(t *testing.T) {
 // being installed and accepts a snap without services.
 func TestWaitIdleUnknownSnap(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0), fake.Snap{Name: "hello", Apps: []fake.App{{Name: "hello"}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0), fake.Snap{Name: "hello", Apps: []fake.App{{Name: "hello"}}}))
 	ctx := safetyNet(t)
 
 	// Said once ("is not installed ...: reading services nosuch: snap
@@ -333,7 +333,7 @@ func TestCommandHelp(t *testing.T) {
 // snapd's version when it answers, and exit 0 when it does not.
 func TestVersion(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithVersion(fake.Version268), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(fake.Version268), fake.WithSnaps(k8sSnap(0)))
 	ctx := safetyNet(t)
 	code, out, _ := runWithSocket(ctx, srv.SocketPath(), false, "--version")
 	if code != exitOK || !regexp.MustCompile(`^snapsvc \S+ \(github.com/snapsvc/snapsvc/cmd, go[^)]*\)\n$`).MatchString(out) {
@@ -361,7 +361,7 @@ func TestVersion(t *testing.T) {
 // README and the package documentation say so.
 func TestJSONDocuments(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	ctx := safetyNet(t)
 	for _, args := range [][]string{
 		{"status"}, {"start", "k8s.kubelet"}, {"restart", "k8s"}, {"stop", "--no-wait", "k8s.kubelet"}, {"changes", "--all"},
@@ -461,7 +461,7 @@ func TestNotesAboveProgress(t *testing.T) {
 // sudo.
 func TestAccessDeniedSuggestsSudo(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	srv.InjectFault(fake.Fault{Kind: fake.FaultReply, Method: "POST", Path: "/v2/apps", Status: 401,
 		Body: fake.ErrorBody(401, "login-required", "access denied")})
 	for uid, want := range map[int]string{1000: "error: restart k8s.kubelet: access denied (try with sudo)\n", 0: "error: restart k8s.kubelet: access denied\n"} {

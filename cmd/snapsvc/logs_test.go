@@ -27,7 +27,7 @@ func logsFake(t *testing.T) (*fake.Server, string) {
 	if err := os.MkdirAll(filepath.Join(root, "run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv := fake.NewServer(t, fake.WithDir(filepath.Join(root, "run")), fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithDir(filepath.Join(root, "run")), fake.WithSnaps(k8sSnap(0)))
 	if code, _, errOut := runWithSocket(safetyNet(t), srv.SocketPath(), false, "restart", "k8s.kubelet", "k8s.k8sd"); code != exitOK {
 		t.Fatalf("restart: %s", errOut)
 	}

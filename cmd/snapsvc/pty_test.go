@@ -27,7 +27,7 @@ func TestProgressAndInterruptPTY(t *testing.T) {
 	if err != nil {
 		t.Skip("no snapsvc command on PATH:", err)
 	}
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
 	ctx := safetyNet(t)
 

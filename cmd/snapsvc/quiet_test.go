@@ -65,7 +65,7 @@ func TestQuietOutput(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
 			ctx := safetyNet(t)
 			finished := make(chan struct{})

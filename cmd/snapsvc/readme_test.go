@@ -101,7 +101,8 @@ func readmePlan(ctx context.Context, client *snapsvc.Client, ca string) error {
 
 // readme:begin
 func TestRestartWaitsForSnapSet(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// AllowNonRoot: your hook runs as root, go test as you; snapd lets only root restart.
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", StartDuration: 5 * time.Millisecond},
 	}}))
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()))
@@ -272,7 +273,7 @@ func TestReadmeSnippets(t *testing.T) {
 		t.Error("README snippets do not show the import path github.com/snapsvc/snapsvc/snapsvc")
 	}
 
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple"}}}))
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()))
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func (b *notifyBuffer) waitFor(ctx context.Context, text string) bool {
 // snapd is back.
 func TestWatchRidesOutSnapdRestart(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the fake's own cleanup
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
 	// Safety net only; every step below waits for an outcome.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -110,7 +110,7 @@ func TestWatchRidesOutSnapdRestart(t *testing.T) {
 // an hour between reads it still sees the change finish and ends.
 func TestWatchWakesOnNotices(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	held := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // safety net
 	defer cancel()
@@ -146,7 +146,7 @@ func TestWatchWakesOnNotices(t *testing.T) {
 // "watch SNAP" does too.
 func TestFollowInterrupted(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	for _, args := range [][]string{{"follow"}, {"watch", "k8s"}} {
 		ctx, cancel := context.WithCancel(context.Background())
 		stdout, stderr := newNotifyBuffer(), newNotifyBuffer()

@@ -102,7 +102,7 @@ func TestGivingUp(t *testing.T) {
 		attempts int
 	}{{Naive, 1}, {Fixed, FixedAttempts}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8s()))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8s()))
 			srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 			outs := newFor(t, tc.name, srv).Sequence(ctx, restartKubelet, restartKubelet)
 			o := outs[0]
@@ -129,7 +129,7 @@ func TestWaitingOut(t *testing.T) {
 	defer cancel()
 	for _, name := range []string{Backoff, Snapsvc} {
 		t.Run(name, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8s()))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8s()))
 			blk := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 			st := newFor(t, name, srv)
 			done := make(chan []Outcome, 1)
@@ -163,7 +163,7 @@ func TestWaitingOut(t *testing.T) {
 // fixed retries the whole sequence, as k8sd's bootstrap does: a refusal
 // of the second call makes the first run again.
 func TestFixedRetriesTheWholeSequence(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8s()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8s()))
 	srv.InjectFault(fake.Fault{
 		Kind: fake.FaultReply, Method: "POST", Path: "/v2/apps", Times: 1,
 		Match:  func(r fake.Request) bool { return strings.Contains(r.Body, "containerd") },

@@ -105,7 +105,8 @@ func newMachine(t *testing.T, name string, p Participant, key string, took time.
 // newMachineWith is newMachine with its budget options changed by set.
 func newMachineWith(t *testing.T, name string, p Participant, key string, took time.Duration, set func(*snapsvc.BudgetOptions)) *machine {
 	t.Helper()
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: wholeSnap, Apps: []fake.App{
+	// The machine's daemon runs as root; its test as whoever runs it.
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: wholeSnap, Apps: []fake.App{
 		{Name: "svc", Daemon: "simple", Enabled: true, Active: true, StartDuration: took / 2, StopDuration: took / 2}}}))
 	m := &machine{name: name, srv: srv, p: p, on: map[string]func(){}, changed: make(chan struct{})}
 	opts := snapsvc.BudgetOptions{Key: func(string) string { return key }, Progress: m.progress, MaxHold: time.Minute, ReleaseTimeout: 2 * time.Second}

@@ -32,7 +32,7 @@ func TestFakeConforms257(t *testing.T) {
 // TestRealTargetWaitsByPolling checks RealTarget's polling against a fake on
 // the real clock, as the integration suite uses it against a real snapd.
 func TestRealTargetWaitsByPolling(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "svcdemo", Apps: []fake.App{
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "svcdemo", Apps: []fake.App{
 		{Name: "gamma", Daemon: "simple", Enabled: true, Active: true, StopDuration: 50 * time.Millisecond},
 	}}))
 	rt := &conformance.RealTarget{Main: s.SocketPath(), Snap: s.SnapSocketPath(), SnapCookie: s.Cookie("svcdemo"), PollInterval: 5 * time.Millisecond}

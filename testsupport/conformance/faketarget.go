@@ -44,7 +44,9 @@ func NewFakeTarget(t interface {
 }, version fake.Version) *FakeTarget {
 	t.Helper()
 	clk := fake.NewManualClock(time.Date(2026, 12, 2, 14, 6, 11, 0, time.UTC))
-	s, err := fake.New(fake.WithVersion(version), fake.WithClock(clk), fake.WithSnaps(SvcdemoSnap()))
+	// The captures were made as root; the replay runs as whoever runs
+	// the tests.
+	s, err := fake.New(fake.AllowNonRoot(), fake.WithVersion(version), fake.WithClock(clk), fake.WithSnaps(SvcdemoSnap()))
 	if err != nil {
 		t.Fatalf("%v", err)
 	}

@@ -266,7 +266,7 @@ func TestRolloutHaltsAndAdmits(t *testing.T) {
 	}
 
 	// node-a restarts; its service is never ready: exit 1, key halted.
-	a := fake.NewServer(t, k8s())
+	a := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	var out, errb bytes.Buffer
 	if code := run(ctx, append(common("node-a", a), key), &out, &errb); code != exitFailed {
 		t.Fatalf("node-a: exit %d, want %d: %s", code, exitFailed, errb.String())
@@ -283,7 +283,7 @@ func TestRolloutHaltsAndAdmits(t *testing.T) {
 	}
 
 	// node-b: held back by the halt, nothing restarted.
-	b := fake.NewServer(t, k8s())
+	b := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
@@ -306,7 +306,7 @@ func TestRolloutHaltsAndAdmits(t *testing.T) {
 	}
 
 	// node-c: the admission command refuses until a file exists.
-	c := fake.NewServer(t, k8s())
+	c := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	flag := t.TempDir() + "/quorum-ok"
 	var cerr syncBuffer
 	go func() {

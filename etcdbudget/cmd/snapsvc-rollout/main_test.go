@@ -48,7 +48,7 @@ func TestScripts(t *testing.T) {
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
 		Setup: func(e *testscript.Env) error {
-			srv, err := fake.New(k8s())
+			srv, err := fake.New(k8s(), fake.AllowNonRoot())
 			if err != nil {
 				return err
 			}
@@ -185,7 +185,7 @@ func twoMachines(t *testing.T, ctx context.Context, eps string, args ...[]string
 	ms := []*machine{{}, {}}
 	var wg sync.WaitGroup
 	for i, m := range ms {
-		m.srv = fake.NewServer(t, k8s())
+		m.srv = fake.NewServer(t, fake.AllowNonRoot(), k8s())
 		m.ready = newReadyServer(t)
 		wg.Add(1)
 		go func() {
@@ -252,7 +252,7 @@ func twoMachines(t *testing.T, ctx context.Context, eps string, args ...[]string
 }
 
 func TestBootstrapNeedsNoEtcd(t *testing.T) {
-	srv := fake.NewServer(t, k8s())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	var out, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"--bootstrap", "--socket", srv.SocketPath(), "k8s.kube-apiserver"}, &out, &stderr); code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
@@ -276,7 +276,7 @@ func TestUsage(t *testing.T) {
 }
 
 func TestUnreachableEtcdIsRetryable(t *testing.T) {
-	srv := fake.NewServer(t, k8s())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	var out, stderr bytes.Buffer
 	code := run(context.Background(), []string{"--endpoints", "http://127.0.0.1:1", "--unreachable", "1s", "--socket", srv.SocketPath(), "k8s.kube-apiserver"}, &out, &stderr)
 	if code != exitRetryable || !strings.Contains(stderr.String(), "restart budget unavailable") {
@@ -320,7 +320,7 @@ func TestPausedProgressLine(t *testing.T) {
 	if code := run(ctx, []string{"pause", "--create", "k8s.kube-apiserver", "--endpoints", eps, "--holder", "alice@ops-1", "--reason", "disk alarm"}, &out, &errb); code != exitOK {
 		t.Fatalf("pause: %d %s", code, errb.String())
 	}
-	srv := fake.NewServer(t, k8s())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {

@@ -166,7 +166,7 @@ type site struct {
 func newSite(t *testing.T, stepDur, readyDelay time.Duration) *site {
 	t.Helper()
 	app := fake.App{Name: "ovn-northd", Daemon: "simple", Enabled: true, Active: true, StartDuration: stepDur, StopDuration: stepDur}
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "microovn", Apps: []fake.App{app, {Name: "daemon", Daemon: "simple", Enabled: true, Active: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "microovn", Apps: []fake.App{app, {Name: "daemon", Daemon: "simple", Enabled: true, Active: true}}}))
 	st := &site{srv: srv, readyDelay: readyDelay}
 	st.ready = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if st.notReady(time.Now()) {

@@ -236,7 +236,8 @@ func Run(t testing.TB, cfg Config) Result {
 	for i := range cfg.Machines {
 		name := fmt.Sprintf("machine-%d", i+1)
 		b := newBudget(cfg.Open(t), name)
-		srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "microovn", Apps: []fake.App{{Name: "ovn-northd", Daemon: "simple", Enabled: true, Active: true,
+		// microovn's daemon runs as root; the test as whoever runs it.
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "microovn", Apps: []fake.App{{Name: "ovn-northd", Daemon: "simple", Enabled: true, Active: true,
 			StartDuration: cfg.Step, StopDuration: cfg.Step}}}))
 		queued := make(chan struct{})
 		var once sync.Once

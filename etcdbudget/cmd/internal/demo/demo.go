@@ -363,7 +363,9 @@ func writeAtomic(path, data string) error {
 // machine is one simulated machine: its own fake snapd, its own etcd
 // client, the same rollout.
 func machine(ctx context.Context, name string, endpoints []string, max int, readyAfter, settle time.Duration, tl *timeline) error {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	// The demo runs as whoever runs it, in place of the machines' root
+	// daemons: the fake lets it restart without sudo.
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kube-apiserver", Daemon: "simple", Enabled: true, Active: true, StartDuration: 50 * time.Millisecond, StopDuration: 50 * time.Millisecond},
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 	}}))
