@@ -158,7 +158,7 @@ func TestRefreshGolden(t *testing.T) {
 	for _, v := range []fake.Version{fake.Version257, fake.Version268, fake.Version277} {
 		t.Run(string(v), func(t *testing.T) {
 			clk := fake.NewManualClock(t0)
-			s := fake.NewServer(t, fake.WithSnaps(svcdemoRefresh()), fake.WithClock(clk), fake.WithVersion(v))
+			s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(svcdemoRefresh()), fake.WithClock(clk), fake.WithVersion(v))
 			g := &refreshGolden{t: t, s: s, dir: filepath.Join("testdata", "refresh", string(v))}
 			replayRefreshCapture(t, g, clk)
 		})

@@ -48,7 +48,7 @@ func taskKinds(ci fake.ChangeInfo) []string {
 
 func TestRefreshFromStore(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(k8sStore()), fake.WithClock(clk),
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sStore()), fake.WithClock(clk),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11", Version: "1.31"}))
 	ctx := context.Background()
 
@@ -152,7 +152,7 @@ func TestRefreshNewServicesFailToStart(t *testing.T) {
 		{Name: "debug", Daemon: "simple"},
 		{Name: "k8s"},
 	}
-	s := fake.NewServer(t, fake.WithSnaps(k8sStore()), fake.WithClock(clk), fake.WithVersion(fake.Version268),
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sStore()), fake.WithClock(clk), fake.WithVersion(fake.Version268),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11", Apps: apps}))
 	ctx := context.Background()
 	code, e := call(t, s.SocketPath(), "POST", "/v2/snaps/k8s", `{"action":"refresh"}`)
@@ -205,7 +205,7 @@ func TestRefreshServiceDiesAfterStart(t *testing.T) {
 		{Name: "debug", Daemon: "simple"},
 		{Name: "k8s"},
 	}
-	s := fake.NewServer(t, fake.WithSnaps(k8sStore()), fake.WithClock(clk),
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sStore()), fake.WithClock(clk),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "12", Apps: apps}))
 	code, e := call(t, s.SocketPath(), "POST", "/v2/snaps/k8s", `{"action":"refresh"}`)
 	if code != 202 {
@@ -232,7 +232,7 @@ func TestRefreshServiceDiesAfterStart(t *testing.T) {
 }
 
 func TestRefreshConflictsWithForeignChange(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(k8sStore()),
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sStore()),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11"}))
 	c := s.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s", WithSnapNames: true})
 	code, e := call(t, s.SocketPath(), "POST", "/v2/snaps/k8s", `{"action":"refresh"}`)
@@ -254,7 +254,7 @@ func TestRefreshConflictsWithForeignChange(t *testing.T) {
 
 func TestRefreshAbortedUndone(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(k8sStore()), fake.WithClock(clk),
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sStore()), fake.WithClock(clk),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11"}))
 	_, e := call(t, s.SocketPath(), "POST", "/v2/snaps/k8s", `{"action":"refresh"}`)
 	// kubelet is still stopping
@@ -281,7 +281,7 @@ func TestRefreshAbortedUndone(t *testing.T) {
 
 func TestSideloadOverInstalled(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(k8sStore()), fake.WithClock(clk), fake.WithVersion(fake.Version257))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sStore()), fake.WithClock(clk), fake.WithVersion(fake.Version257))
 	yaml := []byte("name: k8s\nversion: '1.31-dev'\napps:\n  containerd: {daemon: simple, command: x}\n  kubelet: {daemon: simple, command: x}\n  debug: {daemon: simple, command: x}\n  k8s: {command: x}\n  extra: {daemon: simple, command: x, install-mode: disable}\n")
 	code, b := sideload(t, s.SocketPath(), "k8s_1.31-dev_amd64.snap", yaml)
 	var e env
@@ -365,7 +365,7 @@ func sideloadPath(t *testing.T, sock, path string, content []byte) (int, []byte)
 }
 
 func TestControlStoreAndHold(t *testing.T) {
-	s := fake.NewServer(t, fake.WithSnaps(k8sStore()))
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sStore()))
 	h := httptest.NewServer(s.ControlHandler())
 	defer h.Close()
 	ctl := func(method, path, body string) (int, string) {
@@ -416,7 +416,7 @@ func TestControlStoreAndHold(t *testing.T) {
 func TestRefreshInstantaneous(t *testing.T) {
 	for _, v := range []fake.Version{fake.Version257, fake.Version268, fake.Version277} {
 		t.Run(string(v), func(t *testing.T) {
-			s := fake.NewServer(t, fake.WithVersion(v), fake.WithSnaps(fake.Snap{Name: "svcdemo", Revision: "1", Apps: []fake.App{
+			s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithVersion(v), fake.WithSnaps(fake.Snap{Name: "svcdemo", Revision: "1", Apps: []fake.App{
 				{Name: "alpha", Daemon: "simple", Enabled: true, Active: true},
 				{Name: "beta", Daemon: "simple", Enabled: true, Active: true}}}),
 				fake.WithStoreRevision("svcdemo", fake.StoreRevision{Revision: "2"}))
@@ -443,7 +443,7 @@ func TestRefreshInstantaneous(t *testing.T) {
 
 func TestSnapctlRefreshGateHook(t *testing.T) {
 	clk := fake.NewManualClock(t0)
-	s := fake.NewServer(t, fake.WithSnaps(k8sStore(), fake.Snap{Name: "other", Apps: []fake.App{{Name: "d", Daemon: "simple"}}}),
+	s := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sStore(), fake.Snap{Name: "other", Apps: []fake.App{{Name: "d", Daemon: "simple"}}}),
 		fake.WithClock(clk), fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11", Version: "1.31"}))
 	ctl := func(cookie string, args ...string) (int, string, errRes) {
 		t.Helper()

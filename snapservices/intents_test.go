@@ -14,7 +14,7 @@ import (
 // A daemon shut down while its restart waited out a foreign change: the
 // Snap it builds when it starts again carries the restart out, once.
 func TestWithIntentsReplaysWhatAShutDownLeft(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{
 		{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true},
 	}}))
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})

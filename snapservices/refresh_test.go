@@ -21,7 +21,7 @@ func k8sRefreshable(t *testing.T) *fake.Server {
 	svc := func(name string) fake.App {
 		return fake.App{Name: name, Daemon: "simple", Enabled: true, Active: true, StartDuration: time.Millisecond, StopDuration: time.Millisecond}
 	}
-	return fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Version: "1.30", Revision: "10", Confinement: "classic",
+	return fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Version: "1.30", Revision: "10", Confinement: "classic",
 		Apps: []fake.App{svc("kubelet"), svc("containerd")}}),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11", Version: "1.31", Channel: "1.31/stable"}))
 }

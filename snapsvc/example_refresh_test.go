@@ -14,7 +14,7 @@ import (
 // Refresh a snap to the latest revision of its channel; a second refresh
 // finds nothing newer, an outcome rather than an error.
 func ExampleClient_Refresh() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Version: "1.30", Revision: "10",
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Version: "1.30", Revision: "10",
 		Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11", Version: "1.31"}))
 	if err != nil {
@@ -49,7 +49,7 @@ func ExampleClient_Refresh() {
 // active). A refresh that leaves them not ready records a failed act,
 // which halts the key for every machine.
 func ExampleClient_Refresh_budget() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Version: "1.30", Revision: "10",
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Version: "1.30", Revision: "10",
 		Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11", Version: "1.31"}))
 	if err != nil {
@@ -94,7 +94,7 @@ func ExampleClient_Refresh_budget() {
 
 // Hold a snap's auto-refreshes (snapd 2.58 or later), then lift the hold.
 func ExampleClient_HoldRefresh() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Revision: "10"}))
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Revision: "10"}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func ExampleClient_HoldRefresh() {
 // Inside the hook, snapsvc.New needs only the budget: snapctl mode, the
 // hook's cookie and the snap's name come from its environment.
 func ExampleClient_GateAutoRefresh() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "k8s", Revision: "10",
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Revision: "10",
 		Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}),
 		fake.WithStoreRevision("k8s", fake.StoreRevision{Revision: "11"}))
 	if err != nil {

@@ -24,7 +24,7 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // ExampleWithTransport wraps the transport that dials snapd's socket.
 func ExampleWithTransport() {
-	srv, err := fake.New(fake.WithSnaps(fake.Snap{Name: "web", Apps: []fake.App{{Name: "server", Daemon: "simple"}}}))
+	srv, err := fake.New(fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "web", Apps: []fake.App{{Name: "server", Daemon: "simple"}}}))
 	if err != nil {
 		panic(err)
 	}

@@ -243,7 +243,7 @@ func runIntentCase(t *testing.T, tc intentCase) (asked, done int, decisions []st
 	if tc.slow {
 		d = 40 * time.Millisecond
 	}
-	opts := []fake.Option{fake.WithSnaps(k8sSnap(d))}
+	opts := []fake.Option{fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(d))}
 	if tc.mode == "snapctl-unlisted" {
 		opts = append(opts, fake.WithoutRefreshObserve())
 	}
@@ -378,7 +378,7 @@ func TestIntentOfAnEarlierBootAcrossKills(t *testing.T) {
 		{killAt: "recorded", replayKill: "replay-taken", wantChanges: 1, wantActive: false},
 	} {
 		t.Run(tc.killAt+"/"+tc.replayKill, func(t *testing.T) {
-			srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+			srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 			spec := intentWorkerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), "locks"), Action: "stop", Names: []string{"k8s.kubelet"}}
 			act := spec
 			act.Role, act.KillAt, act.Boot = "act", tc.killAt, "boot-1"

@@ -17,7 +17,7 @@ import (
 // look-up window earlier: an identical restart made before the intent's
 // send would pass for its change, and the intent's restart be lost.
 func TestIntentReplayAfterAForwardStepAdoptsNoEarlierChange(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
 	dir := filepath.Join(srv.Dir(), "locks")
 	mk := func(opts ...Option) *Client {
 		c, err := New(append([]Option{WithSocket(srv.SocketPath()), WithMode(ModeREST), WithLockDir(dir)}, opts...)...)
@@ -101,7 +101,7 @@ func TestIntentHostClientScansEverySnapsLockDirectory(t *testing.T) {
 // process stopped (SIGSTOP) while it holds the snap's peers lock must not
 // hang every Restart's return.
 func TestIntentClearWaitsForNoPeer(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "k8s", Apps: []fake.App{{Name: "kubelet", Daemon: "simple", Enabled: true, Active: true}}}))
 	dir := filepath.Join(srv.Dir(), "locks")
 	c, err := New(WithSocket(srv.SocketPath()), WithMode(ModeREST), WithLockDir(dir), WithIntents())
 	if err != nil {

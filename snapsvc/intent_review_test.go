@@ -20,7 +20,7 @@ import (
 // start, leaving the service stopped.
 func TestIntentReplayRunsBeforeTheClientsOwnOperations(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := leaveIntent(t, srv, "stop")
 	foreign.Finish()
 	taken := make(chan struct{}, 1)
@@ -61,7 +61,7 @@ func TestIntentReplayRunsBeforeTheClientsOwnOperations(t *testing.T) {
 // superseded: the newer decision stands.
 func TestIntentSupersededByALaterDecision(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := leaveIntent(t, srv, "stop")
 	foreign.Finish()
 	later, err := newClient(t, srv).Restart(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
@@ -84,7 +84,7 @@ func TestIntentSupersededByALaterDecision(t *testing.T) {
 // removes the intent: the restart is lost.
 func TestIntentKeptWhenItsReplayMayPass(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := leaveIntent(t, srv, "restart") // still holds the snap
 	p := retry.DefaultPolicy()
 	p.MaxAttempts = 1
@@ -113,7 +113,7 @@ func TestIntentOfAJoinerIsSupersededByItsLeader(t *testing.T) {
 	// snapd stamps its changes with the machine's wall clock: the fake's
 	// manual one starts there, and moves on as the test advances it.
 	mc := fake.NewManualClock(time.Now())
-	srv := fake.NewServer(t, fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithClock(mc), fake.WithSnaps(slowKubelet()))
 	ctx := ctxT(t)
 	c0 := newClient(t, srv)
 	ca := newClient(t, srv)
@@ -189,7 +189,7 @@ func newestInProgress(srv *fake.Server, known ...string) string {
 // an intent of an earlier boot whose change snapd made and finished
 // in that boot is carried out again after the reboot.
 func TestIntentOfAnEarlierBootWhoseChangeWasDone(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	srv.SetService("k8s", "kubelet", fake.AppState{Enabled: false, Active: false})
 	spec := intentWorkerSpec{Socket: srv.SocketPath(), LockDir: filepath.Join(srv.Dir(), "locks"), Action: "start", Names: []string{"k8s.kubelet"}}
 	act := spec
@@ -222,7 +222,7 @@ func TestIntentOfAnEarlierBootWhoseChangeWasDone(t *testing.T) {
 // and keeps the intent, at every start, forever.
 func TestIntentReplayWithoutListingSettlesAStopByState(t *testing.T) {
 	for _, opt := range []fake.Option{fake.WithoutRefreshObserve(), fake.WithSnapSocketObserveDenied()} {
-		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)), opt)
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), opt)
 		spec := intentWorkerSpec{Socket: srv.SocketPath(), SnapSocket: srv.SnapSocketPath(), Cookie: srv.Cookie("k8s"), LockDir: filepath.Join(srv.Dir(), "locks"), Action: "stop", Names: []string{"k8s.kubelet"}}
 		act := spec
 		act.Role, act.KillAt = "act", "request-out"
@@ -250,7 +250,7 @@ func TestIntentReplayWithoutListingSettlesAStopByState(t *testing.T) {
 // Close while the start-up replay waits out a conflict.
 func TestIntentKeptWhenCloseEndsItsReplay(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := leaveIntent(t, srv, "restart")
 	seen, conflicts := conflictsSeen()
 	c, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithSnapSocket(srv.SnapSocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithIntents(), seen)
@@ -272,7 +272,7 @@ func TestIntentKeptWhenCloseEndsItsReplay(t *testing.T) {
 
 // WithIntents with WithoutFileLock is accepted and does nothing.
 func TestIntentsNeedALockDirectory(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	_, err := snapsvc.New(snapsvc.WithSocket(srv.SocketPath()), snapsvc.WithMode(snapsvc.ModeREST), snapsvc.WithIntents(), snapsvc.WithoutFileLock())
 	if err == nil {
 		t.Errorf("New accepted WithIntents without a lock directory: no intent is ever recorded")
@@ -282,7 +282,7 @@ func TestIntentsNeedALockDirectory(t *testing.T) {
 // a snapctl-mode Client of another snap sharing the lock directory
 // removes an intent it cannot act on.
 func TestIntentOfAnotherSnapIsLeftToItsOwnClient(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0), fake.Snap{Name: "other", Apps: []fake.App{{Name: "d", Daemon: "simple", Enabled: true, Active: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0), fake.Snap{Name: "other", Apps: []fake.App{{Name: "d", Daemon: "simple", Enabled: true, Active: true}}}))
 	foreign := leaveIntent(t, srv, "restart")
 	foreign.Finish()
 	c := newClient(t, srv, snapsvc.WithCookie(srv.Cookie("other")), snapsvc.WithSnap("other"), snapsvc.WithMode(snapsvc.ModeSnapctl), snapsvc.WithIntents())
@@ -297,7 +297,7 @@ func TestIntentOfAnotherSnapIsLeftToItsOwnClient(t *testing.T) {
 
 // ReplayReached reports Done, with no change: none was made.
 func TestIntentReachedResult(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	leaveEarlierBootIntent(t, srv, "restart")
 	rs, err := newClient(t, srv).Replay(ctxT(t), "k8s")
 	if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayReached {
@@ -310,7 +310,7 @@ func TestIntentReachedResult(t *testing.T) {
 
 // An earlier boot's restart intent takes no budget slot: it never acts.
 func TestIntentOfAnEarlierBootRestartTakesNoSlot(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	leaveEarlierBootIntent(t, srv, "restart")
 	b := newMemBudget(1)
 	rs, err := newClient(t, srv, snapsvc.WithRestartBudget(b, snapsvc.BudgetOptions{})).Replay(ctxT(t), "k8s")
@@ -324,7 +324,7 @@ func TestIntentOfAnEarlierBootRestartTakesNoSlot(t *testing.T) {
 
 // an earlier boot's stop, reached (nothing sent), keeps a budget slot.
 func TestIntentReachedStopKeepsNoSlot(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	leaveEarlierBootIntent(t, srv, "stop")
 	srv.SetService("k8s", "kubelet", fake.AppState{Enabled: false, Active: false})
 	b := newMemBudget(1)
@@ -340,7 +340,7 @@ func TestIntentReachedStopKeepsNoSlot(t *testing.T) {
 // an intent record Replay may not take (another user's) is skipped
 // without a word: Replay reports nothing and no error.
 func TestIntentReplayReportsARecordItCannotTake(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := leaveIntent(t, srv, "restart")
 	foreign.Finish()
 	recs := snapsvc.IntentFiles(lockDirOf(srv))
@@ -357,7 +357,7 @@ func fdCount() int { es, _ := os.ReadDir("/proc/self/fd"); return len(es) }
 
 // descriptors across intents: calls, kept intents, replays.
 func TestIntentsLeakNoDescriptors(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv, snapsvc.WithIntents())
 	if _, err := c.Startup(ctxT(t)); err != nil {
 		t.Fatal(err)

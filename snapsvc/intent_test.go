@@ -64,7 +64,7 @@ func ownChanges(srv *fake.Server) []fake.ChangeInfo {
 
 func TestIntentLeftByAnEndedCallIsCarriedOutOnceByTheNextClient(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := leaveIntent(t, srv, "restart")
 	foreign.Finish()
 	c := newClient(t, srv, snapsvc.WithIntents())
@@ -90,7 +90,7 @@ func TestIntentLeftByAnEndedCallIsCarriedOutOnceByTheNextClient(t *testing.T) {
 
 func TestIntentHeldByALiveCallIsNotReplayed(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
 	seen, conflicts := conflictsSeen()
 	live := newClient(t, srv, snapsvc.WithIntents(), seen)
@@ -119,7 +119,7 @@ func TestIntentHeldByALiveCallIsNotReplayed(t *testing.T) {
 func TestIntentOfAnEarlierBoot(t *testing.T) {
 	checkLeaks(t)
 	t.Run("restart: every process now started after it", func(t *testing.T) {
-		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 		leaveEarlierBootIntent(t, srv, "restart")
 		rs, err := newClient(t, srv).Replay(ctxT(t), "k8s")
 		if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayReached || !rs[0].EarlierBoot {
@@ -130,7 +130,7 @@ func TestIntentOfAnEarlierBoot(t *testing.T) {
 		}
 	})
 	t.Run("stop: carried out where the boot started the service again", func(t *testing.T) {
-		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 		leaveEarlierBootIntent(t, srv, "stop")
 		rs, err := newClient(t, srv).Replay(ctxT(t), "k8s")
 		if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayActed {
@@ -141,7 +141,7 @@ func TestIntentOfAnEarlierBoot(t *testing.T) {
 		}
 	})
 	t.Run("stop: reached where the service is stopped", func(t *testing.T) {
-		srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+		srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 		leaveEarlierBootIntent(t, srv, "stop")
 		srv.SetService("k8s", "kubelet", fake.AppState{Enabled: false, Active: false})
 		rs, err := newClient(t, srv).Replay(ctxT(t), "k8s")
@@ -156,7 +156,7 @@ func TestIntentOfAnEarlierBoot(t *testing.T) {
 
 func TestIntentOfAnAsyncOperationEndsWhenSnapdAcceptsIt(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	c := newClient(t, srv, snapsvc.WithIntents())
 	op, err := c.RestartAsync(ctxT(t), []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
 	if err != nil {
@@ -172,7 +172,7 @@ func TestIntentOfAnAsyncOperationEndsWhenSnapdAcceptsIt(t *testing.T) {
 
 func TestIntentReplayTakesABudgetSlot(t *testing.T) {
 	checkLeaks(t)
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	foreign := leaveIntent(t, srv, "restart")
 	foreign.Finish()
 	b := newMemBudget(1)
@@ -190,7 +190,7 @@ func TestIntentReplayTakesABudgetSlot(t *testing.T) {
 }
 
 func TestReplayWithoutALockDirectoryFails(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(k8sSnap(0)))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)))
 	_, err := newClient(t, srv, snapsvc.WithoutFileLock()).Replay(ctxT(t), "k8s")
 	if err == nil {
 		t.Fatal("Replay without a lock directory succeeded")

@@ -43,7 +43,7 @@ func newFleet(t *testing.T, n int, b *queueBudget, d time.Duration, rev fake.Sto
 	for i := range n {
 		m := &fleetMachine{name: fmt.Sprintf("node-%d", i+1)}
 		sn, _ := svcdemoStore(d)
-		m.srv = fake.NewServer(t, fake.WithSnaps(sn), fake.WithStoreRevision("svcdemo", rev))
+		m.srv = fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(sn), fake.WithStoreRevision("svcdemo", rev))
 		active := probe.Func("svcdemo active", func(ctx context.Context) error {
 			svcs, err := m.c.Services(ctx, "svcdemo")
 			if err != nil {

@@ -74,7 +74,7 @@ func TestHeldSnapIsRefreshedByName(t *testing.T) {
 
 func TestHoldOnOldSnapdSaysWhichVersion(t *testing.T) {
 	sn, _ := svcdemoStore(time.Millisecond)
-	srv := fake.NewServer(t, fake.WithSnaps(sn), fake.WithVersion(fake.Version257))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(sn), fake.WithVersion(fake.Version257))
 	c := newClient(t, srv)
 	for _, f := range []func() error{
 		func() error {

@@ -28,7 +28,7 @@ func svcdemoStore(d time.Duration) (fake.Snap, fake.StoreRevision) {
 func newStoreServer(t *testing.T, d time.Duration, opts ...fake.Option) *fake.Server {
 	t.Helper()
 	sn, rev := svcdemoStore(d)
-	return fake.NewServer(t, append([]fake.Option{fake.WithSnaps(sn), fake.WithStoreRevision("svcdemo", rev)}, opts...)...)
+	return fake.NewServer(t, append([]fake.Option{fake.AllowNonRoot(), fake.WithSnaps(sn), fake.WithStoreRevision("svcdemo", rev)}, opts...)...)
 }
 
 // changesOf returns the fake's changes of kind.
@@ -69,7 +69,7 @@ func TestRefreshToStoreRevision(t *testing.T) {
 }
 
 func TestRefreshAsyncNoUpdateIsDone(t *testing.T) {
-	srv := fake.NewServer(t, fake.WithSnaps(fake.Snap{Name: "svcdemo", Revision: "3", Apps: []fake.App{{Name: "alpha", Daemon: "simple", Enabled: true, Active: true}}}))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: "svcdemo", Revision: "3", Apps: []fake.App{{Name: "alpha", Daemon: "simple", Enabled: true, Active: true}}}))
 	c := newClient(t, srv)
 	op, err := c.RefreshAsync(context.Background(), "svcdemo", snapsvc.RefreshOptions{})
 	if err != nil {
@@ -267,7 +267,7 @@ func TestRefreshFileLostAnswerInstallsOnce(t *testing.T) {
 func TestRefreshFailedChange(t *testing.T) {
 	sn, rev := svcdemoStore(time.Millisecond)
 	rev.Apps = []fake.App{{Name: "alpha", Daemon: "simple", FailStart: fake.SystemctlJobFailed("svcdemo", "alpha")}, {Name: "beta", Daemon: "simple"}}
-	srv := fake.NewServer(t, fake.WithSnaps(sn), fake.WithStoreRevision("svcdemo", rev))
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(sn), fake.WithStoreRevision("svcdemo", rev))
 	c := newClient(t, srv)
 	_, err := c.Refresh(context.Background(), "svcdemo", snapsvc.RefreshOptions{})
 	var ce *snapsvc.ChangeError

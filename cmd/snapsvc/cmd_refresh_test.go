@@ -29,7 +29,7 @@ func refreshFake(t *testing.T, opts ...fake.Option) *fake.Server {
 		fake.WithStoreRevision("svcdemo", fake.StoreRevision{Revision: "2", Version: "1.1"}),
 		fake.WithStoreRevision("svcdemo", fake.StoreRevision{Revision: "3", Version: "1.2", Channel: "beta"}),
 	}
-	srv := fake.NewServer(t, append(base, opts...)...)
+	srv := fake.NewServer(t, append(append([]fake.Option{fake.AllowNonRoot()}, base...), opts...)...)
 	return srv
 }
 

@@ -318,7 +318,7 @@ func TestTLSFromEnvironment(t *testing.T) {
 	host := strings.TrimPrefix(cl.Endpoint(0), "https://")
 	t.Setenv("ETCDCTL_ENDPOINTS", "http://"+host)
 	t.Setenv("ETCDCTL_DIAL_TIMEOUT", "10s")
-	snapd := fake.NewServer(t, k8s())
+	snapd := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	for _, args := range [][]string{{"status", "k8s.kube-apiserver"}, {"--socket", snapd.SocketPath(), "--unreachable", "10s", "k8s.kube-apiserver"}} {
 		out.Reset()
 		errb.Reset()

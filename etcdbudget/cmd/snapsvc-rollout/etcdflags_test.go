@@ -45,7 +45,7 @@ func TestDefaultEndpoint(t *testing.T) {
 // etcdctl 3.4: "context deadline exceeded" after its 5 s command timeout,
 // exit 1).
 func TestMalformedEndpoints(t *testing.T) {
-	srv := fake.NewServer(t, k8s())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	for _, tc := range []struct{ ep, bad, want string }{
 		{"https//127.0.0.1:2379", "https//127.0.0.1:2379", `not a URL: did you mean "https://127.0.0.1:2379"?`},
 		{"127.0.0.1", "127.0.0.1", "missing port in address"},
@@ -93,7 +93,7 @@ func TestCAFileWithoutCertificate(t *testing.T) {
 		"key.pem":   "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIHXl\n-----END PRIVATE KEY-----\n",
 	}
 	whys := map[string]string{"empty.pem": "the file is empty", "junk.pem": "no PEM block", "key.pem": "it holds PRIVATE KEY, no CERTIFICATE"}
-	srv := fake.NewServer(t, k8s())
+	srv := fake.NewServer(t, fake.AllowNonRoot(), k8s())
 	for name, content := range files {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

@@ -66,7 +66,7 @@ func TestRefreshUsage(t *testing.T) {
 }
 
 func TestRefreshBootstrap(t *testing.T) {
-	srv := fake.NewServer(t, refreshable(nil)...)
+	srv := fake.NewServer(t, append([]fake.Option{fake.AllowNonRoot()}, refreshable(nil)...)...)
 	for _, want := range []string{"done: change 1 Done\n", "done: no updates available; nothing was refreshed\n"} {
 		var out, stderr bytes.Buffer
 		if code := run(context.Background(), []string{"--bootstrap", "--socket", srv.SocketPath(), "--refresh", "k8s"}, &out, &stderr); code != exitOK || stderr.String() != want {
@@ -105,7 +105,7 @@ func TestThreeMachinesRefresh(t *testing.T) {
 		ms := []*machine{{}, {}, {}}
 		var wg sync.WaitGroup
 		for i, m := range ms {
-			m.srv = fake.NewServer(t, refreshable(apps)...)
+			m.srv = fake.NewServer(t, append([]fake.Option{fake.AllowNonRoot()}, refreshable(apps)...)...)
 			m.ready = newServiceReady(t, m.srv)
 			wg.Add(1)
 			go func() {
