@@ -89,7 +89,8 @@
 // is done, with the services, the change, the conflicts waited out (one
 // per blocking change), the requests it took when more than one, and the
 // time taken; at Warn when it failed or gave up, with the error (logr has
-// no warning level: both are V(0) there). The client's own steps go to
+// no warning level: both are V(0) there, and its slog bridge hands a Warn
+// to a slog handler as one, so k8sd's klog writes it as a W line). The client's own steps go to
 // the same logger one level lower. WithLogLines hands the lines, with
 // their level, to a logger that takes text (lxd's shared/logger, the log
 // package).

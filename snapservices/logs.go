@@ -17,7 +17,8 @@ import (
 // output, whatever its log level; a handle writes one line per action in
 // its place, at Info (V(0) in logr: shown at k8sd's default verbosity),
 // naming the services, snapd's change, the conflicts it waited out and
-// how long it took, or, at Warn (V(0) too), the error. The client's
+// how long it took, or, at Warn (V(0) too in logr; klog, k8sd's, writes it
+// as a W line), the error. The client's
 // step-by-step lines (a change created, a conflict and what it waits for)
 // go to the same logger one level lower (Info becomes logr's V(1), where
 // k8sd logs "Starting services").

@@ -239,6 +239,12 @@ func (r *intentRecord) end(ctx context.Context, res *Result, err error) {
 		r.keep()
 		return
 	}
+	r.finish(res, err)
+}
+
+// finish writes the outcome its caller is told of (res, or err's failed
+// change), then removes the record.
+func (r *intentRecord) finish(res *Result, err error) {
 	if res != nil {
 		_ = r.update(func(b *intentBody) {
 			if res.ChangeID != "" {

@@ -384,3 +384,39 @@ func TestIntentsLeakNoDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// A restart whose request may have reached snapd, replayed where snapd lets
+// the snap list no change: its outcome is reported unknown once, and the
+// record goes (no later replay can learn more, and none may restart
+// twice).
+func TestIntentOfARestartUnknownWithoutListingIsReportedOnce(t *testing.T) {
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithoutRefreshObserve())
+	spec := intentWorkerSpec{Socket: srv.SocketPath(), SnapSocket: srv.SnapSocketPath(), Cookie: srv.Cookie("k8s"), LockDir: filepath.Join(srv.Dir(), "locks"), Action: "restart", Names: []string{"k8s.kubelet"}}
+	act := spec
+	act.Role, act.KillAt = "act", "answered"
+	if killed := runIntentProc(t, act); !killed {
+		t.Fatal("not killed")
+	}
+	replay := func() []snapsvc.Replayed {
+		c, err := snapsvc.New(snapsvc.WithSnapSocket(spec.SnapSocket), snapsvc.WithCookie(spec.Cookie), snapsvc.WithSnap("k8s"), snapsvc.WithMode(snapsvc.ModeSnapctl), snapsvc.WithLockDir(spec.LockDir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		rs, err := c.Replay(ctxT(t), "k8s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	rs := replay()
+	if len(rs) != 1 || rs[0].Kept || !errors.Is(rs[0].Err, snapsvc.ErrOutcomeUnknown) {
+		t.Fatalf("first replay %+v: want the restart's outcome unknown, the record removed", rs)
+	}
+	if again := replay(); len(again) != 0 {
+		t.Fatalf("second replay %+v: the unknown restart reported again", again)
+	}
+	if n := serviceChanges(srv); n != 1 {
+		t.Fatalf("%d restarts, want the killed process's one", n)
+	}
+}

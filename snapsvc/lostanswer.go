@@ -91,6 +91,7 @@ func (op *operation) resolveLost(st sent) (id string, settled bool, err error) {
 			}
 			continue
 		case isForbidden(err) && op.replay != nil:
+			op.c.view.noteListing(err, op.c.mode) // the replay's verdict reads it (replayMayPass)
 			return op.replayUnlisted()
 		case isForbidden(err):
 			if op.o.action != "start" && op.o.action != "stop" {

@@ -254,7 +254,7 @@ func (c *Client) replayOne(ctx context.Context, f intentFile) (Replayed, bool) {
 	if out.Kept {
 		rec.keep()
 	} else {
-		rec.end(ctx, res, err)
+		rec.finish(res, err) // a replay's verdict is final: replayMayPass said so
 	}
 	c.replayEvent(out)
 	return out, true
