@@ -245,6 +245,16 @@ func TestAdopterRecipesWorstCase(t *testing.T) {
 			call: func(ctx context.Context, s *snapservices.Snap) error {
 				return retryFor(ctx, 5, 5*time.Second, func() error { return s.StartServices(ctx, []string{"kubelet"}) })
 			}},
+		{name: "k8sd, one-file port, a call outside RetryFor (a certificate refresh's restart)", snap: "k8s",
+			opts: func(logLine func(slog.Level, string)) []snapservices.Option {
+				// docs/k8sd.md: the handle for calls outside control.RetryFor (no
+				// WithGiveUp: retry.NestedPolicy's 25 s for a blocker).
+				return []snapservices.Option{snapservices.WithInstance("k8s"), snapservices.WithDefaultInstance("k8s"),
+					snapservices.WithLogLines(logLine)}
+			},
+			call: func(ctx context.Context, s *snapservices.Snap) error {
+				return s.RestartServices(ctx, []string{"kubelet"})
+			}},
 		{name: "microk8s-cluster-agent, classic, /configure handler", snap: "microk8s", ctx: 240 * time.Second,
 			opts: func(logLine func(slog.Level, string)) []snapservices.Option {
 				return []snapservices.Option{snapservices.SnapctlStyle(), snapservices.WithInstance("microk8s"),
