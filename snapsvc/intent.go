@@ -218,6 +218,17 @@ func (r *intentRecord) sending(s sent, wall time.Time, act string) error {
 	return err
 }
 
+// nothingSent writes that the last request to act made no change (snapd
+// refused it for a conflict, or it never left): a replay sends without
+// looking for one, which it could not always do (snapctl without
+// snap-refresh-observe lists no change).
+func (r *intentRecord) nothingSent() {
+	if r == nil {
+		return
+	}
+	_ = r.update(func(b *intentBody) { b.Sent = nil })
+}
+
 // accepted writes snapd's change for the request.
 func (r *intentRecord) accepted(id string) {
 	if r == nil || id == "" {

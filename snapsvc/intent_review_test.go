@@ -420,3 +420,34 @@ func TestIntentOfARestartUnknownWithoutListingIsReportedOnce(t *testing.T) {
 		t.Fatalf("%d restarts, want the killed process's one", n)
 	}
 }
+
+// A restart killed while it waits out a blocker, where snapd lets the snap
+// list no change: snapd's conflict refusal said its request made none, so
+// the replay restarts once the blocker is done, rather than report the
+// outcome unknown.
+func TestIntentRefusedForAConflictIsCarriedOutWithoutListing(t *testing.T) {
+	checkLeaks(t)
+	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(k8sSnap(0)), fake.WithoutRefreshObserve())
+	foreign := srv.AddChange(fake.ChangeSpec{Kind: "configure-snap", Snap: "k8s"})
+	seen, conflicts := conflictsSeen()
+	c := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithIntents(), snapsvc.WithLockDir(lockDirOf(srv)), seen)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Restart(ctx, []string{"k8s.kubelet"}, snapsvc.RestartOptions{})
+		errc <- err
+	}()
+	awaitT(t, ctxT(t), conflicts, "the conflict")
+	cancel()
+	if err := recvT(t, errc); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the restart ended with %v", err)
+	}
+	foreign.Finish()
+	rs, err := newSnapctlClient(t, srv, srv.Cookie("k8s"), snapsvc.WithLockDir(lockDirOf(srv))).Replay(ctxT(t), "k8s")
+	if err != nil || len(rs) != 1 || rs[0].Decision != snapsvc.ReplayActed {
+		t.Fatalf("replayed %+v, %v; want the restart acted", rs, err)
+	}
+	if n := serviceChanges(srv); n != 1 {
+		t.Fatalf("%d restarts, want 1", n)
+	}
+}

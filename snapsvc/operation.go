@@ -409,6 +409,11 @@ func (op *operation) try() (attempt, error) {
 	a.cutOff = actx.Err() != nil && a.err != nil && !errors.As(a.err, &answer)
 	cancel()
 	a.answeredAt = c.clock.Now()
+	if _, refused := retry.AsConflict(a.err); refused || !mayHaveWritten(a.err) {
+		// snapd refused it for a change in progress (no change made), or
+		// it never left: nothing of it is in flight for a replay to find.
+		op.intent.nothingSent()
+	}
 	if !a.cutOff && !errors.Is(a.err, snapd.ErrSendDeadline) { // neither says anything about snapd
 		k.note(a.err)
 	}
