@@ -72,6 +72,7 @@ func RunWholePath(t *testing.T, h Harness, cfg Config) {
 	t.Run("halt-stops-the-rollout", c.haltStopsTheRollout)
 	t.Run("admission-holds-the-rollout", c.admissionHoldsTheRollout)
 	t.Run("history-is-snapds-record", c.historyIsSnapdsRecord)
+	t.Run("refreshes-one-at-a-time", c.refreshesOneAtATime)
 }
 
 // wholeSnap is the snap every machine's fake snapd has; its service's
@@ -88,6 +89,7 @@ type machine struct {
 	srv  *fake.Server
 	c    *snapsvc.Client
 	p    Participant
+	kind string // the kind of the changes its acts make (judge)
 
 	mu      sync.Mutex
 	evs     []snapsvc.BudgetEvent
@@ -103,12 +105,12 @@ func newMachine(t *testing.T, name string, p Participant, key string, took time.
 }
 
 // newMachineWith is newMachine with its budget options changed by set.
-func newMachineWith(t *testing.T, name string, p Participant, key string, took time.Duration, set func(*snapsvc.BudgetOptions)) *machine {
+func newMachineWith(t *testing.T, name string, p Participant, key string, took time.Duration, set func(*snapsvc.BudgetOptions), more ...fake.Option) *machine {
 	t.Helper()
 	// The machine's daemon runs as root; its test as whoever runs it.
-	srv := fake.NewServer(t, fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: wholeSnap, Apps: []fake.App{
-		{Name: "svc", Daemon: "simple", Enabled: true, Active: true, StartDuration: took / 2, StopDuration: took / 2}}}))
-	m := &machine{name: name, srv: srv, p: p, on: map[string]func(){}, changed: make(chan struct{})}
+	srv := fake.NewServer(t, append([]fake.Option{fake.AllowNonRoot(), fake.WithSnaps(fake.Snap{Name: wholeSnap, Apps: []fake.App{
+		{Name: "svc", Daemon: "simple", Enabled: true, Active: true, StartDuration: took / 2, StopDuration: took / 2}}})}, more...)...)
+	m := &machine{name: name, srv: srv, p: p, kind: "service-control", on: map[string]func(){}, changed: make(chan struct{})}
 	opts := snapsvc.BudgetOptions{Key: func(string) string { return key }, Progress: m.progress, MaxHold: time.Minute, ReleaseTimeout: 2 * time.Second}
 	if set != nil {
 		set(&opts)
@@ -188,7 +190,7 @@ func (m *machine) released(t *testing.T, ctx context.Context) {
 func (m *machine) changes() []fake.ChangeInfo {
 	var out []fake.ChangeInfo
 	for _, chg := range m.srv.Changes() {
-		if chg.Kind == "service-control" {
+		if chg.Kind == m.kind {
 			out = append(out, chg)
 		}
 	}
@@ -262,6 +264,42 @@ func (c *suite) everyGrantRestartsOnce(t *testing.T) {
 	wg.Wait()
 	for _, m := range machines {
 		m.released(t, ctx)
+	}
+	judge(t, machines, 1, 1)
+}
+
+// refreshesOneAtATime: three machines asked to refresh their snap at
+// once (the store offers a new revision), Max 1: one refresh change at a
+// time, each within its machine's slot, the services ready between
+// (issue 45).
+func (c *suite) refreshesOneAtATime(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	key := c.cfg.Key(t)
+	var machines []*machine
+	for i := range 3 {
+		name := fmt.Sprintf("m%d", i)
+		m := newMachineWith(t, name, c.h.New(t, Options{Holder: name, Max: 1}), key, 200*time.Millisecond, nil,
+			fake.WithStoreRevision(wholeSnap, fake.StoreRevision{Revision: "2"}))
+		m.kind = "refresh-snap"
+		machines = append(machines, m)
+	}
+	var wg sync.WaitGroup
+	for _, m := range machines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := m.c.Refresh(ctx, wholeSnap, snapsvc.RefreshOptions{})
+			if err != nil || res.Status != "Done" || res.NoUpdate {
+				t.Errorf("%s: refresh: %+v, %v", m.name, res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, m := range machines {
+		m.released(t, ctx)
+		if st, _ := m.srv.Service(wholeSnap, "svc"); !st.Active {
+			t.Errorf("%s: svc inactive after its refresh", m.name)
+		}
 	}
 	judge(t, machines, 1, 1)
 }
