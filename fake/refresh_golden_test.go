@@ -119,10 +119,21 @@ func sideload(t *testing.T, sock, filename string, content []byte) (int, []byte)
 // sideloadForm posts a file as `snap install [--dangerous]` does.
 func sideloadForm(t *testing.T, sock, filename string, content []byte, dangerous bool) (int, []byte) {
 	t.Helper()
+	var fields [][2]string
+	if dangerous {
+		fields = append(fields, [2]string{"dangerous", "true"})
+	}
+	return postSnapForm(t, sock, fields, filename, content)
+}
+
+// postSnapForm posts fields, in order, then content as the "snap" file
+// part named filename, to POST /v2/snaps.
+func postSnapForm(t *testing.T, sock string, fields [][2]string, filename string, content []byte) (int, []byte) {
+	t.Helper()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
-	if dangerous {
-		mw.WriteField("dangerous", "true")
+	for _, f := range fields {
+		mw.WriteField(f[0], f[1])
 	}
 	fw, _ := mw.CreateFormFile("snap", filename)
 	fw.Write(content)

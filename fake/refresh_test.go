@@ -1,11 +1,9 @@
 package fake_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -343,25 +341,9 @@ func TestSideloadOverInstalled(t *testing.T) {
 // named by its base name.
 func sideloadPath(t *testing.T, sock, path string, content []byte) (int, []byte) {
 	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
 	base := filepath.Base(path)
-	mw.WriteField("action", "install")
-	mw.WriteField("name", strings.SplitN(base, "_", 2)[0])
-	mw.WriteField("snap-path", path)
-	mw.WriteField("dangerous", "true")
-	fw, _ := mw.CreateFormFile("snap", base)
-	fw.Write(content)
-	mw.Close()
-	req, _ := http.NewRequest("POST", "http://localhost/v2/snaps", &buf)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	rsp, err := client(sock).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rsp.Body.Close()
-	b, _ := io.ReadAll(rsp.Body)
-	return rsp.StatusCode, b
+	return postSnapForm(t, sock, [][2]string{{"action", "install"}, {"name", strings.SplitN(base, "_", 2)[0]},
+		{"snap-path", path}, {"dangerous", "true"}}, base, content)
 }
 
 func TestControlStoreAndHold(t *testing.T) {
